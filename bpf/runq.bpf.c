@@ -5,27 +5,18 @@
  * still runnable, to the sched_switch that puts it on a CPU. Same definition
  * as libbpf-tools' runqlat.
  *
- * Two designs in one object; user space autoloads exactly one set after
- * reading the kernel's BTF (probes/runq.rs):
+ * The start stamp lives in task-local storage (tp_btf, kernel >= 5.11): no
+ * hash lookup, no pid-reuse hazard, freed by the kernel when the task exits,
+ * so the map is bounded by the number of tasks. Kernels without tp_btf or
+ * task storage get the raw_tp variant with runqlat's bounded hash keyed by
+ * pid (a full map is a counted drop). User space autoloads one set.
  *
- *  switch-only (default): the scheduler already stamps the enqueue time in
- *    task->sched_info.last_queued (CONFIG_SCHED_INFO) using the runqueue
- *    clock, and __schedule() has just refreshed rq->clock when sched_switch
- *    fires (context_switch() -> sched_info_arrive() clears the stamp only
- *    after the tracepoint). So one program computes
- *    rq->clock - next->sched_info.last_queued: no wakeup programs, no stamp
- *    map, no timestamp helper (findings.md: 44 ns vs runqlat's 113 + 184).
- *    rq is reached as prev->se.cfs_rq->rq (CONFIG_FAIR_GROUP_SCHED); the
- *    per-CPU `runqueues` symbol is not resolvable without KALLSYMS_ALL.
- *    Caveat: last_queued restarts when a queued task migrates, so time
- *    queued before a migration is not counted (it is in run_delay).
- *
- *  stamp (fallback for kernels without those fields): runqlat's design, a
- *    bounded hash of wakeup stamps keyed by pid; a full map is a counted drop.
- *
- * Each design has a tp_btf and a raw_tp variant (raw_tp for kernels without
- * tp_btf, i.e. < 5.5 or BTF-less); raw_tp pointers are untrusted, so those
- * read through BPF_CORE_READ.
+ * Rejected by measurement: a switch-only design computing
+ * rq->clock - next->sched_info.last_queued (no wakeup program at all). When
+ * a wakeup preempts the running task (e.g. an idle CPU), wakeup_preempt()
+ * calls rq_clock_skip_update(), so __schedule() does not refresh rq->clock
+ * and the delta reads 0 for exactly the wakeups whose idle-exit cost an RT
+ * integrator wants to see (70 % zeros on an idle host).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -49,11 +40,18 @@ struct {
 } runq_hist SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u64);
+} runq_start SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, LATMON_MAX_STAMPS);
 	__type(key, __u32);
 	__type(value, __u64);
-} runq_stamps SEC(".maps");
+} runq_start_by_pid SEC(".maps");
 
 static __always_inline bool comm_wanted(struct task_struct *t)
 {
@@ -72,8 +70,11 @@ static __always_inline bool comm_wanted(struct task_struct *t)
 	return true;
 }
 
-static __always_inline bool wanted(__u32 tgid, struct task_struct *t)
+/* The idle task (pid 0) never waits on a run queue. */
+static __always_inline bool wanted(__u32 pid, __u32 tgid, struct task_struct *t)
 {
+	if (!pid)
+		return false;
 	if (filter_tgid && tgid != filter_tgid)
 		return false;
 	return comm_wanted(t);
@@ -100,18 +101,34 @@ static __always_inline void count_drop(void)
 		h->drops++;
 }
 
-/* ---- switch-only design ------------------------------------------------ */
+/* ---- tp_btf: task-local storage ---------------------------------------- */
 
-static __always_inline int switch_only(__u32 pid, __u32 tgid, struct task_struct *next,
-				       __u64 clock_ns, __u64 queued_ns)
+static __always_inline void stamp_task(struct task_struct *p)
 {
-	/* The idle task is never queued; last_queued == 0 means the task was
-	 * not waiting on a run queue (e.g. it was already running). */
-	if (!pid || !queued_ns)
-		return 0;
-	if (!wanted(tgid, next))
-		return 0;
-	record((__s64)(clock_ns - queued_ns));
+	__u64 *start_ns;
+
+	if (!wanted(p->pid, p->tgid, p))
+		return;
+	start_ns = bpf_task_storage_get(&runq_start, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!start_ns) {
+		count_drop(); /* storage allocation failed */
+		return;
+	}
+	*start_ns = bpf_ktime_get_ns();
+}
+
+/* TP_PROTO(struct task_struct *p) for sched_wakeup and sched_wakeup_new */
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(runq_wakeup_btf, struct task_struct *p)
+{
+	stamp_task(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(runq_wakeup_new_btf, struct task_struct *p)
+{
+	stamp_task(p);
 	return 0;
 }
 
@@ -120,88 +137,62 @@ static __always_inline int switch_only(__u32 pid, __u32 tgid, struct task_struct
 SEC("tp_btf/sched_switch")
 int BPF_PROG(runq_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	return switch_only(next->pid, next->tgid, next, prev->se.cfs_rq->rq->clock,
-			   next->sched_info.last_queued);
-}
-
-SEC("raw_tp/sched_switch")
-int BPF_PROG(runq_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	return switch_only(BPF_CORE_READ(next, pid), BPF_CORE_READ(next, tgid), next,
-			   BPF_CORE_READ(prev, se.cfs_rq, rq, clock),
-			   BPF_CORE_READ(next, sched_info.last_queued));
-}
-
-/* ---- stamp design (fallback) ------------------------------------------- */
-
-static __always_inline void stamp(__u32 pid, __u32 tgid, struct task_struct *t)
-{
-	__u64 now_ns;
-
-	if (!pid || !wanted(tgid, t))
-		return;
-	now_ns = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&runq_stamps, &pid, &now_ns, BPF_ANY))
-		count_drop();
-}
-
-static __always_inline int stamp_switch(struct task_struct *prev, struct task_struct *next)
-{
-	__u32 pid = BPF_CORE_READ(next, pid);
-	__u64 *start_ns;
+	__u64 *start_ns, now_ns;
 
 	/* A preempted task stays runnable: its wait starts now. */
 	if (latmon_task_state(prev) == TASK_RUNNING)
-		stamp(BPF_CORE_READ(prev, pid), BPF_CORE_READ(prev, tgid), prev);
-	start_ns = bpf_map_lookup_elem(&runq_stamps, &pid);
-	if (!start_ns)
+		stamp_task(prev);
+	start_ns = bpf_task_storage_get(&runq_start, next, 0, 0);
+	if (!start_ns || !*start_ns)
 		return 0;
-	record((__s64)(bpf_ktime_get_ns() - *start_ns));
-	bpf_map_delete_elem(&runq_stamps, &pid);
+	now_ns = bpf_ktime_get_ns();
+	record((__s64)(now_ns - *start_ns));
+	*start_ns = 0;
 	return 0;
 }
 
-/* TP_PROTO(struct task_struct *p) for sched_wakeup and sched_wakeup_new */
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(runq_wakeup_btf, struct task_struct *p)
-{
-	stamp(p->pid, p->tgid, p);
-	return 0;
-}
+/* ---- raw_tp: bounded hash keyed by pid --------------------------------- */
 
-SEC("tp_btf/sched_wakeup_new")
-int BPF_PROG(runq_wakeup_new_btf, struct task_struct *p)
+static __always_inline void stamp_pid(struct task_struct *p)
 {
-	stamp(p->pid, p->tgid, p);
-	return 0;
-}
+	__u32 pid = BPF_CORE_READ(p, pid);
+	__u64 now_ns;
 
-SEC("tp_btf/sched_switch")
-int BPF_PROG(runq_stamp_switch_btf, bool preempt, struct task_struct *prev,
-	     struct task_struct *next)
-{
-	return stamp_switch(prev, next);
+	if (!wanted(pid, BPF_CORE_READ(p, tgid), p))
+		return;
+	now_ns = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&runq_start_by_pid, &pid, &now_ns, BPF_ANY))
+		count_drop(); /* map full */
 }
 
 SEC("raw_tp/sched_wakeup")
 int BPF_PROG(runq_wakeup_raw, struct task_struct *p)
 {
-	stamp(BPF_CORE_READ(p, pid), BPF_CORE_READ(p, tgid), p);
+	stamp_pid(p);
 	return 0;
 }
 
 SEC("raw_tp/sched_wakeup_new")
 int BPF_PROG(runq_wakeup_new_raw, struct task_struct *p)
 {
-	stamp(BPF_CORE_READ(p, pid), BPF_CORE_READ(p, tgid), p);
+	stamp_pid(p);
 	return 0;
 }
 
 SEC("raw_tp/sched_switch")
-int BPF_PROG(runq_stamp_switch_raw, bool preempt, struct task_struct *prev,
-	     struct task_struct *next)
+int BPF_PROG(runq_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	return stamp_switch(prev, next);
+	__u32 pid = BPF_CORE_READ(next, pid);
+	__u64 *start_ns;
+
+	if (latmon_task_state(prev) == TASK_RUNNING)
+		stamp_pid(prev);
+	start_ns = bpf_map_lookup_elem(&runq_start_by_pid, &pid);
+	if (!start_ns)
+		return 0;
+	record((__s64)(bpf_ktime_get_ns() - *start_ns));
+	bpf_map_delete_elem(&runq_start_by_pid, &pid);
+	return 0;
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

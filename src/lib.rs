@@ -1,2 +1,13 @@
 // SPDX-License-Identifier: MIT
+//! latmon: an eBPF latency monitor for real-time Linux robot controllers.
+//!
+//! Pure models (`hist`, `summary`, `config`) carry their unit tests and do no
+//! I/O; `probes` (BPF) and `sinks` are the I/O edges; `agent` runs the loop.
+
+pub mod agent;
 pub mod bpf;
+pub mod config;
+pub mod hist;
+pub mod probes;
+pub mod sinks;
+pub mod summary;

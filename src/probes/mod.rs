@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: MIT
+//! Probe families: loading BPF objects, the attach ladder, reading the
+//! per-CPU histogram maps. This is an I/O edge; the maths lives in `hist`.
+
+pub mod features;
+pub mod runq;
+
+use std::fmt;
+use std::mem::{size_of, ManuallyDrop, MaybeUninit};
+use std::os::fd::{AsRawFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+use libbpf_rs::{MapCore, OpenObject, PrintLevel};
+
+use crate::config::{ProbeKind, ProbeSpec};
+use crate::hist::{Hist, BUCKETS};
+use crate::summary::ProbeInfo;
+
+/// Why a probe is not running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// This build of latmon has no such probe family (yet).
+    Unsupported { probe: String, kind: &'static str },
+    /// The kernel lacks something the probe needs (BTF, a config option).
+    KernelFeature { probe: String, what: String },
+    /// Every mechanism of the attach ladder failed; one reason per rung.
+    Attach { probe: String, tried: Vec<(&'static str, String)> },
+    /// Reading the probe's maps failed.
+    Read { probe: String, why: String },
+}
+
+impl fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unsupported { probe, kind } => {
+                write!(f, "probe {probe}: the {kind} probe family is not available in this latmon build")
+            }
+            Self::KernelFeature { probe, what } => write!(f, "probe {probe}: {what}"),
+            Self::Attach { probe, tried } => {
+                write!(f, "probe {probe}: cannot attach:")?;
+                for (i, (mech, why)) in tried.iter().enumerate() {
+                    write!(f, "{} {mech}: {why}", if i == 0 { "" } else { ";" })?;
+                }
+                Ok(())
+            }
+            Self::Read { probe, why } => write!(f, "probe {probe}: reading maps: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ProbeError {}
+
+/// A running probe: attached programs plus the maps to read.
+pub trait Probe {
+    fn info(&self) -> &ProbeInfo;
+    /// The cumulative histogram since attach, summed over CPUs, into `out`.
+    fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError>;
+}
+
+/// Open, load and attach the probe a spec describes.
+pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
+    match &spec.kind {
+        ProbeKind::Runq => Ok(Box::new(runq::Runq::open(spec)?)),
+        other => Err(ProbeError::Unsupported { probe: spec.name.clone(), kind: other.family() }),
+    }
+}
+
+/// Try each rung of an attach ladder in order; the first that loads and
+/// attaches wins. Returns the winner and its rung name, or every failure.
+pub(crate) fn ladder<T>(
+    probe: &str,
+    rungs: &[&'static str],
+    mut attempt: impl FnMut(&'static str) -> Result<T, String>,
+) -> Result<(T, &'static str), ProbeError> {
+    let mut tried = Vec::new();
+    for &rung in rungs {
+        clear_libbpf_warning();
+        match attempt(rung) {
+            Ok(t) => {
+                log::info!("probe {probe}: attached via {rung}");
+                return Ok((t, rung));
+            }
+            Err(why) => {
+                log::debug!("probe {probe}: {rung} failed: {why}");
+                tried.push((rung, why));
+            }
+        }
+    }
+    Err(ProbeError::Attach { probe: probe.to_string(), tried })
+}
+
+/// A loaded skeleton that owns the `OpenObject` storage it borrows from, so
+/// probes can live in a `Box<dyn Probe>` without leaking: the skeleton is
+/// dropped first, then the storage is freed.
+pub(crate) struct Owned<S> {
+    skel: ManuallyDrop<S>,
+    storage: NonNull<MaybeUninit<OpenObject>>,
+}
+
+impl<S> Owned<S> {
+    /// `build` opens, configures and loads the skeleton in `storage`.
+    pub fn new<E>(build: impl FnOnce(&'static mut MaybeUninit<OpenObject>) -> Result<S, E>) -> Result<Self, E> {
+        let storage = NonNull::from(Box::leak(Box::new(MaybeUninit::<OpenObject>::uninit())));
+        // SAFETY: the storage stays allocated until Drop, after the skeleton
+        // (the only borrower) is gone; on error the borrower is already gone.
+        match build(unsafe { &mut *storage.as_ptr() }) {
+            Ok(s) => Ok(Owned { skel: ManuallyDrop::new(s), storage }),
+            Err(e) => {
+                drop(unsafe { Box::from_raw(storage.as_ptr()) });
+                Err(e)
+            }
+        }
+    }
+}
+
+impl<S> std::ops::Deref for Owned<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.skel
+    }
+}
+
+impl<S> Drop for Owned<S> {
+    fn drop(&mut self) {
+        // SAFETY: see new(); the skeleton is dropped exactly once, before
+        // the storage it borrows.
+        unsafe {
+            ManuallyDrop::drop(&mut self.skel);
+            drop(Box::from_raw(self.storage.as_ptr()));
+        }
+    }
+}
+
+/// The skeleton-generated `struct latmon_hist` of any BPF object (each
+/// skeleton generates its own Rust type from bpf/latmon.h).
+pub(crate) trait RawHist: Default + plain::Plain {
+    fn merge_into(&self, h: &mut Hist);
+}
+
+macro_rules! raw_hist {
+    ($($skel:ident),*) => {$(
+        // SAFETY: a #[repr(C)] struct of u64s generated from latmon.h.
+        unsafe impl plain::Plain for crate::bpf::$skel::types::latmon_hist {}
+        // The Rust model and the C struct must agree on the bucket count.
+        const _: () = assert!(
+            size_of::<crate::bpf::$skel::types::latmon_hist>() == 6 * 8 + BUCKETS * 8
+        );
+        impl RawHist for crate::bpf::$skel::types::latmon_hist {
+            fn merge_into(&self, h: &mut Hist) {
+                h.merge(&Hist {
+                    count: self.count,
+                    sum_ns: self.sum_ns,
+                    min_ns: self.min_ns,
+                    max_ns: self.max_ns,
+                    drops: self.drops,
+                    alerts: self.alerts,
+                    slots: self.slots,
+                });
+            }
+        }
+    )*};
+}
+raw_hist!(runq);
+
+/// Reads one key of a per-CPU array of `latmon_hist` into a pre-sized
+/// buffer (no allocation per interval), summing CPUs.
+pub(crate) struct PerCpuHist<T> {
+    fd: RawFd,
+    buf: Vec<u8>,
+    stride: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: RawHist> PerCpuHist<T> {
+    /// `map` must outlive the reader (both live in the same probe struct).
+    pub fn new(map: &dyn MapCore) -> Result<Self, String> {
+        let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| e.to_string())?;
+        // The kernel copies per-CPU values at an 8-byte stride.
+        let stride = (map.value_size() as usize).next_multiple_of(8);
+        if map.value_size() as usize != size_of::<T>() {
+            return Err(format!("map value is {} bytes, expected {}", map.value_size(), size_of::<T>()));
+        }
+        Ok(PerCpuHist { fd: map.as_fd().as_raw_fd(), buf: vec![0; stride * ncpus], stride, _t: Default::default() })
+    }
+
+    pub fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String> {
+        // SAFETY: buf holds stride * possible-CPUs bytes, as the kernel writes.
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_map_lookup_elem(
+                self.fd,
+                (&key as *const u32).cast(),
+                self.buf.as_mut_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error().to_string());
+        }
+        *out = Hist::default();
+        let mut raw = T::default();
+        for chunk in self.buf.chunks_exact(self.stride) {
+            plain::copy_from_bytes(&mut raw, &chunk[..size_of::<T>()]).map_err(|e| format!("{e:?}"))?;
+            raw.merge_into(out);
+        }
+        Ok(())
+    }
+}
+
+/// The last warning libbpf printed: libbpf-rs errors carry only the outer
+/// context ("failed to attach BPF program"); libbpf's own line names the
+/// cause ("failed to add legacy kprobe event ... -ENOENT").
+static LAST_LIBBPF_WARNING: Mutex<String> = Mutex::new(String::new());
+
+/// Route libbpf's own messages to the log (visible with -vv), instead of
+/// letting every failed rung of a ladder spray stderr; remember the last
+/// warning for error messages.
+pub fn route_libbpf_logs() {
+    fn print(level: PrintLevel, msg: String) {
+        let msg = msg.trim_end().trim_start_matches("libbpf: ");
+        match level {
+            PrintLevel::Warn => {
+                log::debug!("libbpf: {msg}");
+                if let Ok(mut last) = LAST_LIBBPF_WARNING.lock() {
+                    msg.clone_into(&mut last);
+                }
+            }
+            _ => log::trace!("libbpf: {msg}"),
+        }
+    }
+    libbpf_rs::set_print(Some((PrintLevel::Debug, print)));
+}
+
+/// Clear the remembered libbpf warning before an operation.
+pub(crate) fn clear_libbpf_warning() {
+    if let Ok(mut last) = LAST_LIBBPF_WARNING.lock() {
+        last.clear();
+    }
+}
+
+/// `what: err (libbpf: last warning)`, for errors that reach users.
+pub(crate) fn libbpf_error(what: &str, err: &dyn fmt::Display) -> String {
+    let last = LAST_LIBBPF_WARNING.lock().map(|l| l.clone()).unwrap_or_default();
+    if last.is_empty() {
+        format!("{what}: {err}")
+    } else {
+        format!("{what}: {err} (libbpf: {last})")
+    }
+}
+
+/// Tracepoint and uprobe attachment (and tracefs record formats) need
+/// tracefs; minimal board images often do not mount it. Mount it at the
+/// standard place when missing, as root; failure is only logged - the
+/// probes that need it will say so.
+pub fn ensure_tracefs() {
+    let tracing = std::path::Path::new("/sys/kernel/tracing");
+    if tracing.join("events").exists() || std::path::Path::new("/sys/kernel/debug/tracing/events").exists() {
+        return;
+    }
+    match nix::mount::mount(Some("nodev"), tracing, Some("tracefs"), nix::mount::MsFlags::empty(), None::<&str>) {
+        Ok(()) => log::info!("mounted tracefs at {}", tracing.display()),
+        Err(e) => log::warn!("tracefs is not mounted and mounting it failed: {e}"),
+    }
+}
+
+/// Whether the running kernel exposes BTF (CO-RE needs it).
+pub fn kernel_btf_present() -> bool {
+    std::path::Path::new("/sys/kernel/btf/vmlinux").exists()
+}
