@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: MIT
+//! The CLI contract: check output, clear one-line errors, exit codes.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+
+use common::*;
+
+#[test]
+fn check_reports_kernel_features_and_the_plan() {
+    let out = latmon().args(["check", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["btf"], true);
+    assert!(v["kernel"].as_str().unwrap().len() > 2);
+    assert_eq!(v["config_ok"], true);
+    let kinds: Vec<_> = v["features"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["tracepoint", "tp_btf", "raw_tp", "kprobe", "fentry", "uprobe", "ringbuf"]);
+    let ok = |k: &str| v["features"].as_array().unwrap().iter().find(|f| f["kind"] == k).unwrap()["ok"].clone();
+    // Facts of this machine (see the brief): these load and attach here...
+    for k in ["tracepoint", "tp_btf", "raw_tp", "uprobe", "ringbuf"] {
+        assert_eq!(ok(k), true, "{k}");
+    }
+    // ...and these do not, each with a reason.
+    for k in ["kprobe", "fentry"] {
+        assert_eq!(ok(k), false, "{k}");
+        let f = v["features"].as_array().unwrap().iter().find(|f| f["kind"] == k).unwrap();
+        assert!(!f["error"].as_str().unwrap().is_empty());
+    }
+    let plan = &v["probes"][0];
+    assert_eq!((plan["name"].as_str(), plan["ok"].as_bool(), plan["attach"].as_str()), (Some("runq"), Some(true), Some("tp_btf")));
+}
+
+#[test]
+fn check_rejects_an_invalid_config_with_exit_2() {
+    let dir = std::env::temp_dir().join(format!("latmon-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "interval = \"1s\"\nprobes = [\"runq,colour=red\"]\n").unwrap();
+    let out = latmon().args(["check", "--config"]).arg(&cfg).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("INVALID") && text.contains("unknown option \"colour\""), "{text}");
+}
+
+#[test]
+fn unknown_probe_is_a_clear_one_line_error() {
+    let out = latmon().args(["run", "--probe", "runqq"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("unknown probe kind \"runqq\""), "{err}");
+}
+
+#[test]
+fn a_probe_that_cannot_run_is_reported_and_the_others_keep_running() {
+    let out = latmon()
+        .args(["run", "--probe", "runq", "--probe", "kfunc:do_nanosleep", "--duration", "300ms", "--interval", "100ms", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "runq still runs: {}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("kfunc:do_nanosleep"), "the failed probe is named: {err}");
+    let lines = json_lines(&String::from_utf8_lossy(&out.stdout));
+    assert!(!lines.is_empty());
+    assert!(lines.iter().all(|l| l["probes"].as_array().unwrap().len() == 1 && l["probes"][0]["name"] == "runq"));
+}
+
+#[test]
+fn when_no_probe_can_run_the_exit_is_non_zero() {
+    let out = latmon().args(["run", "--probe", "kfunc:do_nanosleep", "--duration", "300ms"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no probe could attach"));
+}
+
+#[test]
+fn not_root_is_named_as_the_cause() {
+    let out = latmon().args(["run", "--duration", "1s"]).uid(65534).gid(65534).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("must run as root"), "{err}");
+}
+
+#[test]
+fn bad_interval_is_rejected() {
+    let out = latmon().args(["run", "--interval", "fast"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid duration \"fast\""));
+}

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+//! Helpers shared by the integration tests (which run as root: they load
+//! real BPF programs into the running kernel).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub fn latmon() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_latmon"))
+}
+
+/// Start `latmon run ARGS -v` and wait until every probe reported attached
+/// (or latmon exited). Returns the child with stdout piped.
+pub fn start_run(args: &[&str]) -> Child {
+    let mut child = latmon()
+        .arg("-v")
+        .arg("run")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn latmon");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[latmon] {line}");
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) if line.contains(" via ") && line.contains("probe ") => return child,
+            Ok(_) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return child,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+    }
+    panic!("latmon did not attach within 20 s");
+}
+
+/// Wait for the child, return (exit status, stdout).
+pub fn finish(mut child: Child) -> (std::process::ExitStatus, String) {
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    (child.wait().unwrap(), out)
+}
+
+/// Parse JSON lines.
+pub fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+/// Pin the calling thread to one CPU.
+pub fn pin_to_cpu(cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).unwrap();
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+}
+
+/// Two threads named `comm`, pinned to one CPU, bouncing a byte over two
+/// pipes `round_trips` times. On one CPU every hand-over is a switch-in of
+/// a task that was woken (or preempted while runnable): at least two
+/// run-queue events per round trip.
+pub fn pipe_ping_pong(comm: &str, round_trips: usize) {
+    use std::io::Write;
+    let (mut a_rx, mut b_tx) = os_pipe();
+    let (mut b_rx, mut a_tx) = os_pipe();
+    let n = round_trips;
+    let pong = std::thread::Builder::new()
+        .name(comm.into())
+        .spawn(move || {
+            pin_to_cpu(0);
+            let mut buf = [0u8; 1];
+            for _ in 0..n {
+                a_rx.read_exact(&mut buf).unwrap();
+                a_tx.write_all(&buf).unwrap();
+            }
+        })
+        .unwrap();
+    let ping = std::thread::Builder::new()
+        .name(comm.into())
+        .spawn(move || {
+            pin_to_cpu(0);
+            let mut buf = [7u8; 1];
+            for _ in 0..n {
+                b_tx.write_all(&buf).unwrap();
+                b_rx.read_exact(&mut buf).unwrap();
+            }
+        })
+        .unwrap();
+    ping.join().unwrap();
+    pong.join().unwrap();
+}
+
+fn os_pipe() -> (std::fs::File, std::fs::File) {
+    let (r, w) = nix::unistd::pipe().unwrap();
+    (std::fs::File::from(r), std::fs::File::from(w))
+}

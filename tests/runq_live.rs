@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: MIT
+//! Live tests of the runq probe on this kernel (root): real BPF programs,
+//! a real pipe ping-pong workload, numbers read back through the CLI.
+
+mod common;
+
+
+
+use common::*;
+
+const ROUND_TRIPS: usize = 2000;
+
+fn u(v: &serde_json::Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not a number in {v}"))
+}
+
+#[test]
+fn runq_counts_ping_pong_wakeups_filtered_by_comm() {
+    let child = start_run(&[
+        "--probe",
+        "runq,comm=lm-pingpong",
+        "--interval",
+        "300ms",
+        "--duration",
+        "3s",
+        "--format",
+        "json",
+    ]);
+    pipe_ping_pong("lm-pingpong", ROUND_TRIPS);
+    let (status, out) = finish(child);
+    assert!(status.success(), "latmon exited with {status}");
+    let lines = json_lines(&out);
+    assert!(lines.len() >= 3, "expected several intervals, got {}", lines.len());
+
+    let mut total = 0;
+    let mut seq_prev = 0;
+    for l in &lines {
+        assert!(u(l, "seq") > seq_prev, "seq must increase");
+        seq_prev = u(l, "seq");
+        let p = &l["probes"][0];
+        assert_eq!(p["name"], "runq", "options are not part of the default name");
+        assert_eq!(p["kind"], "runq");
+        assert_eq!(p["attach"], "tp_btf", "this kernel has tp_btf");
+        let count = u(p, "count");
+        total += count;
+        assert_eq!(u(p, "total_count"), total, "total_count is the running sum of interval counts");
+        let bucket_sum: u64 = p["buckets"].as_array().unwrap().iter().map(|b| b[2].as_u64().unwrap()).sum();
+        assert_eq!(bucket_sum, count, "buckets add up to the interval count");
+        if count > 0 {
+            let (p50, p90, p99, p999, max, min) =
+                (u(p, "p50_ns"), u(p, "p90_ns"), u(p, "p99_ns"), u(p, "p999_ns"), u(p, "max_ns"), u(p, "min_ns"));
+            assert!(min <= p50 && p50 <= p90 && p90 <= p99 && p99 <= p999 && p999 <= max, "{p}");
+        }
+        assert_eq!(u(p, "drops"), 0);
+    }
+    assert!(
+        total >= 2 * ROUND_TRIPS as u64,
+        "counted {total} run-queue events for {ROUND_TRIPS} round trips on one CPU (need >= {})",
+        2 * ROUND_TRIPS
+    );
+    // The busiest interval's median wait of a pipe wakeup on one CPU: more
+    // than nothing, far less than a scheduler tick storm.
+    let busiest = lines.iter().map(|l| &l["probes"][0]).max_by_key(|p| u(p, "count")).unwrap();
+    let p50 = u(busiest, "p50_ns");
+    assert!((100..5_000_000).contains(&p50), "implausible p50 {p50} ns");
+    assert!(u(busiest, "max_ns") >= u(busiest, "p99_ns"));
+    assert_eq!(lines.last().unwrap()["last"], true, "the final summary is marked");
+}
+
+#[test]
+fn comm_filter_excludes_other_tasks() {
+    let child = start_run(&[
+        "--probe",
+        "runq,comm=lm-nobody-here",
+        "--interval",
+        "200ms",
+        "--duration",
+        "1500ms",
+        "--format",
+        "json",
+    ]);
+    pipe_ping_pong("lm-other", 500);
+    let (status, out) = finish(child);
+    assert!(status.success());
+    let total: u64 = json_lines(&out).iter().map(|l| u(&l["probes"][0], "count")).sum();
+    assert_eq!(total, 0, "no task is named lm-nobody-here");
+}
+
+/// Ids of the BPF programs a process holds (its bpf-prog fds' fdinfo).
+fn prog_ids_of(pid: u32) -> Vec<u64> {
+    let mut ids = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().map_while(Result::ok) {
+        let target = std::fs::read_link(fd.path()).unwrap_or_default();
+        if target.to_string_lossy() != "anon_inode:bpf-prog" {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()))
+            .unwrap_or_default();
+        ids.extend(info.lines().find_map(|l| l.strip_prefix("prog_id:")).and_then(|v| v.trim().parse::<u64>().ok()));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+fn all_prog_ids() -> Vec<u64> {
+    let out = std::process::Command::new("bpftool").args(["prog", "show", "--json"]).output().expect("bpftool");
+    let progs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
+    progs.as_array().unwrap().iter().map(|p| p["id"].as_u64().unwrap()).collect()
+}
+
+#[test]
+fn sigint_flushes_final_summary_and_detaches() {
+    let child = start_run(&["--probe", "runq", "--interval", "10s", "--format", "json"]);
+    let ours = prog_ids_of(child.id());
+    assert_eq!(ours.len(), 3, "runq runs three programs (wakeup, wakeup_new, switch): {ours:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let (status, out) = finish(child);
+    assert!(status.success(), "SIGINT is a clean stop: {status}");
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1, "one (final) summary before the first 10 s interval");
+    assert_eq!(lines[0]["last"], true);
+    assert!(u(&lines[0], "interval_ns") < 5_000_000_000);
+    // Links destroyed, programs unloaded: none of its programs remain (the
+    // kernel frees programs from a deferred work item: allow it a moment).
+    let mut left = Vec::new();
+    for _ in 0..50 {
+        left = all_prog_ids().into_iter().filter(|id| ours.contains(id)).collect();
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(left.is_empty(), "latmon programs remain loaded: {left:?}");
+}
+
+#[test]
+fn sigterm_is_a_clean_stop_too() {
+    let child = start_run(&["--probe", "runq", "--interval", "10s"]);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let (status, out) = finish(child);
+    assert!(status.success());
+    assert!(out.contains("(final)"), "text output flushed the final summary: {out}");
+    assert!(out.contains("p99.9"));
+}
