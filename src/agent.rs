@@ -61,8 +61,8 @@ pub fn run(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
     probes::ensure_tracefs();
 
     let mut running = Vec::with_capacity(cfg.probes.len());
-    for spec in &cfg.probes {
-        match probes::open(spec) {
+    for opened in probes::open_all(&cfg.probes) {
+        match opened {
             Ok(p) => {
                 let i = p.info();
                 log::info!("probe {}: {} via {} ({})", i.name, i.kind, i.attach, i.mode);
@@ -80,7 +80,14 @@ pub fn run(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
     let mut seq = 0u64;
     let mut last_ns = monotonic_ns();
     let mut next = start + cfg.interval;
-    let mut report = IntervalReport { seq: 0, time_ns: 0, interval_ns: 0, last: false, probes: Vec::new() };
+    let mut report = IntervalReport {
+        seq: 0,
+        time_ns: 0,
+        interval_ns: 0,
+        last: false,
+        probes: Vec::new(),
+        alert_records: Vec::new(),
+    };
     loop {
         let deadline = end.map_or(next, |e| e.min(next));
         let stopped = wait_for_stop(&stop_set, deadline);
@@ -93,7 +100,9 @@ pub fn run(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
         report.interval_ns = now_ns - last_ns;
         report.last = finished;
         report.probes.clear();
+        report.alert_records.clear();
         for r in running.iter_mut() {
+            r.probe.drain_alerts(&mut report.alert_records);
             if let Err(e) = r.probe.read(&mut r.cur) {
                 // Keep the previous snapshot: the next good read covers the gap.
                 log::warn!("{e}");

@@ -173,7 +173,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
             probes::route_libbpf_logs();
             probes::ensure_tracefs();
             rep.features = features::detect();
-            for spec in &cfg.probes {
+            for (spec, opened) in cfg.probes.iter().zip(probes::open_all(&cfg.probes)) {
                 let mut plan = ProbePlan {
                     spec: spec.name.clone(),
                     name: spec.name.clone(),
@@ -182,7 +182,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
                     mode: None,
                     error: None,
                 };
-                match probes::open(spec) {
+                match opened {
                     Ok(p) => {
                         plan.ok = true;
                         plan.attach = Some(p.info().attach.clone());

@@ -47,6 +47,20 @@ pub struct ProbeReport {
     pub total_alerts: u64,
 }
 
+/// A latency above a probe's threshold, as the kernel reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AlertRecord {
+    /// Probe name (as in `ProbeReport::name`).
+    pub probe: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub cpu: u32,
+    pub latency_ns: u64,
+    /// CLOCK_MONOTONIC when the slow event ended.
+    pub time_ns: u64,
+}
+
 /// One interval (the JSON output is one of these per line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct IntervalReport {
@@ -58,6 +72,10 @@ pub struct IntervalReport {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub last: bool,
     pub probes: Vec<ProbeReport>,
+    /// Alert records that arrived during the interval (bounded per interval
+    /// by the kernel's rate limit; the per-probe `alerts` counts are exact).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alert_records: Vec<AlertRecord>,
 }
 
 impl ProbeReport {
@@ -200,6 +218,7 @@ mod tests {
             interval_ns: 1_000_000_000,
             last: false,
             probes: vec![ProbeReport::new(&info(), &prev, &cur)],
+            alert_records: Vec::new(),
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         for k in ["seq", "time_ns", "interval_ns", "probes"] {
@@ -224,6 +243,7 @@ mod tests {
             interval_ns: 1_000_000_000,
             last: true,
             probes: vec![ProbeReport::new(&info(), &prev, &cur)],
+            alert_records: Vec::new(),
         };
         let t = render_text(&r);
         assert!(t.contains("(final)"));

@@ -15,7 +15,7 @@ use libbpf_rs::{MapCore, OpenObject, PrintLevel};
 
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::{Hist, BUCKETS};
-use crate::summary::ProbeInfo;
+use crate::summary::{AlertRecord, ProbeInfo};
 
 /// Why a probe is not running.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,14 +57,20 @@ pub trait Probe {
     fn info(&self) -> &ProbeInfo;
     /// The cumulative histogram since attach, summed over CPUs, into `out`.
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError>;
+    /// Move alert records that arrived since the last call into `out`.
+    fn drain_alerts(&mut self, _out: &mut Vec<AlertRecord>) {}
 }
 
-/// Open, load and attach the probe a spec describes.
-pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
-    match &spec.kind {
-        ProbeKind::Runq => Ok(Box::new(runq::Runq::open(spec)?)),
-        other => Err(ProbeError::Unsupported { probe: spec.name.clone(), kind: other.family() }),
-    }
+/// Open, load and attach every probe; one result per spec, in order. Families
+/// may serve several specs from one BPF object, hence all at once.
+pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> {
+    specs
+        .iter()
+        .map(|spec| match &spec.kind {
+            ProbeKind::Runq => runq::Runq::open(spec).map(|p| Box::new(p) as Box<dyn Probe>),
+            other => Err(ProbeError::Unsupported { probe: spec.name.clone(), kind: other.family() }),
+        })
+        .collect()
 }
 
 /// Try each rung of an attach ladder in order; the first that loads and
