@@ -88,3 +88,20 @@ fn bad_interval_is_rejected() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid duration \"fast\""));
 }
+
+#[test]
+fn libbpf_libelf_and_zlib_are_linked_statically() {
+    let out = std::process::Command::new("ldd").arg(env!("CARGO_BIN_EXE_latmon")).output().expect("ldd");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for lib in ["libbpf", "libelf", "libz"] {
+        assert!(!text.contains(lib), "{lib} must be linked statically:\n{text}");
+    }
+    // What remains is the C runtime: libc, the loader, the vDSO, and the
+    // unwinder Rust's std links on gnu targets (gone in crt-static builds).
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        assert!(
+            ["linux-vdso", "libc.so", "ld-linux", "libgcc_s", "statically linked"].iter().any(|ok| line.contains(ok)),
+            "unexpected dynamic dependency: {line}"
+        );
+    }
+}

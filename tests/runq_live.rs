@@ -16,17 +16,28 @@ fn u(v: &serde_json::Value, k: &str) -> u64 {
 
 #[test]
 fn runq_counts_ping_pong_wakeups_filtered_by_comm() {
-    let child = start_run(&[
+    ping_pong_case("lm-pingpong", &[], "tp_btf");
+}
+
+/// The raw_tp fallback (pid-keyed hash) measures the same workload.
+#[test]
+fn runq_raw_tp_fallback_counts_ping_pong_wakeups() {
+    ping_pong_case("lm-pingraw", &[("LATMON_SKIP_ATTACH", "tp_btf")], "raw_tp");
+}
+
+fn ping_pong_case(comm: &str, env: &[(&str, &str)], attach: &str) {
+    let spec = format!("runq,comm={comm}");
+    let child = start_run_env(&[
         "--probe",
-        "runq,comm=lm-pingpong",
+        &spec,
         "--interval",
         "300ms",
         "--duration",
         "3s",
         "--format",
         "json",
-    ]);
-    pipe_ping_pong("lm-pingpong", ROUND_TRIPS);
+    ], env);
+    pipe_ping_pong(comm, ROUND_TRIPS);
     let (status, out) = finish(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
@@ -40,7 +51,7 @@ fn runq_counts_ping_pong_wakeups_filtered_by_comm() {
         let p = &l["probes"][0];
         assert_eq!(p["name"], "runq", "options are not part of the default name");
         assert_eq!(p["kind"], "runq");
-        assert_eq!(p["attach"], "tp_btf", "this kernel has tp_btf");
+        assert_eq!(p["attach"], attach);
         let count = u(p, "count");
         total += count;
         assert_eq!(u(p, "total_count"), total, "total_count is the running sum of interval counts");

@@ -81,7 +81,15 @@ pub(crate) fn ladder<T>(
     mut attempt: impl FnMut(&'static str) -> Result<T, String>,
 ) -> Result<(T, &'static str), ProbeError> {
     let mut tried = Vec::new();
+    // LATMON_SKIP_ATTACH=tp_btf,fentry skips rungs: how the fallback paths
+    // are tested on kernels where the preferred rung works, and a field
+    // workaround for a kernel whose preferred mechanism misbehaves.
+    let skip = std::env::var("LATMON_SKIP_ATTACH").unwrap_or_default();
     for &rung in rungs {
+        if skip.split(',').any(|s| s.trim() == rung) {
+            tried.push((rung, "skipped (LATMON_SKIP_ATTACH)".to_string()));
+            continue;
+        }
         clear_libbpf_warning();
         match attempt(rung) {
             Ok(t) => {

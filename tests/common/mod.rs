@@ -15,7 +15,13 @@ pub fn latmon() -> Command {
 /// Start `latmon run ARGS -v` and wait until every probe reported attached
 /// (or latmon exited). Returns the child with stdout piped.
 pub fn start_run(args: &[&str]) -> Child {
+    start_run_env(args, &[])
+}
+
+/// `start_run` with extra environment variables.
+pub fn start_run_env(args: &[&str], env: &[(&str, &str)]) -> Child {
     let mut child = latmon()
+        .envs(env.iter().copied())
         .arg("-v")
         .arg("run")
         .args(args)
