@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# One command per product binary: fully static release builds.
+#   scripts/build-static.sh aarch64|armv7|x86_64
+# Needs Debian's cross gcc and the rust targets (.ci/run installs them:
+# gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf
+# libc6-dev-armhf-cross; rustup target add ...). Prints the binary's path.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-}" in
+  aarch64) triple=aarch64-unknown-linux-gnu ;;
+  armv7) triple=armv7-unknown-linux-gnueabihf ;;
+  x86_64)
+    triple=x86_64-unknown-linux-gnu
+    # With an explicit --target, RUSTFLAGS reach only target artifacts.
+    export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" ;;
+  *) echo "usage: $0 aarch64|armv7|x86_64" >&2; exit 2 ;;
+esac
+# Per-target config (linker, crt-static, CC/AR for the vendored C libraries)
+# is in .cargo/config.toml.
+cargo build --release --locked --target "$triple" >&2
+bin=target/$triple/release/latmon
+desc=$(file -L "$bin")
+case "$desc" in
+  *"statically linked"*|*"static-pie linked"*) ;;
+  *) echo "build-static: $bin is not static: $desc" >&2; exit 1 ;;
+esac
+echo "build-static: $(stat -c %s "$bin") bytes: $desc" >&2
+echo "$bin"
