@@ -10,6 +10,6 @@ set -e
 apt-get install -y --no-install-recommends \
   clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev \
   autoconf autopoint automake libtool flex bison gawk \
-  bpftool libbpf-tools rt-tests procps util-linux file \
+  bpftool libbpf-tools rt-tests procps util-linux file cpio \
   python3 python3-venv
 command -v cargo >/dev/null || { echo "install-deps: cargo not found; install Rust with rustup" >&2; exit 1; }

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Virtual-board end-to-end test: boots a Debian kernel under qemu (software
+# emulation) with an initramfs holding the static latmon, its board config
+# and a workload; latmon reports over the guest's second UART (the board's
+# link UART, not the console), and the host checks what arrived.
+#   tests/board/run.sh rt-arm64|armmp|rt-amd64
+# Fails loudly when anything cannot run (package not downloadable, qemu
+# missing, no output): a board test never passes silently.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top"
+board=${1:?usage: $0 rt-arm64|armmp|rt-amd64}
+case "$board" in
+  rt-arm64) arch=aarch64; cfg=board-configs/qemu-arm64-rt.toml; uart=/dev/ttyAMA1; console=ttyAMA0
+    qemu=(qemu-system-aarch64 -M virt -cpu cortex-a57 -m 512) ;;
+  armmp) arch=armv7; cfg=board-configs/qemu-armv7.toml; uart=/dev/ttyAMA1; console=ttyAMA0
+    qemu=(qemu-system-arm -M virt -cpu cortex-a15 -m 512) ;;
+  rt-amd64) arch=x86_64; cfg=board-configs/qemu-x86_64-rt.toml; uart=/dev/ttyS1; console=ttyS0
+    qemu=(qemu-system-x86_64 -m 512) ;;
+  *) echo "board: unknown board $board" >&2; exit 2 ;;
+esac
+command -v "${qemu[0]}" >/dev/null || { echo "board $board: FAIL: ${qemu[0]} missing (scripts/install-qemu.sh)" >&2; exit 1; }
+t0=$(date +%s)
+eval "$(scripts/fetch-board.sh "$board")"
+bin=$(scripts/build-static.sh "$arch")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+root=$work/root
+mkdir -p "$root"/{bin,proc,sys,dev,tmp,etc/latmon}
+cp "$BUSYBOX" "$root/bin/busybox"
+cp "$bin" "$root/bin/latmon"
+cp "$cfg" "$root/etc/latmon/latmon.toml"
+cat > "$root/init" <<INIT
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+stty -F $uart 115200 raw -echo 2>/dev/null
+echo "board: booted \$(uname -r)"
+{
+  echo "=== check"
+  latmon check --config /etc/latmon/latmon.toml --json
+  echo "=== check-rc \$?"
+  echo "=== run"
+} > $uart 2>&1
+latmon -v run --config /etc/latmon/latmon.toml --duration 8s > $uart 2>/tmp/run.err &
+pid=\$!
+# Attaching takes a while under emulation: start the workload after it.
+sleep 3
+for i in \$(seq 300); do sleep 0.01; done
+wait \$pid
+rc=\$?
+{ cat /tmp/run.err; echo "=== run-rc \$rc"; echo "=== done"; } > $uart 2>&1
+sync
+poweroff -f
+INIT
+chmod +x "$root/init"
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
+echo "board $board: booting $RELEASE under ${qemu[0]} (TCG)" >&2
+timeout 300 "${qemu[@]}" -nographic -no-reboot -monitor none \
+  -kernel "$KERNEL" -initrd "$work/initramfs.gz" \
+  -append "console=$console quiet panic=-1" \
+  -serial "file:$work/console.log" -serial "file:$work/uart.log" >/dev/null 2>&1 || true
+t1=$(date +%s)
+mkdir -p target/board
+cp "$work/uart.log" "target/board/$board-uart.log"
+cp "$work/console.log" "target/board/$board-console.log"
+python3 tests/board/verify.py "$board" "$work/uart.log" "$t1" "$t0"

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Check what a virtual board sent over its link UART; print what was proved.
+
+usage: verify.py BOARD UART_LOG END_EPOCH START_EPOCH
+Exit 0 only when every expectation for the board holds.
+"""
+import json
+import sys
+
+board, path, t_end, t_start = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+text = open(path, encoding="utf-8", errors="replace").read().replace("\r", "")
+failures, proved = [], []
+
+
+def expect(cond, what):
+    (proved if cond else failures).append(what)
+    return cond
+
+
+def section(name, end):
+    if f"=== {name}\n" not in text:
+        return None
+    body = text.split(f"=== {name}\n", 1)[1]
+    return body.split(end, 1)[0]
+
+
+if not expect("=== done" in text, "the board ran the script to the end and reported over its UART"):
+    print(f"board {board}: FAIL: no complete report on the UART ({len(text)} bytes):\n{text[-2000:]}")
+    sys.exit(1)
+
+check = json.loads(section("check", "=== check-rc"))
+check_rc = int(text.split("=== check-rc ")[1].split()[0])
+run_rc = int(text.split("=== run-rc ")[1].split()[0])
+feats = {f["kind"]: f["ok"] for f in check["features"]}
+summaries = []
+for line in section("run", "=== run-rc").splitlines():
+    line = line.strip()
+    if line.startswith("{"):
+        try:
+            summaries.append(json.loads(line))
+        except json.JSONDecodeError:
+            failures.append(f"a summary line is not valid JSON: {line[:80]}")
+totals = {}
+attach = {}
+for s in summaries:
+    for p in s["probes"]:
+        totals[p["name"]] = p["total_count"]
+        attach[p["name"]] = p["attach"]
+
+expect(check["config_ok"], "latmon check validated the board config")
+print(f"board {board}: kernel {check['kernel']}, btf={check['btf']}, "
+      f"attach kinds: {', '.join(k for k, ok in feats.items() if ok)}")
+
+if board in ("rt-arm64", "rt-amd64"):
+    expect(check["btf"], "the kernel has BTF")
+    expect(feats.get("kprobe") is True, "kprobes attach on this kernel")
+    expect(feats.get("tp_btf") is True, "tp_btf attaches")
+    expect(check_rc == 0, "latmon check: every configured probe loads (exit 0)")
+    expect(run_rc == 0, "latmon run exited 0 after its duration")
+    expect(len(summaries) >= 5, f"{len(summaries)} JSON summaries arrived over the UART")
+    expect(attach.get("runq") == "tp_btf" and totals.get("runq", 0) > 0,
+           f"runq attached via {attach.get('runq')} and counted {totals.get('runq')} run-queue events")
+    expect(totals.get("runq-sleep", 0) >= 300,
+           f"runq filtered by comm=sleep counted {totals.get('runq-sleep')} wakeups of 300 sleep processes")
+elif board == "armmp":
+    expect(not check["btf"], "the armmp kernel has no BTF")
+    expect(feats.get("kprobe") is True, "kprobes attach on this kernel")
+    runq = [p for p in check["probes"] if p["name"] == "runq"]
+    expect(runq and "no BTF" in (runq[0].get("error") or ""),
+           "runq (CO-RE) is refused with a clear no-BTF message")
+
+for p in proved:
+    print(f"  proved: {p}")
+for f in failures:
+    print(f"  FAILED: {f}")
+print(f"board {board}: {'PASS' if not failures else 'FAIL'} in {t_end - t_start} s")
+sys.exit(1 if failures else 0)
