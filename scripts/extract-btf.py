@@ -29,14 +29,35 @@ def find_btf(data):
         pos += 4
 
 
+def decompress(kind, data):
+    import gzip, lzma, subprocess, zlib
+    try:
+        if kind == "xz":
+            return lzma.LZMADecompressor().decompress(data)
+        if kind == "gzip":
+            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)
+        out = subprocess.run(["zstd", "-dc"], input=data, capture_output=True)
+        return out.stdout
+    except (lzma.LZMAError, zlib.error, OSError, EOFError):
+        return None
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     image = open(sys.argv[1], "rb").read()
-    if image[:2] == b"\x1f\x8b":
-        import gzip
-        image = gzip.decompress(image)
     blob = find_btf(image)
+    # x86 bzImage and some arm64 images wrap the kernel in a compressed
+    # stream: try each embedded stream that decompresses.
+    for magic, kind in ((b"\xfd7zXZ\x00", "xz"), (b"\x1f\x8b\x08", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd")):
+        pos = image.find(magic)
+        while blob is None and pos >= 0:
+            inner = decompress(kind, image[pos:])
+            if inner:
+                blob = find_btf(inner)
+            pos = image.find(magic, pos + 1)
+        if blob is not None:
+            break
     if blob is None:
         sys.exit(f"extract-btf: no BTF blob in {sys.argv[1]} (kernel built without CONFIG_DEBUG_INFO_BTF?)")
     open(sys.argv[2], "wb").write(blob)

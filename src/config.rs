@@ -200,6 +200,7 @@ struct RawConfig {
     format: Option<Format>,
     outputs: Option<Vec<String>>,
     probes: Option<Vec<String>>,
+    btf_path: Option<String>,
 }
 
 /// A validated configuration.
@@ -214,6 +215,9 @@ pub struct Config {
     pub format: Format,
     pub outputs: Vec<String>,
     pub probes: Vec<ProbeSpec>,
+    /// External kernel BTF for kernels that ship it separately (libbpf's
+    /// btf_custom_path); `None` uses /sys/kernel/btf/vmlinux.
+    pub btf_path: Option<String>,
 }
 
 /// The built-in default: what runs with no config and no --probe.
@@ -231,6 +235,7 @@ impl Default for Config {
             format: Format::Text,
             outputs: vec!["-".into()],
             probes: DEFAULT_PROBES.iter().map(|s| ProbeSpec::parse(s).expect("default spec")).collect(),
+            btf_path: None,
         }
     }
 }
@@ -241,6 +246,7 @@ impl Config {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::BadFile(e.to_string().trim().to_string()))?;
         let mut c = Config::default();
         c.board = raw.board;
+        c.btf_path = raw.btf_path;
         c.target = raw.target;
         if let Some(i) = raw.interval {
             c.interval = parse_duration(&i)?;

@@ -95,6 +95,9 @@ fn load_config(c: &Common) -> Result<Config> {
     if !c.probes.is_empty() {
         cfg.probes = c.probes.iter().map(|s| ProbeSpec::parse(s)).collect::<Result<_, _>>()?;
     }
+    if let Some(p) = &cfg.btf_path {
+        probes::set_btf_path(std::path::Path::new(p)).map_err(anyhow::Error::msg)?;
+    }
     Ok(cfg)
 }
 
@@ -139,7 +142,11 @@ struct ProbePlan {
 #[derive(Serialize)]
 struct CheckReport {
     kernel: String,
+    /// The kernel exposes its own BTF.
     btf: bool,
+    /// Where CO-RE relocations take kernel types from (kernel or btf_path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    btf_source: Option<String>,
     config: String,
     config_ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -155,7 +162,8 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
         .unwrap_or_else(|_| "unknown".into());
     let mut rep = CheckReport {
         kernel,
-        btf: probes::kernel_btf_present(),
+        btf: std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
+        btf_source: None,
         config: config_name,
         config_ok: true,
         config_error: None,
@@ -164,6 +172,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     };
     let cfg = load_config(&a.common).and_then(|c| c.validate().map(|()| c).map_err(Into::into));
     let privileged = agent::require_bpf_privilege();
+    rep.btf_source = probes::btf_source();
     match (&cfg, &privileged) {
         (Err(e), _) => {
             rep.config_ok = false;
@@ -210,7 +219,15 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
 fn print_check(r: &CheckReport) {
     let mut o = std::io::stdout().lock();
     let _ = writeln!(o, "kernel       {}", r.kernel);
-    let _ = writeln!(o, "btf          {}", if r.btf { "yes (/sys/kernel/btf/vmlinux)" } else { "no" });
+    let _ = writeln!(
+        o,
+        "btf          {}{}",
+        if r.btf { "yes (/sys/kernel/btf/vmlinux)" } else { "no" },
+        match &r.btf_source {
+            Some(s) if !r.btf => format!("; CO-RE uses {s}"),
+            _ => String::new(),
+        }
+    );
     match &r.config_error {
         None => {
             let _ = writeln!(o, "config       ok ({})", r.config);

@@ -9,7 +9,8 @@ use std::fmt;
 use std::mem::{size_of, ManuallyDrop, MaybeUninit};
 use std::os::fd::{AsRawFd, RawFd};
 use std::ptr::NonNull;
-use std::sync::Mutex;
+use std::ffi::CString;
+use std::sync::{Mutex, OnceLock};
 
 use libbpf_rs::{MapCore, OpenObject, PrintLevel};
 
@@ -277,7 +278,38 @@ pub fn ensure_tracefs() {
     }
 }
 
-/// Whether the running kernel exposes BTF (CO-RE needs it).
+/// An external BTF file for kernels whose BTF ships separately (config key
+/// `btf_path`; libbpf's btf_custom_path). Set once, before any probe opens.
+static BTF_PATH: OnceLock<CString> = OnceLock::new();
+
+/// Use `path` as the kernel's BTF for CO-RE relocations.
+pub fn set_btf_path(path: &std::path::Path) -> Result<(), String> {
+    if !path.is_file() {
+        return Err(format!("btf_path {}: no such file", path.display()));
+    }
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "btf_path contains NUL".to_string())?;
+    BTF_PATH.set(c).map_err(|_| "btf_path set twice".to_string())
+}
+
+/// Open options every family passes to its skeleton builder.
+pub(crate) fn open_opts() -> libbpf_rs::libbpf_sys::bpf_object_open_opts {
+    libbpf_rs::libbpf_sys::bpf_object_open_opts {
+        sz: size_of::<libbpf_rs::libbpf_sys::bpf_object_open_opts>() as _,
+        btf_custom_path: BTF_PATH.get().map_or(std::ptr::null(), |p| p.as_ptr()),
+        ..Default::default()
+    }
+}
+
+/// Where CO-RE gets kernel types: the external file, or the kernel's own.
+pub fn btf_source() -> Option<String> {
+    match BTF_PATH.get() {
+        Some(p) => Some(p.to_string_lossy().into_owned()),
+        None if std::path::Path::new("/sys/kernel/btf/vmlinux").exists() => Some("/sys/kernel/btf/vmlinux".into()),
+        None => None,
+    }
+}
+
+/// Whether CO-RE programs can be relocated here (kernel or external BTF).
 pub fn kernel_btf_present() -> bool {
-    std::path::Path::new("/sys/kernel/btf/vmlinux").exists()
+    btf_source().is_some()
 }

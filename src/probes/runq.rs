@@ -37,7 +37,7 @@ impl Runq {
         if !super::kernel_btf_present() {
             return Err(ProbeError::KernelFeature {
                 probe,
-                what: "kernel has no BTF (/sys/kernel/btf/vmlinux missing); runq needs CO-RE".into(),
+                what: "kernel has no BTF (/sys/kernel/btf/vmlinux missing) and no btf_path is configured; runq needs CO-RE".into(),
             });
         }
         let ((skel, links), mech) = ladder(&probe, &["tp_btf", "raw_tp"], |mech| load(spec, mech))?;
@@ -57,7 +57,7 @@ fn load(
     mech: &'static str,
 ) -> Result<(Owned<RunqSkel<'static>>, Vec<Link>), String> {
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
-        let mut open = RunqSkelBuilder::default().open(storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open = RunqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_tgid = spec.pid.unwrap_or(0);
         if let Some(comm) = &spec.comm {

@@ -22,7 +22,8 @@ case "$board" in
 esac
 command -v "${qemu[0]}" >/dev/null || { echo "board $board: FAIL: ${qemu[0]} missing (scripts/install-qemu.sh)" >&2; exit 1; }
 t0=$(date +%s)
-eval "$(scripts/fetch-board.sh "$board")"
+vars=$(scripts/fetch-board.sh "$board")
+eval "$vars"
 bin=$(scripts/build-static.sh "$arch")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
