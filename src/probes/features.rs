@@ -45,7 +45,7 @@ pub extern "C" fn latmon_uprobe_target() -> u64 {
 fn try_prog(kind: &str) -> Result<(), String> {
     let want = format!("feat_{kind}");
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<FeaturesSkel<'static>, String> {
-        let mut open = FeaturesSkelBuilder::default().open(storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open = FeaturesSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         for mut prog in open.open_object_mut().progs_mut() {
             let on = prog.name().to_string_lossy() == want;
             prog.set_autoload(on);
@@ -69,10 +69,8 @@ fn try_prog(kind: &str) -> Result<(), String> {
 }
 
 fn try_ringbuf() -> Result<(), String> {
-    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
-        sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
-        ..Default::default()
-    };
+    let mut opts = super::zeroed_opts::<libbpf_rs::libbpf_sys::bpf_map_create_opts>();
+    opts.sz = size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _;
     MapHandle::create(MapType::RingBuf, Some("latmon_feat"), 0, 0, 4096, &opts)
         .map(drop)
         .map_err(|e| format!("create: {e}"))

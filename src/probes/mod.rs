@@ -293,11 +293,19 @@ pub fn set_btf_path(path: &std::path::Path) -> Result<(), String> {
 
 /// Open options every family passes to its skeleton builder.
 pub(crate) fn open_opts() -> libbpf_rs::libbpf_sys::bpf_object_open_opts {
-    libbpf_rs::libbpf_sys::bpf_object_open_opts {
-        sz: size_of::<libbpf_rs::libbpf_sys::bpf_object_open_opts>() as _,
-        btf_custom_path: BTF_PATH.get().map_or(std::ptr::null(), |p| p.as_ptr()),
-        ..Default::default()
-    }
+    let mut opts = zeroed_opts::<libbpf_rs::libbpf_sys::bpf_object_open_opts>();
+    opts.sz = size_of::<libbpf_rs::libbpf_sys::bpf_object_open_opts>() as _;
+    opts.btf_custom_path = BTF_PATH.get().map_or(std::ptr::null(), |p| p.as_ptr());
+    opts
+}
+
+/// An all-zero libbpf `*_opts` struct. `Default` leaves padding bytes
+/// undefined, and libbpf rejects opts whose bytes beyond the fields it knows
+/// are non-zero (-EINVAL; seen on armv7, where the layouts have tail padding).
+pub(crate) fn zeroed_opts<T>() -> T {
+    // SAFETY: only used for libbpf's C opts structs: integers and raw
+    // pointers, for which all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
 }
 
 /// Where CO-RE gets kernel types: the external file, or the kernel's own.

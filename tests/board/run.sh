@@ -32,6 +32,7 @@ mkdir -p "$root"/{bin,proc,sys,dev,tmp,etc/latmon}
 cp "$BUSYBOX" "$root/bin/busybox"
 cp "$bin" "$root/bin/latmon"
 cp "$cfg" "$root/etc/latmon/latmon.toml"
+[ -n "${EXTRA_BTF:-}" ] && cp "$EXTRA_BTF" "$root/etc/latmon/kernel.btf"
 cat > "$root/init" <<INIT
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -42,7 +43,7 @@ stty -F $uart 115200 raw -echo 2>/dev/null
 echo "board: booted \$(uname -r)"
 {
   echo "=== check"
-  latmon check --config /etc/latmon/latmon.toml --json
+  latmon ${LATMON_BOARD_VERBOSE:-} check --config /etc/latmon/latmon.toml --json
   echo "=== check-rc \$?"
   echo "=== run"
 } > $uart 2>&1
