@@ -68,7 +68,8 @@ fn try_prog(kind: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn try_ringbuf() -> Result<(), String> {
+/// Whether this kernel has BPF ring buffers (creates and drops one).
+pub(crate) fn try_ringbuf() -> Result<(), String> {
     let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
         sz: size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
         ..Default::default()
