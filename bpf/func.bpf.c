@@ -180,14 +180,12 @@ static __always_inline bool wanted(__u32 id, __u64 pid_tgid)
 	return true;
 }
 
-/* Is `old_sp` at the same or a higher address than `sp`, on the same
- * stack? Stacks grow down, so the frame at `old_sp` is then not a caller of
- * the frame at `sp`. Low 32 bits, wrap-safe. */
-static __always_inline bool at_or_above(__u32 old_sp, __u32 sp)
+/* Is the frame at `a` at the same or a higher address than the frame at
+ * `b`, on the same stack? Low 32 bits, wrap-safe. Stacks grow down: a
+ * caller's frame is strictly above its callees'. */
+static __always_inline bool at_or_above(__u32 a, __u32 b)
 {
-	__u32 diff = old_sp - sp;
-
-	return diff < SAME_STACK_WINDOW;
+	return a - b < SAME_STACK_WINDOW;
 }
 
 /* `sp`: frame_id() of the entry SP (uprobe), 0 when unknown. */
@@ -217,14 +215,14 @@ static __always_inline int on_entry(__u32 id, __u32 sp)
 		return 0;
 	}
 	if (sp) {
-		/* Stamps of frames that cannot be callers of this call are
-		 * stale: their returns were skipped. */
+		/* A stamp at or below this call's frame cannot be a caller
+		 * of it: stale, its return was skipped. */
 		for (int i = 0; i < MAX_DEPTH; i++) {
 			d = st->depth;
 			if (!d || d > MAX_DEPTH)
 				break;
 			top = st->sp[(d - 1) & (MAX_DEPTH - 1)];
-			if (!top || !at_or_above(top, sp))
+			if (!top || !at_or_above(sp, top))
 				break;
 			st->depth = d - 1;
 			stale++;
