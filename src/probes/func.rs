@@ -202,9 +202,11 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
     let probe = spec.name.clone();
     let (links, own, mech) = match &spec.kind {
         ProbeKind::Kfunc(func) => {
-            let res = ladder(&probe, &["fentry", "kprobe"], |mech| match mech {
-                "fentry" => attach_fentry(set, specs, id, func).map(|(own, links)| (links, Some(own))),
-                _ => attach_kprobe(set, id, func).map(|links| (links, None)),
+            let res = ladder(&probe, &spec.ladder(), |mech| match mech {
+                "fentry" => attach_fentry(set, specs, id, func)
+                    .map(|(own, links)| (links, Some(own)))
+                    .map_err(|e| explain(mech, func, e)),
+                _ => attach_kprobe(set, id, func).map(|links| (links, None)).map_err(|e| explain(mech, func, e)),
             });
             match res {
                 Ok(((links, own), mech)) => (links, own, mech),
@@ -222,15 +224,15 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
         ProbeKind::Ufunc { binary, symbol } => {
             check_binary(binary).map_err(|what| ProbeError::Target { probe: probe.clone(), what })?;
             let pid = spec.pid.map_or(-1, |p| p as i32);
-            let res = ladder(&probe, &["uprobe"], |_| attach_uprobe(set, id, binary, symbol, pid));
+            let res = ladder(&probe, &spec.ladder(), |_| attach_uprobe(set, id, binary, symbol, pid));
             match res {
                 Ok((links, mech)) => (links, None, mech),
                 Err(ProbeError::Attach { tried, .. })
-                    if tried.iter().any(|(_, why)| why.contains("failed to find symbol") || why.contains("no such symbol")) =>
+                    if tried.iter().any(|(_, why)| why.contains("failed to find symbol") || why.contains("is 0 in symtab")) =>
                 {
                     return Err(ProbeError::Target {
                         probe,
-                        what: format!("symbol {symbol} not found in {binary} ({})", tried[0].1),
+                        what: format!("symbol {symbol} not found in {binary} (no such function in its symbol tables)"),
                     })
                 }
                 Err(e) => return Err(e),
@@ -336,6 +338,24 @@ fn attach_uprobe(set: &FuncSet, id: u32, binary: &str, symbol: &str, pid: i32) -
         .attach_uprobe_with_opts(pid, binary, 0, opts(false))
         .map_err(|e| libbpf_error("attach uprobe", &e))?;
     Ok(vec![exit, entry])
+}
+
+/// The usual kfunc failures in words; libbpf's own line stays in the
+/// debug log (-vv). Anything else is reported as libbpf said it.
+fn explain(mech: &str, func: &str, raw: String) -> String {
+    let has = |errno: &str, text: &str| raw.contains(errno) || raw.contains(text);
+    match mech {
+        "fentry" if has("-EPERM", "Operation not permitted") => {
+            "the kernel refuses fentry/fexit programs here (EPERM at load)".into()
+        }
+        "fentry" if has("-ESRCH", "No such process") => {
+            format!("no BTF for {func} (ESRCH): the function is inlined, static or not in the kernel's BTF")
+        }
+        "kprobe" if has("-ENOENT", "No such file or directory") => format!(
+            "no kprobe on {func} (ENOENT): kernel built without CONFIG_KPROBES, or {func} cannot be probed"
+        ),
+        _ => raw,
+    }
 }
 
 /// A readable regular file, or why not, naming it.
