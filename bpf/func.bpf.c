@@ -377,8 +377,6 @@ static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
 			}
 		}
 	}
-	if (!st->depth && !st->overflow)
-		bpf_map_delete_elem(&func_stamps, &key);
 	return 0;
 }
 
