@@ -31,8 +31,9 @@
 /* Function latency (kfunc/ufunc, bpf/func.bpf.c). One BPF object serves up
  * to MAX_FUNC_PROBES probes; a probe's id indexes every per-probe array. */
 #define LATMON_MAX_FUNC_PROBES 32
-/* In-flight calls: one entry per (thread, probe) inside a traced function. */
-#define LATMON_FUNC_MAX_INFLIGHT 4096
+/* Stamp stacks: one per (thread, probe) for live threads that have called
+ * the probe's function; freed when the thread exits. */
+#define LATMON_FUNC_MAX_THREADS 4096
 /* Nested (recursive) calls measured per (thread, probe); deeper calls are
  * counted as drops, their returns recognised and skipped. A power of two. */
 #define LATMON_FUNC_MAX_DEPTH 8
