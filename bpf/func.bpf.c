@@ -158,9 +158,12 @@ struct {
 
 static __always_inline void count_drops(__u32 id, __u64 n)
 {
-	struct latmon_hist *h = latmon_hist_get(&func_hist, id);
+	struct latmon_hist *h;
 
-	if (h && n)
+	if (!n)
+		return;
+	h = latmon_hist_get(&func_hist, id);
+	if (h)
 		__sync_fetch_and_add(&h->drops, n);
 }
 
