@@ -238,7 +238,7 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
                 Err(e) => return Err(e),
             }
         }
-        other => unreachable!("func::attach called for {other:?}"),
+        other => return Err(ProbeError::Unsupported { probe, kind: other.family() }),
     };
     let pairing = match mech {
         "uprobe" => "uprobe/uretprobe, frames paired by stack pointer",
@@ -623,6 +623,16 @@ mod tests {
         let mut padded = raw(0, b"x");
         padded.extend([0u8; 4]);
         assert!(decode_alert(&padded, &names).is_some());
+    }
+
+    #[test]
+    fn kfunc_failures_are_put_in_words() {
+        let e = explain("fentry", "f", "load: Operation not permitted (os error 1) (libbpf: ... -EPERM)".into());
+        assert_eq!(e, "the kernel refuses fentry/fexit programs here (EPERM at load)");
+        let e = explain("kprobe", "f", "attach kretprobe: failed (libbpf: ... perf event: -ENOENT)".into());
+        assert!(e.starts_with("no kprobe on f (ENOENT)"), "{e}");
+        assert!(explain("fentry", "f", "load: -ESRCH".into()).contains("no BTF for f"));
+        assert_eq!(explain("kprobe", "f", "something else".into()), "something else");
     }
 
     #[test]
