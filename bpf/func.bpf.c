@@ -34,13 +34,15 @@
  * uretprobe's nesting limit, a thread exiting inside the function) are the
  * hazard: a stale stamp would pair with a later return. Uprobes see the
  * stack pointer at entry and at return, which identifies the frame:
- *  - at entry, a stamp whose frame is at or above the new call's frame on
- *    the same stack must be stale (a live caller sits higher): dropped;
+ *  - at entry, a stamp at or below the new call's frame on the same stack
+ *    cannot be one of its callers (callers sit higher): stale, dropped;
  *  - at return, the returning frame's entry SP is known exactly; stamps of
  *    deeper frames are stale (dropped); a return from a frame deeper than
  *    every stamp is an unmeasured (too deep) call.
- * Kernel functions run on task and IRQ stacks alike and kretprobe/fexit
- * never skip a return, so kprobe and fentry pair by order alone.
+ * Kernel functions run on task and IRQ stacks for the same thread, so SPs
+ * cannot be compared; fexit never skips a return (a kretprobe short of
+ * instances does, and the kernel counts it as missed): kprobe and fentry
+ * pair by order alone.
  * Threads that exit mid-call: their stamps are counted as drops when
  * raw_tp/sched_process_exit deletes the thread's entries.
  *
