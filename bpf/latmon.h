@@ -28,7 +28,33 @@
 #define LATMON_COMM_LEN 16      /* TASK_COMM_LEN */
 #define LATMON_SELFTEST_VALUES 512
 
+/* Function latency (kfunc/ufunc, bpf/func.bpf.c). One BPF object serves up
+ * to MAX_FUNC_PROBES probes; a probe's id indexes every per-probe array. */
+#define LATMON_MAX_FUNC_PROBES 32
+/* Stamp stacks: one per (thread, probe) for live threads that have called
+ * the probe's function; freed when the thread exits. */
+#define LATMON_FUNC_MAX_THREADS 4096
+/* Nested (recursive) calls measured per (thread, probe); deeper calls are
+ * counted as drops, their returns recognised and skipped. A power of two. */
+#define LATMON_FUNC_MAX_DEPTH 8
+/* Threshold alerts: a token bucket per probe, in the kernel. At most RATE
+ * records per second per probe after a BURST; the rest are counted. */
+#define LATMON_ALERT_RATE 100
+#define LATMON_ALERT_BURST 32
+/* Alert ring buffer (bytes, a power-of-two multiple of the page size) and
+ * the per-CPU perf buffer pages used where the kernel has no ring buffer. */
+#define LATMON_ALERT_RING_BYTES 262144
+#define LATMON_ALERT_PERF_PAGES 16
+/* User space: alert records held between two summaries, all probes. */
+#define LATMON_ALERT_QUEUE 4096
+
 #if !defined(__cplusplus)
+_Static_assert(LATMON_FUNC_MAX_DEPTH > 0 && (LATMON_FUNC_MAX_DEPTH & (LATMON_FUNC_MAX_DEPTH - 1)) == 0,
+	       "FUNC_MAX_DEPTH must be a power of two");
+_Static_assert(LATMON_MAX_FUNC_PROBES >= 32 &&
+	       (LATMON_MAX_FUNC_PROBES & (LATMON_MAX_FUNC_PROBES - 1)) == 0,
+	       "MAX_FUNC_PROBES: at least 32, a power of two (BPF masks ids with it)");
+_Static_assert(LATMON_ALERT_RATE > 0 && LATMON_ALERT_BURST > 0, "alert rate and burst must be positive");
 _Static_assert(LATMON_HIST_SUBS == 1 << LATMON_HIST_SUB_BITS, "SUBS = 2^SUB_BITS");
 _Static_assert(LATMON_HIST_BUCKETS ==
 	       (LATMON_HIST_MAX_LOG2 - LATMON_HIST_SUB_BITS + 1) << LATMON_HIST_SUB_BITS,
@@ -45,6 +71,24 @@ struct latmon_hist {
 	__u64 drops;   /* events lost to a full map or a clock that went back */
 	__u64 alerts;  /* events above the probe's threshold */
 	__u64 slots[LATMON_HIST_BUCKETS];
+};
+
+/* A latency above its probe's threshold (func family), as sent to user
+ * space through the alert ring buffer (or perf buffer). */
+struct latmon_alert {
+	__u64 time_ns;     /* CLOCK_MONOTONIC when the slow call returned */
+	__u64 latency_ns;
+	__u32 probe_id;
+	__u32 pid;         /* thread group id */
+	__u32 tid;
+	__u32 cpu;
+	char comm[LATMON_COMM_LEN];
+};
+
+/* Per probe, per CPU: alert records that never reached user space. */
+struct latmon_alert_drops {
+	__u64 rate_limited; /* refused by the probe's token bucket */
+	__u64 buffer_full;  /* ring (or perf) buffer had no room */
 };
 
 #endif /* __LATMON_H */

@@ -16,3 +16,6 @@ pub mod selftest {
 pub mod features {
     include!(concat!(env!("OUT_DIR"), "/features.skel.rs"));
 }
+pub mod func {
+    include!(concat!(env!("OUT_DIR"), "/func.skel.rs"));
+}

@@ -4,7 +4,8 @@
 //! Probe SPEC (CLI `--probe` and config `probes = [...]` use the same words):
 //! `runq`, `timer`, `irq`, `softirq`, `syscall[:NAME]`, `kfunc:FUNCTION`,
 //! `ufunc:/path/to/binary:SYMBOL`, each optionally followed by
-//! `,comm=NAME`, `,pid=N`, `,threshold=250us`, `,name=LABEL`.
+//! `,comm=NAME`, `,pid=N`, `,threshold=250us`, `,name=LABEL`,
+//! `,attach=MECHANISM` (pin one rung of the family's attach ladder).
 
 use std::fmt;
 use std::time::Duration;
@@ -96,6 +97,16 @@ impl ProbeKind {
             Self::Ufunc { .. } => "ufunc",
         }
     }
+
+    /// The family's attach ladder: mechanisms in the order they are tried.
+    pub fn mechanisms(&self) -> &'static [&'static str] {
+        match self {
+            Self::Runq => &["tp_btf", "raw_tp"],
+            Self::Kfunc(_) => &["fentry", "kprobe"],
+            Self::Ufunc { .. } => &["uprobe"],
+            Self::Timer | Self::Irq | Self::Softirq | Self::Syscall(_) => &["tp_btf", "raw_tp", "tracepoint"],
+        }
+    }
 }
 
 /// One parsed probe spec.
@@ -109,6 +120,10 @@ pub struct ProbeSpec {
     pub threshold: Option<Duration>,
     /// Label in output; defaults to the spec without options.
     pub name: String,
+    /// `attach=MECH`: only this rung of the ladder (one of
+    /// `kind.mechanisms()`), e.g. to prove the kprobe path on a kernel
+    /// where fentry works too.
+    pub attach: Option<&'static str>,
 }
 
 impl ProbeSpec {
@@ -149,7 +164,7 @@ impl ProbeSpec {
             "" => return Err(bad("empty probe spec")),
             other => return Err(ConfigError::UnknownProbeKind(other.to_string())),
         };
-        let mut p = ProbeSpec { kind, pid: None, comm: None, threshold: None, name: head.to_string() };
+        let mut p = ProbeSpec { kind, pid: None, comm: None, threshold: None, name: head.to_string(), attach: None };
         for opt in parts {
             let (k, v) = opt
                 .split_once('=')
@@ -170,10 +185,31 @@ impl ProbeSpec {
                     }
                     p.name = v.to_string();
                 }
-                other => return Err(bad(&format!("unknown option {other:?} (expected comm, pid, threshold, name)"))),
+                "attach" => {
+                    let mechs = p.kind.mechanisms();
+                    p.attach = Some(mechs.iter().copied().find(|m| *m == v).ok_or_else(|| {
+                        bad(&format!("attach={v}: {} attaches via {}", p.kind.family(), mechs.join(" or ")))
+                    })?);
+                }
+                other => {
+                    return Err(bad(&format!(
+                        "unknown option {other:?} (expected comm, pid, threshold, name, attach)"
+                    )))
+                }
             }
         }
         Ok(p)
+    }
+}
+
+impl ProbeSpec {
+    /// The rungs to try, in order: the family's ladder, or the one rung
+    /// `attach=` pins.
+    pub fn ladder(&self) -> Vec<&'static str> {
+        match self.attach {
+            Some(m) => vec![m],
+            None => self.kind.mechanisms().to_vec(),
+        }
     }
 }
 
@@ -322,6 +358,12 @@ mod tests {
             ProbeKind::Ufunc { binary: "/lib/x86_64-linux-gnu/libc.so.6".into(), symbol: "nanosleep".into() }
         );
         assert_eq!(u.name, "ufunc:/lib/x86_64-linux-gnu/libc.so.6:nanosleep");
+        assert_eq!(u.ladder(), ["uprobe"]);
+        let k = ProbeSpec::parse("kfunc:do_nanosleep").unwrap();
+        assert_eq!(k.ladder(), ["fentry", "kprobe"]);
+        let k = ProbeSpec::parse("kfunc:do_nanosleep,attach=kprobe").unwrap();
+        assert_eq!((k.attach, k.ladder()), (Some("kprobe"), vec!["kprobe"]));
+        assert_eq!(k.name, "kfunc:do_nanosleep", "options are not part of the name");
     }
 
     #[test]
@@ -336,6 +378,8 @@ mod tests {
             ("runq,comm=averyveryverylongname", "comm must be"),
             ("runq,colour=red", "unknown option"),
             ("runq,comm", "KEY=VALUE"),
+            ("kfunc:f,attach=uprobe", "kfunc attaches via fentry or kprobe"),
+            ("ufunc:/bin/x:f,attach=kprobe", "ufunc attaches via uprobe"),
             ("", "empty"),
         ] {
             let e = ProbeSpec::parse(spec).unwrap_err().to_string();

@@ -56,12 +56,15 @@ pub struct Hist {
     pub drops: u64,
     /// Events above the probe's alert threshold.
     pub alerts: u64,
+    /// Alert records that never reached user space (the kernel's rate
+    /// limit, a full alert buffer or queue); `alerts` still counts them.
+    pub alerts_dropped: u64,
     pub slots: [u64; BUCKETS],
 }
 
 impl Default for Hist {
     fn default() -> Self {
-        Self { count: 0, sum_ns: 0, min_ns: 0, max_ns: 0, drops: 0, alerts: 0, slots: [0; BUCKETS] }
+        Self { count: 0, sum_ns: 0, min_ns: 0, max_ns: 0, drops: 0, alerts: 0, alerts_dropped: 0, slots: [0; BUCKETS] }
     }
 }
 
@@ -97,6 +100,7 @@ impl Hist {
         self.sum_ns = self.sum_ns.wrapping_add(o.sum_ns);
         self.drops += o.drops;
         self.alerts += o.alerts;
+        self.alerts_dropped += o.alerts_dropped;
         for (a, b) in self.slots.iter_mut().zip(o.slots.iter()) {
             *a += b;
         }
@@ -115,6 +119,7 @@ impl Hist {
             sum_ns: self.sum_ns.wrapping_sub(prev.sum_ns),
             drops: self.drops.saturating_sub(prev.drops),
             alerts: self.alerts.saturating_sub(prev.alerts),
+            alerts_dropped: self.alerts_dropped.saturating_sub(prev.alerts_dropped),
             ..Hist::default()
         };
         for (i, s) in d.slots.iter_mut().enumerate() {

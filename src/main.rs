@@ -18,6 +18,8 @@ EXAMPLES:
     latmon run                                 # built-in default: run-queue latency, text, 1 s
     latmon run --probe runq --interval 1s --duration 5s --format json
     latmon run --probe runq,comm=ctrl_loop     # only the control loop's threads
+    latmon run --probe ufunc:/opt/robot/bin/ctrl:control_cycle,threshold=1ms
+    latmon run --probe kfunc:do_nanosleep      # fentry, else kprobe
     latmon run --config /etc/latmon/latmon.toml
     latmon check                               # what this kernel can attach, and the plan
     latmon check --config board.toml --json    # board bring-up: exit 0 ok, 1 probe fails, 2 invalid";
@@ -52,7 +54,7 @@ struct Common {
     config: Option<PathBuf>,
     /// Probe SPEC, repeatable; replaces the config's probe list.
     /// runq | timer | irq | softirq | syscall[:NAME] | kfunc:FUNC | ufunc:/path:SYM,
-    /// each with optional ,comm=NAME ,pid=N ,threshold=250us ,name=LABEL
+    /// each with optional ,comm=NAME ,pid=N ,threshold=250us ,name=LABEL ,attach=MECH
     #[arg(long = "probe", value_name = "SPEC")]
     probes: Vec<String>,
 }

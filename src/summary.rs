@@ -45,6 +45,10 @@ pub struct ProbeReport {
     /// Threshold alerts in this interval / since start.
     pub alerts: u64,
     pub total_alerts: u64,
+    /// Alerts whose records were dropped (rate limit, full buffer) in
+    /// this interval / since start; counted in `alerts` too.
+    pub alerts_dropped: u64,
+    pub total_alerts_dropped: u64,
 }
 
 /// A latency above a probe's threshold, as the kernel reported it.
@@ -101,6 +105,8 @@ impl ProbeReport {
             total_drops: cur.drops,
             alerts: d.alerts,
             total_alerts: cur.alerts,
+            alerts_dropped: d.alerts_dropped,
+            total_alerts_dropped: cur.alerts_dropped,
         }
     }
 }
@@ -130,11 +136,15 @@ pub fn render_text(r: &IntervalReport) -> String {
         fmt_ns(r.interval_ns)
     );
     for p in &r.probes {
-        let _ = writeln!(
+        let _ = write!(
             s,
             "{} [{} via {}]  count {}  total {}  drops {}/{}  alerts {}/{}",
             p.name, p.kind, p.attach, p.count, p.total_count, p.drops, p.total_drops, p.alerts, p.total_alerts
         );
+        if p.total_alerts_dropped > 0 {
+            let _ = write!(s, " (records dropped {}/{})", p.alerts_dropped, p.total_alerts_dropped);
+        }
+        s.push('\n');
         if p.count == 0 {
             let _ = writeln!(s, "  (no events)");
             continue;
@@ -175,6 +185,23 @@ pub fn render_text(r: &IntervalReport) -> String {
             fmt_ns(p.p999_ns),
             fmt_ns(p.max_ns)
         );
+    }
+    if !r.alert_records.is_empty() {
+        let _ = writeln!(s, "alerts: {} above threshold", r.alert_records.len());
+        for a in &r.alert_records {
+            let _ = writeln!(
+                s,
+                "  ALERT {}  latency {}  pid {} tid {} ({})  cpu {}  at {}.{:09}s",
+                a.probe,
+                fmt_ns(a.latency_ns),
+                a.pid,
+                a.tid,
+                a.comm,
+                a.cpu,
+                a.time_ns / 1_000_000_000,
+                a.time_ns % 1_000_000_000
+            );
+        }
     }
     s
 }
@@ -253,5 +280,40 @@ mod tests {
         assert_eq!(fmt_ns(999), "999ns");
         assert_eq!(fmt_ns(1_500), "1.50us");
         assert_eq!(fmt_ns(2_000_000_000), "2.00s");
+        assert!(!t.contains("ALERT"), "no alert section without records: {t}");
+    }
+
+    #[test]
+    fn text_shows_alert_records_and_dropped_counts() {
+        let (prev, mut cur) = sample();
+        cur.alerts = 5;
+        cur.alerts_dropped = 2;
+        let rec = AlertRecord {
+            probe: "ctrl".into(),
+            pid: 10,
+            tid: 11,
+            comm: "ctrl_loop".into(),
+            cpu: 1,
+            latency_ns: 2_100_000,
+            time_ns: 12_000_000_345,
+        };
+        let r = IntervalReport {
+            seq: 2,
+            time_ns: 0,
+            interval_ns: 1_000_000_000,
+            last: false,
+            probes: vec![ProbeReport::new(&info(), &prev, &cur)],
+            alert_records: vec![rec.clone(), rec],
+        };
+        let t = render_text(&r);
+        assert!(t.contains("alerts 5/5 (records dropped 2/2)"), "{t}");
+        assert!(t.contains("alerts: 2 above threshold"), "{t}");
+        assert!(
+            t.contains("  ALERT ctrl  latency 2.10ms  pid 10 tid 11 (ctrl_loop)  cpu 1  at 12.000000345s"),
+            "{t}"
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["alert_records"][0]["latency_ns"], 2_100_000);
+        assert_eq!(v["probes"][0]["alerts_dropped"], 2);
     }
 }

@@ -68,7 +68,8 @@ fn try_prog(kind: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn try_ringbuf() -> Result<(), String> {
+/// Whether this kernel has BPF ring buffers (creates and drops one).
+pub(crate) fn try_ringbuf() -> Result<(), String> {
     let mut opts = super::zeroed_opts::<libbpf_rs::libbpf_sys::bpf_map_create_opts>();
     opts.sz = size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _;
     MapHandle::create(MapType::RingBuf, Some("latmon_feat"), 0, 0, 4096, &opts)

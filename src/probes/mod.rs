@@ -3,6 +3,7 @@
 //! per-CPU histogram maps. This is an I/O edge; the maths lives in `hist`.
 
 pub mod features;
+pub mod func;
 pub mod runq;
 
 use std::fmt;
@@ -30,6 +31,11 @@ pub enum ProbeError {
     Attach { probe: String, tried: Vec<(&'static str, String)> },
     /// Reading the probe's maps failed.
     Read { probe: String, why: String },
+    /// What the probe points at does not exist: a binary, a symbol in it,
+    /// a kernel function.
+    Target { probe: String, what: String },
+    /// More probes of a family than its compiled limit.
+    TooMany { probe: String, what: String },
 }
 
 impl fmt::Display for ProbeError {
@@ -47,6 +53,8 @@ impl fmt::Display for ProbeError {
                 Ok(())
             }
             Self::Read { probe, why } => write!(f, "probe {probe}: reading maps: {why}"),
+            Self::Target { probe, what } => write!(f, "probe {probe}: {what}"),
+            Self::TooMany { probe, what } => write!(f, "probe {probe}: not started: {what}"),
         }
     }
 }
@@ -65,11 +73,27 @@ pub trait Probe {
 /// Open, load and attach every probe; one result per spec, in order. Families
 /// may serve several specs from one BPF object, hence all at once.
 pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> {
-    specs
+    let mut out: Vec<Option<Result<Box<dyn Probe>, ProbeError>>> = specs.iter().map(|_| None).collect();
+    // kfunc and ufunc specs share one BPF object (bpf/func.bpf.c).
+    let func_at: Vec<usize> = specs
         .iter()
-        .map(|spec| match &spec.kind {
-            ProbeKind::Runq => runq::Runq::open(spec).map(|p| Box::new(p) as Box<dyn Probe>),
-            other => Err(ProbeError::Unsupported { probe: spec.name.clone(), kind: other.family() }),
+        .enumerate()
+        .filter(|(_, s)| matches!(s.kind, ProbeKind::Kfunc(_) | ProbeKind::Ufunc { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    if !func_at.is_empty() {
+        let func_specs: Vec<&ProbeSpec> = func_at.iter().map(|&i| &specs[i]).collect();
+        for (&i, r) in func_at.iter().zip(func::open_set(&func_specs)) {
+            out[i] = Some(r);
+        }
+    }
+    out.into_iter()
+        .zip(specs)
+        .map(|(done, spec)| {
+            done.unwrap_or_else(|| match &spec.kind {
+                ProbeKind::Runq => runq::Runq::open(spec).map(|p| Box::new(p) as Box<dyn Probe>),
+                other => Err(ProbeError::Unsupported { probe: spec.name.clone(), kind: other.family() }),
+            })
         })
         .collect()
 }
@@ -171,13 +195,14 @@ macro_rules! raw_hist {
                     max_ns: self.max_ns,
                     drops: self.drops,
                     alerts: self.alerts,
+                    alerts_dropped: 0,
                     slots: self.slots,
                 });
             }
         }
     )*};
 }
-raw_hist!(runq);
+raw_hist!(runq, func);
 
 /// Reads one key of a per-CPU array of `latmon_hist` into a pre-sized
 /// buffer (no allocation per interval), summing CPUs.

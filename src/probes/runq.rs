@@ -40,7 +40,7 @@ impl Runq {
                 what: "kernel has no BTF (/sys/kernel/btf/vmlinux missing) and no btf_path is configured; runq needs CO-RE".into(),
             });
         }
-        let ((skel, links), mech) = ladder(&probe, &["tp_btf", "raw_tp"], |mech| load(spec, mech))?;
+        let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |mech| load(spec, mech))?;
         let reader = PerCpuHist::new(&skel.maps.runq_hist)
             .map_err(|why| ProbeError::Read { probe: probe.clone(), why })?;
         Ok(Runq {

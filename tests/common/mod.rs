@@ -110,3 +110,48 @@ fn os_pipe() -> (std::fs::File, std::fs::File) {
     let (r, w) = nix::unistd::pipe().unwrap();
     (std::fs::File::from(r), std::fs::File::from(w))
 }
+
+/// Start `latmon -v run ARGS` with extra environment variables and wait
+/// until the agent reports its probes running (the "NAME: KIND via MECH"
+/// line it logs once every probe has been opened) or latmon exited.
+/// Returns the child (stdout piped) and every stderr line seen so far and
+/// later.
+pub fn start_run_logged(args: &[&str], envs: &[(&str, &str)]) -> (Child, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let mut child = latmon()
+        .arg("-v")
+        .arg("run")
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn latmon");
+    let stderr = child.stderr.take().unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::channel();
+    let seen = std::sync::Arc::clone(&lines);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[latmon] {line}");
+            seen.lock().unwrap().push(line.clone());
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) if line.contains("info: probe ") && line.contains(" via ") && !line.contains("attached via") => {
+                return (child, lines)
+            }
+            Ok(_) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return (child, lines),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+    }
+    panic!("latmon did not start its probes within 30 s");
+}
+
+/// SIGINT (a clean stop that flushes the final summary).
+pub fn interrupt(child: &Child) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+}

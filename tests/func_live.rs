@@ -1,0 +1,430 @@
+// SPDX-License-Identifier: MIT
+//! Live tests of the kfunc/ufunc family on this kernel (root): a test
+//! program compiled here (tests/fixtures/lm_target.c) whose traced
+//! functions last what the test asks, real uprobes, numbers read back
+//! through the CLI. On this host kprobes do not exist and fentry is
+//! refused: the kfunc tests check that this is said clearly while the
+//! other probes keep running. The fentry and kprobe success paths are
+//! exercised on the virtual boards with the same specs (`attach=` pins a
+//! rung).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::*;
+use latmon::bpf::limits::{ALERT_BURST, ALERT_RATE, FUNC_MAX_DEPTH};
+
+/// The target busy-waits at SCHED_FIFO: one test at a time keeps the
+/// machine usable and the durations honest.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `lm-target`, compiled once per test run with `cc -g -O0`.
+fn target() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("latmon-func-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("lm-target");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm_target.c");
+        let out = Command::new("cc")
+            .args(["-g", "-O0", "-pthread", "-Wall", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .output()
+            .expect("cc (gcc) is needed to build the func test target");
+        assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
+        bin
+    })
+}
+
+fn spec(symbol: &str, opts: &str) -> String {
+    format!("ufunc:{}:{symbol}{opts}", target().display())
+}
+
+/// The target's own account of its lm_work calls.
+#[derive(Debug, Default)]
+struct Ran {
+    pid: u64,
+    calls: u64,
+    over_1ms: u64,
+    mean_ns: u64,
+    elapsed: Duration,
+}
+
+fn run_target(args: &[&str]) -> Ran {
+    let t0 = Instant::now();
+    let out = Command::new(target()).args(args).output().unwrap();
+    let elapsed = t0.elapsed();
+    assert!(out.status.success(), "lm-target {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |k: &str| -> u64 {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {k}= in {text:?}"))
+    };
+    Ran { pid: field("pid"), calls: field("calls"), over_1ms: field("over_1ms"), mean_ns: field("mean_ns"), elapsed }
+}
+
+/// Run latmon with `probes` (one summary: a long interval, stopped by
+/// SIGINT after `workload`), return the final JSON line and stderr.
+fn monitor(probes: &[String], envs: &[(&str, &str)], workload: impl FnOnce()) -> (serde_json::Value, Vec<String>) {
+    let mut args = vec!["--interval", "60s", "--format", "json"];
+    for p in probes {
+        args.extend(["--probe", p.as_str()]);
+    }
+    let (child, stderr) = start_run_logged(&args, envs);
+    workload();
+    // Let the alert reader move the last records before the final summary.
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(&child);
+    let (status, out) = finish(child);
+    let err = stderr.lock().unwrap().clone();
+    assert!(status.success(), "latmon exited with {status}: {err:#?}");
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1, "one (final) summary: {out}");
+    (lines.into_iter().next().unwrap(), err)
+}
+
+fn probe<'a>(summary: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    summary["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no probe {name} in {summary}"))
+}
+
+fn u(v: &serde_json::Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not a number in {v}"))
+}
+
+fn alert_records<'a>(summary: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
+    summary["alert_records"].as_array().map_or(Vec::new(), |a| a.iter().filter(|r| r["probe"] == name).collect())
+}
+
+/// |measured - truth| within one histogram bucket (1/8 of the value) plus
+/// `slack_ns` for the probes' own cost inside the measured window.
+fn assert_within_bucket(what: &str, measured: u64, truth: u64, slack_ns: u64) {
+    let tol = truth / 8 + slack_ns;
+    assert!(measured.abs_diff(truth) <= tol, "{what}: {measured} ns vs true {truth} ns (tolerance {tol} ns)");
+}
+
+#[test]
+fn ufunc_counts_every_call_and_p50_is_the_true_duration() {
+    let _s = serial();
+    for (calls, ns) in [(200u64, 200_000u64), (40, 2_000_000)] {
+        let mut ran = Ran::default();
+        let (sum, _) = monitor(&[spec("lm_work", ",name=work")], &[], || {
+            ran = run_target(&["work", &calls.to_string(), &ns.to_string()]);
+        });
+        let p = probe(&sum, "work");
+        assert_eq!((p["kind"].as_str(), p["attach"].as_str()), (Some("ufunc"), Some("uprobe")));
+        assert_eq!(ran.calls, calls);
+        assert_eq!(u(p, "count"), calls, "every call counted, exactly");
+        assert_eq!(u(p, "drops"), 0);
+        assert_eq!(u(p, "alerts"), 0, "no threshold, no alerts");
+        // The target's own mean is the truth; latmon's median must sit in
+        // the same bucket (plus a few us of uprobe cost in the window).
+        eprintln!(
+            "FIGURES work {calls} x {ns} ns: count {} p50 {} ns, target's own mean {} ns, min {} max {}",
+            u(p, "count"),
+            u(p, "p50_ns"),
+            ran.mean_ns,
+            u(p, "min_ns"),
+            u(p, "max_ns")
+        );
+        assert_within_bucket(&format!("p50 of {calls} x {ns} ns"), u(p, "p50_ns"), ran.mean_ns, 5_000);
+        assert!(u(p, "min_ns") >= ns, "no call is shorter than its busy-wait");
+    }
+}
+
+#[test]
+fn a_1ms_threshold_alerts_for_the_2ms_calls_only() {
+    let _s = serial();
+    let mut ran = Ran::default();
+    let (sum, err) = monitor(&[spec("lm_work", ",threshold=1ms,name=work")], &[], || {
+        ran = run_target(&["work", "100", "200000", "20", "2000000"]);
+    });
+    let p = probe(&sum, "work");
+    assert_eq!(u(p, "count"), 120);
+    assert_eq!(ran.over_1ms, 20, "the target saw exactly its 20 slow calls above 1 ms (SCHED_FIFO)");
+    assert_eq!(u(p, "alerts"), ran.over_1ms, "alerts count the calls above the threshold");
+    assert_eq!(u(p, "alerts_dropped"), 0, "20 alerts fit the burst of {ALERT_BURST}");
+    let recs = alert_records(&sum, "work");
+    eprintln!(
+        "FIGURES threshold 1ms: count {} alerts {} records {} p50 {} p90 {}",
+        u(p, "count"),
+        u(p, "alerts"),
+        recs.len(),
+        u(p, "p50_ns"),
+        u(p, "p90_ns")
+    );
+    assert_eq!(recs.len() as u64, ran.over_1ms, "one record per alert");
+    for r in &recs {
+        let lat = u(r, "latency_ns");
+        assert!((1_000_000..3_000_000).contains(&lat), "alert for a {lat} ns call");
+        assert_eq!((u(r, "pid"), u(r, "tid")), (ran.pid, ran.pid));
+        assert_eq!(r["comm"], "lm-target");
+        assert!(u(r, "time_ns") > 0 && u(r, "time_ns") <= u(&sum, "time_ns"));
+    }
+    // p90 falls on the 2 ms calls (20 of 120).
+    assert_within_bucket("p90", u(p, "p90_ns"), 2_000_000, 10_000);
+    assert!(err.iter().any(|l| l.contains("alerts above 1.00ms via ringbuf")), "mode names the transport: {err:#?}");
+}
+
+#[test]
+fn the_perf_buffer_fallback_delivers_the_same_alerts() {
+    let _s = serial();
+    let mut ran = Ran::default();
+    let (sum, err) = monitor(&[spec("lm_work", ",threshold=1ms,name=work")], &[("LATMON_ALERT_BUFFER", "perf")], || {
+        ran = run_target(&["work", "30", "200000", "10", "2000000"]);
+    });
+    assert!(err.iter().any(|l| l.contains("via perf buffer")), "{err:#?}");
+    let p = probe(&sum, "work");
+    assert_eq!(u(p, "count"), 40);
+    assert_eq!(u(p, "alerts"), ran.over_1ms);
+    assert_eq!(alert_records(&sum, "work").len() as u64, ran.over_1ms);
+}
+
+#[test]
+fn an_alert_storm_is_rate_limited_in_the_kernel_and_counted() {
+    let _s = serial();
+    let calls = 3000u64;
+    let mut ran = Ran::default();
+    let (sum, _) = monitor(&[spec("lm_work", ",threshold=1us,name=storm")], &[], || {
+        ran = run_target(&["work", &calls.to_string(), "5000"]);
+    });
+    let p = probe(&sum, "storm");
+    assert_eq!(u(p, "count"), calls);
+    assert_eq!(u(p, "alerts"), calls, "every 5 us call is above 1 us");
+    let recs = alert_records(&sum, "storm").len() as u64;
+    // Token bucket: BURST at once, then RATE per second; racing CPUs may
+    // each take the last token (at most one extra per CPU).
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    eprintln!(
+        "FIGURES storm: {calls} alerts in {:?}: {recs} records, {} dropped",
+        ran.elapsed,
+        u(p, "alerts_dropped")
+    );
+    let allowed = ALERT_BURST as u64 + (ALERT_RATE as f64 * ran.elapsed.as_secs_f64()).ceil() as u64 + cpus;
+    assert!(recs >= ALERT_BURST as u64, "at least the burst gets through: {recs}");
+    assert!(recs <= allowed, "{recs} records for {calls} alerts in {:?} (allowed {allowed})", ran.elapsed);
+    assert_eq!(recs + u(p, "alerts_dropped"), calls, "every alert is either a record or a counted drop");
+}
+
+/// What one traced call nested inside a measured one adds to it: its own
+/// uprobe and uretprobe traps (about 10 us on this virtual machine).
+const NESTED_PROBE_COST_NS: u64 = 30_000;
+
+#[test]
+fn recursive_calls_pair_level_by_level() {
+    let _s = serial();
+    // 50 x five nested levels of 200 us each: level k lasts k x 200 us
+    // (plus the probe cost of the k - 1 calls inside it).
+    let (sum, _) = monitor(&[spec("lm_recurse", ",name=rec")], &[], || {
+        run_target(&["recurse", "50", "5", "200000"]);
+    });
+    let p = probe(&sum, "rec");
+    eprintln!("FIGURES recursion: count {} drops {} min {} max {}", u(p, "count"), u(p, "drops"), u(p, "min_ns"), u(p, "max_ns"));
+    assert_eq!((u(p, "count"), u(p, "drops")), (250, 0));
+    assert_within_bucket("min (innermost)", u(p, "min_ns"), 200_000, 5_000);
+    assert_within_bucket("max (outermost)", u(p, "max_ns"), 1_000_000, 4 * NESTED_PROBE_COST_NS);
+    // Every level's 50 calls are told apart: below (k + 1/2) x 200 us lie
+    // exactly the calls of the k innermost levels.
+    let buckets = p["buckets"].as_array().unwrap();
+    for k in 1..=5u64 {
+        let below: u64 = buckets
+            .iter()
+            .filter(|b| b[1].as_u64().unwrap() <= k * 200_000 + 100_000)
+            .map(|b| b[2].as_u64().unwrap())
+            .sum();
+        assert_eq!(below, 50 * k, "levels 1..={k}: {buckets:?}");
+    }
+}
+
+#[test]
+fn calls_nested_deeper_than_the_stamp_stack_are_counted_drops() {
+    let _s = serial();
+    let depth = FUNC_MAX_DEPTH as u64 + 4;
+    let (sum, _) = monitor(&[spec("lm_recurse", ",name=deep")], &[], || {
+        run_target(&["recurse", "20", &depth.to_string(), "20000"]);
+    });
+    let p = probe(&sum, "deep");
+    assert_eq!(u(p, "count"), 20 * FUNC_MAX_DEPTH as u64, "the outer levels are measured");
+    assert_eq!(u(p, "drops"), 20 * 4, "the 4 deepest levels are counted as drops");
+    // The outermost measured call holds all levels of 20 us.
+    assert_within_bucket("max", u(p, "max_ns"), depth * 20_000, (depth - 1) * NESTED_PROBE_COST_NS);
+}
+
+/// Ids of the BPF maps a process holds (its bpf-map fds' fdinfo).
+fn map_ids_of(pid: u32) -> Vec<u64> {
+    let mut ids = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().map_while(Result::ok) {
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()))
+            .unwrap_or_default();
+        ids.extend(info.lines().find_map(|l| l.strip_prefix("map_id:")).and_then(|v| v.trim().parse::<u64>().ok()));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+fn bpftool_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new("bpftool").args(args).arg("--json").output().expect("bpftool");
+    assert!(out.status.success(), "bpftool {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("bpftool JSON")
+}
+
+#[test]
+fn threads_exiting_mid_call_and_longjmp_leave_no_stamps_and_count_drops() {
+    let _s = serial();
+    let probes = [spec("lm_exit_inside", ",name=exit"), spec("lm_jump_out", ",name=jmp")];
+    let mut args = vec!["--interval", "60s", "--format", "json"];
+    for p in &probes {
+        args.extend(["--probe", p.as_str()]);
+    }
+    let (child, _) = start_run_logged(&args, &[]);
+    run_target(&["exit_threads", "10"]);
+    run_target(&["longjmp", "10"]);
+    // Nothing stays in flight: the stamp map of this latmon is empty.
+    let stamps = map_ids_of(child.id())
+        .into_iter()
+        .find(|id| bpftool_json(&["map", "show", "id", &id.to_string()])["name"] == "func_stamps")
+        .expect("latmon holds its func_stamps map");
+    let entries = bpftool_json(&["map", "dump", "id", &stamps.to_string()]);
+    assert_eq!(entries.as_array().map(Vec::len), Some(0), "stamps left behind: {entries}");
+    interrupt(&child);
+    let (status, out) = finish(child);
+    assert!(status.success());
+    let sum = json_lines(&out).pop().unwrap();
+    // Ten threads exited inside the function: ten stamps dropped at exit.
+    let exit = probe(&sum, "exit");
+    assert_eq!((u(exit, "count"), u(exit, "drops")), (0, 10));
+    // Ten longjmps out of the function: nine stale stamps found by the next
+    // call at the same stack depth, the last one at the thread's exit.
+    let jmp = probe(&sum, "jmp");
+    assert_eq!((u(jmp, "count"), u(jmp, "drops")), (0, 10));
+}
+
+#[test]
+fn pid_filter_and_two_probes_on_one_function() {
+    let _s = serial();
+    let probes = [spec("lm_work", ",name=all"), spec("lm_work", ",pid=1,name=init-only")];
+    let (sum, _) = monitor(&probes, &[], || {
+        run_target(&["work", "25", "10000"]);
+    });
+    assert_eq!(u(probe(&sum, "all"), "count"), 25);
+    assert_eq!(u(probe(&sum, "init-only"), "count"), 0, "pid=1 never calls lm_work");
+}
+
+fn libc() -> String {
+    format!("/lib/{}-linux-gnu/libc.so.6", std::env::consts::ARCH)
+}
+
+/// Which of fentry and kprobe this kernel really allows (`latmon check`).
+fn kernel_allows(kind: &str) -> bool {
+    let out = latmon().args(["check", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["features"].as_array().unwrap().iter().any(|f| f["kind"] == kind && f["ok"] == true)
+}
+
+#[test]
+fn a_libc_uprobe_runs_beside_a_kfunc_that_attaches_or_is_reported_clearly() {
+    let _s = serial();
+    let probes = [
+        "kfunc:do_nanosleep,comm=lm-target,name=kfunc".to_string(),
+        format!("ufunc:{}:nanosleep,comm=lm-target,name=nanosleep", libc()),
+    ];
+    let (sum, err) = monitor(&probes, &[], || {
+        run_target(&["nsleep", "50", "500"]);
+    });
+    let p = probe(&sum, "nanosleep");
+    assert_eq!(p["attach"], "uprobe");
+    assert_eq!(u(p, "count"), 50, "every nanosleep of lm-target, nobody else's");
+    let p50 = u(p, "p50_ns");
+    eprintln!("FIGURES libc nanosleep(500us) x50: count {} p50 {p50}", u(p, "count"));
+    assert!((500_000..1_500_000).contains(&p50), "p50 of nanosleep(500us) = {p50} ns");
+    let (fentry, kprobe) = (kernel_allows("fentry"), kernel_allows("kprobe"));
+    if fentry || kprobe {
+        // A kernel with the mechanisms (the virtual boards): the ladder's
+        // first working rung measures the same 50 sleeps.
+        let k = probe(&sum, "kfunc");
+        assert_eq!(k["attach"], if fentry { "fentry" } else { "kprobe" });
+        assert_eq!(u(k, "count"), 50);
+        return;
+    }
+    // This host: no kprobes, fentry refused. One line names the probe and
+    // why each rung failed; the uprobe above kept running.
+    let line = err
+        .iter()
+        .find(|l| l.contains("probe kfunc: cannot attach"))
+        .unwrap_or_else(|| panic!("no clear kfunc message: {err:#?}"));
+    assert!(line.contains("fentry: ") && line.contains("EPERM"), "{line}");
+    assert!(line.contains("kprobe: ") && line.contains("ENOENT"), "{line}");
+    assert_eq!(sum["probes"].as_array().unwrap().len(), 1, "only the uprobe runs");
+}
+
+#[test]
+fn check_names_the_mechanism_and_every_failure_clearly() {
+    let bin = target().display().to_string();
+    let specs = [
+        format!("ufunc:{bin}:lm_work,threshold=1ms"),
+        "kfunc:do_nanosleep".into(),
+        "ufunc:/nonexistent/lm-target:lm_work".into(),
+        format!("ufunc:{bin}:no_such_symbol"),
+        "kfunc:no_such_kernel_function_xyz".into(),
+        format!("ufunc:{}:nanosleep", libc()),
+    ];
+    let mut cmd = latmon();
+    cmd.args(["check", "--json"]);
+    for s in &specs {
+        cmd.args(["--probe", s]);
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "a probe cannot run: exit 1");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let plan = v["probes"].as_array().unwrap();
+    let err = |i: usize| plan[i]["error"].as_str().unwrap_or("").to_string();
+    assert_eq!((plan[0]["ok"].as_bool(), plan[0]["attach"].as_str()), (Some(true), Some("uprobe")));
+    assert!(plan[0]["mode"].as_str().unwrap().contains("alerts above 1.00ms"), "{}", plan[0]);
+    if kernel_allows("fentry") || kernel_allows("kprobe") {
+        assert_eq!(plan[1]["ok"], true, "{}", plan[1]);
+    } else {
+        assert_eq!(plan[1]["ok"], false);
+        assert!(err(1).contains("fentry:") && err(1).contains("kprobe:"), "{}", err(1));
+    }
+    assert!(err(2).contains("binary /nonexistent/lm-target") && err(2).contains("No such file"), "{}", err(2));
+    assert!(err(3).contains(&format!("symbol no_such_symbol not found in {bin}")), "{}", err(3));
+    assert!(err(4).contains("kernel function no_such_kernel_function_xyz does not exist"), "{}", err(4));
+    assert_eq!((plan[5]["ok"].as_bool(), plan[5]["attach"].as_str()), (Some(true), Some("uprobe")));
+}
+
+#[test]
+fn attach_option_pins_a_rung_and_only_failures_mean_a_non_zero_exit() {
+    // kprobe only: the fentry rung is not tried.
+    let out = latmon().args(["check", "--json", "--probe", "kfunc:do_nanosleep,attach=kprobe"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    if kernel_allows("kprobe") {
+        assert_eq!(v["probes"][0]["attach"], "kprobe");
+    } else {
+        let e = v["probes"][0]["error"].as_str().unwrap();
+        assert!(e.contains("kprobe:") && !e.contains("fentry:"), "{e}");
+    }
+    // A run whose every probe fails exits non-zero with the reasons.
+    let out = latmon()
+        .args(["run", "--probe", "ufunc:/nonexistent/x:f", "--probe", "kfunc:no_such_kernel_function_xyz", "--duration", "1s"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("binary /nonexistent/x") && err.contains("no probe could attach"), "{err}");
+    assert!(err.contains("kernel function no_such_kernel_function_xyz does not exist"), "{err}");
+}
