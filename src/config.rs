@@ -237,6 +237,7 @@ struct RawConfig {
     outputs: Option<Vec<String>>,
     probes: Option<Vec<String>>,
     btf_path: Option<String>,
+    housekeeping_cpus: Option<Vec<u32>>,
 }
 
 /// A validated configuration.
@@ -254,7 +255,15 @@ pub struct Config {
     /// External kernel BTF for kernels that ship it separately (libbpf's
     /// btf_custom_path); `None` uses /sys/kernel/btf/vmlinux.
     pub btf_path: Option<String>,
+    /// CPUs the agent itself runs on (the board's housekeeping CPUs, away
+    /// from the isolated real-time cores). The Yocto service pins the agent
+    /// there (systemd CPUAffinity=, taskset for sysvinit); `None`: anywhere.
+    pub housekeeping_cpus: Option<Vec<u32>>,
 }
+
+/// CPU numbers at or above this are rejected (glibc's CPU_SETSIZE: what
+/// sched_setaffinity's cpu_set_t can name).
+pub const MAX_CPUS: u32 = 1024;
 
 /// The built-in default: what runs with no config and no --probe.
 pub const DEFAULT_PROBES: &[&str] = &["runq"];
@@ -272,6 +281,7 @@ impl Default for Config {
             outputs: vec!["-".into()],
             probes: DEFAULT_PROBES.iter().map(|s| ProbeSpec::parse(s).expect("default spec")).collect(),
             btf_path: None,
+            housekeeping_cpus: None,
         }
     }
 }
@@ -284,6 +294,7 @@ impl Config {
         c.board = raw.board;
         c.btf_path = raw.btf_path;
         c.target = raw.target;
+        c.housekeeping_cpus = raw.housekeeping_cpus;
         if let Some(i) = raw.interval {
             c.interval = parse_duration(&i)?;
         }
@@ -313,6 +324,20 @@ impl Config {
         }
         if self.outputs.is_empty() {
             return Err(ConfigError::OutOfRange { key: "outputs", why: "at least one output is needed".into() });
+        }
+        if let Some(cpus) = &self.housekeeping_cpus {
+            let why = if cpus.is_empty() {
+                Some("give at least one CPU, or leave the key out".to_string())
+            } else if let Some(c) = cpus.iter().find(|&&c| c >= MAX_CPUS) {
+                Some(format!("CPU {c} is out of range (0..{MAX_CPUS})"))
+            } else {
+                let mut sorted = cpus.clone();
+                sorted.sort_unstable();
+                sorted.windows(2).find(|w| w[0] == w[1]).map(|w| format!("CPU {} is listed twice", w[0]))
+            };
+            if let Some(why) = why {
+                return Err(ConfigError::OutOfRange { key: "housekeeping_cpus", why });
+            }
         }
         let mut names: Vec<&str> = self.probes.iter().map(|p| p.name.as_str()).collect();
         names.sort_unstable();
@@ -399,6 +424,8 @@ mod tests {
         assert_eq!(c.probes[0].comm.as_deref(), Some("ctrl"));
         assert_eq!(c.outputs, vec!["-".to_string()]);
         assert_eq!(Config::from_toml("").unwrap(), Config::default());
+        let c = Config::from_toml("housekeeping_cpus = [0, 3]").unwrap();
+        assert_eq!(c.housekeeping_cpus, Some(vec![0, 3]));
     }
 
     #[test]
@@ -411,6 +438,11 @@ mod tests {
             ("probes = [\"runq\", \"runq\"]", "two probes are named"),
             ("format = \"xml\"", "unknown variant"),
             ("probes = [\"bogus\"]", "unknown probe kind"),
+            ("housekeeping_cpus = []", "at least one CPU"),
+            ("housekeeping_cpus = [0, 1, 0]", "CPU 0 is listed twice"),
+            ("housekeeping_cpus = [1024]", "out of range"),
+            ("housekeeping_cpus = [-1]", "invalid value"),
+            ("housekeeping_cpus = 0", "invalid type"),
         ] {
             let e = Config::from_toml(text).unwrap_err().to_string();
             assert!(e.contains(needle), "{text}: {e}");
