@@ -6,3 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "test.sh: run as root (the live BPF tests need it)" >&2; exit 1; }
 cargo test --locked --release
+# The Yocto layer: oelint-adv, kas, systemd-analyze, kernel options (yocto/).
+tests/yocto/check.sh
