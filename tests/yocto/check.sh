@@ -6,7 +6,8 @@
 #   2. oelint-adv is clean on every recipe, append, include and layer.conf
 #      (suppressions: yocto/.oelint.cfg, each justified there), and the
 #      kernel appends are guarded by DISTRO_FEATURES (what oelint cannot see)
-#   3. LIC_FILES_CHKSUM follows Cargo.lock's libbpf-sys/libbpf-rs
+#   3. LIC_FILES_CHKSUM follows Cargo.lock's libbpf-sys/libbpf-rs, and the recipe's
+#      LICENSE covers every crate linked into latmon
 #   4. the kas files load and validate offline with kas's own loader/schema
 #   5. the systemd unit, rendered for every board config, passes
 #      systemd-analyze verify with no diagnostic at all

@@ -17,6 +17,7 @@ import glob
 import hashlib
 import os
 import re
+import subprocess
 import sys
 import tomllib
 
@@ -188,8 +189,27 @@ def check_licenses(recipe):
         if md5 != p.get("md5"):
             errors.append("%s: md5 of %s is %s, the recipe says %s" % (recipe, path, md5, p.get("md5")))
         checked += 1
-    print("licenses: %s: crate names match Cargo.lock; %d license checksums verified%s" % (
-        os.path.relpath(recipe, TOP), checked, ", %d skipped (crate sources not in the local cargo registry)" % skipped if skipped else ""))
+    # Every crate linked into the binary must be covered by LICENSE: the
+    # ones offering MIT by "MIT", libbpf-rs/libbpf-sys by their own terms.
+    covered_exact = {"BSD-2-Clause", "LGPL-2.1-only OR BSD-2-Clause"}
+    tree = subprocess.run(
+        ["cargo", "tree", "--locked", "--offline", "-e", "normal,no-proc-macro", "--target", "all",
+         "--prefix", "none", "-f", "{p}|{l}"],
+        cwd=TOP, capture_output=True, text=True)
+    if tree.returncode != 0:
+        errors.append("cargo tree failed: %s" % tree.stderr.strip())
+    crates = sorted({line.removesuffix(" (*)") for line in tree.stdout.splitlines() if "|" in line})
+    for line in crates:
+        pkg, lic = line.rsplit("|", 1)
+        alternatives = [a.strip() for a in re.split(r" OR |/", lic)]
+        if lic in covered_exact or (" AND " not in lic and "MIT" in alternatives):
+            continue
+        errors.append("%s: crate %s has license %r, which the recipe's LICENSE does not cover: update LICENSE "
+                      "(and LIC_FILES_CHKSUM)" % (recipe, pkg, lic))
+    print("licenses: %s: crate names match Cargo.lock; %d license checksums verified%s; the %d crates linked "
+          "into latmon are covered by LICENSE" % (
+              os.path.relpath(recipe, TOP), checked,
+              ", %d skipped (crate sources not in the local cargo registry)" % skipped if skipped else "", len(crates)))
     fail(errors)
 
 
