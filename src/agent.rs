@@ -74,6 +74,7 @@ pub fn run(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
     if running.is_empty() {
         bail!("no probe could attach; nothing to monitor");
     }
+    log::info!("running: {} of {} probes attached", running.len(), cfg.probes.len());
 
     let start = Instant::now();
     let end = cfg.duration.map(|d| start + d);

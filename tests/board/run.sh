@@ -47,10 +47,11 @@ echo "board: booted \$(uname -r)"
   echo "=== check-rc \$?"
   echo "=== run"
 } > $uart 2>&1
-latmon -v run --config /etc/latmon/latmon.toml --duration 8s > $uart 2>/tmp/run.err &
+latmon -v run --config /etc/latmon/latmon.toml --duration 10s > $uart 2>/tmp/run.err &
 pid=\$!
-# Attaching takes a while under emulation: start the workload after it.
-sleep 3
+# Attaching takes a while under emulation: start the workload after it
+# (usleep, not sleep: the workload is exactly the processes named "sleep").
+for i in \$(seq 600); do grep -q "running:" /tmp/run.err 2>/dev/null && break; usleep 100000; done
 for i in \$(seq 300); do sleep 0.01; done
 wait \$pid
 rc=\$?

@@ -41,12 +41,30 @@ for line in section("run", "=== run-rc").splitlines():
             summaries.append(json.loads(line))
         except json.JSONDecodeError:
             failures.append(f"a summary line is not valid JSON: {line[:80]}")
-totals = {}
-attach = {}
+totals, attach, last = {}, {}, {}
 for s in summaries:
     for p in s["probes"]:
         totals[p["name"]] = p["total_count"]
         attach[p["name"]] = p["attach"]
+        if p["count"]:
+            last[p["name"]] = p
+
+
+def p50_of(name):
+    """Median over the whole run: merge every interval's buckets."""
+    buckets = {}
+    for s in summaries:
+        for p in s["probes"]:
+            if p["name"] == name:
+                for lo, hi, c in p["buckets"]:
+                    buckets[(lo, hi)] = buckets.get((lo, hi), 0) + c
+    total = sum(buckets.values())
+    seen = 0
+    for (lo, hi), c in sorted(buckets.items()):
+        seen += c
+        if seen * 2 >= total:
+            return lo, hi
+    return None
 
 expect(check["config_ok"], "latmon check validated the board config")
 print(f"board {board}: kernel {check['kernel']}, btf={check['btf']}, "
@@ -63,6 +81,17 @@ if board in ("rt-arm64", "rt-amd64"):
            f"runq attached via {attach.get('runq')} and counted {totals.get('runq')} run-queue events")
     expect(totals.get("runq-sleep", 0) >= 300,
            f"runq filtered by comm=sleep counted {totals.get('runq-sleep')} wakeups of 300 sleep processes")
+    # kfunc: 300 busybox `sleep 0.01` calls, each one do_nanosleep of 10 ms.
+    for name, mechs in (("nanosleep", ("fentry", "kprobe")), ("nanosleep-kprobe", ("kprobe",))):
+        n = totals.get(name, 0)
+        expect(attach.get(name) in mechs and n == 300,
+               f"kfunc:do_nanosleep ({name}) attached via {attach.get(name)} and counted {n} of 300 calls")
+        med = p50_of(name)
+        expect(med is not None and 10_000_000 <= med[1] and med[0] <= 14_000_000,
+               f"{name}: median bucket {med} ns holds the 10 ms sleep (plus timer slack, under emulation)")
+    plan = {p["name"]: p for p in check["probes"]}
+    expect(all(plan.get(n, {}).get("ok") for n in ("nanosleep", "nanosleep-kprobe")),
+           "latmon check: both kfunc probes attach on this kernel")
 elif board == "armmp":
     expect(not check["btf"], "the armmp kernel has no BTF")
     expect(feats.get("kprobe") is True, "kprobes attach on this kernel")
