@@ -11,3 +11,4 @@ pub mod hist;
 pub mod probes;
 pub mod sinks;
 pub mod summary;
+pub mod wire;
