@@ -1462,6 +1462,255 @@ mod tests {
         assert_eq!(d.stats.oversize, 1);
     }
 
+    /// erfc with relative accuracy ~1e-7 everywhere (Numerical Recipes'
+    /// Chebyshev fit), so far-tail bucket counts are not invented.
+    fn erfc(x: f64) -> f64 {
+        let z = x.abs();
+        let t = 1.0 / (1.0 + 0.5 * z);
+        let poly = -z * z - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+        let r = t * poly.exp();
+        if x >= 0.0 { r } else { 2.0 - r }
+    }
+
+    /// Expected cumulative histogram of `n` events drawn from a mixture of
+    /// log-normals [(weight, median_ns, sigma)].
+    fn model_hist(n: u64, mix: &[(f64, f64, f64)]) -> Hist {
+        let cdf = |x: f64| -> f64 {
+            if x <= 0.0 {
+                return 0.0;
+            }
+            mix.iter().map(|&(w, med, sig)| w * 0.5 * erfc(-(x.ln() - med.ln()) / (sig * std::f64::consts::SQRT_2))).sum()
+        };
+        let mut h = Hist::default();
+        for i in 0..BUCKETS {
+            let (lo, hi) = crate::hist::bucket_bounds(i);
+            let hi = if hi == u64::MAX { f64::INFINITY } else { hi as f64 };
+            let p = if hi.is_infinite() { 1.0 - cdf(lo as f64) } else { cdf(hi) - cdf(lo as f64) };
+            let c = (p * n as f64).round() as u64;
+            if c > 0 {
+                h.slots[i] = c;
+                if h.count == 0 {
+                    h.min_ns = lo;
+                }
+                h.max_ns = hi.min(1e12) as u64 - 1;
+                h.count += c;
+                h.sum_ns = h.sum_ns.wrapping_add(c * lo);
+            }
+        }
+        h
+    }
+
+    /// Eight probes a robot controller would run, with event rates and
+    /// latency shapes (body plus a 1 % heavier tail) of a PREEMPT_RT box.
+    pub(crate) fn realistic_8(uptime_s: u64) -> Vec<Hist> {
+        let probes: [(u64, f64, f64); 8] = [
+            (20_000, 4_000.0, 0.8),   // runq
+            (1_000, 25_000.0, 0.4),   // timer (1 kHz control loop)
+            (5_000, 2_000.0, 0.5),    // irq
+            (3_000, 6_000.0, 0.7),    // softirq
+            (50_000, 1_500.0, 1.2),   // syscall
+            (1_000, 60_000.0, 0.3),   // kfunc:do_nanosleep
+            (10_000, 3_000.0, 1.0),   // kfunc:vfs_read
+            (1_000, 150_000.0, 0.25), // ufunc: control step
+        ];
+        probes
+            .iter()
+            .map(|&(rate, med, sig)| {
+                let mut h = model_hist(rate * uptime_s, &[(0.99, med, sig), (0.01, med * 4.0, sig + 0.5)]);
+                h.alerts = h.count / 100_000;
+                h
+            })
+            .collect()
+    }
+
+    fn sizes(hists: &[Hist]) -> (usize, usize, usize) {
+        let head = SummaryHeader { seq: 86_400, boot_id: 0xdead_beef, time_ns: 90_000_000_000_000, last: false };
+        let frames = summary_frames(head, hists, PAYLOAD_BUDGET);
+        (frames.len(), frames.iter().map(Vec::len).sum(), frames.iter().map(Vec::len).max().unwrap_or(0))
+    }
+
+    /// Measured sizes for docs/wire-format.md (run with --nocapture).
+    #[test]
+    fn eight_probe_summary_sizes() {
+        for (label, secs) in [("1 min", 60u64), ("1 h", 3_600), ("24 h", 86_400)] {
+            let hs = realistic_8(secs);
+            let nz: usize = hs.iter().map(|h| h.slots.iter().filter(|&&c| c > 0).count()).sum();
+            let (frames, total, max) = sizes(&hs);
+            println!("realistic 8 probes after {label}: {nz} non-zero buckets, {frames} frames, {total} bytes, largest frame {max}");
+            assert!(max <= FRAME_BUDGET);
+        }
+        // Worst case: every bucket of every probe non-zero, huge counts.
+        let mut w = Hist::default();
+        for (i, s) in w.slots.iter_mut().enumerate() {
+            *s = u64::MAX / 1024 - i as u64;
+        }
+        w.count = u64::MAX;
+        w.sum_ns = u64::MAX;
+        w.min_ns = 1;
+        w.max_ns = u64::MAX;
+        w.drops = u64::MAX;
+        w.alerts = u64::MAX;
+        let (frames, total, max) = sizes(&vec![w; 8]);
+        println!("worst 8 probes: {frames} frames, {total} bytes, largest frame {max}");
+        assert!(max <= FRAME_BUDGET);
+    }
+
+    /// The messages whose bytes docs/wire-format.md lists.
+    fn golden() -> Vec<(&'static str, Frame)> {
+        let h = hist(&[300, 2_500, 2_600, 40_000]);
+        let buckets = h.slots.iter().enumerate().filter(|(_, &c)| c > 0).map(|(i, &c)| (i as u16, c)).collect();
+        vec![
+            (
+                "hello",
+                Frame::Hello(Hello {
+                    protocol_revision: 0,
+                    latmon_version: "0.1.0".into(),
+                    board: "arm1".into(),
+                    kernel: "6.1.0-rt".into(),
+                    boot_id: 0x1234_5678,
+                    start_ns: 1_000_000_000,
+                    interval_ns: 1_000_000_000,
+                    probe_count: 1,
+                    probes: vec![ProbeDesc {
+                        id: 0,
+                        name: "runq".into(),
+                        kind: "runq".into(),
+                        attach: "tp_btf".into(),
+                        mode: String::new(),
+                        scheme: BucketScheme::LATMON,
+                    }],
+                }),
+            ),
+            (
+                "summary",
+                Frame::Summary(Summary {
+                    seq: 2,
+                    boot_id: 0x1234_5678,
+                    time_ns: 3_000_000_000,
+                    last: false,
+                    probes: vec![ProbeCounts {
+                        id: 0,
+                        count: h.count,
+                        sum_ns: h.sum_ns,
+                        min_ns: h.min_ns,
+                        max_ns: h.max_ns,
+                        drops: 0,
+                        alerts: 1,
+                        first_bucket: 0,
+                        end_bucket: BUCKETS as u16,
+                        buckets,
+                    }],
+                }),
+            ),
+            (
+                "alert",
+                Frame::Alert(Alert {
+                    boot_id: 0x1234_5678,
+                    probe: 0,
+                    pid: 1234,
+                    tid: 1240,
+                    comm: "ctrl_loop".into(),
+                    cpu: 1,
+                    latency_ns: 250_000,
+                    time_ns: 2_500_000_000,
+                }),
+            ),
+            (
+                "status",
+                Frame::Status(Status {
+                    boot_id: 0x1234_5678,
+                    time_ns: 3_000_000_000,
+                    seq: 2,
+                    uptime_ns: 2_000_000_000,
+                    frames_dropped: 0,
+                    bytes_dropped: 0,
+                    clients: 1,
+                    probes: vec![ProbeHealth { id: 0, read_errors: 0, run_count: 0, run_time_ns: 0 }],
+                }),
+            ),
+        ]
+    }
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" ")
+    }
+
+    /// `<!-- golden: NAME PART -->` followed by a fenced block of hex bytes.
+    fn spec_vector(doc: &str, name: &str, part: &str) -> Vec<u8> {
+        let tag = format!("<!-- golden: {name} {part} -->");
+        let at = doc.find(&tag).unwrap_or_else(|| panic!("docs/wire-format.md lacks {tag}"));
+        let rest = &doc[at + tag.len()..];
+        let open = rest.find("```").unwrap();
+        let body_start = open + rest[open..].find('\n').unwrap() + 1;
+        let close = body_start + rest[body_start..].find("```").unwrap();
+        rest[body_start..close]
+            .split_whitespace()
+            .map(|t| u8::from_str_radix(t, 16).unwrap_or_else(|_| panic!("bad hex {t:?} in {tag}")))
+            .collect()
+    }
+
+    /// Print the vectors (to refresh the spec after a deliberate change):
+    /// cargo test --lib print_golden -- --ignored --nocapture
+    #[test]
+    #[ignore]
+    fn print_golden() {
+        for (name, f) in golden() {
+            let frame = encode_to_vec(&f).unwrap();
+            let mut p = frame[..frame.len() - 1].to_vec();
+            let n = cobs::decode_in_place(&mut p).unwrap();
+            println!("{name} payload ({n} bytes):\n{}\n{name} frame ({} bytes):\n{}\n", hex(&p[..n]), frame.len(), hex(&frame));
+        }
+    }
+
+    #[test]
+    fn golden_vectors_match_spec_byte_for_byte() {
+        let doc = include_str!("../docs/wire-format.md");
+        for (name, f) in golden() {
+            let frame = encode_to_vec(&f).unwrap();
+            assert_eq!(hex(&frame), hex(&spec_vector(doc, name, "frame")), "{name} frame");
+            let mut p = frame[..frame.len() - 1].to_vec();
+            let n = cobs::decode_in_place(&mut p).unwrap();
+            assert_eq!(hex(&p[..n]), hex(&spec_vector(doc, name, "payload")), "{name} payload");
+            // And the spec's bytes decode to the value.
+            let (frames, stats) = decode_all(&spec_vector(doc, name, "frame"));
+            assert_eq!(frames, vec![Ok(f.clone())], "{name}");
+            assert_eq!(stats.frames_good, 1);
+        }
+        // The agent's borrowed, budgeted encoders produce the same bytes.
+        let g = golden();
+        let mut enc = Encoder::new();
+        let mut v = Vec::new();
+        if let Frame::Summary(s) = &g[1].1 {
+            let h = hist(&[300, 2_500, 2_600, 40_000]);
+            let mut h = h;
+            h.alerts = 1;
+            enc.summary(SummaryHeader { seq: s.seq, boot_id: s.boot_id, time_ns: s.time_ns, last: s.last }, &[h], &mut |b| {
+                v.extend_from_slice(b)
+            })
+            .unwrap();
+            assert_eq!(hex(&v), hex(&spec_vector(doc, "summary", "frame")));
+        }
+        v.clear();
+        if let Frame::Alert(a) = &g[2].1 {
+            let rec = AlertRecord {
+                probe: "runq".into(),
+                pid: a.pid,
+                tid: a.tid,
+                comm: a.comm.clone(),
+                cpu: a.cpu,
+                latency_ns: a.latency_ns,
+                time_ns: a.time_ns,
+            };
+            enc.alert(a.boot_id, a.probe, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
+            assert_eq!(hex(&v), hex(&spec_vector(doc, "alert", "frame")));
+        }
+    }
+
     #[test]
     fn boot_ids_differ_per_run() {
         let k = "4a0f8d1e-0000-4000-8000-000000000001";
