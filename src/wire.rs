@@ -890,6 +890,14 @@ impl FrameDecoder {
         FrameDecoder { buf: vec![0; MAX_ENCODED].into_boxed_slice(), len: 0, overflow: 0, at_start: true, stats: LinkStats::default() }
     }
 
+    /// A new stream begins (reconnected): forget a partial frame and judge
+    /// the first fragment leniently again. Statistics are kept.
+    pub fn restart(&mut self) {
+        self.len = 0;
+        self.overflow = 0;
+        self.at_start = true;
+    }
+
     /// Feed bytes; `out` gets every complete frame or the reason a fragment
     /// between delimiters was discarded.
     pub fn feed(&mut self, mut input: &[u8], out: &mut dyn FnMut(Result<Frame, FrameError>)) {
