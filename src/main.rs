@@ -95,7 +95,7 @@ struct RunArgs {
     format: Option<String>,
     /// Output SINK, repeatable: - (stdout) | serial:/dev/ttyX[@BAUD][,parity=none|even|odd][,flow=none|hw|sw] |
     /// tcp://HOST:PORT (listen) | udp://HOST:PORT | unix:/PATH (listen) | file:PATH
-    #[arg(long = "output", value_name = "SINK")]
+    #[arg(long = "output", value_name = "SINK", allow_hyphen_values = true)]
     outputs: Vec<String>,
 }
 
