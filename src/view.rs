@@ -55,7 +55,7 @@ struct UnknownLine {
 pub fn json_line(r: &Result<Event, FrameError>) -> String {
     let res = match r {
         Ok(Event::Hello(h)) => serde_json::to_string(&Tagged::<Hello> { ty: "hello", body: h }),
-        Ok(Event::Summary { boot_id, report }) => {
+        Ok(Event::Summary { boot_id, report, .. }) => {
             serde_json::to_string(&SummaryLine { ty: "summary", boot_id: *boot_id, report })
         }
         Ok(Event::Alert(a)) => serde_json::to_string(&Tagged::<AlertRecord> { ty: "alert", body: a }),
@@ -138,17 +138,17 @@ pub struct View {
 }
 
 impl View {
-    pub fn on_event(&mut self, ev: &Event, tracker: &Tracker) {
+    pub fn on_event(&mut self, ev: &Event) {
         match ev {
-            Event::Summary { report, .. } => {
+            Event::Summary { report, ids, .. } => {
                 self.seq = report.seq;
                 self.time_ns = report.time_ns;
                 if report.interval_ns > 0 {
                     self.interval_ns = report.interval_ns;
                 }
                 self.last = report.last;
-                for p in &report.probes {
-                    let id = probe_id(tracker, &p.name).unwrap_or(self.latest.len());
+                for (p, &id) in report.probes.iter().zip(ids) {
+                    let id = id as usize; // < wire::MAX_PROBES
                     if self.latest.len() <= id {
                         self.latest.resize(id + 1, None);
                     }
@@ -194,13 +194,14 @@ impl View {
         let (agent_drops, clients) = t.status.as_ref().map_or((0, 0), |st| (st.frames_dropped, st.clients));
         let _ = writeln!(
             s,
-            "link  frames ok {}  CRC errors {}  resyncs {}  other errors {}  summaries lost {}  last frame {ago}  agent drops {agent_drops}{}",
+            "link  frames ok {}  CRC errors {}  resyncs {}  other errors {}  summaries lost {}  last frame {ago}  agent drops {agent_drops}{}{}",
             link.frames_good,
             link.crc_errors,
             link.resyncs,
             link.errors() - link.crc_errors,
             t.summaries_lost,
-            if clients > 0 { format!("  clients {clients}") } else { String::new() }
+            if clients > 0 { format!("  clients {clients}") } else { String::new() },
+            if t.restarts > 0 { format!("  agent restarts {}", t.restarts) } else { String::new() }
         );
         let _ = writeln!(s, "{}", "-".repeat(78));
         for (id, p) in self.latest.iter().enumerate() {
@@ -255,13 +256,6 @@ impl View {
         }
         s
     }
-}
-
-fn probe_id(t: &Tracker, name: &str) -> Option<usize> {
-    if let Some(id) = name.strip_prefix('#').and_then(|n| n.parse().ok()) {
-        return Some(id);
-    }
-    t.hello.as_ref()?.probes.iter().find(|p| p.name == name).map(|p| p.id as usize)
 }
 
 /// The interval histogram folded per power of two, as bars.
@@ -325,7 +319,7 @@ pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
                     if let Ok(f) = r {
                         last_frame = Some(Instant::now());
                         let ev = tracker.on_frame(f);
-                        view.on_event(&ev, &tracker);
+                        view.on_event(&ev);
                         dirty = true;
                     }
                 });
@@ -402,11 +396,11 @@ mod tests {
         let mut t = Tracker::new();
         let mut v = View::default();
         let ev = t.on_frame(Frame::Hello(hello()));
-        v.on_event(&ev, &t);
+        v.on_event(&ev);
         let mut h = Hist::default();
         summary_event(&mut t, 1, &[1_000, 2_000], &mut h);
         let ev = summary_event(&mut t, 2, &[3_000, 3_100, 3_200, 900_000], &mut h);
-        v.on_event(&ev, &t);
+        v.on_event(&ev);
         let ev = t.on_frame(Frame::Alert(Alert {
             boot_id: 7,
             probe: 0,
@@ -417,7 +411,7 @@ mod tests {
             latency_ns: 900_000,
             time_ns: 5,
         }));
-        v.on_event(&ev, &t);
+        v.on_event(&ev);
         let link = LinkStats { frames_good: 4, crc_errors: 2, resyncs: 3, ..LinkStats::default() };
         let s = v.render("serial:/dev/ttyUSB0@115200", &link, &t, Some(Duration::from_millis(300)));
         for needle in [

@@ -52,6 +52,10 @@ const FRAME_OVERHEAD: usize = 2 + 4;
 const TRAILING_DEFAULT_PAD: usize = 64;
 /// Longest probe name/kind/attach/mode string put in Hello (bytes).
 pub const MAX_NAME_LEN: usize = 96;
+/// Probe ids a receiver tracks: `0..MAX_PROBES`. Entries with larger ids
+/// are ignored (and counted), so a frame cannot make a receiver allocate
+/// state for 65536 probes.
+pub const MAX_PROBES: usize = 1024;
 
 const fn payload_budget(frame: usize) -> usize {
     // Largest n with n + ceil(n / 254) + 1 <= frame.
@@ -1021,8 +1025,9 @@ fn body_of<T: serde::de::DeserializeOwned>(body: &[u8]) -> postcard::Result<T> {
 pub enum Event {
     Hello(Hello),
     /// Interval deltas derived from cumulative counts, in the same shape as
-    /// `latmon run` produces (`probes` holds those completed by this frame).
-    Summary { boot_id: u32, report: IntervalReport },
+    /// `latmon run` produces (`probes` holds those completed by this frame;
+    /// `ids` their probe ids, in the same order).
+    Summary { boot_id: u32, report: IntervalReport, ids: Vec<u16> },
     Alert(AlertRecord),
     Status(Status),
     Unknown { kind: u8 },
@@ -1033,9 +1038,9 @@ struct Track {
     info: Option<ProbeInfo>,
     scheme_ok: bool,
     /// Last complete cumulative snapshot and its time (None: none yet).
-    prev: Option<(Hist, u64)>,
+    prev: Option<Box<(Hist, u64)>>,
     /// A snapshot being assembled from split entries: seq, next bucket.
-    pending: Option<(u64, u16, Hist)>,
+    pending: Option<Box<(u64, u16, Hist)>>,
 }
 
 /// Receiver state: the probe table from Hello and the last cumulative
@@ -1058,6 +1063,8 @@ pub struct Tracker {
     pub scheme_mismatch: u64,
     /// The last Status received.
     pub status: Option<Status>,
+    /// Probe entries ignored because their id is `MAX_PROBES` or more.
+    pub ignored_entries: u64,
 }
 
 impl Tracker {
@@ -1101,7 +1108,7 @@ impl Tracker {
 
     /// The cumulative snapshot of probe `id` (for since-start views).
     pub fn totals(&self, id: u16) -> Option<&Hist> {
-        self.tracks.get(id as usize).and_then(|t| t.prev.as_ref()).map(|(h, _)| h)
+        self.tracks.get(id as usize).and_then(|t| t.prev.as_deref()).map(|(h, _)| h)
     }
 
     fn info(&self, id: u16) -> ProbeInfo {
@@ -1118,6 +1125,10 @@ impl Tracker {
             Frame::Hello(h) => {
                 self.new_boot(h.boot_id);
                 for d in &h.probes {
+                    if d.id as usize >= MAX_PROBES {
+                        self.ignored_entries += 1;
+                        continue;
+                    }
                     let ok = d.scheme == BucketScheme::LATMON;
                     let t = self.track(d.id);
                     t.scheme_ok = ok;
@@ -1192,15 +1203,20 @@ impl Tracker {
             alert_records: Vec::new(),
         };
         let mut since: Option<u64> = None;
+        let mut ids = Vec::with_capacity(s.probes.len());
         for e in s.probes {
             let id = e.id;
+            if id as usize >= MAX_PROBES {
+                self.ignored_entries += 1;
+                continue;
+            }
             let t = self.track(id);
             let (scheme_ok, pending) = (t.scheme_ok, t.pending.take());
             if !scheme_ok {
                 self.scheme_mismatch += 1;
                 continue;
             }
-            let mut h = match pending {
+            let mut h = match pending.map(|b| *b) {
                 Some((seq, next, h)) if seq == s.seq && next == e.first_bucket => h,
                 stale => {
                     if stale.is_some() {
@@ -1225,17 +1241,18 @@ impl Tracker {
             }
             let t = self.track(id);
             if (e.end_bucket as usize) < BUCKETS {
-                t.pending = Some((s.seq, e.end_bucket, h));
+                t.pending = Some(Box::new((s.seq, e.end_bucket, h)));
                 continue;
             }
-            let (prev, prev_time) = t.prev.take().unwrap_or((Hist::default(), start_ns.unwrap_or(s.time_ns)));
+            let (prev, prev_time) = t.prev.take().map_or((Hist::default(), start_ns.unwrap_or(s.time_ns)), |b| *b);
             since = Some(since.map_or(prev_time, |p: u64| p.min(prev_time)));
             let r = ProbeReport::new(&self.info(id), &prev, &h);
-            self.track(id).prev = Some((h, s.time_ns));
+            self.track(id).prev = Some(Box::new((h, s.time_ns)));
             report.probes.push(r);
+            ids.push(id);
         }
         report.interval_ns = since.map_or(0, |p| s.time_ns.saturating_sub(p));
-        Event::Summary { boot_id: s.boot_id, report }
+        Event::Summary { boot_id: s.boot_id, report, ids }
     }
 }
 
@@ -1717,6 +1734,35 @@ mod tests {
             enc.alert(a.boot_id, a.probe, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
             assert_eq!(hex(&v), hex(&spec_vector(doc, "alert", "frame")));
         }
+    }
+
+    #[test]
+    fn absurd_probe_ids_are_ignored_not_allocated() {
+        let mut t = Tracker::new();
+        let s = Summary {
+            seq: 1,
+            boot_id: 1,
+            time_ns: 1,
+            last: false,
+            probes: vec![ProbeCounts {
+                id: u16::MAX,
+                count: 1,
+                sum_ns: 1,
+                min_ns: 1,
+                max_ns: 1,
+                drops: 0,
+                alerts: 0,
+                first_bucket: 0,
+                end_bucket: BUCKETS as u16,
+                buckets: vec![(1, 1)],
+            }],
+        };
+        match t.on_frame(Frame::Summary(s)) {
+            Event::Summary { report, ids, .. } => assert!(report.probes.is_empty() && ids.is_empty()),
+            e => panic!("{e:?}"),
+        }
+        assert_eq!(t.ignored_entries, 1);
+        assert!(t.tracks.len() <= 1);
     }
 
     #[test]
