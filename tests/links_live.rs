@@ -239,6 +239,7 @@ fn serial_device_unplugged_and_back_is_reopened() {
     let first = read_frames(&mut a, Instant::now() + Duration::from_millis(1500));
     let last_seq_a = first.iter().filter_map(|f| if let Frame::Summary(s) = f { Some(s.seq) } else { None }).max();
     assert!(last_seq_a.is_some(), "summaries arrive once the device exists: {first:?}");
+    assert!(matches!(first.first(), Some(Frame::Hello(_))), "a device that appears late gets Hello first");
     // Unplugged: the device node goes away.
     std::fs::remove_file(&link).unwrap();
     drop(a);

@@ -119,16 +119,11 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
             Box::new(move |q: &Queue| stream_writer(q, &n, frames, Some(Box::new(f)), None))
         }
         Endpoint::Serial(s) => {
-            let first = match serial::open(&s, Duration::from_secs(1)) {
-                Ok(p) => Some(Box::new(p) as Box<dyn Write + Send>),
-                Err(e) => {
-                    log::warn!("output {name}: cannot open now ({e}); trying again every {REOPEN_PERIOD:?}");
-                    None
-                }
-            };
+            // Opened by the writer thread right away, and again whenever it
+            // fails: an absent device is reported, never fatal.
             let n = name.clone();
-            let reopen = move || serial::open(&s, Duration::from_secs(1)).map(|p| Box::new(p) as Box<dyn Write + Send>);
-            Box::new(move |q: &Queue| stream_writer(q, &n, frames, first, Some(Box::new(reopen))))
+            let open = move || serial::open(&s, Duration::from_secs(1)).map(|p| Box::new(p) as Box<dyn Write + Send>);
+            Box::new(move |q: &Queue| stream_writer(q, &n, frames, None, Some(Box::new(open))))
         }
         Endpoint::Tcp(addr) => {
             let l = net::Listener::bind_tcp(&addr).map_err(|e| format!("output {word}: listen: {e}"))?;
@@ -200,7 +195,8 @@ fn stream_writer(
     // reopening, Hello too, for a receiver that came with the device.
     let mut sync = frames;
     let mut send_hello = false;
-    let mut next_try = Instant::now() + REOPEN_PERIOD;
+    let mut next_try = Instant::now();
+    let mut opened_before = w.is_some();
     let mut last_err = String::new();
     let mut warned_write = false;
     loop {
@@ -208,10 +204,18 @@ fn stream_writer(
             if let Some(open) = reopen.as_mut() {
                 match open() {
                     Ok(x) => {
-                        log::warn!("output {name}: open again");
+                        // Only a first attempt that succeeds comes before
+                        // the first Hello is queued; any later open sends it.
+                        let late = opened_before || !last_err.is_empty();
+                        if late {
+                            log::warn!("output {name}: open");
+                        } else {
+                            log::info!("output {name}: open");
+                        }
+                        send_hello = frames && late;
+                        opened_before = true;
                         w = Some(x);
                         sync = frames;
-                        send_hello = frames;
                         last_err.clear();
                     }
                     Err(e) => {
