@@ -208,9 +208,12 @@ impl View {
             let Some(p) = p else { continue };
             let via = if p.attach.is_empty() { String::new() } else { format!("  [{} via {}]", p.kind, p.attach) };
             let _ = writeln!(s, "{}{via}", p.name);
+            // The span the interval numbers cover: one agent interval, or
+            // more after lost frames (since start for a late joiner).
             let _ = writeln!(
                 s,
-                "  interval     count {:<9} p50 {:<9} p90 {:<9} p99 {:<9} p99.9 {:<9} max {}",
+                "  {:<16} count {:<9} p50 {:<9} p90 {:<9} p99 {:<9} p99.9 {:<9} max {}",
+                format!("last {}", fmt_ns(self.interval_ns)),
                 p.count,
                 fmt_ns(p.p50_ns),
                 fmt_ns(p.p90_ns),
@@ -223,7 +226,7 @@ impl View {
                     let q = h.percentiles();
                     let _ = writeln!(
                         s,
-                        "  since start  count {:<9} p50 {:<9} p90 {:<9} p99 {:<9} p99.9 {:<9} max {}",
+                        "  since start      count {:<9} p50 {:<9} p90 {:<9} p99 {:<9} p99.9 {:<9} max {}",
                         h.count,
                         fmt_ns(q.p50_ns),
                         fmt_ns(q.p90_ns),
@@ -233,7 +236,7 @@ impl View {
                     );
                 }
                 _ => {
-                    let _ = writeln!(s, "  since start  count {}", p.total_count);
+                    let _ = writeln!(s, "  since start      count {}", p.total_count);
                 }
             }
             let _ = writeln!(s, "  drops {}/{}  alerts {}/{}  (interval/since start)", p.drops, p.total_drops, p.alerts, p.total_alerts);
@@ -417,8 +420,8 @@ mod tests {
         for needle in [
             "board arm1",
             "runq  [runq via tp_btf]",
-            "interval     count 4",
-            "since start  count 6",
+            "last 1.00s       count 4",
+            "since start      count 6",
             "p99.9",
             "frames ok 4  CRC errors 2  resyncs 3",
             "last frame 0.3s ago",

@@ -319,7 +319,7 @@ fn file_output_replays_in_decode_and_view() {
     let v = latmon().args(["view", &file]).output().unwrap();
     assert!(v.status.success());
     let screen = String::from_utf8_lossy(&v.stdout);
-    for needle in ["latmon view  file:", "runq  [runq via tp_btf]", "p99.9", "since start  count", "frames ok", "CRC errors 0", "(final)", "alerts: 0 received"] {
+    for needle in ["latmon view  file:", "runq  [runq via tp_btf]", "p99.9", "since start      count", "frames ok", "CRC errors 0", "(final)", "alerts: 0 received"] {
         assert!(screen.contains(needle), "{needle:?} missing:\n{screen}");
     }
     let _ = std::fs::remove_file(&path);
