@@ -114,12 +114,14 @@ fn tcp_stalled_client_dropped_while_other_served_on_time() {
     eprintln!("{seq} summaries emitted; slowest emit {slowest_emit:?}; clients seen {:?}", &clients_seen[..clients_seen.len().min(3)]);
     assert_eq!(clients_seen.first(), Some(&2), "both clients were served at first");
     assert_eq!(clients_seen.last(), Some(&1), "the stalled client was disconnected: {clients_seen:?}");
-    assert!(slowest_emit < Duration::from_millis(50), "emit never waits for a client: {slowest_emit:?}");
+    // (A blocked write would take seconds; the bound leaves room for a
+    // loaded CI machine descheduling this thread.)
+    assert!(slowest_emit < Duration::from_millis(250), "emit never waits for a client: {slowest_emit:?}");
     let seqs: Vec<u64> = arrivals.iter().map(|a| a.0).collect();
     assert_eq!(seqs, (1..=seq).collect::<Vec<_>>(), "the reading client got every summary, in order");
     let worst = arrivals.iter().map(|&(s, at)| at.duration_since(emitted_at[s as usize])).max().unwrap();
     eprintln!("worst delivery latency to the reading client: {worst:?}");
-    assert!(worst < Duration::from_millis(500), "served on time: worst {worst:?}");
+    assert!(worst < Duration::from_secs(1), "served on time: worst {worst:?}");
 
     // The stalled client finds its connection closed, far behind.
     slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
