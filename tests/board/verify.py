@@ -2,14 +2,19 @@
 # SPDX-License-Identifier: MIT
 """Check what a virtual board sent over its link UART; print what was proved.
 
-usage: verify.py BOARD UART_LOG END_EPOCH START_EPOCH
-Exit 0 only when every expectation for the board holds.
+usage: verify.py BOARD CONSOLE_LOG FRAMES_JSONL LINK_STATS END_EPOCH START_EPOCH
+CONSOLE_LOG holds the script's markers, `latmon check --json` and latmon's
+log; FRAMES_JSONL is `latmon decode` of the link UART; LINK_STATS its
+link-quality line. Exit 0 only when every expectation for the board holds.
 """
 import json
 import sys
 
-board, path, t_end, t_start = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+board, path, frames_path, link_path = sys.argv[1:5]
+t_end, t_start = int(sys.argv[5]), int(sys.argv[6])
 text = open(path, encoding="utf-8", errors="replace").read().replace("\r", "")
+frames = [json.loads(l) for l in open(frames_path) if l.strip()]
+link = open(link_path, encoding="utf-8", errors="replace").read().strip()
 failures, proved = [], []
 
 
@@ -25,22 +30,16 @@ def section(name, end):
     return body.split(end, 1)[0]
 
 
-if not expect("=== done" in text, "the board ran the script to the end and reported over its UART"):
-    print(f"board {board}: FAIL: no complete report on the UART ({len(text)} bytes):\n{text[-2000:]}")
+if not expect("=== done" in text, "the board ran its script to the end (console)"):
+    print(f"board {board}: FAIL: no complete report on the console ({len(text)} bytes):\n{text[-2000:]}")
     sys.exit(1)
 
 check = json.loads(section("check", "=== check-rc"))
 check_rc = int(text.split("=== check-rc ")[1].split()[0])
 run_rc = int(text.split("=== run-rc ")[1].split()[0])
 feats = {f["kind"]: f["ok"] for f in check["features"]}
-summaries = []
-for line in section("run", "=== run-rc").splitlines():
-    line = line.strip()
-    if line.startswith("{"):
-        try:
-            summaries.append(json.loads(line))
-        except json.JSONDecodeError:
-            failures.append(f"a summary line is not valid JSON: {line[:80]}")
+summaries = [f for f in frames if f.get("type") == "summary"]
+hellos = [f for f in frames if f.get("type") == "hello"]
 totals, attach, last = {}, {}, {}
 for s in summaries:
     for p in s["probes"]:
@@ -76,7 +75,10 @@ if board in ("rt-arm64", "rt-amd64"):
     expect(feats.get("tp_btf") is True, "tp_btf attaches")
     expect(check_rc == 0, "latmon check: every configured probe loads (exit 0)")
     expect(run_rc == 0, "latmon run exited 0 after its duration")
-    expect(len(summaries) >= 5, f"{len(summaries)} JSON summaries arrived over the UART")
+    expect(len(summaries) >= 5 and hellos,
+           f"{len(summaries)} summaries and {len(hellos)} hello frames arrived over the link UART "
+           f"and decoded on the host ({link.splitlines()[-1] if link else 'no link stats'})")
+    expect("0 CRC errors" in link, "no CRC errors on the link")
     expect(attach.get("runq") == "tp_btf" and totals.get("runq", 0) > 0,
            f"runq attached via {attach.get('runq')} and counted {totals.get('runq')} run-queue events")
     expect(totals.get("runq-sleep", 0) >= 300,
