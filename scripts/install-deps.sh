@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Install what building and testing latmon needs on Debian bookworm (root).
+# Install everything building and testing latmon needs on Debian bookworm
+# (root): the native build, the static cross builds (aarch64, armv7), the
+# virtual boards (qemu, multiarch busybox/kernels, pahole) and the baselines.
 # Used by the README's first command and by CI (.ci/run). systemd is there
 # for systemd-analyze verify (tests/yocto/check.sh); it needs no running systemd.
 set -uo pipefail
+cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
+# Virtual boards fetch arm64/armhf kernels and busybox-static.
+for a in arm64 armhf; do
+  dpkg --print-foreign-architectures | grep -qx "$a" || dpkg --add-architecture "$a"
+done
 # A failed index (seen with one multiarch mirror) is a warning, not fatal.
 apt-get update || echo "install-deps: warning: apt-get update reported errors; continuing" >&2
 set -e
 apt-get install -y --no-install-recommends \
   clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev \
   autoconf autopoint automake libtool flex bison gawk \
-  bpftool libbpf-tools rt-tests procps util-linux file cpio \
-  python3 python3-venv \
-  systemd
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross \
+  bpftool libbpf-tools rt-tests procps util-linux file cpio dwarves xz-utils zstd \
+  python3 python3-venv systemd
+scripts/install-qemu.sh
 command -v cargo >/dev/null || { echo "install-deps: cargo not found; install Rust with rustup" >&2; exit 1; }
+rustup target add aarch64-unknown-linux-gnu armv7-unknown-linux-gnueabihf

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The test command (README, CI). Run as root: live tests load BPF programs
-# into the running kernel.
+# into the running kernel. Then the static cross builds and the virtual
+# boards (qemu), unless --no-boards is given: a board that cannot run fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "test.sh: run as root (the live BPF tests need it)" >&2; exit 1; }
+boards=1
+[ "${1:-}" = --no-boards ] && boards=0
+t0=$(date +%s)
 cargo test --locked --release
+echo "test.sh: cargo tests passed in $(( $(date +%s) - t0 )) s"
 # The Yocto layer: oelint-adv, kas, systemd-analyze, kernel options (yocto/).
 tests/yocto/check.sh
+if [ $boards = 1 ]; then
+  tests/board/run-all.sh
+fi

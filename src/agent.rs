@@ -10,7 +10,7 @@ use nix::sys::signal::{SigSet, Signal};
 use crate::config::Config;
 use crate::hist::Hist;
 use crate::probes::{self, Probe};
-use crate::sinks::Sink;
+use crate::sinks::{Session, Sink, Tick};
 use crate::summary::{IntervalReport, ProbeReport};
 
 /// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns() uses.
@@ -53,8 +53,20 @@ struct Running {
     cur: Hist,
 }
 
+/// How long outputs may take to flush at exit.
+const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
+
 /// Run the agent until stopped. Returns an error only when nothing can run.
+/// Outputs are flushed and closed before returning.
 pub fn run(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
+    let res = run_loop(cfg, sinks);
+    for s in sinks.iter_mut() {
+        s.close(FLUSH_AT_EXIT);
+    }
+    res
+}
+
+fn run_loop(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
     let stop_set = block_stop_signals()?;
     require_bpf_privilege()?;
     probes::route_libbpf_logs();
@@ -74,11 +86,15 @@ pub fn run(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
     if running.is_empty() {
         bail!("no probe could attach; nothing to monitor");
     }
+    log::info!("running: {} of {} probes attached", running.len(), cfg.probes.len());
 
     let start = Instant::now();
     let end = cfg.duration.map(|d| start + d);
     let mut seq = 0u64;
     let mut last_ns = monotonic_ns();
+    let session = session(cfg, last_ns, running.iter().map(|r| r.probe.info().clone()).collect());
+    let mut totals = vec![Hist::default(); running.len()];
+    let mut read_errors = vec![0u64; running.len()];
     let mut next = start + cfg.interval;
     let mut report = IntervalReport {
         seq: 0,
@@ -101,20 +117,21 @@ pub fn run(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
         report.last = finished;
         report.probes.clear();
         report.alert_records.clear();
-        for r in running.iter_mut() {
+        for (i, r) in running.iter_mut().enumerate() {
             r.probe.drain_alerts(&mut report.alert_records);
             if let Err(e) = r.probe.read(&mut r.cur) {
                 // Keep the previous snapshot: the next good read covers the gap.
                 log::warn!("{e}");
+                read_errors[i] += 1;
                 r.cur = r.prev.clone();
             }
             report.probes.push(ProbeReport::new(r.probe.info(), &r.prev, &r.cur));
             std::mem::swap(&mut r.prev, &mut r.cur);
+            totals[i].clone_from(&r.prev);
         }
+        let tick = Tick { session: &session, report: &report, totals: &totals, read_errors: &read_errors };
         for s in sinks.iter_mut() {
-            if let Err(e) = s.emit(&report) {
-                log::warn!("sink {}: {e}", s.name());
-            }
+            s.emit(&tick);
         }
         last_ns = now_ns;
         if finished {
@@ -132,6 +149,20 @@ pub fn run(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
     // Probes drop here: links destroyed, programs unloaded.
     drop(running);
     Ok(())
+}
+
+/// The facts every output announces (Hello frames).
+fn session(cfg: &Config, start_ns: u64, probes: Vec<crate::summary::ProbeInfo>) -> Session {
+    let kernel = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
+    let kernel_boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    Session {
+        board: cfg.board.clone().unwrap_or_default(),
+        kernel,
+        boot_id: crate::wire::boot_id(kernel_boot_id.trim(), start_ns, std::process::id()),
+        start_ns,
+        interval_ns: cfg.interval.as_nanos() as u64,
+        probes,
+    }
 }
 
 /// Fail early, with the reason, when this process cannot load BPF at all:

@@ -217,12 +217,26 @@ fn valid_ident(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
 }
 
-/// Output format for text-capable sinks.
+/// Output format of a sink.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     Text,
     Json,
+    /// postcard frames (docs/wire-format.md).
+    Frames,
+}
+
+impl Format {
+    /// The word used on the command line and in config files.
+    pub fn parse(s: &str) -> Option<Format> {
+        match s {
+            "text" => Some(Format::Text),
+            "json" => Some(Format::Json),
+            "frames" => Some(Format::Frames),
+            _ => None,
+        }
+    }
 }
 
 /// The config file (TOML). Every key is optional.
@@ -249,7 +263,9 @@ pub struct Config {
     pub interval: Duration,
     /// Stop after this long; `None` runs until signalled.
     pub duration: Option<Duration>,
-    pub format: Format,
+    /// Format for every output, when given (`--format` or `format =`);
+    /// otherwise stdout is text and other outputs are frames.
+    pub format: Option<Format>,
     pub outputs: Vec<String>,
     pub probes: Vec<ProbeSpec>,
     /// External kernel BTF for kernels that ship it separately (libbpf's
@@ -277,7 +293,7 @@ impl Default for Config {
             target: None,
             interval: DEFAULT_INTERVAL,
             duration: None,
-            format: Format::Text,
+            format: None,
             outputs: vec!["-".into()],
             probes: DEFAULT_PROBES.iter().map(|s| ProbeSpec::parse(s).expect("default spec")).collect(),
             btf_path: None,
@@ -302,7 +318,7 @@ impl Config {
             c.duration = Some(parse_duration(&d)?);
         }
         if let Some(f) = raw.format {
-            c.format = f;
+            c.format = Some(f);
         }
         if let Some(o) = raw.outputs {
             c.outputs = o;
@@ -420,7 +436,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.interval, Duration::from_millis(500));
-        assert_eq!(c.format, Format::Json);
+        assert_eq!(c.format, Some(Format::Json));
         assert_eq!(c.probes[0].comm.as_deref(), Some("ctrl"));
         assert_eq!(c.outputs, vec!["-".to_string()]);
         assert_eq!(Config::from_toml("").unwrap(), Config::default());

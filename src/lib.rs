@@ -11,3 +11,5 @@ pub mod hist;
 pub mod probes;
 pub mod sinks;
 pub mod summary;
+pub mod view;
+pub mod wire;

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use latmon::config::{parse_duration, Config, Format, ProbeSpec};
 use latmon::probes::{self, features};
-use latmon::{agent, sinks};
+use latmon::{agent, sinks, view};
 
 const EXAMPLES: &str = "\
 EXAMPLES:
@@ -22,7 +22,12 @@ EXAMPLES:
     latmon run --probe kfunc:do_nanosleep      # fentry, else kprobe
     latmon run --config /etc/latmon/latmon.toml
     latmon check                               # what this kernel can attach, and the plan
-    latmon check --config board.toml --json    # board bring-up: exit 0 ok, 1 probe fails, 2 invalid";
+    latmon check --config board.toml --json    # board bring-up: exit 0 ok, 1 probe fails, 2 invalid
+    latmon run --output serial:/dev/ttyS1@115200            # postcard frames on the UART
+    latmon run --output serial:/dev/ttyS1 --format text     # readable text for minicom/screen
+    latmon run --output - --output tcp://0.0.0.0:7070       # text here, frames to every TCP client
+    latmon view serial:/dev/ttyUSB0@115200     # technician's live view of a board's UART
+    latmon decode tcp://robot1:7070            # frames -> JSON lines";
 
 /// eBPF latency monitor for real-time Linux robot controllers.
 ///
@@ -44,6 +49,22 @@ enum Cmd {
     Run(RunArgs),
     /// Report kernel features, validate the config and try every probe.
     Check(CheckArgs),
+    /// Live terminal view of a frame stream (histograms, percentiles,
+    /// alerts, link quality).
+    View(SourceArgs),
+    /// Decode a frame stream into JSON lines, one per frame.
+    Decode(SourceArgs),
+}
+
+#[derive(clap::Args)]
+struct SourceArgs {
+    /// SOURCE: - (stdin) | serial:/dev/ttyX[@BAUD][,parity=..,flow=..] |
+    /// tcp://HOST:PORT (connect) | udp://HOST:PORT (bind) | unix:/PATH | file:PATH
+    #[arg(value_name = "SOURCE")]
+    source: String,
+    /// Stop after this long (default: until the source ends, or forever).
+    #[arg(long, value_name = "DURATION")]
+    duration: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -69,11 +90,14 @@ struct RunArgs {
     /// Stop after this long (default: run until SIGINT/SIGTERM).
     #[arg(long, value_name = "DURATION")]
     duration: Option<String>,
-    /// Output format.
-    #[arg(long, value_parser = ["text", "json"])]
+    /// Output format for every output. Without it: text on stdout,
+    /// frames (docs/wire-format.md) on every other output. A SINK's own
+    /// ,format=text|json|frames wins over both.
+    #[arg(long, value_parser = ["text", "json", "frames"])]
     format: Option<String>,
-    /// Output SINK, repeatable ("-" is stdout).
-    #[arg(long = "output", value_name = "SINK")]
+    /// Output SINK, repeatable: - (stdout) | serial:/dev/ttyX[@BAUD][,parity=none|even|odd][,flow=none|hw|sw] |
+    /// tcp://HOST:PORT (listen) | udp://HOST:PORT | unix:/PATH (listen) | file:PATH
+    #[arg(long = "output", value_name = "SINK", allow_hyphen_values = true)]
     outputs: Vec<String>,
 }
 
@@ -112,12 +136,13 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         cfg.duration = Some(parse_duration(d)?);
     }
     if let Some(f) = &a.format {
-        cfg.format = if f == "json" { Format::Json } else { Format::Text };
+        cfg.format = Format::parse(f);
     }
     if !a.outputs.is_empty() {
         cfg.outputs = a.outputs.clone();
     }
     cfg.validate()?;
+    // Outputs start (bind, open) before the agent: mistakes fail early.
     let mut sinks = cfg
         .outputs
         .iter()
@@ -126,6 +151,13 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         .map_err(anyhow::Error::msg)?;
     agent::run(&cfg, &mut sinks)?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn source_duration(a: &SourceArgs) -> Result<Option<std::time::Duration>> {
+    Ok(match &a.duration {
+        Some(d) => Some(parse_duration(d)?),
+        None => None,
+    })
 }
 
 #[derive(Serialize)]
@@ -293,6 +325,10 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Check(a) => cmd_check(a),
+        Cmd::View(a) => source_duration(&a).and_then(|d| view::run_view(&a.source, d)).map(|()| ExitCode::SUCCESS),
+        Cmd::Decode(a) => {
+            source_duration(&a).and_then(|d| view::run_decode(&a.source, d)).map(|_| ExitCode::SUCCESS)
+        }
     };
     match res {
         Ok(code) => code,

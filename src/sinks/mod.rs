@@ -1,49 +1,470 @@
 // SPDX-License-Identifier: MIT
-//! Where summaries go. Every sink takes the same `IntervalReport`.
+//! Where summaries go: stdout, serial lines, TCP/Unix listeners, UDP,
+//! files — several at once. Every output renders on the agent's thread
+//! (text, JSON or wire frames, into buffers allocated once) and hands the
+//! bytes to its own writer thread through a bounded [`queue::Queue`]: a
+//! slow, blocked or unplugged link never delays aggregation; what does not
+//! fit is dropped, counted, reported in Status frames and logged.
+
+pub mod net;
+pub mod queue;
+pub mod serial;
+pub mod source;
+pub mod spec;
 
 use std::io::{self, Write};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 
 use crate::config::Format;
-use crate::summary::{render_text, IntervalReport};
+use crate::hist::Hist;
+use crate::summary::{render_text, IntervalReport, ProbeInfo};
+use crate::wire::{self, Encoder, Hello, ProbeHealth, Status, SummaryHeader};
+use queue::{Pop, Queue};
+use spec::{Endpoint, LinkSpec};
+
+/// Facts about this agent run, fixed once the probes are attached.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub board: String,
+    pub kernel: String,
+    pub boot_id: u32,
+    /// CLOCK_MONOTONIC when counting started.
+    pub start_ns: u64,
+    pub interval_ns: u64,
+    pub probes: Vec<ProbeInfo>,
+}
+
+impl Session {
+    pub fn hello(&self) -> Hello {
+        let probes = wire::probe_table(&self.probes);
+        Hello {
+            protocol_revision: wire::PROTOCOL_REVISION,
+            latmon_version: env!("CARGO_PKG_VERSION").into(),
+            board: self.board.clone(),
+            kernel: self.kernel.clone(),
+            boot_id: self.boot_id,
+            start_ns: self.start_ns,
+            interval_ns: self.interval_ns,
+            probe_count: probes.len() as u16,
+            probes,
+        }
+    }
+}
+
+/// Everything an output may render for one interval.
+pub struct Tick<'a> {
+    pub session: &'a Session,
+    pub report: &'a IntervalReport,
+    /// Cumulative histogram since start per probe (the order of
+    /// `session.probes` and `report.probes`).
+    pub totals: &'a [Hist],
+    /// Failed map reads since start, per probe.
+    pub read_errors: &'a [u64],
+}
 
 /// A destination for interval summaries.
-pub trait Sink {
+pub trait Sink: Send {
     fn name(&self) -> &str;
-    fn emit(&mut self, r: &IntervalReport) -> io::Result<()>;
+    /// Render and queue; never waits for I/O.
+    fn emit(&mut self, t: &Tick<'_>);
+    /// Flush what is queued (waiting at most `timeout`) and stop.
+    fn close(&mut self, timeout: Duration);
 }
 
-/// Open a sink from its SINK word (`-` is stdout).
-pub fn open(spec: &str, format: Format) -> Result<Box<dyn Sink>, String> {
-    match spec {
-        "-" => Ok(Box::new(Stdout { format, buf: String::with_capacity(16 * 1024) })),
-        other => Err(format!(
-            "output {other:?}: only '-' (stdout) is available in this build; serial, tcp, udp, unix and file sinks come with the wire format"
-        )),
-    }
+/// Hello (and Status) go out at least this often...
+pub const HELLO_PERIOD_NS: u64 = 10_000_000_000;
+/// ...and at least every this many summaries.
+pub const HELLO_EVERY_SUMMARIES: u32 = 32;
+/// Queue capacity of outputs other than serial lines.
+pub const QUEUE_BYTES: usize = 256 * 1024;
+/// Serial outputs queue about this much link time (more is stale data).
+const SERIAL_QUEUE_TIME: Duration = Duration::from_secs(2);
+/// How often a vanished serial device is looked for again.
+pub const REOPEN_PERIOD: Duration = Duration::from_secs(1);
+/// Drop reports in the log at most this often per output.
+const DROP_LOG_PERIOD: Duration = Duration::from_secs(10);
+
+/// Open an output from its SINK word; `global` is `--format` (or the
+/// config's `format`) when given. Network addresses are bound and files
+/// opened now, so mistakes fail at startup; a serial device that is absent
+/// is only reported: it is opened as soon as it appears.
+pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String> {
+    let spec = LinkSpec::parse(word).map_err(|e| e.to_string())?;
+    let format = spec.effective_format(global);
+    let name = spec.endpoint.to_string();
+    let frames = format == Format::Frames;
+    let serial_text = matches!(spec.endpoint, Endpoint::Serial(_)) && format == Format::Text;
+    let cap = match &spec.endpoint {
+        Endpoint::Serial(s) => (s.baud as usize / 10 * SERIAL_QUEUE_TIME.as_secs() as usize).clamp(4096, QUEUE_BYTES),
+        _ => QUEUE_BYTES,
+    };
+    let q = Arc::new(Queue::new(cap));
+    let writer: Box<dyn FnOnce(&Queue) + Send> = match spec.endpoint.clone() {
+        Endpoint::Stdio => {
+            let n = name.clone();
+            Box::new(move |q: &Queue| stream_writer(q, &n, frames, Some(Box::new(io::stdout())), None))
+        }
+        Endpoint::File(path) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| format!("output {word}: {e}"))?;
+            let n = name.clone();
+            Box::new(move |q: &Queue| stream_writer(q, &n, frames, Some(Box::new(f)), None))
+        }
+        Endpoint::Serial(s) => {
+            // Opened by the writer thread right away, and again whenever it
+            // fails: an absent device is reported, never fatal.
+            let n = name.clone();
+            let open = move || serial::open(&s, Duration::from_secs(1)).map(|p| Box::new(p) as Box<dyn Write + Send>);
+            Box::new(move |q: &Queue| stream_writer(q, &n, frames, None, Some(Box::new(open))))
+        }
+        Endpoint::Tcp(addr) => {
+            let l = net::Listener::bind_tcp(&addr).map_err(|e| format!("output {word}: listen: {e}"))?;
+            log::info!("output {name}: listening on {}", l.local_addr());
+            let n = name.clone();
+            Box::new(move |q: &Queue| net::serve(q, &n, l, frames))
+        }
+        Endpoint::Unix(path) => {
+            let l = net::Listener::bind_unix(&path).map_err(|e| format!("output {word}: listen: {e}"))?;
+            let n = name.clone();
+            Box::new(move |q: &Queue| net::serve(q, &n, l, frames))
+        }
+        Endpoint::Udp(addr) => {
+            let s = net::udp_to(&addr).map_err(|e| format!("output {word}: {e}"))?;
+            let n = name.clone();
+            Box::new(move |q: &Queue| net::send_udp(q, &n, s))
+        }
+    };
+    let render = match format {
+        Format::Text => Render::Text { buf: String::with_capacity(16 * 1024), crlf: serial_text },
+        Format::Json => Render::Json(String::with_capacity(16 * 1024)),
+        Format::Frames => Render::Frames(Box::default()),
+    };
+    let (thread, done) = spawn_writer(&name, q.clone(), writer).map_err(|e| format!("output {word}: {e}"))?;
+    Ok(Box::new(Output {
+        name,
+        render,
+        q,
+        thread: Some(thread),
+        done,
+        dropped_logged: 0,
+        last_drop_log: None,
+    }))
 }
 
-/// Text or JSON lines on stdout.
-pub struct Stdout {
-    format: Format,
-    buf: String,
+/// Start a writer thread with SIGINT/SIGTERM blocked (the agent collects
+/// them synchronously; a writer must never be the thread they hit).
+fn spawn_writer(
+    name: &str,
+    q: Arc<Queue>,
+    writer: Box<dyn FnOnce(&Queue) + Send>,
+) -> io::Result<(JoinHandle<()>, mpsc::Receiver<()>)> {
+    let mut stop = SigSet::empty();
+    stop.add(Signal::SIGINT);
+    stop.add(Signal::SIGTERM);
+    let old = stop.thread_swap_mask(SigmaskHow::SIG_BLOCK).map_err(io::Error::from)?;
+    let (tx, rx) = mpsc::channel();
+    let res = std::thread::Builder::new().name(format!("latmon-out {name}").chars().take(15).collect()).spawn(move || {
+        writer(&q);
+        let _ = tx.send(());
+    });
+    let _ = old.thread_set_mask();
+    Ok((res?, rx))
 }
 
-impl Sink for Stdout {
-    fn name(&self) -> &str {
-        "stdout"
-    }
-
-    fn emit(&mut self, r: &IntervalReport) -> io::Result<()> {
-        self.buf.clear();
-        match self.format {
-            Format::Text => self.buf.push_str(&render_text(r)),
-            Format::Json => {
-                self.buf.push_str(&serde_json::to_string(r).map_err(io::Error::other)?);
-                self.buf.push('\n');
+/// Writer for byte streams: stdout, files, serial lines. With `reopen`, a
+/// link that fails (USB-serial unplugged) is closed and opened again every
+/// [`REOPEN_PERIOD`]; what arrives meanwhile is dropped and counted.
+fn stream_writer(
+    q: &Queue,
+    name: &str,
+    frames: bool,
+    mut w: Option<Box<dyn Write + Send>>,
+    mut reopen: Option<Box<dyn FnMut() -> io::Result<Box<dyn Write + Send>> + Send>>,
+) {
+    let (mut data, mut lens, mut pre) = (Vec::new(), Vec::new(), Vec::new());
+    // A delimiter first, so a receiver resyncs even after a partial frame
+    // (a failed write, an earlier run appending to the same file); after
+    // reopening, Hello too, for a receiver that came with the device.
+    let mut sync = frames;
+    let mut send_hello = false;
+    let mut next_try = Instant::now();
+    let mut opened_before = w.is_some();
+    let mut last_err = String::new();
+    let mut warned_write = false;
+    loop {
+        if w.is_none() && Instant::now() >= next_try {
+            if let Some(open) = reopen.as_mut() {
+                match open() {
+                    Ok(x) => {
+                        // Only a first attempt that succeeds comes before
+                        // the first Hello is queued; any later open sends it.
+                        let late = opened_before || !last_err.is_empty();
+                        if late {
+                            log::warn!("output {name}: open");
+                        } else {
+                            log::info!("output {name}: open");
+                        }
+                        send_hello = frames && late;
+                        opened_before = true;
+                        w = Some(x);
+                        sync = frames;
+                        last_err.clear();
+                    }
+                    Err(e) => {
+                        if e.to_string() != last_err {
+                            log::warn!("output {name}: cannot open ({e}); trying again every {REOPEN_PERIOD:?}");
+                            last_err = e.to_string();
+                        }
+                        next_try = Instant::now() + REOPEN_PERIOD;
+                    }
+                }
             }
         }
-        let mut out = io::stdout().lock();
-        out.write_all(self.buf.as_bytes())?;
-        out.flush()
+        match q.pop(&mut data, &mut lens, Duration::from_millis(200)) {
+            Pop::Closed => return,
+            Pop::Empty => continue,
+            Pop::Data => {}
+        }
+        let Some(out) = w.as_mut() else {
+            q.note_dropped(lens.len(), data.len());
+            continue;
+        };
+        pre.clear();
+        if sync {
+            pre.push(wire::DELIMITER);
+        }
+        if send_hello {
+            q.hello(&mut pre);
+        }
+        let res = out.write_all(&pre).and_then(|()| out.write_all(&data)).and_then(|()| out.flush());
+        match res {
+            Ok(()) => {
+                sync = false;
+                send_hello = false;
+                warned_write = false;
+            }
+            Err(e) => {
+                // Part of a frame may be out: start the next write with a
+                // delimiter so only this chunk is lost.
+                sync = frames;
+                q.note_dropped(lens.len(), data.len());
+                if reopen.is_some() && e.kind() != io::ErrorKind::TimedOut {
+                    log::warn!("output {name}: {e}: closing; trying to open again every {REOPEN_PERIOD:?}");
+                    w = None;
+                    next_try = Instant::now() + REOPEN_PERIOD;
+                } else if !warned_write {
+                    log::warn!("output {name}: write: {e}");
+                    warned_write = true;
+                }
+            }
+        }
+        if q.deadline().is_some_and(|d| Instant::now() >= d) {
+            return;
+        }
+    }
+}
+
+enum Render {
+    Text { buf: String, crlf: bool },
+    Json(String),
+    Frames(Box<FrameRender>),
+}
+
+/// Wire-frame rendering state of one output.
+#[derive(Default)]
+struct FrameRender {
+    enc: Encoder,
+    buf: Vec<u8>,
+    lens: Vec<usize>,
+    hello: Option<Hello>,
+    status: Option<Status>,
+    last_hello_ns: Option<u64>,
+    since_hello: u32,
+}
+
+impl FrameRender {
+    fn status_frames(&mut self, t: &Tick<'_>, q: &Queue) {
+        let (dropped, dropped_bytes) = q.dropped();
+        let s = self.status.get_or_insert_with(|| Status {
+            boot_id: 0,
+            time_ns: 0,
+            seq: 0,
+            uptime_ns: 0,
+            frames_dropped: 0,
+            bytes_dropped: 0,
+            clients: 0,
+            probes: Vec::with_capacity(t.session.probes.len()),
+        });
+        s.boot_id = t.session.boot_id;
+        s.time_ns = t.report.time_ns;
+        s.seq = t.report.seq;
+        s.uptime_ns = t.report.time_ns.saturating_sub(t.session.start_ns);
+        s.frames_dropped = dropped;
+        s.bytes_dropped = dropped_bytes;
+        s.clients = q.clients();
+        s.probes.clear();
+        s.probes.extend(t.read_errors.iter().enumerate().map(|(i, &e)| ProbeHealth {
+            id: i as u16,
+            read_errors: e,
+            run_count: 0,
+            run_time_ns: 0,
+        }));
+        let (buf, lens) = (&mut self.buf, &mut self.lens);
+        if let Err(e) = self.enc.status(s, &mut |f| {
+            buf.extend_from_slice(f);
+            lens.push(f.len());
+        }) {
+            log::warn!("status frame: {e}");
+        }
+    }
+
+    fn render(&mut self, t: &Tick<'_>, q: &Queue) {
+        let r = t.report;
+        let due = self.last_hello_ns.is_none_or(|l| r.time_ns.saturating_sub(l) >= HELLO_PERIOD_NS)
+            || self.since_hello >= HELLO_EVERY_SUMMARIES;
+        if due {
+            let first = self.hello.is_none();
+            let hello = self.hello.get_or_insert_with(|| t.session.hello());
+            self.buf.clear();
+            self.lens.clear();
+            let (buf, lens) = (&mut self.buf, &mut self.lens);
+            if let Err(e) = self.enc.hello(hello, &mut |f| {
+                buf.extend_from_slice(f);
+                lens.push(f.len());
+            }) {
+                log::warn!("hello frame: {e}");
+            }
+            if first {
+                q.set_hello(&self.buf);
+            }
+            self.status_frames(t, q);
+            q.push_group(&self.buf, &self.lens);
+            self.last_hello_ns = Some(r.time_ns);
+            self.since_hello = 0;
+        }
+        for a in &r.alert_records {
+            let id = t.session.probes.iter().position(|p| p.name == a.probe).map_or(u16::MAX, |i| i as u16);
+            self.buf.clear();
+            self.lens.clear();
+            let (buf, lens) = (&mut self.buf, &mut self.lens);
+            if self.enc.alert(t.session.boot_id, id, a, &mut |f| {
+                buf.extend_from_slice(f);
+                lens.push(f.len());
+            }).is_ok()
+            {
+                q.push_group(&self.buf, &self.lens);
+            }
+        }
+        // A summary goes whole or not at all: half of one is wasted link time.
+        self.buf.clear();
+        self.lens.clear();
+        let h = SummaryHeader { seq: r.seq, boot_id: t.session.boot_id, time_ns: r.time_ns, last: r.last };
+        let (buf, lens) = (&mut self.buf, &mut self.lens);
+        match self.enc.summary(h, t.totals, &mut |f| {
+            buf.extend_from_slice(f);
+            lens.push(f.len());
+        }) {
+            Ok(_) => {
+                q.push_group(&self.buf, &self.lens);
+            }
+            Err(e) => log::warn!("summary frame: {e}"),
+        }
+        self.since_hello += 1;
+        if r.last {
+            self.buf.clear();
+            self.lens.clear();
+            self.status_frames(t, q);
+            q.push_group(&self.buf, &self.lens);
+        }
+    }
+}
+
+struct Output {
+    name: String,
+    render: Render,
+    q: Arc<Queue>,
+    thread: Option<JoinHandle<()>>,
+    done: mpsc::Receiver<()>,
+    dropped_logged: u64,
+    last_drop_log: Option<Instant>,
+}
+
+impl Output {
+    fn log_drops(&mut self, closing: bool) {
+        let (d, b) = self.q.dropped();
+        if d == self.dropped_logged {
+            return;
+        }
+        if closing || self.last_drop_log.is_none_or(|t| t.elapsed() >= DROP_LOG_PERIOD) {
+            log::warn!(
+                "output {}: {d} records ({b} bytes) dropped since start: the link is slower than the summaries, or down",
+                self.name
+            );
+            self.dropped_logged = d;
+            self.last_drop_log = Some(Instant::now());
+        }
+    }
+}
+
+impl Sink for Output {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn emit(&mut self, t: &Tick<'_>) {
+        match &mut self.render {
+            Render::Text { buf, crlf } => {
+                buf.clear();
+                let text = render_text(t.report);
+                if *crlf {
+                    // Serial terminals (minicom, screen) want CR LF.
+                    for line in text.split_inclusive('\n') {
+                        buf.push_str(line.strip_suffix('\n').unwrap_or(line));
+                        if line.ends_with('\n') {
+                            buf.push_str("\r\n");
+                        }
+                    }
+                } else {
+                    buf.push_str(&text);
+                }
+                self.q.push(buf.as_bytes());
+            }
+            Render::Json(buf) => {
+                buf.clear();
+                match serde_json::to_string(t.report) {
+                    Ok(s) => buf.push_str(&s),
+                    Err(e) => log::warn!("json: {e}"),
+                }
+                buf.push('\n');
+                self.q.push(buf.as_bytes());
+            }
+            Render::Frames(f) => f.render(t, &self.q),
+        }
+        self.log_drops(false);
+    }
+
+    fn close(&mut self, timeout: Duration) {
+        let Some(thread) = self.thread.take() else { return };
+        self.q.close(Instant::now() + timeout);
+        if self.done.recv_timeout(timeout + Duration::from_millis(100)).is_ok() {
+            let _ = thread.join();
+        } else {
+            log::warn!("output {}: not flushed within {timeout:?}; giving up", self.name);
+        }
+        self.log_drops(true);
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        self.close(Duration::from_millis(500));
     }
 }

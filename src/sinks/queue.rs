@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: MIT
+//! The bounded hand-over between the agent loop and an output's writer
+//! thread. The agent never waits for I/O: a record (a frame, a text
+//! summary) that does not fit is dropped and counted. Memory is allocated
+//! once, at the capacity.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// What `pop` found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Pop {
+    /// Records were moved out.
+    Data,
+    /// Nothing arrived within the timeout.
+    Empty,
+    /// Closed and drained: the writer should finish.
+    Closed,
+}
+
+struct Inner {
+    data: VecDeque<u8>,
+    lens: VecDeque<usize>,
+    closed: bool,
+    /// When closing, until when the writer may keep flushing.
+    deadline: Option<Instant>,
+    dropped_records: u64,
+    dropped_bytes: u64,
+    /// The latest Hello frames, for clients that connect later.
+    hello: Vec<u8>,
+}
+
+pub struct Queue {
+    inner: Mutex<Inner>,
+    cv: Condvar,
+    cap_bytes: usize,
+    max_records: usize,
+    /// Connected clients (socket outputs), for Status.
+    pub clients: AtomicU32,
+}
+
+impl Queue {
+    pub fn new(cap_bytes: usize) -> Self {
+        let max_records = (cap_bytes / 16).max(16);
+        Queue {
+            inner: Mutex::new(Inner {
+                data: VecDeque::with_capacity(cap_bytes),
+                lens: VecDeque::with_capacity(max_records),
+                closed: false,
+                deadline: None,
+                dropped_records: 0,
+                dropped_bytes: 0,
+                hello: Vec::new(),
+            }),
+            cv: Condvar::new(),
+            cap_bytes,
+            max_records,
+            clients: AtomicU32::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A writer thread that panicked must not take the agent with it.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queue the records `buf[..]` split by `lens`, all or none. Returns
+    /// false (and counts them dropped) when they do not fit.
+    pub fn push_group(&self, buf: &[u8], lens: &[usize]) -> bool {
+        let mut g = self.lock();
+        if g.closed || g.data.len() + buf.len() > self.cap_bytes || g.lens.len() + lens.len() > self.max_records {
+            g.dropped_records += lens.len() as u64;
+            g.dropped_bytes += buf.len() as u64;
+            return false;
+        }
+        g.data.extend(buf.iter().copied());
+        g.lens.extend(lens.iter().copied());
+        drop(g);
+        self.cv.notify_one();
+        true
+    }
+
+    pub fn push(&self, record: &[u8]) -> bool {
+        self.push_group(record, &[record.len()])
+    }
+
+    /// Move every queued record into `out` (lengths into `lens`), waiting
+    /// up to `timeout` for one to arrive.
+    pub fn pop(&self, out: &mut Vec<u8>, lens: &mut Vec<usize>, timeout: Duration) -> Pop {
+        out.clear();
+        lens.clear();
+        let mut g = self.lock();
+        if g.data.is_empty() && !g.closed {
+            g = self.cv.wait_timeout(g, timeout).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
+        }
+        if g.data.is_empty() {
+            return if g.closed { Pop::Closed } else { Pop::Empty };
+        }
+        out.extend(g.data.drain(..));
+        lens.extend(g.lens.drain(..));
+        Pop::Data
+    }
+
+    /// Records the writer had to discard (link down, write failed).
+    pub fn note_dropped(&self, records: usize, bytes: usize) {
+        let mut g = self.lock();
+        g.dropped_records += records as u64;
+        g.dropped_bytes += bytes as u64;
+    }
+
+    /// (records, bytes) dropped since start.
+    pub fn dropped(&self) -> (u64, u64) {
+        let g = self.lock();
+        (g.dropped_records, g.dropped_bytes)
+    }
+
+    pub fn set_hello(&self, frames: &[u8]) {
+        let mut g = self.lock();
+        g.hello.clear();
+        g.hello.extend_from_slice(frames);
+    }
+
+    pub fn hello(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.lock().hello);
+    }
+
+    /// No more records: the writer drains what is queued, flushing until
+    /// `deadline` at most, and stops.
+    pub fn close(&self, deadline: Instant) {
+        let mut g = self.lock();
+        g.closed = true;
+        g.deadline = Some(deadline);
+        drop(g);
+        self.cv.notify_all();
+    }
+
+    /// The flush deadline once closed.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.lock().deadline
+    }
+
+    pub fn clients(&self) -> u32 {
+        self.clients.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_all_or_nothing_and_counted() {
+        let q = Queue::new(100);
+        assert!(q.push(&[1; 60]));
+        assert!(!q.push_group(&[2; 50], &[25, 25]));
+        assert_eq!(q.dropped(), (2, 50));
+        assert!(q.push(&[3; 40]));
+        let (mut out, mut lens) = (Vec::new(), Vec::new());
+        assert_eq!(q.pop(&mut out, &mut lens, Duration::ZERO), Pop::Data);
+        assert_eq!((out.len(), &lens[..]), (100, &[60, 40][..]));
+        assert_eq!(q.pop(&mut out, &mut lens, Duration::from_millis(1)), Pop::Empty);
+        q.push(&[4]);
+        q.close(Instant::now());
+        assert!(!q.push(&[5]), "closed queues take nothing");
+        assert_eq!(q.pop(&mut out, &mut lens, Duration::ZERO), Pop::Data);
+        assert_eq!(q.pop(&mut out, &mut lens, Duration::ZERO), Pop::Closed);
+    }
+
+    #[test]
+    fn pop_wakes_on_push() {
+        let q = std::sync::Arc::new(Queue::new(1000));
+        let q2 = q.clone();
+        let t = std::thread::spawn(move || {
+            let (mut out, mut lens) = (Vec::new(), Vec::new());
+            let start = std::time::Instant::now();
+            let r = q2.pop(&mut out, &mut lens, Duration::from_secs(10));
+            (r, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        q.push(b"x");
+        let (r, waited) = t.join().unwrap();
+        assert_eq!(r, Pop::Data);
+        assert!(waited < Duration::from_secs(5));
+    }
+}

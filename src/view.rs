@@ -1,0 +1,460 @@
+// SPDX-License-Identifier: MIT
+//! The technician's side of a link: `latmon view` (a live terminal screen)
+//! and `latmon decode` (JSON lines). Rendering and JSON shaping are pure
+//! functions with unit tests; `run_view` / `run_decode` are the I/O loops.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::io::{self, IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use serde::Serialize;
+
+use crate::sinks::source::{self, Got};
+use crate::summary::{fmt_ns, AlertRecord, IntervalReport, ProbeReport};
+use crate::wire::{Event, FrameDecoder, FrameError, Hello, LinkStats, Status, Tracker};
+
+// ------------------------------------------------------------------ decode
+
+#[derive(Serialize)]
+struct Tagged<'a, T: Serialize> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+#[derive(Serialize)]
+struct SummaryLine<'a> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    boot_id: u32,
+    #[serde(flatten)]
+    report: &'a IntervalReport,
+}
+
+#[derive(Serialize)]
+struct BadLine<'a> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    reason: &'static str,
+    error: &'a str,
+}
+
+#[derive(Serialize)]
+struct UnknownLine {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    kind: u8,
+}
+
+/// One JSON line (no newline) for a decoded frame or a discarded
+/// fragment. Summaries carry the field names of `latmon run --format json`
+/// plus `type` and `boot_id`.
+pub fn json_line(r: &Result<Event, FrameError>) -> String {
+    let res = match r {
+        Ok(Event::Hello(h)) => serde_json::to_string(&Tagged::<Hello> { ty: "hello", body: h }),
+        Ok(Event::Summary { boot_id, report, .. }) => {
+            serde_json::to_string(&SummaryLine { ty: "summary", boot_id: *boot_id, report })
+        }
+        Ok(Event::Alert(a)) => serde_json::to_string(&Tagged::<AlertRecord> { ty: "alert", body: a }),
+        Ok(Event::Status(s)) => serde_json::to_string(&Tagged::<Status> { ty: "status", body: s }),
+        Ok(Event::Unknown { kind }) => serde_json::to_string(&UnknownLine { ty: "unknown", kind: *kind }),
+        Err(e) => serde_json::to_string(&BadLine { ty: "bad_frame", reason: e.reason(), error: &e.to_string() }),
+    };
+    res.unwrap_or_else(|e| format!("{{\"type\":\"error\",\"error\":{:?}}}", e.to_string()))
+}
+
+/// One line of link statistics for stderr.
+pub fn link_line(s: &LinkStats, t: &Tracker) -> String {
+    format!(
+        "link: {} bytes, {} frames good, {} CRC errors, {} resyncs, {} other errors, {} unknown kinds, {} summaries lost",
+        s.bytes,
+        s.frames_good,
+        s.crc_errors,
+        s.resyncs,
+        s.errors() - s.crc_errors,
+        s.unknown_kinds,
+        t.summaries_lost
+    )
+}
+
+/// `latmon decode SOURCE`: a JSON line per frame on stdout until the
+/// source ends (or `duration` passes); link statistics on stderr.
+pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
+    let mut src = source::open(word, false).map_err(|e| anyhow!(e))?;
+    let mut dec = FrameDecoder::new();
+    let mut tracker = Tracker::new();
+    let deadline = duration.map(|d| Instant::now() + d);
+    let mut buf = vec![0u8; 8192];
+    let mut lines = String::new();
+    let stdout = io::stdout();
+    loop {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        match src.read(&mut buf) {
+            Got::Data(n) => {
+                dec.feed(&buf[..n], &mut |r| {
+                    let ev = r.map(|f| tracker.on_frame(f));
+                    lines.push_str(&json_line(&ev));
+                    lines.push('\n');
+                });
+                if !lines.is_empty() {
+                    let mut out = stdout.lock();
+                    if out.write_all(lines.as_bytes()).and_then(|()| out.flush()).is_err() {
+                        break; // reader went away
+                    }
+                    lines.clear();
+                }
+            }
+            Got::Idle => {}
+            Got::Restart => dec.restart(),
+            Got::End => break,
+        }
+    }
+    eprintln!("latmon: {}", link_line(&dec.stats, &tracker));
+    Ok(dec.stats)
+}
+
+// -------------------------------------------------------------------- view
+
+/// Alerts kept on screen.
+const ALERTS_SHOWN: usize = 8;
+const BAR_WIDTH: usize = 32;
+
+/// What the live view shows: the latest interval per probe, recent alerts.
+#[derive(Default)]
+pub struct View {
+    /// Latest interval report per probe, by probe id (position in Hello).
+    latest: Vec<Option<ProbeReport>>,
+    pub alerts: VecDeque<AlertRecord>,
+    pub alerts_seen: u64,
+    pub seq: u64,
+    pub time_ns: u64,
+    pub interval_ns: u64,
+    pub last: bool,
+}
+
+impl View {
+    pub fn on_event(&mut self, ev: &Event) {
+        match ev {
+            Event::Summary { report, ids, .. } => {
+                self.seq = report.seq;
+                self.time_ns = report.time_ns;
+                if report.interval_ns > 0 {
+                    self.interval_ns = report.interval_ns;
+                }
+                self.last = report.last;
+                for (p, &id) in report.probes.iter().zip(ids) {
+                    let id = id as usize; // < wire::MAX_PROBES
+                    if self.latest.len() <= id {
+                        self.latest.resize(id + 1, None);
+                    }
+                    self.latest[id] = Some(p.clone());
+                }
+            }
+            Event::Alert(a) => {
+                self.alerts_seen += 1;
+                self.alerts.push_front(a.clone());
+                self.alerts.truncate(ALERTS_SHOWN);
+            }
+            _ => {}
+        }
+    }
+
+    /// The screen as text (ASCII, for any terminal).
+    pub fn render(&self, source: &str, link: &LinkStats, t: &Tracker, since_frame: Option<Duration>) -> String {
+        let mut s = String::new();
+        let _ = write!(s, "latmon view  {source}");
+        if let Some(h) = &t.hello {
+            let board = if h.board.is_empty() { "-" } else { &h.board };
+            let _ = write!(s, "   board {board}  kernel {}  latmon {}", h.kernel, h.latmon_version);
+        }
+        s.push('\n');
+        match &t.hello {
+            Some(h) => {
+                let up = self.time_ns.saturating_sub(h.start_ns);
+                let _ = writeln!(
+                    s,
+                    "agent up {}  interval {}  seq {}{}  boot {:08x}",
+                    fmt_ns(up),
+                    fmt_ns(h.interval_ns),
+                    self.seq,
+                    if self.last { " (final)" } else { "" },
+                    h.boot_id
+                );
+            }
+            None => {
+                let _ = writeln!(s, "waiting for Hello (probe names); seq {}", self.seq);
+            }
+        }
+        let ago = since_frame.map_or("never".to_string(), |d| format!("{:.1}s ago", d.as_secs_f64()));
+        let (agent_drops, clients) = t.status.as_ref().map_or((0, 0), |st| (st.frames_dropped, st.clients));
+        let _ = writeln!(
+            s,
+            "link  frames ok {}  CRC errors {}  resyncs {}  other errors {}  summaries lost {}  last frame {ago}  agent drops {agent_drops}{}{}",
+            link.frames_good,
+            link.crc_errors,
+            link.resyncs,
+            link.errors() - link.crc_errors,
+            t.summaries_lost,
+            if clients > 0 { format!("  clients {clients}") } else { String::new() },
+            if t.restarts > 0 { format!("  agent restarts {}", t.restarts) } else { String::new() }
+        );
+        let _ = writeln!(s, "{}", "-".repeat(78));
+        for (id, p) in self.latest.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let via = if p.attach.is_empty() { String::new() } else { format!("  [{} via {}]", p.kind, p.attach) };
+            let _ = writeln!(s, "{}{via}", p.name);
+            // The span the interval numbers cover: one agent interval, or
+            // more after lost frames (since start for a late joiner).
+            let _ = writeln!(
+                s,
+                "  {:<16} count {:<9} p50 {:<9} p90 {:<9} p99 {:<9} p99.9 {:<9} max {}",
+                format!("last {}", fmt_ns(self.interval_ns)),
+                p.count,
+                fmt_ns(p.p50_ns),
+                fmt_ns(p.p90_ns),
+                fmt_ns(p.p99_ns),
+                fmt_ns(p.p999_ns),
+                fmt_ns(p.max_ns)
+            );
+            match t.totals(id as u16) {
+                Some(h) if h.count > 0 => {
+                    let q = h.percentiles();
+                    let _ = writeln!(
+                        s,
+                        "  since start      count {:<9} p50 {:<9} p90 {:<9} p99 {:<9} p99.9 {:<9} max {}",
+                        h.count,
+                        fmt_ns(q.p50_ns),
+                        fmt_ns(q.p90_ns),
+                        fmt_ns(q.p99_ns),
+                        fmt_ns(q.p999_ns),
+                        fmt_ns(h.max_ns)
+                    );
+                }
+                _ => {
+                    let _ = writeln!(s, "  since start      count {}", p.total_count);
+                }
+            }
+            let _ = writeln!(s, "  drops {}/{}  alerts {}/{}  (interval/since start)", p.drops, p.total_drops, p.alerts, p.total_alerts);
+            bars(&mut s, p);
+        }
+        let _ = writeln!(s, "{}", "-".repeat(78));
+        let _ = writeln!(s, "alerts: {} received{}", self.alerts_seen, if self.alerts.is_empty() { "" } else { ", newest first" });
+        for a in &self.alerts {
+            let _ = writeln!(
+                s,
+                "  {:>14.6}s  {:<12} pid {:<7} tid {:<7} {:<16} cpu {:<3} latency {}",
+                a.time_ns as f64 / 1e9,
+                a.probe,
+                a.pid,
+                a.tid,
+                a.comm,
+                a.cpu,
+                fmt_ns(a.latency_ns)
+            );
+        }
+        s
+    }
+}
+
+/// The interval histogram folded per power of two, as bars.
+fn bars(s: &mut String, p: &ProbeReport) {
+    if p.count == 0 {
+        let _ = writeln!(s, "  (no events this interval)");
+        return;
+    }
+    let mut rows: Vec<(u64, u64, u64)> = Vec::new();
+    for &[lo, _, c] in &p.buckets {
+        let row_lo = if lo == 0 { 0 } else { 1u64 << (63 - lo.leading_zeros()) };
+        let row_hi = if lo == 0 { 1 } else { row_lo.saturating_mul(2) };
+        match rows.last_mut() {
+            Some(r) if r.0 == row_lo => r.2 += c,
+            _ => rows.push((row_lo, row_hi, c)),
+        }
+    }
+    let peak = rows.iter().map(|r| r.2).max().unwrap_or(1).max(1);
+    for (lo, hi, c) in rows {
+        let n = ((c as u128 * BAR_WIDTH as u128).div_ceil(peak as u128)) as usize;
+        let _ = writeln!(s, "  {:>9} .. {:<9} {:>9} |{:<w$}|", fmt_ns(lo), fmt_ns(hi), c, "#".repeat(n.min(BAR_WIDTH)), w = BAR_WIDTH);
+    }
+}
+
+/// `latmon view SOURCE`: redraws on every summary (at most 10 times a
+/// second) and once a second while idle. Connections are re-established;
+/// a file or stdin ends the view after drawing the last screen.
+pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
+    let mut src = source::open(word, true).map_err(|e| anyhow!(e))?;
+    let name = src.name().to_string();
+    let mut dec = FrameDecoder::new();
+    let mut tracker = Tracker::new();
+    let mut view = View::default();
+    let tty = io::stdout().is_terminal();
+    // Files and stdin are replays: without a terminal, only the last screen.
+    let replay = (word == "-" || word.starts_with("file:")) && !tty;
+    let deadline = duration.map(|d| Instant::now() + d);
+    let mut buf = vec![0u8; 8192];
+    let mut last_frame: Option<Instant> = None;
+    let mut last_draw: Option<Instant> = None;
+    let mut dirty = true;
+    let draw = |view: &View, dec: &FrameDecoder, tracker: &Tracker, last_frame: Option<Instant>| -> io::Result<()> {
+        let screen = view.render(&name, &dec.stats, tracker, last_frame.map(|t| t.elapsed()));
+        let mut out = io::stdout().lock();
+        if tty {
+            out.write_all(b"\x1b[H\x1b[2J")?;
+            out.write_all(screen.replace('\n', "\r\n").as_bytes())?;
+        } else {
+            out.write_all(screen.as_bytes())?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()
+    };
+    loop {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        match src.read(&mut buf) {
+            Got::Data(n) => {
+                dec.feed(&buf[..n], &mut |r| {
+                    if let Ok(f) = r {
+                        last_frame = Some(Instant::now());
+                        let ev = tracker.on_frame(f);
+                        view.on_event(&ev);
+                        dirty = true;
+                    }
+                });
+            }
+            Got::Idle => {}
+            Got::Restart => dec.restart(),
+            Got::End => break,
+        }
+        let since = last_draw.map(|t| t.elapsed());
+        let min_gap = if tty { Duration::from_millis(100) } else { Duration::from_secs(1) };
+        let due = since.is_none_or(|d| (dirty && d >= min_gap) || d >= Duration::from_secs(1));
+        if due && !replay {
+            if draw(&view, &dec, &tracker, last_frame).is_err() {
+                return Ok(());
+            }
+            last_draw = Some(Instant::now());
+            dirty = false;
+        }
+    }
+    let _ = draw(&view, &dec, &tracker, last_frame);
+    eprintln!("latmon: {}", link_line(&dec.stats, &tracker));
+    Ok(())
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hist::Hist;
+    use crate::summary::ProbeInfo;
+    use crate::wire::{Alert, BucketScheme, Frame, ProbeDesc};
+
+    fn hello() -> Hello {
+        Hello {
+            protocol_revision: 0,
+            latmon_version: "0.1.0".into(),
+            board: "arm1".into(),
+            kernel: "6.18".into(),
+            boot_id: 7,
+            start_ns: 1_000,
+            interval_ns: 1_000_000_000,
+            probe_count: 1,
+            probes: vec![ProbeDesc {
+                id: 0,
+                name: "runq".into(),
+                kind: "runq".into(),
+                attach: "tp_btf".into(),
+                mode: String::new(),
+                scheme: BucketScheme::LATMON,
+            }],
+        }
+    }
+
+    fn summary_event(t: &mut Tracker, seq: u64, values: &[u64], prev: &mut Hist) -> Event {
+        for &v in values {
+            prev.record(v);
+        }
+        let mut enc = crate::wire::Encoder::new();
+        let mut frames = Vec::new();
+        enc.summary(
+            crate::wire::SummaryHeader { seq, boot_id: 7, time_ns: 1_000 + seq * 1_000_000_000, last: false },
+            std::slice::from_ref(prev),
+            &mut |f| frames.push(f.to_vec()),
+        )
+        .unwrap();
+        let mut d = FrameDecoder::new();
+        let mut ev = None;
+        d.feed(&frames.concat(), &mut |r| ev = Some(t.on_frame(r.unwrap())));
+        ev.unwrap()
+    }
+
+    #[test]
+    fn screen_shows_percentiles_bars_link_and_alerts() {
+        let mut t = Tracker::new();
+        let mut v = View::default();
+        let ev = t.on_frame(Frame::Hello(hello()));
+        v.on_event(&ev);
+        let mut h = Hist::default();
+        summary_event(&mut t, 1, &[1_000, 2_000], &mut h);
+        let ev = summary_event(&mut t, 2, &[3_000, 3_100, 3_200, 900_000], &mut h);
+        v.on_event(&ev);
+        let ev = t.on_frame(Frame::Alert(Alert {
+            boot_id: 7,
+            probe: 0,
+            pid: 42,
+            tid: 43,
+            comm: "ctrl_loop".into(),
+            cpu: 1,
+            latency_ns: 900_000,
+            time_ns: 5,
+        }));
+        v.on_event(&ev);
+        let link = LinkStats { frames_good: 4, crc_errors: 2, resyncs: 3, ..LinkStats::default() };
+        let s = v.render("serial:/dev/ttyUSB0@115200", &link, &t, Some(Duration::from_millis(300)));
+        for needle in [
+            "board arm1",
+            "runq  [runq via tp_btf]",
+            "last 1.00s       count 4",
+            "since start      count 6",
+            "p99.9",
+            "frames ok 4  CRC errors 2  resyncs 3",
+            "last frame 0.3s ago",
+            "ctrl_loop",
+            "latency 900.00us",
+            "|################################|",
+            "seq 2",
+        ] {
+            assert!(s.contains(needle), "{needle:?} missing in\n{s}");
+        }
+        assert!(s.is_ascii());
+    }
+
+    #[test]
+    fn json_lines_use_run_field_names() {
+        let mut t = Tracker::new();
+        let line = json_line(&Ok(t.on_frame(Frame::Hello(hello()))));
+        assert!(line.starts_with("{\"type\":\"hello\""), "{line}");
+        let mut h = Hist::default();
+        let ev = summary_event(&mut t, 1, &[500, 600], &mut h);
+        let v: serde_json::Value = serde_json::from_str(&json_line(&Ok(ev))).unwrap();
+        assert_eq!(v["type"], "summary");
+        assert_eq!(v["interval_ns"], 1_000_000_000u64);
+        let p = &v["probes"][0];
+        for k in ["name", "kind", "attach", "count", "total_count", "min_ns", "max_ns", "mean_ns", "p50_ns", "p90_ns", "p99_ns", "p999_ns", "buckets", "drops", "alerts"] {
+            assert!(p.get(k).is_some(), "{k} missing in {p}");
+        }
+        assert_eq!(p["name"], "runq");
+        assert_eq!(p["count"], 2);
+        let bad: serde_json::Value =
+            serde_json::from_str(&json_line(&Err(FrameError::Crc { len: 9, expected: 1, actual: 2 }))).unwrap();
+        assert_eq!(bad["type"], "bad_frame");
+        assert_eq!(bad["reason"], "crc");
+        let _ = ProbeInfo { name: String::new(), kind: String::new(), attach: String::new(), mode: String::new() };
+    }
+}

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: MIT
+//! The agent-side frame path allocates nothing once warmed up: the
+//! encoder, and a frames output's whole `emit` (render, Hello/Status
+//! cadence, queue hand-over). Counted with a global allocator that only
+//! counts on the thread under test.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use latmon::hist::Hist;
+use latmon::sinks::{self, Session, Tick};
+use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
+use latmon::wire::{Encoder, SummaryHeader};
+
+struct Counting;
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static COUNT_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+fn note() {
+    if COUNT_HERE.with(|c| c.get()) {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: forwards to the system allocator; counting has no side effects
+// on the memory handed out.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        note();
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        note();
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn counted<R>(f: impl FnOnce() -> R) -> (R, usize) {
+    ALLOCS.store(0, Ordering::Relaxed);
+    COUNT_HERE.with(|c| c.set(true));
+    let r = f();
+    COUNT_HERE.with(|c| c.set(false));
+    (r, ALLOCS.load(Ordering::Relaxed))
+}
+
+fn busy_hists(n: usize, seq: u64) -> Vec<Hist> {
+    (0..n)
+        .map(|i| {
+            let mut h = Hist::default();
+            for k in 0..3_000u64 {
+                h.record((k * 7_919 + seq * 104_729 + i as u64 * 13) % 20_000_000 + 50);
+            }
+            h
+        })
+        .collect()
+}
+
+#[test]
+fn summary_encoding_does_not_allocate() {
+    assert_eq!(counted(|| std::hint::black_box(vec![1u8; 10]).len()), (10, 1), "the counter counts");
+    let mut enc = Encoder::new();
+    let hists = busy_hists(8, 1);
+    let mut out = Vec::with_capacity(64 * 1024);
+    let head = SummaryHeader { seq: 1, boot_id: 9, time_ns: 1, last: false };
+    enc.summary(head, &hists, &mut |f| out.extend_from_slice(f)).unwrap(); // warm-up
+    let (frames, allocs) = counted(|| {
+        let mut frames = 0;
+        for seq in 2..100 {
+            out.clear();
+            let h = SummaryHeader { seq, ..head };
+            frames += enc.summary(h, &hists, &mut |f| out.extend_from_slice(f)).unwrap();
+        }
+        frames
+    });
+    assert!(frames > 98 * 2, "{frames} frames: the 8 probes span several frames");
+    assert_eq!(allocs, 0, "allocations while encoding summaries");
+}
+
+#[test]
+fn frames_output_emit_does_not_allocate() {
+    let mut sink = sinks::open("file:/dev/null,format=frames", None).unwrap();
+    let n = 8;
+    let session = Session {
+        board: "b".into(),
+        kernel: "k".into(),
+        boot_id: 1,
+        start_ns: 0,
+        interval_ns: 1_000_000_000,
+        probes: (0..n)
+            .map(|i| ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new() })
+            .collect(),
+    };
+    let totals = busy_hists(n, 3);
+    let report = IntervalReport {
+        seq: 1,
+        time_ns: 1,
+        interval_ns: 1,
+        last: false,
+        probes: (0..n).map(|i| ProbeReport::new(&session.probes[i], &Hist::default(), &totals[i])).collect(),
+        alert_records: Vec::new(),
+    };
+    let errors = vec![0u64; n];
+    let mut r = report.clone();
+    // Warm-up: first Hello, first Status, buffers at their working size.
+    for seq in 1..=40 {
+        r.seq = seq;
+        r.time_ns = seq * 1_000_000_000;
+        sink.emit(&Tick { session: &session, report: &r, totals: &totals, read_errors: &errors });
+    }
+    let ((), allocs) = counted(|| {
+        // 100 more intervals: three more Hello + Status rounds among them.
+        for seq in 41..=140 {
+            r.seq = seq;
+            r.time_ns = seq * 1_000_000_000;
+            sink.emit(&Tick { session: &session, report: &r, totals: &totals, read_errors: &errors });
+        }
+    });
+    sink.close(std::time::Duration::from_secs(1));
+    assert_eq!(allocs, 0, "allocations on the agent thread per interval");
+}

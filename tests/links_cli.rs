@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: MIT
+//! The CLI side of links: bad SINK/SOURCE words fail early with one clear
+//! line, and frames on stdout pipe straight into `latmon decode -`.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::*;
+
+fn one_line_error(args: &[&str], needle: &str) {
+    let out = latmon().args(args).output().unwrap();
+    assert!(!out.status.success(), "{args:?} should fail");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "nothing ran");
+}
+
+#[test]
+fn bad_link_words_fail_early_with_one_line() {
+    one_line_error(&["run", "--output", "ttyS1"], "unknown output/source \"ttyS1\"");
+    one_line_error(&["run", "--output", "serial:/dev/ttyS1,parity=mark"], "parity must be none, even or odd");
+    one_line_error(&["run", "--output", "tcp://localhost"], "expected HOST:PORT");
+    one_line_error(&["run", "--output", "-,format=xml"], "format must be text, json or frames");
+    one_line_error(&["run", "--output", "file:/nonexistent-dir/x.bin"], "No such file or directory");
+    one_line_error(&["decode", "file:/nonexistent-dir/x.bin"], "No such file or directory");
+    one_line_error(&["view", "udp://nohost"], "expected HOST:PORT");
+}
+
+#[test]
+fn a_port_in_use_is_reported_at_startup() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    one_line_error(&["run", "--duration", "300ms", "--output", &format!("tcp://127.0.0.1:{port}")], "listen");
+}
+
+#[test]
+fn frames_on_stdout_pipe_into_decode() {
+    let mut run = latmon()
+        .args(["run", "--probe", "runq", "--interval", "200ms", "--duration", "1s", "--format", "frames"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let decode = latmon().args(["decode", "-"]).stdin(run.stdout.take().unwrap()).output().unwrap();
+    assert!(run.wait().unwrap().success());
+    assert!(decode.status.success());
+    let lines = json_lines(&String::from_utf8_lossy(&decode.stdout));
+    let kinds: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(&kinds[..3], ["hello", "status", "summary"], "{kinds:?}");
+    let sums: Vec<_> = lines.iter().filter(|l| l["type"] == "summary").collect();
+    assert_eq!(sums.len(), 5);
+    assert_eq!(sums[4]["last"], true);
+    assert!(String::from_utf8_lossy(&decode.stderr).contains("0 CRC errors, 0 resyncs"));
+}
