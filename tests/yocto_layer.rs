@@ -12,6 +12,7 @@ use std::process::Command;
 
 use common::latmon;
 use latmon::config::{Config, ProbeKind};
+use latmon::sinks::spec::{Endpoint, LinkSpec};
 
 const TOP: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -43,17 +44,23 @@ fn parse(p: &Path) -> Config {
     Config::from_toml(&std::fs::read_to_string(p).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// `serial:/dev/NAME[@BAUD][,OPT=V...]` -> (NAME, BAUD if given).
-fn serial_output(o: &str) -> Option<(String, Option<u32>)> {
-    let rest = o.strip_prefix("serial:/dev/")?;
-    let word = rest.split(',').next().unwrap();
-    Some(match word.split_once('@') {
-        Some((dev, baud)) => (dev.to_string(), Some(baud.parse().unwrap_or_else(|_| panic!("{o}: baud")))),
-        None => (word.to_string(), None),
-    })
+/// Every output must be a valid SINK word; the serial ones as
+/// (device under /dev, baud, whether the word names the baud).
+fn serial_outputs(name: &str, c: &Config) -> Vec<(String, u32, bool)> {
+    c.outputs
+        .iter()
+        .filter_map(|o| match LinkSpec::parse(o).unwrap_or_else(|e| panic!("{name}: output {o:?}: {e}")).endpoint {
+            Endpoint::Serial(s) => {
+                let dev = s.path.strip_prefix("/dev/").unwrap_or_else(|| panic!("{name}: {o}: not under /dev"));
+                Some((dev.to_string(), s.baud, o.split(',').next().unwrap().contains('@')))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
-/// Every config names its board (= file name) and a target triple we build;
+/// Every config names its board (= file name) and a target triple we build,
+/// and its outputs are valid SINK words (`latmon check` does not parse them);
 /// the real boards (not the qemu-* virtual ones) also their link UART with
 /// its baud rate, the agent's housekeeping CPUs, and alert thresholds.
 #[test]
@@ -64,14 +71,14 @@ fn board_configs_name_target_link_uart_and_housekeeping_cpus() {
         assert_eq!(c.board.as_deref(), Some(name.as_str()), "{name}: board must match the file name");
         let target = c.target.as_deref().unwrap_or_else(|| panic!("{name}: no target"));
         assert!(TARGETS.contains(&target), "{name}: target {target} is not one of {TARGETS:?}");
+        let serial = serial_outputs(&name, &c);
         if name.starts_with("qemu-") {
             continue;
         }
-        let serial: Vec<_> = c.outputs.iter().filter_map(|o| serial_output(o)).collect();
         assert_eq!(serial.len(), 1, "{name}: one serial link output expected, have {:?}", c.outputs);
-        let (dev, baud) = &serial[0];
-        let baud = baud.unwrap_or_else(|| panic!("{name}: the link {dev} must name its baud (serial:/dev/{dev}@BAUD)"));
-        assert!(BAUDS.contains(&baud), "{name}: baud {baud} is not a termios rate");
+        let (dev, baud, named) = &serial[0];
+        assert!(named, "{name}: the link {dev} must name its baud (serial:/dev/{dev}@BAUD)");
+        assert!(BAUDS.contains(baud), "{name}: baud {baud} is not a termios rate");
         let cpus = c.housekeeping_cpus.as_ref().unwrap_or_else(|| panic!("{name}: no housekeeping_cpus"));
         assert!(!cpus.is_empty());
         assert!(c.probes.iter().any(|s| s.threshold.is_some()), "{name}: no probe has an alert threshold");
@@ -152,7 +159,7 @@ fn service_files_take_link_uart_and_cpus_from_the_config() {
             .lines()
             .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
             .collect();
-        let want_tty = c.outputs.iter().find_map(|o| serial_output(o)).map(|(dev, _)| dev).unwrap_or_default();
+        let want_tty = serial_outputs(&name, &c).into_iter().next().map(|(dev, _, _)| dev).unwrap_or_default();
         let want_cpus =
             c.housekeeping_cpus.as_ref().map(|v| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")).unwrap_or_default();
         assert_eq!(facts["LINK_TTY"], want_tty, "{name}");
