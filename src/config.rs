@@ -124,6 +124,8 @@ pub struct ProbeSpec {
     /// `kind.mechanisms()`), e.g. to prove the kprobe path on a kernel
     /// where fentry works too.
     pub attach: Option<&'static str>,
+    /// The spec as written (for messages and `latmon check`).
+    pub spec: String,
 }
 
 impl ProbeSpec {
@@ -164,7 +166,15 @@ impl ProbeSpec {
             "" => return Err(bad("empty probe spec")),
             other => return Err(ConfigError::UnknownProbeKind(other.to_string())),
         };
-        let mut p = ProbeSpec { kind, pid: None, comm: None, threshold: None, name: head.to_string(), attach: None };
+        let mut p = ProbeSpec {
+            kind,
+            pid: None,
+            comm: None,
+            threshold: None,
+            name: head.to_string(),
+            attach: None,
+            spec: spec.trim().to_string(),
+        };
         for opt in parts {
             let (k, v) = opt
                 .split_once('=')

@@ -218,7 +218,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
             rep.features = features::detect();
             for (spec, opened) in cfg.probes.iter().zip(probes::open_all(&cfg.probes)) {
                 let mut plan = ProbePlan {
-                    spec: spec.name.clone(),
+                    spec: spec.spec.clone(),
                     name: spec.name.clone(),
                     ok: false,
                     attach: None,
