@@ -50,10 +50,19 @@
  * disabled only), and on PREEMPT_RT so do tracing programs, so two threads
  * can run the same program on one CPU.
  */
+/* LATMON_NO_BTF_VARIANT: build.rs also builds this file as func_nobtf
+ * (-DLATMON_NO_BTF, nobtf.h instead of vmlinux.h, no CO-RE relocation) for
+ * kernels without BTF. That build has no fentry/fexit (they need the
+ * kernel's BTF); kprobe, uprobe and the raw tracepoint need no kernel
+ * type: the only kernel layout read here is the register set (PT_REGS_SP),
+ * which is user ABI. */
+#ifdef LATMON_NO_BTF
+#include "nobtf.h"
+#else
 #include "vmlinux.h"
+#endif
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
 #include "latmon.h"
 #include "maps.bpf.h"
 
@@ -391,6 +400,7 @@ static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
 
 /* ---- fentry/fexit: one loaded copy per kernel function ----------------- */
 
+#ifndef LATMON_NO_BTF
 SEC("fentry")
 int BPF_PROG(func_fentry)
 {
@@ -402,6 +412,7 @@ int BPF_PROG(func_fexit)
 {
 	return on_return(ctx, fentry_probe_id, 0);
 }
+#endif
 
 /* ---- kprobe/kretprobe: probe id in the attach cookie ------------------- */
 
