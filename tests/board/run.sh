@@ -1,29 +1,49 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Virtual-board end-to-end test: boots a Debian kernel under qemu (software
-# emulation) with an initramfs holding the static latmon, its board config
-# and a workload; latmon reports over the guest's second UART (the board's
-# link UART, not the console), and the host checks what arrived.
+# emulation) with an initramfs holding the static latmon, its board
+# config(s) and a workload; latmon reports over the guest's second UART
+# (the board's link UART, not the console), and the host checks what
+# arrived (tests/board/verify.py).
 #   tests/board/run.sh rt-arm64|armmp|rt-amd64
+# A board runs one or more configs in sequence in one boot, each in a
+# section `=== config NAME` ... `=== end NAME` on the UART: `latmon check`,
+# then `latmon run` while the workload runs, stopped by SIGINT after it
+# (the final summary holds the totals).
+# Environment: EXTRA_BTF=/path is copied to /etc/latmon/kernel.btf in the
+# guest (armmp default: the detached BTF of fetch-board.sh --btf);
+# LATMON_BOARD_VERBOSE=-vv for libbpf's own messages.
 # Fails loudly when anything cannot run (package not downloadable, qemu
 # missing, no output): a board test never passes silently.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
 board=${1:?usage: $0 rt-arm64|armmp|rt-amd64}
+fetch_opts=()
+target_cc=""
 case "$board" in
-  rt-arm64) arch=aarch64; cfg=board-configs/qemu-arm64-rt.toml; uart=/dev/ttyAMA1; console=ttyAMA0
+  rt-arm64) arch=aarch64; uart=/dev/ttyAMA1; console=ttyAMA0
+    configs=(main=board-configs/qemu-arm64-rt.toml)
     qemu=(qemu-system-aarch64 -M virt -cpu cortex-a57 -m 512) ;;
-  armmp) arch=armv7; cfg=board-configs/qemu-armv7.toml; uart=/dev/ttyAMA1; console=ttyAMA0
+  armmp) arch=armv7; uart=/dev/ttyAMA1; console=ttyAMA0
+    # No BTF in this kernel: first as shipped (no-BTF build), then with
+    # its BTF as a separate file (btf_path).
+    configs=(nobtf=board-configs/qemu-armv7.toml btf=board-configs/qemu-armv7-btf.toml)
+    fetch_opts=(--btf)
+    # The func tests' target (tests/fixtures/lm_target.c) for ufunc probes.
+    target_cc=arm-linux-gnueabihf-gcc target_cflags=-marm
     qemu=(qemu-system-arm -M virt -cpu cortex-a15 -m 512) ;;
-  rt-amd64) arch=x86_64; cfg=board-configs/qemu-x86_64-rt.toml; uart=/dev/ttyS1; console=ttyS0
+  rt-amd64) arch=x86_64; uart=/dev/ttyS1; console=ttyS0
+    configs=(main=board-configs/qemu-x86_64-rt.toml)
     qemu=(qemu-system-x86_64 -m 512) ;;
   *) echo "board: unknown board $board" >&2; exit 2 ;;
 esac
 command -v "${qemu[0]}" >/dev/null || { echo "board $board: FAIL: ${qemu[0]} missing (scripts/install-qemu.sh)" >&2; exit 1; }
 t0=$(date +%s)
-vars=$(scripts/fetch-board.sh "$board")
+vars=$(scripts/fetch-board.sh "$board" "${fetch_opts[@]}")
 eval "$vars"
+# --btf: the detached BTF goes into the guest unless EXTRA_BTF names another.
+if [ ${#fetch_opts[@]} -gt 0 ]; then EXTRA_BTF=${EXTRA_BTF:-$BTF}; fi
 bin=$(scripts/build-static.sh "$arch")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -31,8 +51,20 @@ root=$work/root
 mkdir -p "$root"/{bin,proc,sys,dev,tmp,etc/latmon}
 cp "$BUSYBOX" "$root/bin/busybox"
 cp "$bin" "$root/bin/latmon"
-cp "$cfg" "$root/etc/latmon/latmon.toml"
-[ -n "${EXTRA_BTF:-}" ] && cp "$EXTRA_BTF" "$root/etc/latmon/kernel.btf"
+names=()
+for c in "${configs[@]}"; do
+  names+=("${c%%=*}")
+  cp "${c#*=}" "$root/etc/latmon/${c%%=*}.toml"
+done
+if [ -n "${EXTRA_BTF:-}" ]; then
+  [ -s "$EXTRA_BTF" ] || { echo "board $board: FAIL: EXTRA_BTF $EXTRA_BTF missing" >&2; exit 1; }
+  cp "$EXTRA_BTF" "$root/etc/latmon/kernel.btf"
+fi
+if [ -n "$target_cc" ]; then
+  command -v "$target_cc" >/dev/null || { echo "board $board: FAIL: $target_cc missing (scripts/install-deps.sh)" >&2; exit 1; }
+  # -marm: arm uprobes cannot probe Thumb code (Debian's armhf default).
+  "$target_cc" -static -g -O0 -pthread -Wall ${target_cflags:-} -o "$root/bin/lm-target" tests/fixtures/lm_target.c
+fi
 cat > "$root/init" <<INIT
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -41,27 +73,64 @@ mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 stty -F $uart 115200 raw -echo 2>/dev/null
 echo "board: booted \$(uname -r)"
-{
-  echo "=== check"
-  latmon ${LATMON_BOARD_VERBOSE:-} check --config /etc/latmon/latmon.toml --json
-  echo "=== check-rc \$?"
-  echo "=== run"
-} > $uart 2>&1
-latmon -v run --config /etc/latmon/latmon.toml --duration 8s > $uart 2>/tmp/run.err &
-pid=\$!
-# Attaching takes a while under emulation: start the workload after it.
-sleep 3
-for i in \$(seq 300); do sleep 0.01; done
-wait \$pid
-rc=\$?
-{ cat /tmp/run.err; echo "=== run-rc \$rc"; echo "=== done"; } > $uart 2>&1
+uart=$uart
+# Nothing but latmon writes to the UART while it runs (no interleaving);
+# the workload's own output follows after.
+run_config() {
+  name=\$1; cfg=/etc/latmon/\$1.toml
+  {
+    echo "=== config \$name"
+    echo "=== check"
+    latmon ${LATMON_BOARD_VERBOSE:-} check --config \$cfg --json 2>/tmp/check.err
+    echo "=== check-rc \$?"
+    echo "=== check-stderr"
+    cat /tmp/check.err
+    echo "=== run"
+  } > \$uart 2>&1
+  : > /tmp/run.err
+  : > /tmp/work.out
+  latmon ${LATMON_BOARD_VERBOSE:--v} run --config \$cfg > \$uart 2>/tmp/run.err &
+  pid=\$!
+  # Attaching takes a while under emulation: start the workload once
+  # latmon says its probes run (it logs "... build (...)" per probe).
+  n=0
+  while ! grep -q " build (" /tmp/run.err && kill -0 \$pid 2>/dev/null && [ \$n -lt 900 ]; do
+    sleep 0.1; n=\$((n + 1))
+  done
+  echo "attach-wait-ds \$n" >> /tmp/work.out
+  s0=\$(date +%s)
+  for i in \$(seq 300); do sleep 0.01; done
+  echo "sleep-loop-s \$((\$(date +%s) - s0))" >> /tmp/work.out
+  if grep -q lm-target \$cfg; then
+    for w in "work 50 1000000" "recurse 20 3 2000000" "longjmp 10"; do
+      echo "lm-target \$w: \$(lm-target \$w 2>&1)" >> /tmp/work.out
+    done
+  fi
+  sleep 2
+  kill -INT \$pid 2>/dev/null
+  wait \$pid
+  rc=\$?
+  {
+    echo "=== run-rc \$rc"
+    echo "=== run-stderr"
+    cat /tmp/run.err
+    echo "=== workload"
+    cat /tmp/work.out
+    echo "=== end \$name"
+  } > \$uart 2>&1
+}
+for c in ${names[*]}; do
+  run_config \$c
+done
+echo "=== done" > \$uart
 sync
 poweroff -f
 INIT
 chmod +x "$root/init"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
-echo "board $board: booting $RELEASE under ${qemu[0]} (TCG)" >&2
-timeout 300 "${qemu[@]}" -nographic -no-reboot -monitor none \
+echo "board $board: booting $RELEASE under ${qemu[0]} (TCG), configs: ${names[*]}" >&2
+q0=$(date +%s)
+timeout 600 "${qemu[@]}" -nographic -no-reboot -monitor none \
   -kernel "$KERNEL" -initrd "$work/initramfs.gz" \
   -append "console=$console quiet panic=-1" \
   -serial "file:$work/console.log" -serial "file:$work/uart.log" >/dev/null 2>&1 || true
@@ -69,4 +138,4 @@ t1=$(date +%s)
 mkdir -p target/board
 cp "$work/uart.log" "target/board/$board-uart.log"
 cp "$work/console.log" "target/board/$board-console.log"
-python3 tests/board/verify.py "$board" "$work/uart.log" "$t1" "$t0"
+python3 tests/board/verify.py "$board" "$work/uart.log" "$t1" "$t0" "$((t1 - q0))"

@@ -2,13 +2,19 @@
 # SPDX-License-Identifier: MIT
 """Check what a virtual board sent over its link UART; print what was proved.
 
-usage: verify.py BOARD UART_LOG END_EPOCH START_EPOCH
+usage: verify.py BOARD UART_LOG END_EPOCH START_EPOCH [QEMU_SECONDS]
+The UART carries one section per config the board ran (tests/board/run.sh):
+  === config NAME / === check / JSON / === check-rc N / === check-stderr /
+  === run / JSON summary lines / === run-rc N / === run-stderr /
+  === workload / === end NAME
 Exit 0 only when every expectation for the board holds.
 """
 import json
+import re
 import sys
 
 board, path, t_end, t_start = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+qemu_s = int(sys.argv[5]) if len(sys.argv) > 5 else None
 text = open(path, encoding="utf-8", errors="replace").read().replace("\r", "")
 failures, proved = [], []
 
@@ -18,61 +24,187 @@ def expect(cond, what):
     return cond
 
 
-def section(name, end):
-    if f"=== {name}\n" not in text:
+def between(body, start, end):
+    if f"=== {start}\n" not in body:
         return None
-    body = text.split(f"=== {name}\n", 1)[1]
-    return body.split(end, 1)[0]
+    return body.split(f"=== {start}\n", 1)[1].split(f"=== {end}", 1)[0]
+
+
+class Section:
+    """One config's run on the board."""
+
+    def __init__(self, name):
+        self.name = name
+        body = between(text, f"config {name}", f"end {name}")
+        self.ok = body is not None
+        if not self.ok:
+            return
+        self.check = json.loads(between(body, "check", "check-rc"))
+        self.check_rc = int(body.split("=== check-rc ")[1].split()[0])
+        self.run_rc = int(body.split("=== run-rc ")[1].split()[0])
+        self.run_err = between(body, "run-stderr", "workload") or ""
+        self.workload = between(body, "workload", f"end {name}") or ""
+        self.feats = {f["kind"]: f["ok"] for f in self.check["features"]}
+        self.plan = {p["name"]: p for p in self.check["probes"]}
+        self.summaries = []
+        for line in between(body, "run", "run-rc").splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    self.summaries.append(json.loads(line))
+                except json.JSONDecodeError:
+                    failures.append(f"[{name}] a summary line is not valid JSON: {line[:80]}")
+        # The final summary (SIGINT) holds the totals; its probes carry
+        # the whole run's histogram only as totals, so keep the last report
+        # of each probe and the sum of interval buckets.
+        self.last = {}
+        self.buckets = {}
+        for s in self.summaries:
+            for p in s["probes"]:
+                self.last[p["name"]] = p
+                for lo, hi, c in p["buckets"]:
+                    b = self.buckets.setdefault(p["name"], {})
+                    b[(lo, hi)] = b.get((lo, hi), 0) + c
+
+    def total(self, probe):
+        return self.last.get(probe, {}).get("total_count", 0)
+
+    def drops(self, probe):
+        return self.last.get(probe, {}).get("total_drops", 0)
+
+    def quantile(self, probe, q):
+        """The bucket [lo, hi) holding quantile q of the whole run (the
+        interval summaries' buckets added up)."""
+        b = sorted(self.buckets.get(probe, {}).items())
+        n = sum(c for _, c in b)
+        seen = 0
+        for (lo, hi), c in b:
+            seen += c
+            if seen >= q * n:
+                return lo, hi
+        return 0, 0
+
+    def count_below(self, probe, limit):
+        return sum(c for (lo, hi), c in self.buckets.get(probe, {}).items() if hi <= limit)
+
+    def min_ns(self, probe):
+        mins = [p["min_ns"] for s in self.summaries for p in s["probes"] if p["name"] == probe and p["count"] > 0]
+        return min(mins) if mins else 0
+
+    def lm_target(self, mode):
+        """lm-target's own account of a workload: {'calls': .., 'mean_ns': ..}."""
+        m = re.search(rf"^lm-target {mode}\b.*$", self.workload, re.M)
+        return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(0))} if m else {}
+
+    def say(self, cond, what):
+        return expect(cond, f"[{self.name}] {what}")
+
+    def ran_to_the_end(self):
+        return self.say(self.ok, "the board ran this config and reported over its UART")
+
+
+def ms(ns):
+    return f"{ns / 1e6:.2f} ms"
 
 
 if not expect("=== done" in text, "the board ran the script to the end and reported over its UART"):
     print(f"board {board}: FAIL: no complete report on the UART ({len(text)} bytes):\n{text[-2000:]}")
     sys.exit(1)
 
-check = json.loads(section("check", "=== check-rc"))
-check_rc = int(text.split("=== check-rc ")[1].split()[0])
-run_rc = int(text.split("=== run-rc ")[1].split()[0])
-feats = {f["kind"]: f["ok"] for f in check["features"]}
-summaries = []
-for line in section("run", "=== run-rc").splitlines():
-    line = line.strip()
-    if line.startswith("{"):
-        try:
-            summaries.append(json.loads(line))
-        except json.JSONDecodeError:
-            failures.append(f"a summary line is not valid JSON: {line[:80]}")
-totals = {}
-attach = {}
-for s in summaries:
-    for p in s["probes"]:
-        totals[p["name"]] = p["total_count"]
-        attach[p["name"]] = p["attach"]
 
-expect(check["config_ok"], "latmon check validated the board config")
-print(f"board {board}: kernel {check['kernel']}, btf={check['btf']}, "
-      f"attach kinds: {', '.join(k for k, ok in feats.items() if ok)}")
+def sleep_kfunc(s, btf_mode):
+    """kfunc:do_nanosleep,comm=sleep against 300 busybox `sleep 0.01`."""
+    p = s.plan.get("kfunc-sleep", {})
+    s.say(p.get("ok") and p.get("attach") == "kprobe" and p.get("btf_mode") == btf_mode,
+          f"latmon check: kfunc:do_nanosleep attaches with kprobe in {btf_mode} mode "
+          f"(attach={p.get('attach')}, btf_mode={p.get('btf_mode')}, error={p.get('error')})")
+    n, (p50_lo, p50_hi), lo = s.total("kfunc-sleep"), s.quantile("kfunc-sleep", 0.5), s.min_ns("kfunc-sleep")
+    s.say(s.last.get("kfunc-sleep", {}).get("attach") == "kprobe" and n == 300,
+          f"kfunc:do_nanosleep counted {n} calls of the 300 `sleep 0.01` processes (exactly 300)")
+    # do_nanosleep starts the 10 ms timer itself: a call lasts 10 ms plus
+    # wakeup latency under emulation. The median's bucket (at most 1/8 as
+    # wide as its lower bound) must overlap 10..12.5 ms.
+    s.say(9_900_000 <= lo and p50_hi > 10_000_000 and p50_lo < 12_500_000,
+          f"its histogram matches the workload: min {ms(lo)}, p50 in [{ms(p50_lo)}, {ms(p50_hi)}) "
+          f"(10 ms sleeps: expected 10..12.5 ms)")
+    s.say(s.drops("kfunc-sleep") == 0, f"kfunc-sleep: {s.drops('kfunc-sleep')} drops")
 
+
+def bucket_tol(truth, slack):
+    return truth / 8 + slack
+
+
+print(f"board {board}: ", end="")
 if board in ("rt-arm64", "rt-amd64"):
-    expect(check["btf"], "the kernel has BTF")
-    expect(feats.get("kprobe") is True, "kprobes attach on this kernel")
-    expect(feats.get("tp_btf") is True, "tp_btf attaches")
-    expect(check_rc == 0, "latmon check: every configured probe loads (exit 0)")
-    expect(run_rc == 0, "latmon run exited 0 after its duration")
-    expect(len(summaries) >= 5, f"{len(summaries)} JSON summaries arrived over the UART")
-    expect(attach.get("runq") == "tp_btf" and totals.get("runq", 0) > 0,
-           f"runq attached via {attach.get('runq')} and counted {totals.get('runq')} run-queue events")
-    expect(totals.get("runq-sleep", 0) >= 300,
-           f"runq filtered by comm=sleep counted {totals.get('runq-sleep')} wakeups of 300 sleep processes")
+    s = Section("main")
+    if s.ran_to_the_end():
+        print(f"kernel {s.check['kernel']}, btf={s.check['btf']}, "
+              f"attach kinds: {', '.join(k for k, ok in s.feats.items() if ok)}")
+        s.say(s.check["config_ok"], "latmon check validated the board config")
+        s.say(s.check["btf"], "the kernel has BTF")
+        s.say(s.feats.get("kprobe") is True, "kprobes attach on this kernel")
+        s.say(s.feats.get("tp_btf") is True, "tp_btf attaches")
+        s.say(s.check_rc == 0, "latmon check: every configured probe loads (exit 0)")
+        s.say(s.run_rc == 0, "latmon run exited 0 when stopped (SIGINT) after the workload")
+        s.say(len(s.summaries) >= 3, f"{len(s.summaries)} JSON summaries arrived over the UART")
+        s.say(s.last.get("runq", {}).get("attach") == "tp_btf" and s.total("runq") > 0,
+              f"runq attached via {s.last.get('runq', {}).get('attach')} and counted {s.total('runq')} run-queue events")
+        s.say(s.total("runq-sleep") >= 300,
+              f"runq filtered by comm=sleep counted {s.total('runq-sleep')} wakeups of 300 sleep processes")
 elif board == "armmp":
-    expect(not check["btf"], "the armmp kernel has no BTF")
-    expect(feats.get("kprobe") is True, "kprobes attach on this kernel")
-    runq = [p for p in check["probes"] if p["name"] == "runq"]
-    expect(runq and "no BTF" in (runq[0].get("error") or ""),
-           "runq (CO-RE) is refused with a clear no-BTF message")
+    a = Section("nobtf")
+    if a.ran_to_the_end():
+        c = a.check
+        print(f"kernel {c['kernel']}, btf={c['btf']}, attach kinds: {', '.join(k for k, ok in a.feats.items() if ok)}")
+        a.say(c["config_ok"], "latmon check validated board-configs/qemu-armv7.toml")
+        a.say(not c["btf"] and c.get("btf_source") is None, "the armmp kernel has no BTF, and no btf_path is set")
+        a.say(a.feats.get("kprobe") is True and a.feats.get("uprobe") is True, "kprobes and uprobes attach on this kernel")
+        runq = a.plan.get("runq", {})
+        a.say("no BTF" in (runq.get("error") or "") and not runq.get("ok"),
+              f"runq (CO-RE) is refused with a clear no-BTF message: {runq.get('error')}")
+        a.say(a.check_rc == 1, "latmon check exits 1 (a configured probe cannot run)")
+        a.say(a.run_rc == 0, "latmon run served the other probes and exited 0 on SIGINT")
+        sleep_kfunc(a, "no-btf")
+        # ufunc on arm32 in no-BTF mode: the stack pointer comes from the
+        # hand-written struct pt_regs (uregs[13], 4 bytes).
+        for n in ("ufunc-work", "ufunc-rec", "ufunc-jmp"):
+            p = a.plan.get(n, {})
+            a.say(p.get("ok") and p.get("attach") == "uprobe" and p.get("btf_mode") == "no-btf",
+                  f"latmon check: {n} attaches with uprobe in no-btf mode ({p.get('error') or p.get('btf_mode')})")
+        own = a.lm_target("work")
+        n, p50 = a.total("ufunc-work"), a.last.get("ufunc-work", {}).get("p50_ns", 0)
+        a.say(own.get("calls") == 50 and n == 50 and a.drops("ufunc-work") == 0,
+              f"ufunc lm_work counted {n} of the target's {own.get('calls')} calls, {a.drops('ufunc-work')} drops")
+        truth = own.get("mean_ns", 0)
+        # Under emulation a uprobe + uretprobe pair costs tens of us.
+        a.say(truth and abs(p50 - truth) <= bucket_tol(truth, 200_000),
+              f"ufunc lm_work p50 {ms(p50)} vs the target's own mean {ms(truth)} (1 ms busy-waits)")
+        n = a.total("ufunc-rec")
+        levels = [a.count_below("ufunc-rec", k * 2_000_000 + 1_000_000) for k in (1, 2, 3)]
+        a.say(n == 60 and a.drops("ufunc-rec") == 0 and levels == [20, 40, 60],
+              f"ufunc lm_recurse: {n} calls (20 x 3 nested levels of 2 ms), {a.drops('ufunc-rec')} drops, "
+              f"calls below 3/5/7 ms: {levels} (each level paired with its own frame by SP)")
+        a.say(a.total("ufunc-jmp") == 0 and a.drops("ufunc-jmp") == 10,
+              f"ufunc lm_jump_out: 10 calls left by longjmp are {a.drops('ufunc-jmp')} counted drops, "
+              f"{a.total('ufunc-jmp')} measured")
+    b = Section("btf")
+    if b.ran_to_the_end():
+        c = b.check
+        b.say(c["config_ok"] and c.get("btf_source") == "/etc/latmon/kernel.btf",
+              f"with btf_path, CO-RE takes kernel types from {c.get('btf_source')} (pahole's detached BTF)")
+        runq = b.plan.get("runq", {})
+        b.say(runq.get("ok") and runq.get("attach") == "raw_tp" and runq.get("btf_mode") == "co-re",
+              f"latmon check: runq loads via {runq.get('attach')} in {runq.get('btf_mode')} mode ({runq.get('error')})")
+        b.say(b.last.get("runq", {}).get("attach") == "raw_tp" and b.total("runq") > 0,
+              f"runq counted {b.total('runq')} run-queue events via raw_tp, p50 {ms(b.last.get('runq', {}).get('p50_ns', 0))} "
+              f"in the last interval")
+        sleep_kfunc(b, "co-re")
+        b.say(b.check_rc == 0 and b.run_rc == 0, f"latmon check exit {b.check_rc}, run exit {b.run_rc}")
 
 for p in proved:
     print(f"  proved: {p}")
 for f in failures:
     print(f"  FAILED: {f}")
-print(f"board {board}: {'PASS' if not failures else 'FAIL'} in {t_end - t_start} s")
+qemu = f" (qemu boot to poweroff: {qemu_s} s)" if qemu_s is not None else ""
+print(f"board {board}: {'PASS' if not failures else 'FAIL'} in {t_end - t_start} s{qemu}")
 sys.exit(1 if failures else 0)
