@@ -77,6 +77,17 @@ static __always_inline __u32 probe_idx(__u32 id)
 	return id & (MAX_PROBES - 1);
 }
 #define PROBE_IDX(id) probe_idx(id)
+/* Slot of a stamp stack. clang drops the mask where it can prove it
+ * redundant; the 6.1 verifier (Debian's board kernels) then follows a
+ * branch its range tracking cannot rule out with bounds umin > umax
+ * (e.g. d >= 9 and d < 8 after the stale-frame loop), and refuses the
+ * store ("invalid mem access 'scalar'"). The barrier keeps the mask, which
+ * bounds the index on every path. */
+static __always_inline __u32 slot(__u32 d)
+{
+	barrier_var(d);
+	return d & (MAX_DEPTH - 1);
+}
 
 /* Where the stack pointer is at a uretprobe relative to the entry:
  * x86's `ret` pops the return address (the entry SP pointed at it); arm64
@@ -239,7 +250,7 @@ static __always_inline int on_entry(__u32 id, __u32 sp)
 			d = st->depth;
 			if (!d || d > MAX_DEPTH)
 				break;
-			top = st->sp[(d - 1) & (MAX_DEPTH - 1)];
+			top = st->sp[slot(d - 1)];
 			if (!top || !at_or_above(sp, top))
 				break;
 			st->depth = d - 1;
@@ -257,8 +268,8 @@ static __always_inline int on_entry(__u32 id, __u32 sp)
 		count_drops(id, 1); /* deeper than the stamp stack */
 		return 0;
 	}
-	st->sp[d & (MAX_DEPTH - 1)] = sp;
-	st->ts[d & (MAX_DEPTH - 1)] = bpf_ktime_get_ns();
+	st->sp[slot(d)] = sp;
+	st->ts[slot(d)] = bpf_ktime_get_ns();
 	st->depth = d + 1;
 	return 0;
 }
@@ -356,7 +367,7 @@ static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
 			d = st->depth;
 			if (!d || d > MAX_DEPTH)
 				break;
-			top = st->sp[(d - 1) & (MAX_DEPTH - 1)];
+			top = st->sp[slot(d - 1)];
 			if (top == want) {
 				matched = true;
 				break;
@@ -384,7 +395,7 @@ static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
 	count_drops(id, stale);
 	if (matched) {
 		d = st->depth - 1;
-		delta = now - st->ts[d & (MAX_DEPTH - 1)];
+		delta = now - st->ts[slot(d)];
 		st->depth = d;
 		h = latmon_hist_get(&func_hist, id);
 		if (h) {

@@ -75,7 +75,9 @@ stty -F $uart 115200 raw -echo 2>/dev/null
 echo "board: booted \$(uname -r)"
 uart=$uart
 # Nothing but latmon writes to the UART while it runs (no interleaving);
-# the workload's own output follows after.
+# the workload's own output follows after. Only the workload's 300 sleeps
+# run as "sleep" (probes filter comm=sleep): the script's own waits use
+# usleep.
 run_config() {
   name=\$1; cfg=/etc/latmon/\$1.toml
   {
@@ -95,7 +97,7 @@ run_config() {
   # latmon says its probes run (it logs "... build (...)" per probe).
   n=0
   while ! grep -q " build (" /tmp/run.err && kill -0 \$pid 2>/dev/null && [ \$n -lt 900 ]; do
-    sleep 0.1; n=\$((n + 1))
+    usleep 100000; n=\$((n + 1))
   done
   echo "attach-wait-ds \$n" >> /tmp/work.out
   s0=\$(date +%s)
@@ -106,7 +108,7 @@ run_config() {
       echo "lm-target \$w: \$(lm-target \$w 2>&1)" >> /tmp/work.out
     done
   fi
-  sleep 2
+  usleep 2000000
   kill -INT \$pid 2>/dev/null
   wait \$pid
   rc=\$?
