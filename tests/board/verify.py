@@ -153,6 +153,32 @@ def sleep_kfunc(s, btf_mode):
     s.say(s.drops("kfunc-sleep") == 0, f"kfunc-sleep: {s.drops('kfunc-sleep')} drops")
 
 
+def frames_by_sp(s, btf_mode, how):
+    """ufunc lm_recurse and lm_jump_out: frames told apart by the stack
+    pointer, read through `how`."""
+    for n in ("ufunc-rec", "ufunc-jmp"):
+        p = s.plan.get(n, {})
+        s.say(p.get("ok") and p.get("attach") == "uprobe" and p.get("btf_mode") == btf_mode,
+              f"latmon check: {n} attaches with uprobe in {btf_mode} mode "
+              f"(attach={p.get('attach')}, btf_mode={p.get('btf_mode')}, error={p.get('error')})")
+    # Recursion: 20 x lm_recurse(3 levels, 2 ms each): level k lasts at
+    # least k x 2 ms. A wrong SP would make nested entries look stale
+    # (drops) or pair a return with the wrong level (too few long calls).
+    n = s.total("ufunc-rec")
+    levels = [s.count_at_least("ufunc-rec", k * 2_000_000) for k in (1, 2, 3)]
+    s.say(n == 60 and s.drops("ufunc-rec") == 0 and levels[0] == 60 and levels[1] >= 40 and levels[2] >= 20,
+          f"ufunc lm_recurse: {n} calls (20 x 3 nested levels of 2 ms), {s.drops('ufunc-rec')} drops; "
+          f"calls reaching 2/4/6 ms: {levels} (expected 60, >= 40, >= 20), min {ms(s.min_ns('ufunc-rec'))}, "
+          f"max {ms(s.max_ns('ufunc-rec'))}; SP read through {how}")
+    # longjmp: 10 calls at the same stack depth that never return. With
+    # the real SP each entry finds the previous stamp stale (9 drops, the
+    # last at exit): 10. Without an SP they would pile up: 8 stamps + 2 too
+    # deep = 12.
+    s.say(s.total("ufunc-jmp") == 0 and s.drops("ufunc-jmp") == 10,
+          f"ufunc lm_jump_out: 10 calls left by longjmp are {s.drops('ufunc-jmp')} counted drops, "
+          f"{s.total('ufunc-jmp')} measured (same-depth frames recognised by SP)")
+
+
 print(f"board {board}: ", end="")
 if board in ("rt-arm64", "rt-amd64"):
     s = Section("main")
@@ -186,7 +212,7 @@ elif board == "armmp":
         sleep_kfunc(a, "no-btf")
         # ufunc on arm32 in no-BTF mode: the stack pointer comes from the
         # hand-written struct pt_regs (uregs[13], 4 bytes).
-        for n in ("ufunc-work", "ufunc-rec", "ufunc-jmp"):
+        for n in ("ufunc-work",):
             p = a.plan.get(n, {})
             a.say(p.get("ok") and p.get("attach") == "uprobe" and p.get("btf_mode") == "no-btf",
                   f"latmon check: {n} attaches with uprobe in no-btf mode ({p.get('error') or p.get('btf_mode')})")
@@ -203,23 +229,7 @@ elif board == "armmp":
               f"ufunc lm_work (1 ms busy-waits): min {ms(lo)}, p50 {ms(a.p50_ns('ufunc-work'))}, "
               f"mean {ms(mean)} vs the target's own mean {ms(truth)} around each call "
               f"(the difference is the uprobe traps outside latmon's window)")
-        # Recursion: 20 x lm_recurse(3 levels, 2 ms each): level k lasts at
-        # least k x 2 ms. Frames are told apart by the stack pointer read
-        # from the hand-written arm32 pt_regs (uregs[13]): a wrong SP would
-        # make nested entries look stale (drops) or pair a return with the
-        # wrong level (too few long calls).
-        n = a.total("ufunc-rec")
-        levels = [a.count_at_least("ufunc-rec", k * 2_000_000) for k in (1, 2, 3)]
-        a.say(n == 60 and a.drops("ufunc-rec") == 0 and levels[0] == 60 and levels[1] >= 40 and levels[2] >= 20,
-              f"ufunc lm_recurse: {n} calls (20 x 3 nested levels of 2 ms), {a.drops('ufunc-rec')} drops; "
-              f"calls reaching 2/4/6 ms: {levels} (expected 60, >= 40, >= 20), min {ms(a.min_ns('ufunc-rec'))}, max {ms(a.max_ns('ufunc-rec'))}")
-        # longjmp: 10 calls at the same stack depth that never return. With
-        # the real SP each entry finds the previous stamp stale (9 drops,
-        # the last at exit): 10. Without an SP they would pile up: 8 stamps
-        # + 2 too deep = 12.
-        a.say(a.total("ufunc-jmp") == 0 and a.drops("ufunc-jmp") == 10,
-              f"ufunc lm_jump_out: 10 calls left by longjmp are {a.drops('ufunc-jmp')} counted drops, "
-              f"{a.total('ufunc-jmp')} measured (same-depth frames recognised by SP)")
+        frames_by_sp(a, "no-btf", "the hand-written arm32 pt_regs of bpf/nobtf.h (uregs[13], 4 bytes)")
     b = Section("btf")
     if b.ran_to_the_end():
         c = b.check
@@ -232,6 +242,7 @@ elif board == "armmp":
               f"runq counted {b.total('runq')} run-queue events via raw_tp, p50 {ms(b.last.get('runq', {}).get('p50_ns', 0))} "
               f"in the last interval")
         sleep_kfunc(b, "co-re")
+        frames_by_sp(b, "co-re", "CO-RE: vmlinux.h's 8-byte uregs[13] relocated to the 32-bit kernel's")
         b.say(b.check_rc == 0 and b.run_rc == 0, f"latmon check exit {b.check_rc}, run exit {b.run_rc}")
 
 for p in proved:
