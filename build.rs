@@ -2,6 +2,12 @@
 //! Compiles every `bpf/*.bpf.c` into a libbpf-rs skeleton in OUT_DIR for the
 //! *target* architecture, and turns the `#define LATMON_*` limits of
 //! `bpf/latmon.h` into Rust constants so every limit is written once.
+//!
+//! Sources with a line starting `/* LATMON_NO_BTF_VARIANT` are built a
+//! second time for kernels without BTF: `<stem>_nobtf.skel.rs`, compiled
+//! with `-DLATMON_NO_BTF` and without bpf/vmlinux/ on the include path (the
+//! source includes bpf/nobtf.h instead). That object must carry no CO-RE
+//! relocation; the build fails if it does.
 
 use std::env;
 use std::fmt::Write as _;
@@ -13,6 +19,12 @@ use libbpf_cargo::SkeletonBuilder;
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::fmt;
+
+#[path = "src/core_relos.rs"]
+mod core_relos;
+
+/// The line that opts a source into the no-BTF build.
+const NO_BTF_MARKER: &str = "/* LATMON_NO_BTF_VARIANT";
 
 /// libbpf's __TARGET_ARCH_* / bpf/vmlinux/<dir> name for a Rust target arch.
 fn bpf_arch(target_arch: &str) -> &str {
@@ -69,35 +81,56 @@ fn main() {
     println!("cargo:rerun-if-changed={}", bpf_dir.display());
 
     let clang = env::var("CLANG").unwrap_or_else(|_| "clang".into());
-    let mut args: Vec<String> = vec![
+    let mut common: Vec<String> = vec![
         "-I".into(),
         bpf_dir.display().to_string(),
-        "-I".into(),
-        vmlinux_dir.display().to_string(),
         "-Wall".into(),
         // Map build paths away so objects do not carry the build host's paths
         // (Yocto's buildpaths QA check).
         format!("-ffile-prefix-map={}=.", manifest.display()),
     ];
     if let Ok(extra) = env::var("LATMON_BPF_CFLAGS") {
-        args.extend(extra.split_whitespace().map(String::from));
+        common.extend(extra.split_whitespace().map(String::from));
     }
+    let core_args = [common.clone(), vec!["-I".into(), vmlinux_dir.display().to_string()]].concat();
+    let no_btf_args = [common, vec!["-DLATMON_NO_BTF".into()]].concat();
 
     for src in &sources {
         let stem = src.file_name().unwrap().to_string_lossy().replace(".bpf.c", "");
-        let skel = out.join(format!("{stem}.skel.rs"));
-        if let Err(e) = SkeletonBuilder::new()
-            .source(src)
-            .clang(&clang)
-            .clang_args(&args)
-            .build_and_generate(&skel)
-        {
-            panic!("latmon: building {}: {e:#}", src.display());
+        build_skel(&clang, src, &out, &stem, &core_args);
+        let text = fs::read_to_string(src).expect("read BPF source");
+        if text.lines().any(|l| l.trim_start().starts_with(NO_BTF_MARKER)) {
+            let obj = build_skel(&clang, src, &out, &format!("{stem}_nobtf"), &no_btf_args);
+            let relos = core_relos::core_relo_bytes(&fs::read(&obj).expect("read BPF object"))
+                .unwrap_or_else(|e| panic!("latmon: {}: {e}", obj.display()));
+            assert!(
+                relos == 0,
+                "latmon: the no-BTF build of {} has {relos} bytes of CO-RE relocations; \
+                 kernels without BTF cannot load it (a kernel struct or vmlinux.h type \
+                 reached code outside `#ifndef LATMON_NO_BTF`)",
+                src.display()
+            );
         }
     }
 
     let limits = limits_rs(&bpf_dir.join("latmon.h"));
     fs::write(out.join("limits.rs"), limits).expect("write limits.rs");
+}
+
+/// Compile `src` into OUT_DIR/`name`.bpf.o (kept for the tests) and its
+/// skeleton `name`.skel.rs (skeleton and types are named after `name`).
+fn build_skel(clang: &str, src: &Path, out: &Path, name: &str, args: &[String]) -> PathBuf {
+    let obj = out.join(format!("{name}.bpf.o"));
+    if let Err(e) = SkeletonBuilder::new()
+        .source(src)
+        .obj(&obj)
+        .clang(clang)
+        .clang_args(args)
+        .build_and_generate(out.join(format!("{name}.skel.rs")))
+    {
+        panic!("latmon: building {} as {name}: {e:#}", src.display());
+    }
+    obj
 }
 
 /// `#define LATMON_NAME 123` lines of latmon.h -> `pub const NAME: usize = 123;`

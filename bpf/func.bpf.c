@@ -50,10 +50,19 @@
  * disabled only), and on PREEMPT_RT so do tracing programs, so two threads
  * can run the same program on one CPU.
  */
+/* LATMON_NO_BTF_VARIANT: build.rs also builds this file as func_nobtf
+ * (-DLATMON_NO_BTF, nobtf.h instead of vmlinux.h, no CO-RE relocation) for
+ * kernels without BTF. That build has no fentry/fexit (they need the
+ * kernel's BTF); kprobe, uprobe and the raw tracepoint need no kernel
+ * type: the only kernel layout read here is the register set (PT_REGS_SP),
+ * which is user ABI. */
+#ifdef LATMON_NO_BTF
+#include "nobtf.h"
+#else
 #include "vmlinux.h"
+#endif
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
 #include "latmon.h"
 #include "maps.bpf.h"
 
@@ -68,6 +77,17 @@ static __always_inline __u32 probe_idx(__u32 id)
 	return id & (MAX_PROBES - 1);
 }
 #define PROBE_IDX(id) probe_idx(id)
+/* Slot of a stamp stack. clang drops the mask where it can prove it
+ * redundant; the 6.1 verifier (Debian's board kernels) then follows a
+ * branch its range tracking cannot rule out with bounds umin > umax
+ * (e.g. d >= 9 and d < 8 after the stale-frame loop), and refuses the
+ * store ("invalid mem access 'scalar'"). The barrier keeps the mask, which
+ * bounds the index on every path. */
+static __always_inline __u32 slot(__u32 d)
+{
+	barrier_var(d);
+	return d & (MAX_DEPTH - 1);
+}
 
 /* Where the stack pointer is at a uretprobe relative to the entry:
  * x86's `ret` pops the return address (the entry SP pointed at it); arm64
@@ -230,7 +250,7 @@ static __always_inline int on_entry(__u32 id, __u32 sp)
 			d = st->depth;
 			if (!d || d > MAX_DEPTH)
 				break;
-			top = st->sp[(d - 1) & (MAX_DEPTH - 1)];
+			top = st->sp[slot(d - 1)];
 			if (!top || !at_or_above(sp, top))
 				break;
 			st->depth = d - 1;
@@ -248,8 +268,8 @@ static __always_inline int on_entry(__u32 id, __u32 sp)
 		count_drops(id, 1); /* deeper than the stamp stack */
 		return 0;
 	}
-	st->sp[d & (MAX_DEPTH - 1)] = sp;
-	st->ts[d & (MAX_DEPTH - 1)] = bpf_ktime_get_ns();
+	st->sp[slot(d)] = sp;
+	st->ts[slot(d)] = bpf_ktime_get_ns();
 	st->depth = d + 1;
 	return 0;
 }
@@ -347,7 +367,7 @@ static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
 			d = st->depth;
 			if (!d || d > MAX_DEPTH)
 				break;
-			top = st->sp[(d - 1) & (MAX_DEPTH - 1)];
+			top = st->sp[slot(d - 1)];
 			if (top == want) {
 				matched = true;
 				break;
@@ -375,7 +395,7 @@ static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
 	count_drops(id, stale);
 	if (matched) {
 		d = st->depth - 1;
-		delta = now - st->ts[d & (MAX_DEPTH - 1)];
+		delta = now - st->ts[slot(d)];
 		st->depth = d;
 		h = latmon_hist_get(&func_hist, id);
 		if (h) {
@@ -391,6 +411,7 @@ static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
 
 /* ---- fentry/fexit: one loaded copy per kernel function ----------------- */
 
+#ifndef LATMON_NO_BTF
 SEC("fentry")
 int BPF_PROG(func_fentry)
 {
@@ -402,6 +423,7 @@ int BPF_PROG(func_fexit)
 {
 	return on_return(ctx, fentry_probe_id, 0);
 }
+#endif
 
 /* ---- kprobe/kretprobe: probe id in the attach cookie ------------------- */
 

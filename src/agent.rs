@@ -77,7 +77,7 @@ fn run_loop(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
         match opened {
             Ok(p) => {
                 let i = p.info();
-                log::info!("probe {}: {} via {} ({})", i.name, i.kind, i.attach, i.mode);
+                log::info!("probe {}: {} via {}, {} build ({})", i.name, i.kind, i.attach, i.btf_mode, i.mode);
                 running.push(Running { probe: p, prev: Hist::default(), cur: Hist::default() });
             }
             Err(e) => eprintln!("latmon: {e}"),

@@ -19,3 +19,29 @@ pub mod features {
 pub mod func {
     include!(concat!(env!("OUT_DIR"), "/func.skel.rs"));
 }
+/// bpf/func.bpf.c built without BTF (build.rs: `-DLATMON_NO_BTF`, no
+/// CO-RE relocation), for kernels without BTF. No fentry/fexit programs.
+pub mod func_nobtf {
+    include!(concat!(env!("OUT_DIR"), "/func_nobtf.skel.rs"));
+}
+
+#[cfg(test)]
+#[path = "core_relos.rs"]
+mod core_relos;
+
+#[cfg(test)]
+mod tests {
+    use super::core_relos::core_relo_bytes;
+
+    const FUNC: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/func.bpf.o"));
+    const FUNC_NOBTF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/func_nobtf.bpf.o"));
+
+    #[test]
+    fn the_no_btf_object_carries_no_core_relocation_and_the_co_re_one_does() {
+        assert_eq!(core_relo_bytes(FUNC_NOBTF), Ok(0), "func_nobtf must load without kernel BTF");
+        // The control: the same reader finds the CO-RE build's relocations
+        // (PT_REGS_SP through vmlinux.h's preserve_access_index pt_regs).
+        assert!(core_relo_bytes(FUNC).unwrap() > 0);
+        assert!(core_relo_bytes(b"not an object").is_err());
+    }
+}

@@ -169,6 +169,9 @@ struct ProbePlan {
     attach: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mode: Option<String>,
+    /// Which build of the probe's BPF object runs: "co-re" or "no-btf".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    btf_mode: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
 }
@@ -181,6 +184,9 @@ struct CheckReport {
     /// Where CO-RE relocations take kernel types from (kernel or btf_path).
     #[serde(skip_serializing_if = "Option::is_none")]
     btf_source: Option<String>,
+    /// LATMON_FORCE_NO_BTF is set: BTF is ignored, as if there were none.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    force_no_btf: bool,
     config: String,
     config_ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -198,6 +204,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
         kernel,
         btf: std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
         btf_source: None,
+        force_no_btf: probes::no_btf_forced(),
         config: config_name,
         config_ok: true,
         config_error: None,
@@ -223,6 +230,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
                     ok: false,
                     attach: None,
                     mode: None,
+                    btf_mode: None,
                     error: None,
                 };
                 match opened {
@@ -230,6 +238,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
                         plan.ok = true;
                         plan.attach = Some(p.info().attach.clone());
                         plan.mode = Some(p.info().mode.clone());
+                        plan.btf_mode = Some(p.info().btf_mode.clone());
                     }
                     Err(e) => plan.error = Some(e.to_string()),
                 }
@@ -258,6 +267,7 @@ fn print_check(r: &CheckReport) {
         "btf          {}{}",
         if r.btf { "yes (/sys/kernel/btf/vmlinux)" } else { "no" },
         match &r.btf_source {
+            _ if r.force_no_btf => format!("; ignored ({} is set)", probes::FORCE_NO_BTF_ENV),
             Some(s) if !r.btf => format!("; CO-RE uses {s}"),
             _ => String::new(),
         }
@@ -285,7 +295,14 @@ fn print_check(r: &CheckReport) {
         for p in &r.probes {
             match (&p.attach, &p.error) {
                 (Some(at), _) => {
-                    let _ = writeln!(o, "  {:<20} ok via {} ({})", p.name, at, p.mode.as_deref().unwrap_or(""));
+                    let _ = writeln!(
+                        o,
+                        "  {:<20} ok via {}, {} build ({})",
+                        p.name,
+                        at,
+                        p.btf_mode.as_deref().unwrap_or("?"),
+                        p.mode.as_deref().unwrap_or("")
+                    );
                 }
                 (_, Some(e)) => {
                     let _ = writeln!(o, "  {:<20} FAILED: {e}", p.name);

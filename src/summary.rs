@@ -20,6 +20,9 @@ pub struct ProbeInfo {
     pub attach: String,
     /// Design detail worth knowing when reading numbers (e.g. "switch-only").
     pub mode: String,
+    /// Which build of the BPF object runs: "co-re" (relocated against the
+    /// kernel's BTF or btf_path) or "no-btf" (for kernels without BTF).
+    pub btf_mode: String,
 }
 
 /// One probe's line in an interval summary (the JSON contract's field names).
@@ -211,7 +214,13 @@ mod tests {
     use super::*;
 
     fn info() -> ProbeInfo {
-        ProbeInfo { name: "runq".into(), kind: "runq".into(), attach: "tp_btf".into(), mode: "switch-only".into() }
+        ProbeInfo {
+            name: "runq".into(),
+            kind: "runq".into(),
+            attach: "tp_btf".into(),
+            mode: "switch-only".into(),
+            btf_mode: "co-re".into(),
+        }
     }
 
     fn sample() -> (Hist, Hist) {

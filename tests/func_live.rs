@@ -237,13 +237,16 @@ fn recursive_calls_pair_level_by_level() {
     assert_eq!((u(p, "count"), u(p, "drops")), (250, 0));
     assert_within_bucket("min (innermost)", u(p, "min_ns"), 200_000, 5_000);
     assert_within_bucket("max (outermost)", u(p, "max_ns"), 1_000_000, 4 * NESTED_PROBE_COST_NS);
-    // Every level's 50 calls are told apart: below (k + 1/2) x 200 us lie
-    // exactly the calls of the k innermost levels.
+    // Every level's 50 calls are told apart: the buckets that start below
+    // (k + 1/2) x 200 us hold exactly the calls of the k innermost levels
+    // (no bucket there spans two levels: each is at most 1/8 of its lower
+    // bound wide; a bucket's start, not its end, keeps a call slowed by
+    // the nested probes' cost on a loaded machine at its level).
     let buckets = p["buckets"].as_array().unwrap();
     for k in 1..=5u64 {
         let below: u64 = buckets
             .iter()
-            .filter(|b| b[1].as_u64().unwrap() <= k * 200_000 + 100_000)
+            .filter(|b| b[0].as_u64().unwrap() < k * 200_000 + 100_000)
             .map(|b| b[2].as_u64().unwrap())
             .sum();
         assert_eq!(below, 50 * k, "levels 1..={k}: {buckets:?}");
@@ -427,4 +430,126 @@ fn attach_option_pins_a_rung_and_only_failures_mean_a_non_zero_exit() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("binary /nonexistent/x") && err.contains("no probe could attach"), "{err}");
     assert!(err.contains("kernel function no_such_kernel_function_xyz does not exist"), "{err}");
+}
+
+/// Run as on a kernel without BTF: the func probes load the no-BTF build.
+const NO_BTF: (&str, &str) = ("LATMON_FORCE_NO_BTF", "1");
+
+#[test]
+fn the_no_btf_build_counts_every_call_pairs_frames_and_alerts() {
+    let _s = serial();
+    let mut ran = Ran::default();
+    let probes = [
+        spec("lm_work", ",threshold=1ms,name=work"),
+        spec("lm_recurse", ",name=rec"),
+        spec("lm_jump_out", ",name=jmp"),
+    ];
+    let (sum, err) = monitor(&probes, &[NO_BTF], || {
+        ran = run_target(&["work", "100", "200000", "20", "2000000"]);
+        run_target(&["recurse", "50", "5", "200000"]);
+        run_target(&["longjmp", "10"]);
+    });
+    for name in ["work", "rec", "jmp"] {
+        let said = format!("probe {name}: ufunc via uprobe, no-btf build");
+        assert!(err.iter().any(|l| l.contains(&said)), "no {said:?} in {err:#?}");
+    }
+    let w = probe(&sum, "work");
+    eprintln!(
+        "FIGURES no-btf work 100 x 200us + 20 x 2ms: count {} drops {} p50 {} p90 {} alerts {} records {}",
+        u(w, "count"),
+        u(w, "drops"),
+        u(w, "p50_ns"),
+        u(w, "p90_ns"),
+        u(w, "alerts"),
+        alert_records(&sum, "work").len()
+    );
+    assert_eq!(ran.calls, 120);
+    assert_eq!((u(w, "count"), u(w, "drops")), (120, 0), "every call counted, exactly");
+    assert_within_bucket("p50", u(w, "p50_ns"), 200_000, 10_000);
+    assert_within_bucket("p90", u(w, "p90_ns"), 2_000_000, 10_000);
+    assert_eq!(ran.over_1ms, 20);
+    assert_eq!(u(w, "alerts"), 20, "alerts count the calls above the threshold");
+    assert_eq!(alert_records(&sum, "work").len(), 20, "records decoded through the no-BTF build's types");
+    // Frames are told apart by the stack pointer read from pt_regs (the
+    // hand-written layout of bpf/nobtf.h): five nested levels, each
+    // measured on its own.
+    let r = probe(&sum, "rec");
+    assert_eq!((u(r, "count"), u(r, "drops")), (250, 0));
+    let buckets = r["buckets"].as_array().unwrap();
+    for k in 1..=5u64 {
+        let below: u64 = buckets
+            .iter()
+            .filter(|b| b[0].as_u64().unwrap() < k * 200_000 + 100_000)
+            .map(|b| b[2].as_u64().unwrap())
+            .sum();
+        assert_eq!(below, 50 * k, "levels 1..={k}: {buckets:?}");
+    }
+    let j = probe(&sum, "jmp");
+    assert_eq!((u(j, "count"), u(j, "drops")), (0, 10), "calls left by longjmp are counted drops");
+}
+
+#[test]
+fn check_names_the_btf_mode_of_every_probe() {
+    // Loads BPF: not beside the timing tests.
+    let _s = serial();
+    let work = spec("lm_work", ",name=work");
+    let check = |envs: &[(&str, &str)]| -> serde_json::Value {
+        let out = latmon().envs(envs.iter().copied()).args(["check", "--json", "--probe", &work, "--probe", "runq"]).output().unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // This host has BTF: CO-RE.
+    let v = check(&[]);
+    assert_eq!(v["btf"], true);
+    assert_eq!((v["probes"][0]["ok"].as_bool(), v["probes"][0]["btf_mode"].as_str()), (Some(true), Some("co-re")));
+    assert_eq!(v["probes"][1]["btf_mode"], "co-re");
+    // As without BTF: the ufunc runs the no-BTF build, runq says why it cannot.
+    let v = check(&[NO_BTF]);
+    assert_eq!((v["btf"].as_bool(), v["force_no_btf"].as_bool()), (Some(true), Some(true)));
+    assert!(v["btf_source"].is_null(), "{v}");
+    let p = &v["probes"][0];
+    assert_eq!((p["ok"].as_bool(), p["attach"].as_str(), p["btf_mode"].as_str()), (Some(true), Some("uprobe"), Some("no-btf")));
+    let runq = v["probes"][1]["error"].as_str().unwrap();
+    assert!(runq.contains("LATMON_FORCE_NO_BTF") && runq.contains("runq needs CO-RE"), "{runq}");
+    // The text form says it too.
+    let out = latmon().env(NO_BTF.0, NO_BTF.1).args(["check", "--probe", &work]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ok via uprobe, no-btf build"), "{text}");
+}
+
+/// libbpf reads `btf_custom_path` only to relocate CO-RE accesses. With it
+/// pointing at a file that is not BTF, an object with any relocation fails
+/// to load and one without loads: the no-BTF build needs no kernel types.
+#[test]
+fn the_no_btf_object_loads_with_no_usable_btf_and_the_co_re_one_does_not() {
+    // Loads BPF: not beside the timing tests.
+    let _s = serial();
+    use latmon::bpf::{func::FuncSkelBuilder, func_nobtf::FuncNobtfSkelBuilder};
+    use libbpf_rs::libbpf_sys::bpf_object_open_opts;
+    use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+    use std::mem::MaybeUninit;
+
+    let junk = std::env::temp_dir().join(format!("latmon-not-btf-{}", std::process::id()));
+    std::fs::write(&junk, b"this is not BTF").unwrap();
+    let path = std::ffi::CString::new(junk.to_str().unwrap()).unwrap();
+    let opts = || {
+        // SAFETY: libbpf's opts struct: integers and pointers, all-zero valid.
+        let mut o: bpf_object_open_opts = unsafe { std::mem::zeroed() };
+        o.sz = std::mem::size_of::<bpf_object_open_opts>() as _;
+        o.btf_custom_path = path.as_ptr();
+        o
+    };
+
+    let mut storage = MaybeUninit::uninit();
+    let open = FuncNobtfSkelBuilder::default().open_opts(opts(), &mut storage).unwrap();
+    let loaded = open.load();
+    assert!(loaded.is_ok(), "no-BTF build: {:?}", loaded.err());
+    drop(loaded);
+
+    let mut storage = MaybeUninit::uninit();
+    let mut open = FuncSkelBuilder::default().open_opts(opts(), &mut storage).unwrap();
+    open.progs.func_fentry.set_autoload(false);
+    open.progs.func_fexit.set_autoload(false);
+    let err = open.load().err().expect("the CO-RE build cannot load without usable BTF");
+    eprintln!("CO-RE build with a junk btf_custom_path: {err}");
+    std::fs::remove_file(&junk).unwrap();
 }

@@ -10,10 +10,21 @@
 //! (or perf) buffer into a bounded queue; the agent drains it each interval
 //! without ever blocking on the kernel.
 //!
+//! Two builds of bpf/func.bpf.c (build.rs): the CO-RE object, and the
+//! no-BTF one (no CO-RE relocation, no fentry/fexit) for kernels without
+//! BTF, where libbpf cannot load an object with relocations. The set runs
+//! the CO-RE build when kernel types are available (the kernel's BTF or
+//! `btf_path`), the no-BTF build otherwise (or with `LATMON_FORCE_NO_BTF`);
+//! each probe reports which (`ProbeInfo::btf_mode`). Everything past
+//! loading uses libbpf-rs handles common to both builds (`Loaded`), and
+//! reads histograms, drop counters and alert records through the generated
+//! types of the build that runs (`func_build!`).
+//!
 //! Attach ladder, per probe:
 //! - kfunc: fentry/fexit (a copy of the object holding just that pair,
-//!   bound to the function at load, maps shared with the set), then
-//!   kprobe/kretprobe (the set's programs, probe id in the BPF cookie).
+//!   bound to the function at load, maps shared with the set; CO-RE build
+//!   only), then kprobe/kretprobe (the set's programs, probe id in the BPF
+//!   cookie).
 //! - ufunc: uprobe/uretprobe (the set's programs, probe id in the cookie),
 //!   the symbol resolved by libbpf in the binary or shared library.
 //!
@@ -30,24 +41,19 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{KprobeOpts, Link, MapCore, MapHandle, OpenObject, PerfBufferBuilder, RingBufferBuilder, UprobeOpts};
+use libbpf_rs::{
+    KprobeOpts, Link, MapCore, MapHandle, MapMut, OpenObject, PerfBufferBuilder, ProgramMut, RingBufferBuilder,
+    UprobeOpts,
+};
 
-use super::{clear_libbpf_warning, ladder, libbpf_error, Owned, PerCpuHist, Probe, ProbeError};
-use crate::bpf::func::{types, FuncSkel, FuncSkelBuilder, OpenFuncSkel};
+use super::{clear_libbpf_warning, ladder, libbpf_error, BtfMode, Owned, PerCpuHist, Probe, ProbeError, RawHist};
 use crate::bpf::limits::{ALERT_PERF_PAGES, ALERT_QUEUE, COMM_LEN, MAX_FUNC_PROBES};
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::Hist;
 use crate::summary::{fmt_ns, AlertRecord, ProbeInfo};
 
-// SAFETY: #[repr(C)] structs of integers generated from bpf/latmon.h; every
-// bit pattern is valid.
-unsafe impl plain::Plain for types::latmon_alert {}
-unsafe impl plain::Plain for types::latmon_alert_drops {}
-
 /// The record layout user space decodes must be the one in latmon.h.
 const ALERT_RECORD_BYTES: usize = 8 + 8 + 4 * 4 + COMM_LEN;
-const _: () = assert!(size_of::<types::latmon_alert>() == ALERT_RECORD_BYTES);
-const _: () = assert!(size_of::<types::latmon_alert_drops>() == 16);
 
 /// How long the alert reader waits in the kernel before re-checking its
 /// stop flag (records wake it at once; this only bounds shutdown).
@@ -67,25 +73,6 @@ fn threshold_ns(spec: &ProbeSpec) -> u64 {
     spec.threshold.map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// Rodata (filters, thresholds, probe count) and the alert transport.
-fn configure(open: &mut OpenFuncSkel<'_>, cfg: &SetConfig<'_>, fentry_probe_id: u32) -> Result<(), String> {
-    let ro = open.maps.rodata_data.as_deref_mut().ok_or("func object has no rodata")?;
-    ro.nr_probes = cfg.specs.len() as u32;
-    ro.fentry_probe_id = fentry_probe_id;
-    ro.use_ringbuf = cfg.use_ringbuf;
-    for (id, spec) in cfg.specs.iter().enumerate() {
-        ro.filter_tgid[id] = spec.pid.unwrap_or(0);
-        if let Some(comm) = &spec.comm {
-            for (d, s) in ro.filter_comm[id].iter_mut().zip(comm.bytes()) {
-                *d = s as i8;
-            }
-        }
-        ro.threshold_ns[id] = threshold_ns(spec);
-    }
-    let unused = if cfg.use_ringbuf { &mut open.maps.func_alerts_perf } else { &mut open.maps.func_alerts };
-    unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))
-}
-
 fn want_ringbuf() -> bool {
     match std::env::var(ALERT_BUFFER_ENV).as_deref() {
         Ok("perf") => false,
@@ -94,15 +81,211 @@ fn want_ringbuf() -> bool {
     }
 }
 
+/// The set's programs, as libbpf-rs handles (the same in both builds).
+struct Progs<'a> {
+    kentry: &'a ProgramMut<'static>,
+    kexit: &'a ProgramMut<'static>,
+    uentry: &'a ProgramMut<'static>,
+    uexit: &'a ProgramMut<'static>,
+    task_exit: &'a ProgramMut<'static>,
+}
+
+/// The set's maps, as libbpf-rs handles (the same in both builds).
+struct Maps<'a> {
+    hist: &'a MapMut<'static>,
+    stamps: &'a MapMut<'static>,
+    alert_tat: &'a MapMut<'static>,
+    alert_drops: &'a MapMut<'static>,
+    alerts: &'a MapMut<'static>,
+    alerts_perf: &'a MapMut<'static>,
+}
+
+/// Reads of one build's maps through that build's generated types.
+struct Readers {
+    hist: Box<dyn ReadHist>,
+    alert_drops: Box<dyn ReadDrops>,
+    decode_alert: DecodeAlert,
+}
+
+/// A loaded func object, whichever build.
+trait Loaded {
+    fn progs(&self) -> Progs<'_>;
+    fn maps(&self) -> Maps<'_>;
+    fn readers(&self) -> Result<Readers, String>;
+}
+
+trait ReadHist {
+    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String>;
+}
+
+impl<T: RawHist> ReadHist for PerCpuHist<T> {
+    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String> {
+        PerCpuHist::read(self, key, out)
+    }
+}
+
+/// A generated `struct latmon_alert_drops`.
+trait RawAlertDrops: plain::Plain + Default {
+    fn total(&self) -> u64;
+}
+
+trait ReadDrops {
+    /// Alert records dropped in the kernel for probe `key`, all CPUs.
+    fn total(&mut self, key: u32) -> Result<u64, String>;
+}
+
+impl<T: RawAlertDrops> ReadDrops for PerCpuArray<T> {
+    fn total(&mut self, key: u32) -> Result<u64, String> {
+        let mut n = 0;
+        self.read(key, |d| n += d.total())?;
+        Ok(n)
+    }
+}
+
+/// A generated `struct latmon_alert`, as the summary's record.
+trait RawAlert: plain::Plain + Default {
+    fn probe_id(&self) -> u32;
+    fn record(&self, probe: String) -> AlertRecord;
+}
+
+/// Decodes one alert record (`decode_alert::<the build's latmon_alert>`).
+type DecodeAlert = fn(&[u8], &[String]) -> Option<(usize, AlertRecord)>;
+
+/// What differs between the two builds of func.bpf.c: the generated
+/// skeleton and types. One instance per build; each gives the rest of this
+/// file a `Loaded` object and readers typed by its own skeleton.
+macro_rules! func_build {
+    ($build:ident, $skel:ident, $Skel:ident, $Builder:ident, $Open:ident) => {
+        mod $build {
+            use super::*;
+            use crate::bpf::$skel::{types, $Builder, $Open, $Skel};
+
+            pub(super) type Skel = $Skel<'static>;
+
+            // SAFETY: #[repr(C)] structs of integers generated from
+            // bpf/latmon.h; every bit pattern is valid.
+            unsafe impl plain::Plain for types::latmon_alert {}
+            unsafe impl plain::Plain for types::latmon_alert_drops {}
+            const _: () = assert!(size_of::<types::latmon_alert>() == ALERT_RECORD_BYTES);
+            const _: () = assert!(size_of::<types::latmon_alert_drops>() == 16);
+
+            impl RawAlertDrops for types::latmon_alert_drops {
+                fn total(&self) -> u64 {
+                    self.rate_limited + self.buffer_full
+                }
+            }
+
+            impl RawAlert for types::latmon_alert {
+                fn probe_id(&self) -> u32 {
+                    self.probe_id
+                }
+                fn record(&self, probe: String) -> AlertRecord {
+                    let comm: Vec<u8> = self.comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+                    AlertRecord {
+                        probe,
+                        pid: self.pid,
+                        tid: self.tid,
+                        comm: String::from_utf8_lossy(&comm).into_owned(),
+                        cpu: self.cpu,
+                        latency_ns: self.latency_ns,
+                        time_ns: self.time_ns,
+                    }
+                }
+            }
+
+            /// Open a copy of the object and set its rodata (filters,
+            /// thresholds, probe count) and alert transport.
+            pub(super) fn open(
+                storage: &'static mut MaybeUninit<OpenObject>,
+                cfg: &SetConfig<'_>,
+                fentry_probe_id: u32,
+            ) -> Result<$Open<'static>, String> {
+                let mut open = $Builder::default()
+                    .open_opts(super::super::open_opts(), storage)
+                    .map_err(|e| libbpf_error("open func", &e))?;
+                let ro = open.maps.rodata_data.as_deref_mut().ok_or("func object has no rodata")?;
+                ro.nr_probes = cfg.specs.len() as u32;
+                ro.fentry_probe_id = fentry_probe_id;
+                ro.use_ringbuf = cfg.use_ringbuf;
+                for (id, spec) in cfg.specs.iter().enumerate() {
+                    ro.filter_tgid[id] = spec.pid.unwrap_or(0);
+                    if let Some(comm) = &spec.comm {
+                        for (d, s) in ro.filter_comm[id].iter_mut().zip(comm.bytes()) {
+                            *d = s as i8;
+                        }
+                    }
+                    ro.threshold_ns[id] = threshold_ns(spec);
+                }
+                let unused =
+                    if cfg.use_ringbuf { &mut open.maps.func_alerts_perf } else { &mut open.maps.func_alerts };
+                unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
+                Ok(open)
+            }
+
+            /// The set's object: loaded with the programs `wanted` says.
+            pub(super) fn load(cfg: &SetConfig<'_>, wanted: &dyn Fn(&str) -> bool) -> Result<Box<dyn Loaded>, String> {
+                let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<Skel, String> {
+                    let mut open = open(storage, cfg, 0)?;
+                    for mut prog in open.open_object_mut().progs_mut() {
+                        let name = prog.name().to_string_lossy().into_owned();
+                        prog.set_autoload(wanted(&name));
+                    }
+                    open.load().map_err(|e| libbpf_error("load func", &e))
+                })?;
+                Ok(Box::new(skel))
+            }
+
+            impl Loaded for Owned<Skel> {
+                fn progs(&self) -> Progs<'_> {
+                    let p = &self.progs;
+                    Progs {
+                        kentry: &p.func_kentry,
+                        kexit: &p.func_kexit,
+                        uentry: &p.func_uentry,
+                        uexit: &p.func_uexit,
+                        task_exit: &p.func_task_exit,
+                    }
+                }
+
+                fn maps(&self) -> Maps<'_> {
+                    let m = &self.maps;
+                    Maps {
+                        hist: &m.func_hist,
+                        stamps: &m.func_stamps,
+                        alert_tat: &m.func_alert_tat,
+                        alert_drops: &m.func_alert_drops,
+                        alerts: &m.func_alerts,
+                        alerts_perf: &m.func_alerts_perf,
+                    }
+                }
+
+                fn readers(&self) -> Result<Readers, String> {
+                    Ok(Readers {
+                        hist: Box::new(PerCpuHist::<types::latmon_hist>::new(&self.maps.func_hist)?),
+                        alert_drops: Box::new(PerCpuArray::<types::latmon_alert_drops>::new(
+                            &self.maps.func_alert_drops,
+                        )?),
+                        decode_alert: decode_alert::<types::latmon_alert>,
+                    })
+                }
+            }
+        }
+    };
+}
+
+func_build!(core_build, func, FuncSkel, FuncSkelBuilder, OpenFuncSkel);
+func_build!(nobtf_build, func_nobtf, FuncNobtfSkel, FuncNobtfSkelBuilder, OpenFuncNobtfSkel);
+
 /// The shared half: one loaded object, its readers and the alert feed.
 /// Field order is drop order: the feed thread stops before the maps go.
 struct FuncSet {
     alerts: Option<AlertFeed>,
-    hist: std::cell::RefCell<PerCpuHist<types::latmon_hist>>,
-    alert_drops: std::cell::RefCell<PerCpuArray<types::latmon_alert_drops>>,
+    hist: std::cell::RefCell<Box<dyn ReadHist>>,
+    alert_drops: std::cell::RefCell<Box<dyn ReadDrops>>,
     use_ringbuf: bool,
+    btf_mode: BtfMode,
     _exit_link: Option<Link>,
-    skel: Owned<FuncSkel<'static>>,
+    skel: Box<dyn Loaded>,
 }
 
 /// One kfunc/ufunc probe of the set.
@@ -112,7 +295,7 @@ pub struct Func {
     /// `[return, entry]`; Drop detaches the entry first.
     links: Vec<Link>,
     /// fentry only: this probe's own copy of the programs.
-    _own: Option<Owned<FuncSkel<'static>>>,
+    _own: Option<Owned<core_build::Skel>>,
     set: Rc<FuncSet>,
 }
 
@@ -151,47 +334,59 @@ pub fn open_set(specs: &[&ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>>
     out
 }
 
-fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, String> {
-    if !super::kernel_btf_present() {
-        return Err("kernel has no BTF (/sys/kernel/btf/vmlinux missing); kfunc/ufunc need CO-RE".into());
+/// The build the set runs: CO-RE where kernel types are available (the
+/// kernel's BTF or btf_path), the no-BTF build otherwise.
+pub fn btf_mode() -> BtfMode {
+    if super::kernel_btf_present() {
+        BtfMode::CoRe
+    } else {
+        BtfMode::NoBtf
     }
+}
+
+fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, String> {
+    let btf_mode = btf_mode();
     let use_ringbuf = want_ringbuf();
     let cfg = SetConfig { specs, use_ringbuf };
     let any_kfunc = specs.iter().any(|s| matches!(s.kind, ProbeKind::Kfunc(_)));
     let any_ufunc = specs.iter().any(|s| matches!(s.kind, ProbeKind::Ufunc { .. }));
+    // fentry/fexit load in per-probe copies (attach_fentry), never here.
+    let wanted = |name: &str| match name {
+        "func_kentry" | "func_kexit" => any_kfunc,
+        "func_uentry" | "func_uexit" => any_ufunc,
+        "func_task_exit" => true,
+        _ => false,
+    };
     clear_libbpf_warning();
-    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<FuncSkel<'static>, String> {
-        let mut open = FuncSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open func", &e))?;
-        configure(&mut open, &cfg, 0)?;
-        open.progs.func_fentry.set_autoload(false);
-        open.progs.func_fexit.set_autoload(false);
-        open.progs.func_kentry.set_autoload(any_kfunc);
-        open.progs.func_kexit.set_autoload(any_kfunc);
-        open.progs.func_uentry.set_autoload(any_ufunc);
-        open.progs.func_uexit.set_autoload(any_ufunc);
-        open.load().map_err(|e| libbpf_error("load func", &e))
-    })?;
+    let skel = match btf_mode {
+        BtfMode::CoRe => core_build::load(&cfg, &wanted)?,
+        BtfMode::NoBtf => {
+            log::info!("func: {}: kfunc/ufunc probes run the no-BTF build (kprobe, uprobe)", super::no_btf_reason());
+            nobtf_build::load(&cfg, &wanted)?
+        }
+    };
     // Threads exiting inside a traced function: their stamps are dropped
     // (and counted) here. Without it they stay until the map fills.
-    let exit_link = skel.progs.func_task_exit.attach();
+    let exit_link = skel.progs().task_exit.attach();
     if let Err(e) = &exit_link {
         log::warn!("func: {}", libbpf_error("attach raw_tp/sched_process_exit (stamps of exiting threads leak)", e));
     }
-    let hist = PerCpuHist::new(&skel.maps.func_hist)?;
-    let alert_drops = PerCpuArray::new(&skel.maps.func_alert_drops)?;
+    let readers = skel.readers()?;
     let alerts = if specs.iter().any(|s| threshold_ns(s) > 0) {
-        let map = if use_ringbuf { &skel.maps.func_alerts } else { &skel.maps.func_alerts_perf };
+        let maps = skel.maps();
+        let map = if use_ringbuf { maps.alerts } else { maps.alerts_perf };
         let handle = MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
         let names = specs.iter().map(|s| s.name.clone()).collect();
-        Some(AlertFeed::spawn(handle, use_ringbuf, names)?)
+        Some(AlertFeed::spawn(handle, use_ringbuf, names, readers.decode_alert)?)
     } else {
         None
     };
     let set = FuncSet {
         alerts,
-        hist: hist.into(),
-        alert_drops: alert_drops.into(),
+        hist: readers.hist.into(),
+        alert_drops: readers.alert_drops.into(),
         use_ringbuf,
+        btf_mode,
         _exit_link: exit_link.ok(),
         skel,
     };
@@ -203,6 +398,9 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
     let (links, own, mech) = match &spec.kind {
         ProbeKind::Kfunc(func) => {
             let res = ladder(&probe, &spec.ladder(), |mech| match mech {
+                "fentry" if set.btf_mode == BtfMode::NoBtf => {
+                    Err("needs the kernel's BTF; the func probes run the no-BTF build here".to_string())
+                }
                 "fentry" => attach_fentry(set, specs, id, func)
                     .map(|(own, links)| (links, Some(own)))
                     .map_err(|e| explain(mech, func, e)),
@@ -251,7 +449,13 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
         mode += &format!(", alerts above {} via {}", fmt_ns(thr), if set.use_ringbuf { "ringbuf" } else { "perf buffer" });
     }
     Ok(Func {
-        info: ProbeInfo { name: probe, kind: spec.kind.family().into(), attach: mech.into(), mode },
+        info: ProbeInfo {
+            name: probe,
+            kind: spec.kind.family().into(),
+            attach: mech.into(),
+            mode,
+            btf_mode: set.btf_mode.as_str().into(),
+        },
         id,
         links,
         _own: own,
@@ -259,19 +463,18 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
     })
 }
 
-/// A copy of the object with only fentry/fexit, bound to `func` at load,
-/// every map shared with the set.
+/// A copy of the CO-RE object with only fentry/fexit, bound to `func` at
+/// load, every map shared with the set (which runs the CO-RE build too).
 fn attach_fentry(
     set: &FuncSet,
     specs: &[&ProbeSpec],
     id: u32,
     func: &str,
-) -> Result<(Owned<FuncSkel<'static>>, Vec<Link>), String> {
+) -> Result<(Owned<core_build::Skel>, Vec<Link>), String> {
     let cfg = SetConfig { specs, use_ringbuf: set.use_ringbuf };
-    let shared = &set.skel.maps;
-    let own = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<FuncSkel<'static>, String> {
-        let mut open = FuncSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
-        configure(&mut open, &cfg, id)?;
+    let shared = set.skel.maps();
+    let own = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<core_build::Skel, String> {
+        let mut open = core_build::open(storage, &cfg, id)?;
         for mut prog in open.open_object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
             prog.set_autoload(name == "func_fentry" || name == "func_fexit");
@@ -285,14 +488,14 @@ fn attach_fentry(
         let reuse = |name: &str, m: &mut libbpf_rs::OpenMapMut<'_>, fd: std::os::fd::BorrowedFd<'_>| {
             m.reuse_fd(fd).map_err(|e| libbpf_error(&format!("share map {name}"), &e))
         };
-        reuse("func_hist", &mut m.func_hist, shared.func_hist.as_fd())?;
-        reuse("func_stamps", &mut m.func_stamps, shared.func_stamps.as_fd())?;
-        reuse("func_alert_tat", &mut m.func_alert_tat, shared.func_alert_tat.as_fd())?;
-        reuse("func_alert_drops", &mut m.func_alert_drops, shared.func_alert_drops.as_fd())?;
+        reuse("func_hist", &mut m.func_hist, shared.hist.as_fd())?;
+        reuse("func_stamps", &mut m.func_stamps, shared.stamps.as_fd())?;
+        reuse("func_alert_tat", &mut m.func_alert_tat, shared.alert_tat.as_fd())?;
+        reuse("func_alert_drops", &mut m.func_alert_drops, shared.alert_drops.as_fd())?;
         if set.use_ringbuf {
-            reuse("func_alerts", &mut m.func_alerts, shared.func_alerts.as_fd())?;
+            reuse("func_alerts", &mut m.func_alerts, shared.alerts.as_fd())?;
         } else {
-            reuse("func_alerts_perf", &mut m.func_alerts_perf, shared.func_alerts_perf.as_fd())?;
+            reuse("func_alerts_perf", &mut m.func_alerts_perf, shared.alerts_perf.as_fd())?;
         }
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
@@ -303,16 +506,13 @@ fn attach_fentry(
 
 fn attach_kprobe(set: &FuncSet, id: u32, func: &str) -> Result<Vec<Link>, String> {
     let opts = || KprobeOpts { cookie: u64::from(id), ..Default::default() };
-    let exit = set
-        .skel
-        .progs
-        .func_kexit
+    let progs = set.skel.progs();
+    let exit = progs
+        .kexit
         .attach_kprobe_with_opts(true, func, opts())
         .map_err(|e| libbpf_error("attach kretprobe", &e))?;
-    let entry = set
-        .skel
-        .progs
-        .func_kentry
+    let entry = progs
+        .kentry
         .attach_kprobe_with_opts(false, func, opts())
         .map_err(|e| libbpf_error("attach kprobe", &e))?;
     Ok(vec![exit, entry])
@@ -325,16 +525,13 @@ fn attach_uprobe(set: &FuncSet, id: u32, binary: &str, symbol: &str, pid: i32) -
         func_name: Some(symbol.to_string()),
         ..Default::default()
     };
-    let exit = set
-        .skel
-        .progs
-        .func_uexit
+    let progs = set.skel.progs();
+    let exit = progs
+        .uexit
         .attach_uprobe_with_opts(pid, binary, 0, opts(true))
         .map_err(|e| libbpf_error("attach uretprobe", &e))?;
-    let entry = set
-        .skel
-        .progs
-        .func_uentry
+    let entry = progs
+        .uentry
         .attach_uprobe_with_opts(pid, binary, 0, opts(false))
         .map_err(|e| libbpf_error("attach uprobe", &e))?;
     Ok(vec![exit, entry])
@@ -385,12 +582,7 @@ impl Probe for Func {
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
         let err = |why| ProbeError::Read { probe: self.info.name.clone(), why };
         self.set.hist.borrow_mut().read(self.id, out).map_err(err)?;
-        let mut dropped = 0u64;
-        self.set
-            .alert_drops
-            .borrow_mut()
-            .read(self.id, |d| dropped += d.rate_limited + d.buffer_full)
-            .map_err(err)?;
+        let mut dropped = self.set.alert_drops.borrow_mut().total(self.id).map_err(err)?;
         if let Some(feed) = &self.set.alerts {
             dropped += feed.queue_dropped(self.id);
         }
@@ -459,7 +651,7 @@ struct AlertFeed {
 }
 
 impl AlertFeed {
-    fn spawn(map: MapHandle, ringbuf: bool, names: Vec<String>) -> Result<Self, String> {
+    fn spawn(map: MapHandle, ringbuf: bool, names: Vec<String>, decode: DecodeAlert) -> Result<Self, String> {
         let n = names.len();
         let queue = Arc::new(Mutex::new(AlertQueue {
             per_probe: vec![VecDeque::new(); n],
@@ -472,7 +664,7 @@ impl AlertFeed {
         let thread = std::thread::Builder::new()
             .name("latmon-alerts".into())
             .spawn(move || {
-                let push = move |data: &[u8]| push_record(&q, &names, data);
+                let push = move |data: &[u8]| push_record(&q, &names, decode, data);
                 if ringbuf {
                     let mut b = RingBufferBuilder::new();
                     let built = b
@@ -550,9 +742,9 @@ impl Drop for AlertFeed {
 }
 
 /// Decode one record (never panics on kernel data) and queue it.
-fn push_record(queue: &Mutex<AlertQueue>, names: &[String], data: &[u8]) {
+fn push_record(queue: &Mutex<AlertQueue>, names: &[String], decode: DecodeAlert, data: &[u8]) {
     let Ok(mut q) = queue.lock() else { return };
-    let Some((id, rec)) = decode_alert(data, names) else {
+    let Some((id, rec)) = decode(data, names) else {
         q.bad += 1;
         return;
     };
@@ -564,31 +756,25 @@ fn push_record(queue: &Mutex<AlertQueue>, names: &[String], data: &[u8]) {
     q.held += 1;
 }
 
-/// A kernel alert record as the summary's `AlertRecord` (lossy UTF-8 comm).
-fn decode_alert(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
-    let mut raw = types::latmon_alert::default();
+/// A kernel alert record, read through the generated type `T` of the
+/// build that wrote it, as the summary's `AlertRecord` (lossy UTF-8 comm).
+fn decode_alert<T: RawAlert>(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
+    let mut raw = T::default();
     // Perf buffer samples may carry trailing padding; never less.
     plain::copy_from_bytes(&mut raw, data.get(..ALERT_RECORD_BYTES)?).ok()?;
-    let id = raw.probe_id as usize;
+    let id = raw.probe_id() as usize;
     let probe = names.get(id)?.clone();
-    let comm: Vec<u8> = raw.comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
-    Some((
-        id,
-        AlertRecord {
-            probe,
-            pid: raw.pid,
-            tid: raw.tid,
-            comm: String::from_utf8_lossy(&comm).into_owned(),
-            cpu: raw.cpu,
-            latency_ns: raw.latency_ns,
-            time_ns: raw.time_ns,
-        },
-    ))
+    Some((id, raw.record(probe)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf::func::types;
+
+    fn decode(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
+        decode_alert::<types::latmon_alert>(data, names)
+    }
 
     fn raw(id: u32, comm: &[u8]) -> Vec<u8> {
         let mut a = types::latmon_alert {
@@ -610,19 +796,19 @@ mod tests {
     #[test]
     fn alert_records_decode_with_lossy_comm_and_never_panic() {
         let names = vec!["a".to_string(), "b".to_string()];
-        let (id, r) = decode_alert(&raw(1, b"ctrl\xffloop"), &names).unwrap();
+        let (id, r) = decode(&raw(1, b"ctrl\xffloop"), &names).unwrap();
         assert_eq!((id, r.probe.as_str(), r.pid, r.tid, r.cpu), (1, "b", 7, 8, 1));
         assert_eq!(r.comm, "ctrl\u{fffd}loop");
         assert_eq!(r.latency_ns, 2_000_000);
         // A full 16-byte comm without NUL stays within the array.
-        assert_eq!(decode_alert(&raw(0, b"0123456789abcdef"), &names).unwrap().1.comm, "0123456789abcdef");
+        assert_eq!(decode(&raw(0, b"0123456789abcdef"), &names).unwrap().1.comm, "0123456789abcdef");
         // Unknown probe id, short record: rejected, not a panic.
-        assert!(decode_alert(&raw(2, b"x"), &names).is_none());
-        assert!(decode_alert(&raw(0, b"x")[..20], &names).is_none());
+        assert!(decode(&raw(2, b"x"), &names).is_none());
+        assert!(decode(&raw(0, b"x")[..20], &names).is_none());
         // Perf samples padded past the struct still decode.
         let mut padded = raw(0, b"x");
         padded.extend([0u8; 4]);
-        assert!(decode_alert(&padded, &names).is_some());
+        assert!(decode(&padded, &names).is_some());
     }
 
     #[test]
@@ -640,9 +826,9 @@ mod tests {
         let names = vec!["a".to_string()];
         let q = Mutex::new(AlertQueue { per_probe: vec![VecDeque::new()], dropped: vec![0], ..Default::default() });
         for _ in 0..ALERT_QUEUE + 3 {
-            push_record(&q, &names, &raw(0, b"x"));
+            push_record(&q, &names, decode, &raw(0, b"x"));
         }
-        push_record(&q, &names, b"short");
+        push_record(&q, &names, decode, b"short");
         let q = q.into_inner().unwrap();
         assert_eq!((q.held, q.dropped[0], q.bad), (ALERT_QUEUE, 3, 1));
     }

@@ -202,7 +202,7 @@ macro_rules! raw_hist {
         }
     )*};
 }
-raw_hist!(runq, func);
+raw_hist!(runq, func, func_nobtf);
 
 /// Reads one key of a per-CPU array of `latmon_hist` into a pre-sized
 /// buffer (no allocation per interval), summing CPUs.
@@ -333,9 +333,50 @@ pub(crate) fn zeroed_opts<T>() -> T {
     unsafe { std::mem::zeroed() }
 }
 
+/// How a probe's BPF object gets along with kernel types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BtfMode {
+    /// CO-RE: relocated against the kernel's BTF (or `btf_path`).
+    CoRe,
+    /// A build without CO-RE relocations (bpf/nobtf.h), for kernels
+    /// without BTF. Only families that read no kernel struct have one.
+    NoBtf,
+}
+
+impl BtfMode {
+    /// As `latmon check` and the logs name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BtfMode::CoRe => "co-re",
+            BtfMode::NoBtf => "no-btf",
+        }
+    }
+}
+
+/// `LATMON_FORCE_NO_BTF=1`: behave as on a kernel without BTF and without
+/// `btf_path` (CO-RE families refuse, families with a no-BTF build use
+/// it). How the no-BTF path is tested on kernels with BTF, and a field
+/// workaround for a kernel whose BTF misleads CO-RE.
+pub const FORCE_NO_BTF_ENV: &str = "LATMON_FORCE_NO_BTF";
+
+/// Whether `LATMON_FORCE_NO_BTF` is set (to anything but empty or 0).
+pub fn no_btf_forced() -> bool {
+    std::env::var(FORCE_NO_BTF_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Why CO-RE cannot run here (when `btf_source()` is None), in words.
+pub fn no_btf_reason() -> String {
+    if no_btf_forced() {
+        format!("kernel BTF and btf_path ignored ({FORCE_NO_BTF_ENV} is set): running as with no BTF")
+    } else {
+        "kernel has no BTF (/sys/kernel/btf/vmlinux missing) and no btf_path is configured".into()
+    }
+}
+
 /// Where CO-RE gets kernel types: the external file, or the kernel's own.
 pub fn btf_source() -> Option<String> {
     match BTF_PATH.get() {
+        _ if no_btf_forced() => None,
         Some(p) => Some(p.to_string_lossy().into_owned()),
         None if std::path::Path::new("/sys/kernel/btf/vmlinux").exists() => Some("/sys/kernel/btf/vmlinux".into()),
         None => None,

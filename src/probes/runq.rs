@@ -37,14 +37,20 @@ impl Runq {
         if !super::kernel_btf_present() {
             return Err(ProbeError::KernelFeature {
                 probe,
-                what: "kernel has no BTF (/sys/kernel/btf/vmlinux missing) and no btf_path is configured; runq needs CO-RE".into(),
+                what: format!("{}; runq needs CO-RE (it reads kernel structs) and has no no-BTF build", super::no_btf_reason()),
             });
         }
         let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |mech| load(spec, mech))?;
         let reader = PerCpuHist::new(&skel.maps.runq_hist)
             .map_err(|why| ProbeError::Read { probe: probe.clone(), why })?;
         Ok(Runq {
-            info: ProbeInfo { name: probe, kind: "runq".into(), attach: mech.into(), mode: mode(mech).into() },
+            info: ProbeInfo {
+                name: probe,
+                kind: "runq".into(),
+                attach: mech.into(),
+                mode: mode(mech).into(),
+                btf_mode: super::BtfMode::CoRe.as_str().into(),
+            },
             reader,
             _links: links,
             _skel: skel,

@@ -1,30 +1,49 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Virtual-board end-to-end test: boots a Debian kernel under qemu (software
-# emulation) with an initramfs holding the static latmon, its board config
-# and a workload; latmon sends postcard frames over the guest's second UART
-# (the board's link UART, not the console); the host decodes them with
-# `latmon decode` and checks what arrived.
+# emulation) with an initramfs holding the static latmon, its board
+# config(s) and a workload; latmon reports over the guest's second UART
+# (the board's link UART, not the console), and the host checks what
+# arrived (tests/board/verify.py).
 #   tests/board/run.sh rt-arm64|armmp|rt-amd64
+# A board runs one or more configs in sequence in one boot, each in a
+# section `=== config NAME` ... `=== end NAME` on the UART: `latmon check`,
+# then `latmon run` while the workload runs, stopped by SIGINT after it
+# (the final summary holds the totals).
+# Environment: EXTRA_BTF=/path is copied to /etc/latmon/kernel.btf in the
+# guest (armmp default: the detached BTF of fetch-board.sh --btf);
+# LATMON_BOARD_VERBOSE=-vv for libbpf's own messages.
 # Fails loudly when anything cannot run (package not downloadable, qemu
 # missing, no output): a board test never passes silently.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
 board=${1:?usage: $0 rt-arm64|armmp|rt-amd64}
+fetch_opts=()
+target_cc=""
 case "$board" in
-  rt-arm64) arch=aarch64; cfg=board-configs/qemu-arm64-rt.toml; uart=/dev/ttyAMA1; console=ttyAMA0
+  rt-arm64) arch=aarch64; uart=/dev/ttyAMA1; console=ttyAMA0
+    configs=(main=board-configs/qemu-arm64-rt.toml)
     qemu=(qemu-system-aarch64 -M virt -cpu cortex-a57 -m 512) ;;
-  armmp) arch=armv7; cfg=board-configs/qemu-armv7.toml; uart=/dev/ttyAMA1; console=ttyAMA0
+  armmp) arch=armv7; uart=/dev/ttyAMA1; console=ttyAMA0
+    # No BTF in this kernel: first as shipped (no-BTF build), then with
+    # its BTF as a separate file (btf_path).
+    configs=(nobtf=board-configs/qemu-armv7.toml btf=board-configs/qemu-armv7-btf.toml)
+    fetch_opts=(--btf)
+    # The func tests' target (tests/fixtures/lm_target.c) for ufunc probes.
+    target_cc=arm-linux-gnueabihf-gcc target_cflags=-marm
     qemu=(qemu-system-arm -M virt -cpu cortex-a15 -m 512) ;;
-  rt-amd64) arch=x86_64; cfg=board-configs/qemu-x86_64-rt.toml; uart=/dev/ttyS1; console=ttyS0
+  rt-amd64) arch=x86_64; uart=/dev/ttyS1; console=ttyS0
+    configs=(main=board-configs/qemu-x86_64-rt.toml)
     qemu=(qemu-system-x86_64 -m 512) ;;
   *) echo "board: unknown board $board" >&2; exit 2 ;;
 esac
 command -v "${qemu[0]}" >/dev/null || { echo "board $board: FAIL: ${qemu[0]} missing (scripts/install-qemu.sh)" >&2; exit 1; }
 t0=$(date +%s)
-vars=$(scripts/fetch-board.sh "$board")
+vars=$(scripts/fetch-board.sh "$board" "${fetch_opts[@]}")
 eval "$vars"
+# --btf: the detached BTF goes into the guest unless EXTRA_BTF names another.
+if [ ${#fetch_opts[@]} -gt 0 ]; then EXTRA_BTF=${EXTRA_BTF:-$BTF}; fi
 bin=$(scripts/build-static.sh "$arch")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -32,10 +51,20 @@ root=$work/root
 mkdir -p "$root"/{bin,proc,sys,dev,tmp,etc/latmon}
 cp "$BUSYBOX" "$root/bin/busybox"
 cp "$bin" "$root/bin/latmon"
-cp "$cfg" "$root/etc/latmon/latmon.toml"
-[ -n "${EXTRA_BTF:-}" ] && cp "$EXTRA_BTF" "$root/etc/latmon/kernel.btf"
-# The console carries the script's markers, `latmon check` and latmon's log;
-# the link UART carries only what latmon's serial sink sends (frames).
+names=()
+for c in "${configs[@]}"; do
+  names+=("${c%%=*}")
+  cp "${c#*=}" "$root/etc/latmon/${c%%=*}.toml"
+done
+if [ -n "${EXTRA_BTF:-}" ]; then
+  [ -s "$EXTRA_BTF" ] || { echo "board $board: FAIL: EXTRA_BTF $EXTRA_BTF missing" >&2; exit 1; }
+  cp "$EXTRA_BTF" "$root/etc/latmon/kernel.btf"
+fi
+if [ -n "$target_cc" ]; then
+  command -v "$target_cc" >/dev/null || { echo "board $board: FAIL: $target_cc missing (scripts/install-deps.sh)" >&2; exit 1; }
+  # -marm: arm uprobes cannot probe Thumb code (Debian's armhf default).
+  "$target_cc" -static -g -O0 -pthread -Wall ${target_cflags:-} -o "$root/bin/lm-target" tests/fixtures/lm_target.c
+fi
 cat > "$root/init" <<INIT
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -43,28 +72,66 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 echo "board: booted \$(uname -r)"
-echo "=== check"
-latmon ${LATMON_BOARD_VERBOSE:-} check --config /etc/latmon/latmon.toml --json
-echo "=== check-rc \$?"
-echo "=== run"
-latmon -v run --config /etc/latmon/latmon.toml --duration 10s 2>/tmp/run.err &
-pid=\$!
-# Attaching takes a while under emulation: start the workload after it
-# (usleep, not sleep: the workload is exactly the processes named "sleep").
-for i in \$(seq 600); do grep -q "running:" /tmp/run.err 2>/dev/null && break; usleep 100000; done
-for i in \$(seq 300); do sleep 0.01; done
-wait \$pid
-rc=\$?
-cat /tmp/run.err
-echo "=== run-rc \$rc"
+# The link UART ($uart) carries only latmon's serial sink: postcard frames,
+# decoded on the host. The script's markers, latmon check and logs go to
+# the console. Only the workload's 300 sleeps
+# run as "sleep" (probes filter comm=sleep): the script's own waits use
+# usleep.
+run_config() {
+  name=\$1; cfg=/etc/latmon/\$1.toml
+  {
+    echo "=== config \$name"
+    echo "=== check"
+    latmon ${LATMON_BOARD_VERBOSE:-} check --config \$cfg --json 2>/tmp/check.err
+    echo "=== check-rc \$?"
+    echo "=== check-stderr"
+    cat /tmp/check.err
+    echo "=== run"
+  } 2>&1
+  : > /tmp/run.err
+  : > /tmp/work.out
+  latmon ${LATMON_BOARD_VERBOSE:--v} run --config \$cfg > /dev/null 2>/tmp/run.err &
+  pid=\$!
+  # Attaching takes a while under emulation: start the workload once
+  # latmon says its probes run (it logs "... build (...)" per probe).
+  n=0
+  while ! grep -q " build (" /tmp/run.err && kill -0 \$pid 2>/dev/null && [ \$n -lt 900 ]; do
+    usleep 100000; n=\$((n + 1))
+  done
+  echo "attach-wait-ds \$n" >> /tmp/work.out
+  s0=\$(date +%s)
+  for i in \$(seq 300); do sleep 0.01; done
+  echo "sleep-loop-s \$((\$(date +%s) - s0))" >> /tmp/work.out
+  if grep -q lm-target \$cfg; then
+    for w in "work 50 1000000" "recurse 20 3 2000000" "longjmp 10"; do
+      echo "lm-target \$w: \$(lm-target \$w 2>&1)" >> /tmp/work.out
+    done
+  fi
+  usleep 2000000
+  kill -INT \$pid 2>/dev/null
+  wait \$pid
+  rc=\$?
+  {
+    echo "=== run-rc \$rc"
+    echo "=== run-stderr"
+    cat /tmp/run.err
+    echo "=== workload"
+    cat /tmp/work.out
+    echo "=== end \$name"
+  } 2>&1
+}
+for c in ${names[*]}; do
+  run_config \$c
+done
 echo "=== done"
 sync
 poweroff -f
 INIT
 chmod +x "$root/init"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
-echo "board $board: booting $RELEASE under ${qemu[0]} (TCG)" >&2
-timeout 300 "${qemu[@]}" -nographic -no-reboot -monitor none \
+echo "board $board: booting $RELEASE under ${qemu[0]} (TCG), configs: ${names[*]}" >&2
+q0=$(date +%s)
+timeout 600 "${qemu[@]}" -nographic -no-reboot -monitor none \
   -kernel "$KERNEL" -initrd "$work/initramfs.gz" \
   -append "console=$console quiet panic=-1" \
   -serial "file:$work/console.log" -serial "file:$work/uart.log" >/dev/null 2>&1 || true
@@ -77,4 +144,4 @@ host_latmon=target/release/latmon
 [ -x "$host_latmon" ] || cargo build --release --locked >&2
 "$host_latmon" decode "file:$work/uart.log" > "$work/frames.jsonl" 2> "$work/link.txt" || true
 cp "$work/frames.jsonl" "target/board/$board-frames.jsonl"
-python3 tests/board/verify.py "$board" "$work/console.log" "$work/frames.jsonl" "$work/link.txt" "$t1" "$t0"
+python3 tests/board/verify.py "$board" "$work/console.log" "$work/frames.jsonl" "$work/link.txt" "$t1" "$t0" "$((t1 - q0))"

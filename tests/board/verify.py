@@ -2,19 +2,33 @@
 # SPDX-License-Identifier: MIT
 """Check what a virtual board sent over its link UART; print what was proved.
 
-usage: verify.py BOARD CONSOLE_LOG FRAMES_JSONL LINK_STATS END_EPOCH START_EPOCH
-CONSOLE_LOG holds the script's markers, `latmon check --json` and latmon's
-log; FRAMES_JSONL is `latmon decode` of the link UART; LINK_STATS its
-link-quality line. Exit 0 only when every expectation for the board holds.
+usage: verify.py BOARD UART_LOG END_EPOCH START_EPOCH [QEMU_SECONDS]
+The UART carries one section per config the board ran (tests/board/run.sh):
+  === config NAME / === check / JSON / === check-rc N / === check-stderr /
+  === run / JSON summary lines / === run-rc N / === run-stderr /
+  === workload / === end NAME
+Exit 0 only when every expectation for the board holds.
 """
 import json
+import re
 import sys
 
+# argv: BOARD CONSOLE_LOG FRAMES_JSONL LINK_STATS END START [QEMU_S]
+# The console holds the script's markers, latmon check and logs; FRAMES_JSONL
+# is `latmon decode` of the link UART (one latmon session per config, in
+# order, told apart by boot id); LINK_STATS is decode's link-quality line.
 board, path, frames_path, link_path = sys.argv[1:5]
 t_end, t_start = int(sys.argv[5]), int(sys.argv[6])
-text = open(path, encoding="utf-8", errors="replace").read().replace("\r", "")
+qemu_s = int(sys.argv[7]) if len(sys.argv) > 7 else None
 frames = [json.loads(l) for l in open(frames_path) if l.strip()]
 link = open(link_path, encoding="utf-8", errors="replace").read().strip()
+sessions = []  # summaries per latmon session (boot id), in UART order
+for f in frames:
+    if f.get("type") == "summary":
+        if not sessions or sessions[-1][0] != f["boot_id"]:
+            sessions.append((f["boot_id"], []))
+        sessions[-1][1].append(f)
+text = open(path, encoding="utf-8", errors="replace").read().replace("\r", "")
 failures, proved = [], []
 
 
@@ -23,87 +37,227 @@ def expect(cond, what):
     return cond
 
 
-def section(name, end):
-    if f"=== {name}\n" not in text:
+def between(body, start, end):
+    if f"=== {start}\n" not in body:
         return None
-    body = text.split(f"=== {name}\n", 1)[1]
-    return body.split(end, 1)[0]
+    return body.split(f"=== {start}\n", 1)[1].split(f"=== {end}", 1)[0]
 
 
-if not expect("=== done" in text, "the board ran its script to the end (console)"):
-    print(f"board {board}: FAIL: no complete report on the console ({len(text)} bytes):\n{text[-2000:]}")
+class Section:
+    """One config's run on the board."""
+
+    def __init__(self, name, index=0):
+        self.name = name
+        body = between(text, f"config {name}", f"end {name}")
+        self.ok = body is not None
+        if not self.ok:
+            return
+        self.check = json.loads(between(body, "check", "check-rc"))
+        self.check_rc = int(body.split("=== check-rc ")[1].split()[0])
+        self.run_rc = int(body.split("=== run-rc ")[1].split()[0])
+        self.run_err = between(body, "run-stderr", "workload") or ""
+        self.workload = between(body, "workload", f"end {name}") or ""
+        self.feats = {f["kind"]: f["ok"] for f in self.check["features"]}
+        self.plan = {p["name"]: p for p in self.check["probes"]}
+        self.summaries = sessions[index][1] if index < len(sessions) else []
+        # The final summary (SIGINT) holds the totals; its probes carry
+        # the whole run's histogram only as totals, so keep the last report
+        # of each probe and the sum of interval buckets.
+        self.last = {}
+        self.buckets = {}
+        for s in self.summaries:
+            for p in s["probes"]:
+                self.last[p["name"]] = p
+                for lo, hi, c in p["buckets"]:
+                    b = self.buckets.setdefault(p["name"], {})
+                    b[(lo, hi)] = b.get((lo, hi), 0) + c
+
+    def total(self, probe):
+        return self.last.get(probe, {}).get("total_count", 0)
+
+    def drops(self, probe):
+        return self.last.get(probe, {}).get("total_drops", 0)
+
+    def quantile(self, probe, q):
+        """The bucket [lo, hi) holding quantile q of the whole run (the
+        interval summaries' buckets added up)."""
+        b = sorted(self.buckets.get(probe, {}).items())
+        n = sum(c for _, c in b)
+        seen = 0
+        for (lo, hi), c in b:
+            seen += c
+            if seen >= q * n:
+                return lo, hi
+        return 0, 0
+
+    def count_at_least(self, probe, value):
+        """Calls whose bucket reaches `value` or beyond (bucket hi > value)."""
+        return sum(c for (lo, hi), c in self.buckets.get(probe, {}).items() if hi > value)
+
+    def mean_ns(self, probe):
+        """Mean over the whole run (the intervals' means weighted by count)."""
+        ps = [p for s in self.summaries for p in s["probes"] if p["name"] == probe]
+        n = sum(p["count"] for p in ps)
+        return sum(p["mean_ns"] * p["count"] for p in ps) / n if n else 0
+
+    def min_ns(self, probe):
+        mins = [p["min_ns"] for s in self.summaries for p in s["probes"] if p["name"] == probe and p["count"] > 0]
+        return min(mins) if mins else 0
+
+    def max_ns(self, probe):
+        return max((p["max_ns"] for s in self.summaries for p in s["probes"] if p["name"] == probe), default=0)
+
+    def p50_ns(self, probe):
+        """The whole run's median, interpolated in its bucket and kept
+        within the exact min and max (as latmon computes percentiles)."""
+        b = sorted(self.buckets.get(probe, {}).items())
+        n, seen = sum(c for _, c in b), 0
+        for (lo, hi), c in b:
+            if seen + c >= n / 2:
+                v = lo + (hi - lo) * (n / 2 - seen) / c
+                return int(min(max(v, self.min_ns(probe)), self.max_ns(probe)))
+            seen += c
+        return 0
+
+    def lm_target(self, mode):
+        """lm-target's own account of a workload: {'calls': .., 'mean_ns': ..}."""
+        m = re.search(rf"^lm-target {mode}\b.*$", self.workload, re.M)
+        return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(0))} if m else {}
+
+    def say(self, cond, what):
+        return expect(cond, f"[{self.name}] {what}")
+
+    def ran_to_the_end(self):
+        return self.say(self.ok, "the board ran this config and reported over its UART")
+
+
+def ms(ns):
+    return f"{ns / 1e6:.2f} ms"
+
+
+if not expect("=== done" in text, "the board ran the script to the end and reported over its UART"):
+    print(f"board {board}: FAIL: no complete report on the UART ({len(text)} bytes):\n{text[-2000:]}")
     sys.exit(1)
 
-check = json.loads(section("check", "=== check-rc"))
-check_rc = int(text.split("=== check-rc ")[1].split()[0])
-run_rc = int(text.split("=== run-rc ")[1].split()[0])
-feats = {f["kind"]: f["ok"] for f in check["features"]}
-summaries = [f for f in frames if f.get("type") == "summary"]
-hellos = [f for f in frames if f.get("type") == "hello"]
-totals, attach, last = {}, {}, {}
-for s in summaries:
-    for p in s["probes"]:
-        totals[p["name"]] = p["total_count"]
-        attach[p["name"]] = p["attach"]
-        if p["count"]:
-            last[p["name"]] = p
+
+def sleep_kfunc(s, btf_mode):
+    """kfunc:do_nanosleep,comm=sleep against 300 busybox `sleep 0.01`."""
+    p = s.plan.get("kfunc-sleep", {})
+    s.say(p.get("ok") and p.get("attach") == "kprobe" and p.get("btf_mode") == btf_mode,
+          f"latmon check: kfunc:do_nanosleep attaches with kprobe in {btf_mode} mode "
+          f"(attach={p.get('attach')}, btf_mode={p.get('btf_mode')}, error={p.get('error')})")
+    n, (p50_lo, p50_hi), lo = s.total("kfunc-sleep"), s.quantile("kfunc-sleep", 0.5), s.min_ns("kfunc-sleep")
+    s.say(s.last.get("kfunc-sleep", {}).get("attach") == "kprobe" and n == 300,
+          f"kfunc:do_nanosleep counted {n} calls of the 300 `sleep 0.01` processes (exactly 300)")
+    # do_nanosleep starts the 10 ms timer itself: a call lasts 10 ms plus
+    # wakeup latency under emulation. The median's bucket (at most 1/8 as
+    # wide as its lower bound) must overlap 10..12.5 ms.
+    s.say(9_900_000 <= lo and p50_hi > 10_000_000 and p50_lo < 12_500_000,
+          f"its histogram matches the workload: min {ms(lo)}, p50 {ms(s.p50_ns('kfunc-sleep'))} "
+          f"(bucket [{ms(p50_lo)}, {ms(p50_hi)})), max {ms(s.max_ns('kfunc-sleep'))} "
+          f"(10 ms sleeps: expected 10..12.5 ms)")
+    s.say(s.drops("kfunc-sleep") == 0, f"kfunc-sleep: {s.drops('kfunc-sleep')} drops")
 
 
-def p50_of(name):
-    """Median over the whole run: merge every interval's buckets."""
-    buckets = {}
-    for s in summaries:
-        for p in s["probes"]:
-            if p["name"] == name:
-                for lo, hi, c in p["buckets"]:
-                    buckets[(lo, hi)] = buckets.get((lo, hi), 0) + c
-    total = sum(buckets.values())
-    seen = 0
-    for (lo, hi), c in sorted(buckets.items()):
-        seen += c
-        if seen * 2 >= total:
-            return lo, hi
-    return None
+def frames_by_sp(s, btf_mode, how):
+    """ufunc lm_recurse and lm_jump_out: frames told apart by the stack
+    pointer, read through `how`."""
+    for n in ("ufunc-rec", "ufunc-jmp"):
+        p = s.plan.get(n, {})
+        s.say(p.get("ok") and p.get("attach") == "uprobe" and p.get("btf_mode") == btf_mode,
+              f"latmon check: {n} attaches with uprobe in {btf_mode} mode "
+              f"(attach={p.get('attach')}, btf_mode={p.get('btf_mode')}, error={p.get('error')})")
+    # Recursion: 20 x lm_recurse(3 levels, 2 ms each): level k lasts at
+    # least k x 2 ms. A wrong SP would make nested entries look stale
+    # (drops) or pair a return with the wrong level (too few long calls).
+    n = s.total("ufunc-rec")
+    levels = [s.count_at_least("ufunc-rec", k * 2_000_000) for k in (1, 2, 3)]
+    s.say(n == 60 and s.drops("ufunc-rec") == 0 and levels[0] == 60 and levels[1] >= 40 and levels[2] >= 20,
+          f"ufunc lm_recurse: {n} calls (20 x 3 nested levels of 2 ms), {s.drops('ufunc-rec')} drops; "
+          f"calls reaching 2/4/6 ms: {levels} (expected 60, >= 40, >= 20), min {ms(s.min_ns('ufunc-rec'))}, "
+          f"max {ms(s.max_ns('ufunc-rec'))}; SP read through {how}")
+    # longjmp: 10 calls at the same stack depth that never return. With
+    # the real SP each entry finds the previous stamp stale (9 drops, the
+    # last at exit): 10. Without an SP they would pile up: 8 stamps + 2 too
+    # deep = 12.
+    s.say(s.total("ufunc-jmp") == 0 and s.drops("ufunc-jmp") == 10,
+          f"ufunc lm_jump_out: 10 calls left by longjmp are {s.drops('ufunc-jmp')} counted drops, "
+          f"{s.total('ufunc-jmp')} measured (same-depth frames recognised by SP)")
 
-expect(check["config_ok"], "latmon check validated the board config")
-print(f"board {board}: kernel {check['kernel']}, btf={check['btf']}, "
-      f"attach kinds: {', '.join(k for k, ok in feats.items() if ok)}")
 
+print(f"board {board}: ", end="")
+expect(bool(frames) and "0 CRC errors" in link and "frames good" in link,
+       f"link UART: {link.splitlines()[-1] if link else 'no link statistics'}")
 if board in ("rt-arm64", "rt-amd64"):
-    expect(check["btf"], "the kernel has BTF")
-    expect(feats.get("kprobe") is True, "kprobes attach on this kernel")
-    expect(feats.get("tp_btf") is True, "tp_btf attaches")
-    expect(check_rc == 0, "latmon check: every configured probe loads (exit 0)")
-    expect(run_rc == 0, "latmon run exited 0 after its duration")
-    expect(len(summaries) >= 5 and hellos,
-           f"{len(summaries)} summaries and {len(hellos)} hello frames arrived over the link UART "
-           f"and decoded on the host ({link.splitlines()[-1] if link else 'no link stats'})")
-    expect("0 CRC errors" in link, "no CRC errors on the link")
-    expect(attach.get("runq") == "tp_btf" and totals.get("runq", 0) > 0,
-           f"runq attached via {attach.get('runq')} and counted {totals.get('runq')} run-queue events")
-    expect(totals.get("runq-sleep", 0) >= 300,
-           f"runq filtered by comm=sleep counted {totals.get('runq-sleep')} wakeups of 300 sleep processes")
-    # kfunc: 300 busybox `sleep 0.01` calls, each one do_nanosleep of 10 ms.
-    for name, mechs in (("nanosleep", ("fentry", "kprobe")), ("nanosleep-kprobe", ("kprobe",))):
-        n = totals.get(name, 0)
-        expect(attach.get(name) in mechs and n == 300,
-               f"kfunc:do_nanosleep ({name}) attached via {attach.get(name)} and counted {n} of 300 calls")
-        med = p50_of(name)
-        expect(med is not None and 10_000_000 <= med[1] and med[0] <= 14_000_000,
-               f"{name}: median bucket {med} ns holds the 10 ms sleep (plus timer slack, under emulation)")
-    plan = {p["name"]: p for p in check["probes"]}
-    expect(all(plan.get(n, {}).get("ok") for n in ("nanosleep", "nanosleep-kprobe")),
-           "latmon check: both kfunc probes attach on this kernel")
+    s = Section("main")
+    if s.ran_to_the_end():
+        print(f"kernel {s.check['kernel']}, btf={s.check['btf']}, "
+              f"attach kinds: {', '.join(k for k, ok in s.feats.items() if ok)}")
+        s.say(s.check["config_ok"], "latmon check validated the board config")
+        s.say(s.check["btf"], "the kernel has BTF")
+        s.say(s.feats.get("kprobe") is True, "kprobes attach on this kernel")
+        s.say(s.feats.get("tp_btf") is True, "tp_btf attaches")
+        s.say(s.check_rc == 0, "latmon check: every configured probe loads (exit 0)")
+        s.say(s.run_rc == 0, "latmon run exited 0 when stopped (SIGINT) after the workload")
+        s.say(len(s.summaries) >= 3,
+              f"{len(s.summaries)} summaries arrived as frames over the link UART and decoded on the host")
+        s.say(s.last.get("runq", {}).get("attach") == "tp_btf" and s.total("runq") > 0,
+              f"runq attached via {s.last.get('runq', {}).get('attach')} and counted {s.total('runq')} run-queue events")
+        s.say(s.total("runq-sleep") >= 300,
+              f"runq filtered by comm=sleep counted {s.total('runq-sleep')} wakeups of 300 sleep processes")
 elif board == "armmp":
-    expect(not check["btf"], "the armmp kernel has no BTF")
-    expect(feats.get("kprobe") is True, "kprobes attach on this kernel")
-    runq = [p for p in check["probes"] if p["name"] == "runq"]
-    expect(runq and "no BTF" in (runq[0].get("error") or ""),
-           "runq (CO-RE) is refused with a clear no-BTF message")
+    a = Section("nobtf")
+    if a.ran_to_the_end():
+        c = a.check
+        print(f"kernel {c['kernel']}, btf={c['btf']}, attach kinds: {', '.join(k for k, ok in a.feats.items() if ok)}")
+        a.say(c["config_ok"], "latmon check validated board-configs/qemu-armv7.toml")
+        a.say(not c["btf"] and c.get("btf_source") is None, "the armmp kernel has no BTF, and no btf_path is set")
+        a.say(a.feats.get("kprobe") is True and a.feats.get("uprobe") is True, "kprobes and uprobes attach on this kernel")
+        runq = a.plan.get("runq", {})
+        a.say("no BTF" in (runq.get("error") or "") and not runq.get("ok"),
+              f"runq (CO-RE) is refused with a clear no-BTF message: {runq.get('error')}")
+        a.say(a.check_rc == 1, "latmon check exits 1 (a configured probe cannot run)")
+        a.say(a.run_rc == 0, "latmon run served the other probes and exited 0 on SIGINT")
+        sleep_kfunc(a, "no-btf")
+        # ufunc on arm32 in no-BTF mode: the stack pointer comes from the
+        # hand-written struct pt_regs (uregs[13], 4 bytes).
+        for n in ("ufunc-work",):
+            p = a.plan.get(n, {})
+            a.say(p.get("ok") and p.get("attach") == "uprobe" and p.get("btf_mode") == "no-btf",
+                  f"latmon check: {n} attaches with uprobe in no-btf mode ({p.get('error') or p.get('btf_mode')})")
+        # Under emulation a call is its busy-wait plus whatever interrupts
+        # it (TCG timer ticks, the uprobe traps of the calls inside it):
+        # durations are bounded below exactly, above only loosely.
+        own = a.lm_target("work")
+        n, mean, lo = a.total("ufunc-work"), a.mean_ns("ufunc-work"), a.min_ns("ufunc-work")
+        p50_lo, p50_hi = a.quantile("ufunc-work", 0.5)
+        a.say(own.get("calls") == 50 and n == 50 and a.drops("ufunc-work") == 0,
+              f"ufunc lm_work counted {n} of the target's {own.get('calls')} calls, {a.drops('ufunc-work')} drops")
+        truth = own.get("mean_ns", 0)
+        a.say(lo >= 1_000_000 and p50_lo < 1_250_000 and 0 <= truth - mean <= 500_000,
+              f"ufunc lm_work (1 ms busy-waits): min {ms(lo)}, p50 {ms(a.p50_ns('ufunc-work'))}, "
+              f"mean {ms(mean)} vs the target's own mean {ms(truth)} around each call "
+              f"(the difference is the uprobe traps outside latmon's window)")
+        frames_by_sp(a, "no-btf", "the hand-written arm32 pt_regs of bpf/nobtf.h (uregs[13], 4 bytes)")
+    b = Section("btf", 1)
+    if b.ran_to_the_end():
+        c = b.check
+        b.say(c["config_ok"] and c.get("btf_source") == "/etc/latmon/kernel.btf",
+              f"with btf_path, CO-RE takes kernel types from {c.get('btf_source')} (pahole's detached BTF)")
+        runq = b.plan.get("runq", {})
+        b.say(runq.get("ok") and runq.get("attach") == "raw_tp" and runq.get("btf_mode") == "co-re",
+              f"latmon check: runq loads via {runq.get('attach')} in {runq.get('btf_mode')} mode ({runq.get('error')})")
+        b.say(b.last.get("runq", {}).get("attach") == "raw_tp" and b.total("runq") > 0,
+              f"runq counted {b.total('runq')} run-queue events via raw_tp, p50 {ms(b.last.get('runq', {}).get('p50_ns', 0))} "
+              f"in the last interval")
+        sleep_kfunc(b, "co-re")
+        frames_by_sp(b, "co-re", "CO-RE: vmlinux.h's 8-byte uregs[13] relocated to the 32-bit kernel's")
+        b.say(b.check_rc == 0 and b.run_rc == 0, f"latmon check exit {b.check_rc}, run exit {b.run_rc}")
 
 for p in proved:
     print(f"  proved: {p}")
 for f in failures:
     print(f"  FAILED: {f}")
-print(f"board {board}: {'PASS' if not failures else 'FAIL'} in {t_end - t_start} s")
+qemu = f" (qemu boot to poweroff: {qemu_s} s)" if qemu_s is not None else ""
+print(f"board {board}: {'PASS' if not failures else 'FAIL'} in {t_end - t_start} s{qemu}")
 sys.exit(1 if failures else 0)
