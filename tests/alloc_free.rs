@@ -98,6 +98,7 @@ fn frames_output_emit_does_not_allocate() {
         probes: (0..n)
             .map(|i| ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new() })
             .collect(),
+        failed: Vec::new(),
     };
     let totals = busy_hists(n, 3);
     let report = IntervalReport {
