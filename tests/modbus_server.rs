@@ -249,6 +249,12 @@ fn exceptions_and_malformed_frames() {
     // and the next request are fine.
     c.write_all(&raw(&[3, 0, 0], 1, 1)).unwrap();
     assert_eq!(read_regs(&mut c, 1, true, 0, 2), Ok(vec![MAGIC, 1]));
+    // rmodbus takes MBAP lengths up to 250: a function 16 write of 122
+    // registers (length 251) is dropped, the connection kept.
+    let mut big = vec![0x10, 0, 0, 0, 122, 244];
+    big.extend([0u8; 244]);
+    c.write_all(&raw(&big, 1, 3)).unwrap();
+    assert_eq!(read_regs(&mut c, 1, true, 0, 2), Ok(vec![MAGIC, 1]));
     // A request split over several segments is reassembled.
     let req = raw(&[4, 0, 0, 0, 2], 1, 9);
     for b in &req {
