@@ -345,6 +345,24 @@ fn connection_limit_idle_timeout_allowlist_unit() {
     assert!(idle >= Duration::from_millis(300) && idle < Duration::from_millis(2500), "after {idle:?}");
     let mut c = connect(p);
     assert_eq!(read_regs(&mut c, 17, false, 0, 1), Ok(vec![MAGIC]));
+    // Trickling bytes that never complete a request is idleness too.
+    drop((a, c));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut slow = connect(p);
+    let t0 = Instant::now();
+    let header = [0u8, 1, 0, 0, 0, 254, 17, 4];
+    let mut closed = false;
+    for k in 0..80 {
+        if slow.write_all(&[header.get(k).copied().unwrap_or(0)]).is_err() {
+            closed = true;
+            break;
+        }
+        // More often than the server's poll timeout: every poll has data.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(closed || closed_within(&mut slow, Duration::from_millis(100)), "trickling client kept for {:?}", t0.elapsed());
+    let held = t0.elapsed();
+    assert!(held > Duration::from_millis(600) && held < Duration::from_millis(3500), "trickling client dropped after {held:?}");
     sink.close(Duration::from_secs(1));
 
     let p = port();

@@ -337,15 +337,17 @@ fn serve_tcp(name: &str, listener: TcpListener, spec: &ModbusTcpSpec, unit: Opti
         clients.retain_mut(|c| {
             i += 1;
             let ev = revents.get(i).copied().unwrap_or(PollFlags::empty());
-            let verdict = if ev.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
+            let mut verdict = if ev.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
                 c.serve(unit, shared, &mut resp)
             } else if ev.contains(PollFlags::POLLOUT) {
                 c.flush()
-            } else if now.duration_since(c.last_request) > spec.idle {
-                Verdict::Close("idle")
             } else {
                 Verdict::Keep
             };
+            // Bytes that never complete a request do not keep a client.
+            if matches!(verdict, Verdict::Keep) && now.saturating_duration_since(c.last_request) > spec.idle {
+                verdict = Verdict::Close("idle");
+            }
             match verdict {
                 Verdict::Keep => true,
                 Verdict::Close(why) => {
