@@ -436,3 +436,58 @@ fn modbus_rtu_over_a_pty_pair_with_pymodbus_and_mbpoll() {
     stop_bus.store(true, Ordering::Relaxed);
     relay.join().unwrap();
 }
+
+#[test]
+fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
+    use latmon::hist::Hist;
+    use latmon::sinks::{self, Session, Tick};
+    use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
+    // No BPF here: the output alone, with one synthetic interval.
+    let dir = std::env::temp_dir().join(format!("latmon-mb-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("ttyPLC");
+    let _ = std::fs::remove_file(&link);
+    let mut sink = sinks::open(&format!("modbus-rtu:serial:{}@9600,parity=none", link.display()), None).expect("absent device is not fatal");
+    let info = ProbeInfo { name: "runq".into(), kind: "runq".into(), attach: "raw_tp".into(), mode: String::new() };
+    let session = Session {
+        board: "b".into(),
+        kernel: "k".into(),
+        boot_id: 3,
+        start_ns: 0,
+        interval_ns: 1_000_000_000,
+        probes: vec![info.clone()],
+        failed: Vec::new(),
+    };
+    let mut h = Hist::default();
+    for v in [1_500u64, 2_500, 900_000] {
+        h.record(v);
+    }
+    let report = IntervalReport {
+        seq: 41,
+        time_ns: 41_000_000_000,
+        interval_ns: 1_000_000_000,
+        last: false,
+        probes: vec![ProbeReport::new(&info, &Hist::default(), &h)],
+        alert_records: Vec::new(),
+    };
+    // The device shows up (a USB-RS485 adapter plugged in): latmon opens it
+    // within its reopen period.
+    std::thread::sleep(Duration::from_millis(300));
+    let (agent_tty, client_tty) = (pty(), pty());
+    std::os::unix::fs::symlink(&agent_tty.path, &link).unwrap();
+    let stop_bus = Arc::new(AtomicBool::new(false));
+    let relay = bus(&agent_tty, &client_tty, Arc::clone(&stop_bus), Arc::new(Mutex::new(Vec::new())));
+    sink.emit(&Tick { session: &session, report: &report, totals: std::slice::from_ref(&h), read_errors: &[0] });
+    std::thread::sleep(Duration::from_millis(1500));
+    let r = pyclient(&["read", "--rtu", &client_tty.path, "9600", "N", "--unit", "1", "--blocks", "1"]);
+    let inp = &r["input"];
+    eprintln!("RTU device opened late: status {} seq {} block 0 {}", inp["status"], inp["seq"], inp["blocks"][0]);
+    assert_eq!(n(inp, "seq"), 41);
+    assert_eq!(n(inp, "status"), 0b1001, "running, link errors (the device was missing)");
+    let b = &inp["blocks"][0];
+    assert_eq!((n(b, "mechanism"), n(b, "total_count"), n(b, "max_us")), (2, 3, 900));
+    sink.close(Duration::from_secs(1));
+    stop_bus.store(true, Ordering::Relaxed);
+    relay.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
