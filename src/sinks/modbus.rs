@@ -468,7 +468,9 @@ fn serve_rtu(name: &str, spec: &SerialSpec, unit: u8, shared: &Shared) {
                 }
                 continue;
             }
-            Ok(_) => {}
+            // Nothing although poll said readable: take it as silence, but
+            // never spin on it.
+            Ok(_) => std::thread::sleep(gap),
             Err(e) if e.kind() == io::ErrorKind::TimedOut || e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 log::warn!("output {name}: {e}: closing; trying to open again every {REOPEN_PERIOD:?}");
