@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::hist::Hist;
 use crate::probes::{self, Probe};
 use crate::sinks::{Session, Sink, Tick};
-use crate::summary::{IntervalReport, ProbeReport};
+use crate::summary::{FailedProbe, IntervalReport, ProbeReport};
 
 /// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns() uses.
 pub fn monotonic_ns() -> u64 {
@@ -73,14 +73,19 @@ fn run_loop(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
     probes::ensure_tracefs();
 
     let mut running = Vec::with_capacity(cfg.probes.len());
-    for opened in probes::open_all(&cfg.probes) {
+    let mut failed = Vec::new();
+    for (position, opened) in probes::open_all(&cfg.probes).into_iter().enumerate() {
         match opened {
             Ok(p) => {
                 let i = p.info();
                 log::info!("probe {}: {} via {}, {} build ({})", i.name, i.kind, i.attach, i.btf_mode, i.mode);
                 running.push(Running { probe: p, prev: Hist::default(), cur: Hist::default() });
             }
-            Err(e) => eprintln!("latmon: {e}"),
+            Err(e) => {
+                eprintln!("latmon: {e}");
+                let spec = &cfg.probes[position];
+                failed.push(FailedProbe { position, name: spec.name.clone(), kind: spec.kind.family().into(), why: e.to_string() });
+            }
         }
     }
     if running.is_empty() {
@@ -92,7 +97,8 @@ fn run_loop(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
     let end = cfg.duration.map(|d| start + d);
     let mut seq = 0u64;
     let mut last_ns = monotonic_ns();
-    let session = session(cfg, last_ns, running.iter().map(|r| r.probe.info().clone()).collect());
+    let mut session = session(cfg, last_ns, running.iter().map(|r| r.probe.info().clone()).collect());
+    session.failed = failed;
     let mut totals = vec![Hist::default(); running.len()];
     let mut read_errors = vec![0u64; running.len()];
     let mut next = start + cfg.interval;
@@ -162,6 +168,7 @@ fn session(cfg: &Config, start_ns: u64, probes: Vec<crate::summary::ProbeInfo>) 
         start_ns,
         interval_ns: cfg.interval.as_nanos() as u64,
         probes,
+        failed: Vec::new(),
     }
 }
 

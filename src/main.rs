@@ -26,6 +26,8 @@ EXAMPLES:
     latmon run --output serial:/dev/ttyS1@115200            # postcard frames on the UART
     latmon run --output serial:/dev/ttyS1 --format text     # readable text for minicom/screen
     latmon run --output - --output tcp://0.0.0.0:7070       # text here, frames to every TCP client
+    latmon run --output modbus-tcp://0.0.0.0:502,allow=10.0.0.5   # a PLC polls registers (docs/modbus-map.md)
+    latmon run --output modbus-rtu:serial:/dev/ttyS1@19200,unit=17 # ...or over RS-485
     latmon view serial:/dev/ttyUSB0@115200     # technician's live view of a board's UART
     latmon decode tcp://robot1:7070            # frames -> JSON lines";
 
@@ -96,7 +98,9 @@ struct RunArgs {
     #[arg(long, value_parser = ["text", "json", "frames"])]
     format: Option<String>,
     /// Output SINK, repeatable: - (stdout) | serial:/dev/ttyX[@BAUD][,parity=none|even|odd][,flow=none|hw|sw] |
-    /// tcp://HOST:PORT (listen) | udp://HOST:PORT | unix:/PATH (listen) | file:PATH
+    /// tcp://HOST:PORT (listen) | udp://HOST:PORT | unix:/PATH (listen) | file:PATH |
+    /// modbus-tcp://[HOST]:PORT[,unit=N][,clients=8][,idle=60s][,allow=NET+NET] (HOST defaults to 127.0.0.1) |
+    /// modbus-rtu:serial:/dev/ttyX[@19200][,unit=1][,parity=even] (register map: docs/modbus-map.md)
     #[arg(long = "output", value_name = "SINK", allow_hyphen_values = true)]
     outputs: Vec<String>,
 }

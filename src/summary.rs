@@ -25,6 +25,19 @@ pub struct ProbeInfo {
     pub btf_mode: String,
 }
 
+/// A configured probe that did not attach: what outputs with fixed
+/// per-probe addressing (Modbus) need to keep its place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedProbe {
+    /// Index in the configured probe list (config order).
+    pub position: usize,
+    pub name: String,
+    /// Family: runq, syscall, kfunc, ...
+    pub kind: String,
+    /// Why it is not running (the attach error).
+    pub why: String,
+}
+
 /// One probe's line in an interval summary (the JSON contract's field names).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProbeReport {

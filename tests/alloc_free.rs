@@ -98,6 +98,7 @@ fn frames_output_emit_does_not_allocate() {
         probes: (0..n)
             .map(|i| ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new() })
             .collect(),
+        failed: Vec::new(),
     };
     let totals = busy_hists(n, 3);
     let report = IntervalReport {
@@ -126,4 +127,45 @@ fn frames_output_emit_does_not_allocate() {
     });
     sink.close(std::time::Duration::from_secs(1));
     assert_eq!(allocs, 0, "allocations on the agent thread per interval");
+}
+
+#[test]
+fn modbus_output_emit_does_not_allocate() {
+    // Port 0: any free port; nobody connects, so no reader holds an image.
+    let mut sink = sinks::open("modbus-tcp://127.0.0.1:0", None).unwrap();
+    let n = 8;
+    let session = Session {
+        board: "b".into(),
+        kernel: "k".into(),
+        boot_id: 1,
+        start_ns: 0,
+        interval_ns: 1_000_000_000,
+        probes: (0..n)
+            .map(|i| ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new() })
+            .collect(),
+        failed: Vec::new(),
+    };
+    let totals = busy_hists(n, 3);
+    let mut r = IntervalReport {
+        seq: 1,
+        time_ns: 1,
+        interval_ns: 1,
+        last: false,
+        probes: (0..n).map(|i| ProbeReport::new(&session.probes[i], &Hist::default(), &totals[i])).collect(),
+        alert_records: Vec::new(),
+    };
+    let errors = vec![0u64; n];
+    // Warm-up: both images (current and spare) at their working size.
+    for seq in 1..=3 {
+        r.seq = seq;
+        sink.emit(&Tick { session: &session, report: &r, totals: &totals, read_errors: &errors });
+    }
+    let ((), allocs) = counted(|| {
+        for seq in 4..=100 {
+            r.seq = seq;
+            sink.emit(&Tick { session: &session, report: &r, totals: &totals, read_errors: &errors });
+        }
+    });
+    sink.close(std::time::Duration::from_secs(1));
+    assert_eq!(allocs, 0, "allocations on the agent thread per interval (Modbus image swap)");
 }

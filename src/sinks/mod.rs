@@ -6,6 +6,7 @@
 //! slow, blocked or unplugged link never delays aggregation; what does not
 //! fit is dropped, counted, reported in Status frames and logged.
 
+pub mod modbus;
 pub mod net;
 pub mod queue;
 pub mod serial;
@@ -22,7 +23,7 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 
 use crate::config::Format;
 use crate::hist::Hist;
-use crate::summary::{render_text, IntervalReport, ProbeInfo};
+use crate::summary::{render_text, FailedProbe, IntervalReport, ProbeInfo};
 use crate::wire::{self, Encoder, Hello, ProbeHealth, Status, SummaryHeader};
 use queue::{Pop, Queue};
 use spec::{Endpoint, LinkSpec};
@@ -37,6 +38,8 @@ pub struct Session {
     pub start_ns: u64,
     pub interval_ns: u64,
     pub probes: Vec<ProbeInfo>,
+    /// Configured probes that did not attach (not in `probes`).
+    pub failed: Vec<FailedProbe>,
 }
 
 impl Session {
@@ -94,6 +97,10 @@ const DROP_LOG_PERIOD: Duration = Duration::from_secs(10);
 /// opened now, so mistakes fail at startup; a serial device that is absent
 /// is only reported: it is opened as soon as it appears.
 pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String> {
+    if spec::is_modbus(word) {
+        // A register map for PLCs: no format, its own server.
+        return modbus::open(word);
+    }
     let spec = LinkSpec::parse(word).map_err(|e| e.to_string())?;
     let format = spec.effective_format(global);
     let name = spec.endpoint.to_string();

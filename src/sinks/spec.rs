@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
 //! SINK and SOURCE words: `-`, `serial:/dev/ttyS1[@BAUD][,OPT=V...]`,
 //! `tcp://HOST:PORT`, `udp://HOST:PORT`, `unix:/path`, `file:PATH`, each
-//! optionally followed by `,format=text|json|frames`. Pure (no I/O).
+//! optionally followed by `,format=text|json|frames`; and the Modbus
+//! outputs' words ([`ModbusSpec`]). Pure (no I/O).
 
 use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
 
 use crate::config::Format;
 
@@ -213,6 +216,209 @@ impl LinkSpec {
     }
 }
 
+/// Modbus TCP: clients served at once unless `,clients=N`.
+pub const MODBUS_DEFAULT_CLIENTS: usize = 8;
+/// Modbus TCP: a client silent this long is disconnected unless `,idle=D`.
+pub const MODBUS_DEFAULT_IDLE: Duration = Duration::from_secs(60);
+/// Modbus TCP: the bind address when the word names no host.
+pub const MODBUS_DEFAULT_HOST: &str = "127.0.0.1";
+/// Modbus RTU: the line speed when the word names none (the Modbus serial
+/// line specification's default, 19200 8E1).
+pub const MODBUS_DEFAULT_BAUD: u32 = 19_200;
+
+/// An address block of the Modbus TCP client allowlist: `10.0.0.5`,
+/// `192.168.1.0/24`, `fd00::/8`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpNet {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl IpNet {
+    pub fn parse(s: &str) -> Option<IpNet> {
+        let (a, p) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a.trim().parse().ok()?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            Some(p) => p.trim().parse().ok().filter(|p| *p <= max)?,
+            None => max,
+        };
+        Some(IpNet { addr, prefix })
+    }
+
+    /// Whether `ip` is in this block (an IPv4 client seen on an IPv6
+    /// socket, `::ffff:a.b.c.d`, matches IPv4 blocks).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - self.prefix as u32).unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX.checked_shl(128 - self.prefix as u32).unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// Modbus TCP server settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModbusTcpSpec {
+    /// `HOST:PORT` to listen on.
+    pub addr: String,
+    pub max_clients: usize,
+    pub idle: Duration,
+    /// Empty: every client may connect.
+    pub allow: Vec<IpNet>,
+}
+
+/// Where a Modbus output serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModbusTransport {
+    Tcp(ModbusTcpSpec),
+    Rtu(SerialSpec),
+}
+
+/// A Modbus output word: `modbus-tcp://[HOST]:PORT[,unit=N][,clients=N]
+/// [,idle=DURATION][,allow=NET+NET...]` or
+/// `modbus-rtu:serial:/dev/ttyX[@BAUD][,unit=N][,parity=..][,stop=..]...`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModbusSpec {
+    pub transport: ModbusTransport,
+    /// The unit identifier served. None (TCP only): answer every unit id.
+    pub unit: Option<u8>,
+}
+
+/// Whether a SINK word is a Modbus output (parsed by [`ModbusSpec::parse`]).
+pub fn is_modbus(word: &str) -> bool {
+    let w = word.trim_start();
+    w.starts_with("modbus-tcp:") || w.starts_with("modbus-rtu:")
+}
+
+impl fmt::Display for ModbusSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.transport {
+            ModbusTransport::Tcp(t) => write!(f, "modbus-tcp://{}", t.addr),
+            ModbusTransport::Rtu(s) => write!(f, "modbus-rtu:serial:{}@{}", s.path, s.baud),
+        }
+    }
+}
+
+impl ModbusSpec {
+    pub fn parse(spec: &str) -> Result<ModbusSpec, SpecError> {
+        let spec = spec.trim();
+        let bad_opt = |why: String| SpecError::BadOption { spec: spec.into(), why };
+        let bad_addr = |why: &str| SpecError::BadAddress { spec: spec.into(), why: why.into() };
+        let mut parts = spec.split(',');
+        let head = parts.next().unwrap_or("");
+        let mut unit: Option<u8> = None;
+        let mut clients = None;
+        let mut idle = None;
+        let mut allow = Vec::new();
+        let mut serial_opts = Vec::new();
+        for opt in parts {
+            let (k, v) = opt.split_once('=').ok_or_else(|| bad_opt(format!("option {opt:?} is not KEY=VALUE")))?;
+            let (k, v) = (k.trim(), v.trim());
+            match k {
+                "unit" => unit = Some(v.parse().map_err(|_| bad_opt(format!("unit must be 0..255, not {v:?}")))?),
+                "clients" => {
+                    clients = Some(
+                        v.parse::<usize>()
+                            .ok()
+                            .filter(|n| (1..=256).contains(n))
+                            .ok_or_else(|| bad_opt(format!("clients must be 1..256, not {v:?}")))?,
+                    )
+                }
+                "idle" => {
+                    let d = crate::config::parse_duration(v).map_err(|e| bad_opt(format!("idle: {e}")))?;
+                    if d < Duration::from_millis(100) {
+                        return Err(bad_opt("idle must be at least 100ms".into()));
+                    }
+                    idle = Some(d)
+                }
+                "allow" => {
+                    for net in v.split('+').filter(|n| !n.trim().is_empty()) {
+                        allow.push(IpNet::parse(net).ok_or_else(|| {
+                            bad_opt(format!("allow: {net:?} is not an address or ADDRESS/PREFIX (e.g. 10.0.0.5/32+192.168.1.0/24)"))
+                        })?);
+                    }
+                    if allow.is_empty() {
+                        return Err(bad_opt("allow needs at least one address".into()));
+                    }
+                }
+                "format" => return Err(bad_opt("a Modbus output has no format= (it serves a register map)".into())),
+                _ => serial_opts.push((k, opt)),
+            }
+        }
+        if let Some(a) = head.strip_prefix("modbus-tcp://") {
+            if let Some((k, _)) = serial_opts.first() {
+                return Err(bad_opt(format!("unknown option {k:?} (unit, clients, idle, allow)")));
+            }
+            let (host, port) = a
+                .rsplit_once(':')
+                .filter(|(_, p)| p.parse::<u16>().is_ok())
+                .ok_or_else(|| bad_addr("expected modbus-tcp://[HOST]:PORT, e.g. modbus-tcp://127.0.0.1:502"))?;
+            let host = if host.is_empty() { MODBUS_DEFAULT_HOST } else { host };
+            Ok(ModbusSpec {
+                transport: ModbusTransport::Tcp(ModbusTcpSpec {
+                    addr: format!("{host}:{port}"),
+                    max_clients: clients.unwrap_or(MODBUS_DEFAULT_CLIENTS),
+                    idle: idle.unwrap_or(MODBUS_DEFAULT_IDLE),
+                    allow,
+                }),
+                unit,
+            })
+        } else if let Some(rest) = head.strip_prefix("modbus-rtu:") {
+            if !rest.starts_with("serial:") {
+                return Err(bad_addr("expected modbus-rtu:serial:/dev/ttyX[@BAUD]"));
+            }
+            if clients.is_some() || idle.is_some() || !allow.is_empty() {
+                return Err(bad_opt("clients, idle and allow are Modbus TCP options".into()));
+            }
+            let mut serial_word = rest.to_string();
+            for (_, opt) in &serial_opts {
+                serial_word.push(',');
+                serial_word.push_str(opt);
+            }
+            let mut s = match LinkSpec::parse(&serial_word) {
+                Ok(LinkSpec { endpoint: Endpoint::Serial(s), .. }) => s,
+                Ok(_) => return Err(bad_addr("expected modbus-rtu:serial:/dev/ttyX[@BAUD]")),
+                Err(SpecError::BadOption { why, .. }) => return Err(bad_opt(why.replace("(parity, flow, data, stop, format)", "(unit, parity, flow, data, stop)"))),
+                Err(SpecError::BadAddress { why, .. }) => return Err(bad_addr(&why)),
+                Err(e) => return Err(bad_addr(&e.to_string())),
+            };
+            if !rest.contains('@') {
+                s.baud = MODBUS_DEFAULT_BAUD;
+            }
+            if !serial_opts.iter().any(|(k, _)| *k == "parity") {
+                s.parity = Parity::Even;
+            }
+            let unit = unit.unwrap_or(1);
+            if !(1..=247).contains(&unit) {
+                return Err(bad_opt(format!("unit must be 1..247 on a serial line, not {unit}")));
+            }
+            Ok(ModbusSpec { transport: ModbusTransport::Rtu(s), unit: Some(unit) })
+        } else {
+            Err(SpecError::UnknownScheme(spec.into()))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,5 +485,89 @@ mod tests {
         assert_eq!(f("-", Some(Format::Json)), Format::Json);
         assert_eq!(f("-,format=frames", Some(Format::Json)), Format::Frames);
         assert_eq!(f("serial:/dev/ttyS1,format=frames", Some(Format::Text)), Format::Frames);
+    }
+
+    #[test]
+    fn modbus_words() {
+        let m = ModbusSpec::parse("modbus-tcp://:502").unwrap();
+        assert_eq!(m.unit, None);
+        assert_eq!(
+            m.transport,
+            ModbusTransport::Tcp(ModbusTcpSpec {
+                addr: "127.0.0.1:502".into(),
+                max_clients: 8,
+                idle: Duration::from_secs(60),
+                allow: Vec::new()
+            })
+        );
+        assert_eq!(m.to_string(), "modbus-tcp://127.0.0.1:502");
+        let m = ModbusSpec::parse("modbus-tcp://0.0.0.0:1502,unit=17,clients=2,idle=5s,allow=10.0.0.5/32+192.168.1.0/24+::1").unwrap();
+        assert_eq!(m.unit, Some(17));
+        let ModbusTransport::Tcp(t) = m.transport else { panic!() };
+        assert_eq!((t.addr.as_str(), t.max_clients, t.idle), ("0.0.0.0:1502", 2, Duration::from_secs(5)));
+        assert_eq!(t.allow.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["10.0.0.5/32", "192.168.1.0/24", "::1/128"]);
+        assert_eq!(ModbusSpec::parse("modbus-tcp://[::]:502").unwrap().to_string(), "modbus-tcp://[::]:502");
+
+        let m = ModbusSpec::parse("modbus-rtu:serial:/dev/ttyS1@9600,unit=17,parity=none,stop=2").unwrap();
+        assert_eq!(m.unit, Some(17));
+        assert_eq!(
+            m.transport,
+            ModbusTransport::Rtu(SerialSpec {
+                path: "/dev/ttyS1".into(),
+                baud: 9600,
+                parity: Parity::None,
+                flow: Flow::None,
+                data_bits: 8,
+                stop_bits: 2
+            })
+        );
+        let m = ModbusSpec::parse("modbus-rtu:serial:/dev/ttyUSB0").unwrap();
+        assert_eq!(m.unit, Some(1));
+        let ModbusTransport::Rtu(s) = &m.transport else { panic!() };
+        assert_eq!((s.baud, s.parity), (19_200, Parity::Even), "Modbus serial default 19200 8E1");
+        assert_eq!(m.to_string(), "modbus-rtu:serial:/dev/ttyUSB0@19200");
+        assert!(is_modbus("modbus-tcp://:502") && is_modbus("modbus-rtu:serial:/dev/x") && !is_modbus("tcp://h:1"));
+    }
+
+    #[test]
+    fn bad_modbus_words_name_the_problem() {
+        for (w, needle) in [
+            ("modbus-tcp://host", "[HOST]:PORT"),
+            ("modbus-tcp://:70000", "[HOST]:PORT"),
+            ("modbus-tcp://:502,unit=256", "unit must be 0..255"),
+            ("modbus-tcp://:502,clients=0", "clients must be 1..256"),
+            ("modbus-tcp://:502,idle=10ms", "at least 100ms"),
+            ("modbus-tcp://:502,idle=soon", "idle"),
+            ("modbus-tcp://:502,allow=10.0.0.0/33", "allow"),
+            ("modbus-tcp://:502,allow=", "at least one"),
+            ("modbus-tcp://:502,parity=even", "unknown option"),
+            ("modbus-tcp://:502,format=json", "no format"),
+            ("modbus-rtu:/dev/ttyS1", "modbus-rtu:serial:"),
+            ("modbus-rtu:serial:/dev/ttyS1,unit=0", "1..247"),
+            ("modbus-rtu:serial:/dev/ttyS1,unit=248", "1..247"),
+            ("modbus-rtu:serial:/dev/ttyS1,clients=2", "Modbus TCP options"),
+            ("modbus-rtu:serial:/dev/ttyS1,colour=red", "(unit, parity"),
+            ("modbus-rtu:serial:/dev/ttyS1@fast", "baud rate"),
+            ("modbus-udp://:502", "unknown output"),
+        ] {
+            let e = ModbusSpec::parse(w).unwrap_err().to_string();
+            assert!(e.contains(needle), "{w}: {e}");
+        }
+    }
+
+    #[test]
+    fn allowlist_matching() {
+        let n = IpNet::parse("192.168.1.0/24").unwrap();
+        assert!(n.contains("192.168.1.77".parse().unwrap()));
+        assert!(n.contains("::ffff:192.168.1.77".parse().unwrap()), "v4-mapped client on a v6 socket");
+        assert!(!n.contains("192.168.2.1".parse().unwrap()));
+        assert!(!n.contains("fe80::1".parse().unwrap()));
+        assert!(IpNet::parse("0.0.0.0/0").unwrap().contains("8.8.8.8".parse().unwrap()));
+        assert!(IpNet::parse("10.0.0.5").unwrap().contains("10.0.0.5".parse().unwrap()));
+        assert!(!IpNet::parse("10.0.0.5").unwrap().contains("10.0.0.6".parse().unwrap()));
+        let v6 = IpNet::parse("fd00::/8").unwrap();
+        assert!(v6.contains("fd12::1".parse().unwrap()) && !v6.contains("fe12::1".parse().unwrap()));
+        assert!(IpNet::parse("::/0").unwrap().contains("::1".parse().unwrap()));
+        assert_eq!(IpNet::parse("nope"), None);
     }
 }

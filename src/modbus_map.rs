@@ -1,0 +1,470 @@
+// SPDX-License-Identifier: MIT
+//! The Modbus register image a PLC polls (docs/modbus-map.md is the
+//! contract). Pure (no I/O): built from one [`Tick`] into a word buffer
+//! that the Modbus output then swaps in whole, so a multi-register read
+//! never mixes two intervals.
+//!
+//! Layout: a header block of [`HEADER_WORDS`] registers at address 0, then
+//! one block of [`BLOCK_WORDS`] registers per configured probe, in config
+//! order, attached or not (a probe that failed keeps its block with
+//! state 0: PLC addressing does not depend on which probes attached).
+//! Registers are big-endian (Modbus); 32- and 64-bit values are high word
+//! first (the SunSpec convention) and start at even addresses.
+
+use std::fmt;
+
+use crate::sinks::Tick;
+use crate::summary::ProbeReport;
+
+/// Register 0: "LM".
+pub const MAGIC: u16 = 0x4C4D;
+/// Register 1. Bumped when a register changes meaning; registers are only
+/// ever appended (into the reserved words) within a version.
+pub const MAP_VERSION: u16 = 1;
+/// Header size in registers = address of probe block 0.
+pub const HEADER_WORDS: u16 = 32;
+/// Size of each probe block in registers.
+pub const BLOCK_WORDS: u16 = 40;
+/// Probe names are kept in this many bytes (2 per register, NUL padded).
+pub const NAME_BYTES: usize = 16;
+/// At most this many probe blocks fit the 65536-register address space.
+pub const MAX_BLOCKS: usize = (65_536 - HEADER_WORDS as usize) / BLOCK_WORDS as usize;
+
+/// Header registers (addresses).
+pub mod reg {
+    pub const MAGIC: u16 = 0;
+    pub const VERSION: u16 = 1;
+    pub const PROBE_COUNT: u16 = 2;
+    pub const BLOCK_SIZE: u16 = 3;
+    pub const FIRST_BLOCK: u16 = 4;
+    pub const STATUS: u16 = 5;
+    /// u32
+    pub const BOOT_ID: u16 = 6;
+    /// u64
+    pub const SEQ: u16 = 8;
+    /// u32, µs
+    pub const INTERVAL_US: u16 = 12;
+    /// u32, s
+    pub const UPTIME_S: u16 = 14;
+    pub const ATTACHED: u16 = 16;
+    pub const FAILED: u16 = 17;
+    /// u32
+    pub const READ_ERRORS: u16 = 18;
+    /// u32
+    pub const BAD_REQUESTS: u16 = 20;
+}
+
+/// Offsets inside a probe block.
+pub mod off {
+    pub const STATE: u16 = 0;
+    pub const MECHANISM: u16 = 1;
+    pub const KIND: u16 = 2;
+    pub const INDEX: u16 = 3;
+    /// u64
+    pub const TOTAL_COUNT: u16 = 4;
+    /// u32 from here on
+    pub const COUNT: u16 = 8;
+    pub const P50_US: u16 = 10;
+    pub const P90_US: u16 = 12;
+    pub const P99_US: u16 = 14;
+    pub const P999_US: u16 = 16;
+    pub const MAX_US: u16 = 18;
+    pub const ALERTS: u16 = 20;
+    pub const DROPS: u16 = 22;
+    pub const MIN_US: u16 = 24;
+    pub const MEAN_US: u16 = 26;
+    pub const TOTAL_ALERTS: u16 = 28;
+    pub const TOTAL_DROPS: u16 = 30;
+    /// 8 registers of ASCII
+    pub const NAME: u16 = 32;
+}
+
+/// Bits of the status register.
+pub mod status {
+    /// The agent is running (cleared in the image of its final interval).
+    pub const RUNNING: u16 = 1 << 0;
+    /// At least one configured probe did not attach (its block has state 0).
+    pub const PROBE_FAILED: u16 = 1 << 1;
+    /// The agent's own cost exceeded its budget (set by the agent; see
+    /// [`super::AgentStatus::over_budget`]).
+    pub const OVER_BUDGET: u16 = 1 << 2;
+    /// This Modbus link saw damaged or malformed requests, or (RTU) its
+    /// serial device failed, since start.
+    pub const LINK_ERRORS: u16 = 1 << 3;
+    /// Reading a probe's BPF maps failed at least once since start.
+    pub const READ_ERRORS: u16 = 1 << 4;
+}
+
+/// Probe block `state` values.
+pub const STATE_FAILED: u16 = 0;
+pub const STATE_ATTACHED: u16 = 1;
+
+/// `mechanism` register: the attach mechanism actually used.
+pub fn mechanism_code(attach: &str) -> u16 {
+    match attach {
+        "tp_btf" => 1,
+        "raw_tp" => 2,
+        "tracepoint" => 3,
+        "fentry" => 4,
+        "kprobe" => 5,
+        "uprobe" => 6,
+        "" => 0,
+        _ => 255,
+    }
+}
+
+/// `kind` register: the probe family.
+pub fn kind_code(kind: &str) -> u16 {
+    match kind {
+        "runq" => 1,
+        "syscall" => 2,
+        "irq" => 3,
+        "softirq" => 4,
+        "timer" => 5,
+        "kfunc" => 6,
+        "ufunc" => 7,
+        _ => 0,
+    }
+}
+
+/// Agent-wide facts the Tick does not carry (yet).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AgentStatus {
+    /// The agent exceeded its CPU budget; sets [`status::OVER_BUDGET`].
+    /// Stays false until the agent measures its own cost.
+    pub over_budget: bool,
+    /// Damaged/malformed requests or serial failures on this link since
+    /// start; sets [`status::LINK_ERRORS`] when non-zero.
+    pub bad_requests: u64,
+    pub link_failed: bool,
+}
+
+/// Why a read of the image is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MapError {
+    /// Some register of `addr .. addr + count` is past the end of the map
+    /// (Modbus exception 02, illegal data address).
+    OutOfRange { addr: u16, count: u16, len: usize },
+    /// `count` is 0 (Modbus exception 03, illegal data value).
+    ZeroCount,
+}
+
+impl fmt::Display for MapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::OutOfRange { addr, count, len } => {
+                write!(f, "registers {addr}..{} are outside the map (0..{len})", *addr as usize + *count as usize)
+            }
+            Self::ZeroCount => f.write_str("a read of zero registers"),
+        }
+    }
+}
+
+impl std::error::Error for MapError {}
+
+/// A complete register image.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Image {
+    words: Vec<u16>,
+}
+
+/// µs rounded up (a non-zero latency never reads 0), saturating at u32::MAX.
+pub fn us_ceil(ns: u64) -> u32 {
+    u32::try_from(ns.div_ceil(1_000)).unwrap_or(u32::MAX)
+}
+
+fn sat32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+impl Image {
+    /// An image of `blocks` probe blocks, all zero (what a PLC reads before
+    /// the first interval ends: magic and layout only).
+    pub fn empty(blocks: usize) -> Image {
+        let mut i = Image::default();
+        i.layout(blocks.min(MAX_BLOCKS));
+        i
+    }
+
+    fn layout(&mut self, blocks: usize) {
+        let len = HEADER_WORDS as usize + blocks * BLOCK_WORDS as usize;
+        self.words.clear();
+        self.words.resize(len, 0);
+        self.put16(reg::MAGIC, MAGIC);
+        self.put16(reg::VERSION, MAP_VERSION);
+        self.put16(reg::PROBE_COUNT, blocks as u16);
+        self.put16(reg::BLOCK_SIZE, BLOCK_WORDS);
+        self.put16(reg::FIRST_BLOCK, HEADER_WORDS);
+    }
+
+    /// The registers, address 0 first.
+    pub fn words(&self) -> &[u16] {
+        &self.words
+    }
+
+    /// Registers `addr .. addr + count`, or why not.
+    pub fn read(&self, addr: u16, count: u16) -> Result<&[u16], MapError> {
+        if count == 0 {
+            return Err(MapError::ZeroCount);
+        }
+        let (a, end) = (addr as usize, addr as usize + count as usize);
+        self.words.get(a..end).ok_or(MapError::OutOfRange { addr, count, len: self.words.len() })
+    }
+
+    fn put16(&mut self, at: u16, v: u16) {
+        if let Some(w) = self.words.get_mut(at as usize) {
+            *w = v;
+        }
+    }
+
+    fn put32(&mut self, at: u16, v: u32) {
+        self.put16(at, (v >> 16) as u16);
+        self.put16(at.wrapping_add(1), v as u16);
+    }
+
+    fn put64(&mut self, at: u16, v: u64) {
+        self.put32(at, (v >> 32) as u32);
+        self.put32(at.wrapping_add(2), v as u32);
+    }
+
+    /// Rebuild the whole image from one interval. Reuses the buffer: no
+    /// allocation once it has its working size.
+    pub fn build(&mut self, t: &Tick<'_>, agent: &AgentStatus) {
+        let s = t.session;
+        let configured = s.probes.len() + s.failed.len();
+        let blocks = configured.min(MAX_BLOCKS);
+        self.layout(blocks);
+        let read_errors: u64 = t.read_errors.iter().copied().fold(0, u64::saturating_add);
+        let mut bits = 0;
+        if !t.report.last {
+            bits |= status::RUNNING;
+        }
+        if !s.failed.is_empty() {
+            bits |= status::PROBE_FAILED;
+        }
+        if agent.over_budget {
+            bits |= status::OVER_BUDGET;
+        }
+        if agent.bad_requests > 0 || agent.link_failed {
+            bits |= status::LINK_ERRORS;
+        }
+        if read_errors > 0 {
+            bits |= status::READ_ERRORS;
+        }
+        self.put16(reg::STATUS, bits);
+        self.put32(reg::BOOT_ID, s.boot_id);
+        self.put64(reg::SEQ, t.report.seq);
+        self.put32(reg::INTERVAL_US, us_ceil(t.report.interval_ns));
+        self.put32(reg::UPTIME_S, sat32(t.report.time_ns.saturating_sub(s.start_ns) / 1_000_000_000));
+        self.put16(reg::ATTACHED, s.probes.len().min(u16::MAX as usize) as u16);
+        self.put16(reg::FAILED, s.failed.len().min(u16::MAX as usize) as u16);
+        self.put32(reg::READ_ERRORS, sat32(read_errors));
+        self.put32(reg::BAD_REQUESTS, sat32(agent.bad_requests));
+
+        // Blocks in config order: failed probes sit at their positions,
+        // attached ones fill the rest in session order.
+        let mut attached = 0usize;
+        for pos in 0..blocks {
+            let base = HEADER_WORDS + pos as u16 * BLOCK_WORDS;
+            self.put16(base + off::INDEX, pos as u16);
+            if let Some(f) = s.failed.iter().find(|f| f.position == pos) {
+                self.put16(base + off::STATE, STATE_FAILED);
+                self.put16(base + off::KIND, kind_code(&f.kind));
+                self.put_name(base, &f.name);
+                continue;
+            }
+            let Some(info) = s.probes.get(attached) else { continue };
+            self.put16(base + off::STATE, STATE_ATTACHED);
+            self.put16(base + off::MECHANISM, mechanism_code(&info.attach));
+            self.put16(base + off::KIND, kind_code(&info.kind));
+            self.put_name(base, &info.name);
+            if let Some(p) = t.report.probes.get(attached) {
+                self.put_probe(base, p);
+            }
+            attached += 1;
+        }
+    }
+
+    fn put_probe(&mut self, base: u16, p: &ProbeReport) {
+        self.put64(base + off::TOTAL_COUNT, p.total_count);
+        self.put32(base + off::COUNT, sat32(p.count));
+        self.put32(base + off::P50_US, us_ceil(p.p50_ns));
+        self.put32(base + off::P90_US, us_ceil(p.p90_ns));
+        self.put32(base + off::P99_US, us_ceil(p.p99_ns));
+        self.put32(base + off::P999_US, us_ceil(p.p999_ns));
+        self.put32(base + off::MAX_US, us_ceil(p.max_ns));
+        self.put32(base + off::ALERTS, sat32(p.alerts));
+        self.put32(base + off::DROPS, sat32(p.drops));
+        self.put32(base + off::MIN_US, us_ceil(p.min_ns));
+        self.put32(base + off::MEAN_US, us_ceil(p.mean_ns));
+        self.put32(base + off::TOTAL_ALERTS, sat32(p.total_alerts));
+        self.put32(base + off::TOTAL_DROPS, sat32(p.total_drops));
+    }
+
+    /// ASCII (other bytes become '?'), NUL padded, high byte first.
+    fn put_name(&mut self, base: u16, name: &str) {
+        let mut b = [0u8; NAME_BYTES];
+        for (d, c) in b.iter_mut().zip(name.bytes()) {
+            *d = if c.is_ascii_graphic() || c == b' ' { c } else { b'?' };
+        }
+        for (i, pair) in b.chunks_exact(2).enumerate() {
+            self.put16(base + off::NAME + i as u16, u16::from_be_bytes([pair[0], pair[1]]));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hist::Hist;
+    use crate::sinks::Session;
+    use crate::summary::{FailedProbe, IntervalReport, ProbeInfo};
+
+    fn info(name: &str, attach: &str) -> ProbeInfo {
+        ProbeInfo { name: name.into(), kind: "runq".into(), attach: attach.into(), mode: String::new() }
+    }
+
+    fn u32_at(w: &[u16], a: u16) -> u32 {
+        (w[a as usize] as u32) << 16 | w[a as usize + 1] as u32
+    }
+
+    fn u64_at(w: &[u16], a: u16) -> u64 {
+        (u32_at(w, a) as u64) << 32 | u32_at(w, a + 2) as u64
+    }
+
+    fn session(failed: Vec<FailedProbe>) -> Session {
+        Session {
+            board: "b".into(),
+            kernel: "k".into(),
+            boot_id: 0xDEAD_BEEF,
+            start_ns: 1_000_000_000,
+            interval_ns: 1_000_000_000,
+            probes: vec![info("runq", "tp_btf"), info("second-probe-with-long-name", "raw_tp")],
+            failed,
+        }
+    }
+
+    fn report(seq: u64) -> IntervalReport {
+        let mut prev = Hist::default();
+        prev.record(10);
+        let mut cur = prev.clone();
+        for v in [1_001u64, 2_500, 7_000_000_000_000] {
+            cur.record(v);
+        }
+        cur.drops = 2;
+        cur.alerts = 1;
+        let p = ProbeReport::new(&info("runq", "tp_btf"), &prev, &cur);
+        let mut q = ProbeReport::new(&info("second-probe-with-long-name", "raw_tp"), &Hist::default(), &Hist::default());
+        q.total_count = 0x1_0000_0002;
+        q.count = 5_000_000_000;
+        IntervalReport {
+            seq,
+            time_ns: 5_500_000_000,
+            interval_ns: 1_000_000_001,
+            last: false,
+            probes: vec![p, q],
+            alert_records: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn header_and_blocks() {
+        let failed = vec![FailedProbe { position: 1, name: "timer".into(), kind: "timer".into(), why: "no".into() }];
+        let s = session(failed);
+        let r = report(0x0102_0304_0506_0708);
+        let mut img = Image::default();
+        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 3] }, &AgentStatus::default());
+        let w = img.words();
+        assert_eq!(w.len(), 32 + 3 * 40);
+        assert_eq!(&w[..6], &[MAGIC, MAP_VERSION, 3, BLOCK_WORDS, HEADER_WORDS, status::RUNNING | status::PROBE_FAILED | status::READ_ERRORS]);
+        assert_eq!(u32_at(w, reg::BOOT_ID), 0xDEAD_BEEF);
+        assert_eq!(&w[8..12], &[0x0102, 0x0304, 0x0506, 0x0708], "u64 high word first");
+        assert_eq!(u32_at(w, reg::INTERVAL_US), 1_000_001, "rounded up");
+        assert_eq!(u32_at(w, reg::UPTIME_S), 4);
+        assert_eq!((w[16], w[17]), (2, 1));
+        assert_eq!(u32_at(w, reg::READ_ERRORS), 3);
+
+        // Block 0: runq, attached.
+        let b = HEADER_WORDS;
+        let p = &r.probes[0];
+        assert_eq!(&w[b as usize..b as usize + 4], &[STATE_ATTACHED, 1, 1, 0]);
+        assert_eq!(u64_at(w, b + off::TOTAL_COUNT), 4);
+        assert_eq!(u32_at(w, b + off::COUNT), 3);
+        assert_eq!(u32_at(w, b + off::P50_US), us_ceil(p.p50_ns));
+        assert_eq!(u32_at(w, b + off::MIN_US), us_ceil(p.min_ns));
+        assert_eq!(us_ceil(1_001), 2, "1001 ns reads 2 µs");
+        assert_eq!(u32_at(w, b + off::MAX_US), u32::MAX, "7000 s saturates");
+        assert_eq!((u32_at(w, b + off::DROPS), u32_at(w, b + off::ALERTS)), (2, 1));
+        assert_eq!(&w[(b + off::NAME) as usize..(b + off::NAME + 3) as usize], &[0x7275, 0x6E71, 0]);
+
+        // Block 1: the failed probe keeps its place.
+        let b = HEADER_WORDS + BLOCK_WORDS;
+        assert_eq!(&w[b as usize..b as usize + 4], &[STATE_FAILED, 0, 5, 1]);
+        assert!(w[(b + 4) as usize..(b + off::NAME) as usize].iter().all(|&x| x == 0));
+        assert_eq!(w[(b + off::NAME) as usize], u16::from_be_bytes(*b"ti"));
+
+        // Block 2: the second attached probe.
+        let b = HEADER_WORDS + 2 * BLOCK_WORDS;
+        assert_eq!(&w[b as usize..b as usize + 4], &[STATE_ATTACHED, 2, 1, 2]);
+        assert_eq!(u64_at(w, b + off::TOTAL_COUNT), 0x1_0000_0002);
+        assert_eq!(u32_at(w, b + off::COUNT), u32::MAX, "interval count saturates");
+        let name: Vec<u8> = w[(b + off::NAME) as usize..(b + off::NAME + 8) as usize].iter().flat_map(|x| x.to_be_bytes()).collect();
+        assert_eq!(&name, b"second-probe-wit", "truncated to 16 bytes");
+    }
+
+    #[test]
+    fn status_bits_and_final_interval() {
+        let s = session(Vec::new());
+        let mut r = report(1);
+        r.last = true;
+        let mut img = Image::default();
+        let agent = AgentStatus { over_budget: true, bad_requests: 1, link_failed: false };
+        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &agent);
+        assert_eq!(img.words()[reg::STATUS as usize], status::OVER_BUDGET | status::LINK_ERRORS);
+        assert_eq!(u32_at(img.words(), reg::BAD_REQUESTS), 1);
+    }
+
+    #[test]
+    fn reads_in_and_out_of_range() {
+        let img = Image::empty(2);
+        let len = 32 + 80;
+        assert_eq!(img.read(0, 125).unwrap_err(), MapError::OutOfRange { addr: 0, count: 125, len });
+        assert_eq!(img.read(0, 112).unwrap().len(), 112);
+        assert_eq!(img.read(111, 1).unwrap(), &[0]);
+        assert!(matches!(img.read(112, 1), Err(MapError::OutOfRange { .. })));
+        assert!(matches!(img.read(u16::MAX, 125), Err(MapError::OutOfRange { .. })), "no overflow");
+        assert_eq!(img.read(3, 0), Err(MapError::ZeroCount));
+        assert_eq!(img.read(0, 2).unwrap(), &[MAGIC, MAP_VERSION]);
+    }
+
+    #[test]
+    fn rebuild_reuses_the_buffer_and_clears_old_values() {
+        let s = session(Vec::new());
+        let mut img = Image::default();
+        let r1 = report(1);
+        img.build(&Tick { session: &s, report: &r1, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
+        let ptr = img.words().as_ptr();
+        let mut r2 = report(2);
+        r2.probes[0].max_ns = 0;
+        img.build(&Tick { session: &s, report: &r2, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
+        assert_eq!(img.words().as_ptr(), ptr);
+        assert_eq!(u32_at(img.words(), HEADER_WORDS + off::MAX_US), 0);
+        assert_eq!(u64_at(img.words(), reg::SEQ), 2);
+    }
+
+    #[test]
+    fn codes() {
+        for (m, c) in [("tp_btf", 1), ("raw_tp", 2), ("tracepoint", 3), ("fentry", 4), ("kprobe", 5), ("uprobe", 6), ("", 0), ("new", 255)] {
+            assert_eq!(mechanism_code(m), c, "{m}");
+        }
+        for (k, c) in [("runq", 1), ("syscall", 2), ("irq", 3), ("softirq", 4), ("timer", 5), ("kfunc", 6), ("ufunc", 7), ("x", 0)] {
+            assert_eq!(kind_code(k), c, "{k}");
+        }
+        assert_eq!(us_ceil(0), 0);
+        assert_eq!(us_ceil(1), 1);
+        assert_eq!(us_ceil(1_000), 1);
+        assert_eq!(us_ceil(u64::MAX), u32::MAX);
+        assert!(MAX_BLOCKS * BLOCK_WORDS as usize + HEADER_WORDS as usize <= 65_536);
+    }
+}
