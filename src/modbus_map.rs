@@ -322,7 +322,7 @@ mod tests {
     use crate::summary::{FailedProbe, IntervalReport, ProbeInfo};
 
     fn info(name: &str, attach: &str) -> ProbeInfo {
-        ProbeInfo { name: name.into(), kind: "runq".into(), attach: attach.into(), mode: String::new() }
+        ProbeInfo { name: name.into(), kind: "runq".into(), attach: attach.into(), mode: String::new(), btf_mode: String::new() }
     }
 
     fn u32_at(w: &[u16], a: u16) -> u32 {

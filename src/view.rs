@@ -455,6 +455,6 @@ mod tests {
             serde_json::from_str(&json_line(&Err(FrameError::Crc { len: 9, expected: 1, actual: 2 }))).unwrap();
         assert_eq!(bad["type"], "bad_frame");
         assert_eq!(bad["reason"], "crc");
-        let _ = ProbeInfo { name: String::new(), kind: String::new(), attach: String::new(), mode: String::new() };
+        let _ = ProbeInfo { name: String::new(), kind: String::new(), attach: String::new(), mode: String::new(), btf_mode: String::new() };
     }
 }

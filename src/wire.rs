@@ -1117,6 +1117,7 @@ impl Tracker {
             kind: String::new(),
             attach: String::new(),
             mode: String::new(),
+            btf_mode: String::new(),
         })
     }
 
@@ -1137,6 +1138,8 @@ impl Tracker {
                         kind: d.kind.clone(),
                         attach: d.attach.clone(),
                         mode: d.mode.clone(),
+                        // Not on the wire (yet): Hello predates it.
+                        btf_mode: String::new(),
                     });
                 }
                 // Keep the union of probe table parts.
@@ -1321,7 +1324,7 @@ mod tests {
                 reports.push(report);
             }
         }
-        let info = ProbeInfo { name: "#0".into(), kind: String::new(), attach: String::new(), mode: String::new() };
+        let info = ProbeInfo { name: "#0".into(), kind: String::new(), attach: String::new(), mode: String::new(), btf_mode: String::new() };
         assert_eq!(reports[1].probes[0], ProbeReport::new(&info, &h1, &h2));
         assert_eq!(reports[1].interval_ns, 1_000_000_000);
         assert_eq!(reports[1].probes[1].count, 0);

@@ -96,7 +96,7 @@ fn frames_output_emit_does_not_allocate() {
         start_ns: 0,
         interval_ns: 1_000_000_000,
         probes: (0..n)
-            .map(|i| ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new() })
+            .map(|i| ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() })
             .collect(),
         failed: Vec::new(),
     };
@@ -141,7 +141,7 @@ fn modbus_output_emit_does_not_allocate() {
         start_ns: 0,
         interval_ns: 1_000_000_000,
         probes: (0..n)
-            .map(|i| ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new() })
+            .map(|i| ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() })
             .collect(),
         failed: Vec::new(),
     };

@@ -14,7 +14,7 @@ use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
 use latmon::wire::{Frame, FrameDecoder};
 
 fn info(i: usize) -> ProbeInfo {
-    ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new() }
+    ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() }
 }
 
 #[test]

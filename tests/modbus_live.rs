@@ -448,7 +448,7 @@ fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
     let link = dir.join("ttyPLC");
     let _ = std::fs::remove_file(&link);
     let mut sink = sinks::open(&format!("modbus-rtu:serial:{}@9600,parity=none", link.display()), None).expect("absent device is not fatal");
-    let info = ProbeInfo { name: "runq".into(), kind: "runq".into(), attach: "raw_tp".into(), mode: String::new() };
+    let info = ProbeInfo { name: "runq".into(), kind: "runq".into(), attach: "raw_tp".into(), mode: String::new(), btf_mode: String::new() };
     let session = Session {
         board: "b".into(),
         kernel: "k".into(),

@@ -23,7 +23,7 @@ fn port() -> u16 {
 }
 
 fn info(i: usize) -> ProbeInfo {
-    ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new() }
+    ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() }
 }
 
 /// Two attached probes (blocks 0 and 1) and a failed one (block 2).
