@@ -13,6 +13,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::bpf::limits::COMM_LEN;
+pub use crate::cost::Budget;
+
+/// CPU numbers `housekeeping_cpus` may name (the kernel's CPU_SETSIZE).
+pub const MAX_CPUS: usize = 1024;
 
 /// Errors in probe specs, durations or the config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,6 +255,35 @@ struct RawConfig {
     outputs: Option<Vec<String>>,
     probes: Option<Vec<String>>,
     btf_path: Option<String>,
+    overhead_budget: Option<RawBudget>,
+    housekeeping_cpus: Option<Vec<u32>>,
+    sched: Option<Sched>,
+    nice: Option<i32>,
+    mlockall: Option<bool>,
+    user: Option<String>,
+    group: Option<String>,
+}
+
+/// `overhead_budget = { cpu_percent = 1.0, ns_per_event = 500, intervals = 3 }`
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    cpu_percent: Option<f64>,
+    ns_per_event: Option<u64>,
+    intervals: Option<u32>,
+}
+
+/// Scheduling policy of latmon's threads (`sched = "other" | "idle"`).
+/// Never a real-time policy: latmon must not compete with the RT threads
+/// it watches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sched {
+    /// SCHED_OTHER at `nice`.
+    #[default]
+    Other,
+    /// SCHED_IDLE: runs only when a CPU has nothing else to do.
+    Idle,
 }
 
 /// A validated configuration.
@@ -270,7 +303,28 @@ pub struct Config {
     /// External kernel BTF for kernels that ship it separately (libbpf's
     /// btf_custom_path); `None` uses /sys/kernel/btf/vmlinux.
     pub btf_path: Option<String>,
+    /// Limits on latmon's own BPF cost (`overhead_budget`); `None`: cost is
+    /// measured and reported, never acted on.
+    pub overhead_budget: Option<Budget>,
+    /// CPUs every latmon thread runs on (`housekeeping_cpus = [0]`); empty:
+    /// wherever the scheduler puts them (inherited affinity).
+    pub housekeeping_cpus: Vec<u32>,
+    pub sched: Sched,
+    /// Nice value with `sched = "other"` (default 10: below ordinary work).
+    pub nice: i32,
+    /// Lock all of latmon's memory (mlockall MCL_CURRENT | MCL_FUTURE).
+    pub mlockall: bool,
+    /// Drop to this user (and `group`, else the user's primary group) once
+    /// every probe is attached, with every capability cleared.
+    pub user: Option<String>,
+    pub group: Option<String>,
 }
+
+/// Consecutive intervals over budget before a probe is detached, unless
+/// `overhead_budget.intervals` says otherwise.
+pub const DEFAULT_BUDGET_INTERVALS: u32 = 3;
+/// Default nice value of latmon's threads.
+pub const DEFAULT_NICE: i32 = 10;
 
 /// The built-in default: what runs with no config and no --probe.
 pub const DEFAULT_PROBES: &[&str] = &["runq"];
@@ -288,6 +342,13 @@ impl Default for Config {
             outputs: vec!["-".into()],
             probes: DEFAULT_PROBES.iter().map(|s| ProbeSpec::parse(s).expect("default spec")).collect(),
             btf_path: None,
+            overhead_budget: None,
+            housekeeping_cpus: Vec::new(),
+            sched: Sched::Other,
+            nice: DEFAULT_NICE,
+            mlockall: false,
+            user: None,
+            group: None,
         }
     }
 }
@@ -315,6 +376,21 @@ impl Config {
         if let Some(p) = raw.probes {
             c.probes = p.iter().map(|s| ProbeSpec::parse(s)).collect::<Result<_, _>>()?;
         }
+        if let Some(b) = raw.overhead_budget {
+            c.overhead_budget = Some(Budget {
+                cpu_percent: b.cpu_percent,
+                ns_per_event: b.ns_per_event,
+                intervals: b.intervals.unwrap_or(DEFAULT_BUDGET_INTERVALS),
+            });
+        }
+        if let Some(cpus) = raw.housekeeping_cpus {
+            c.housekeeping_cpus = cpus;
+        }
+        c.sched = raw.sched.unwrap_or_default();
+        c.nice = raw.nice.unwrap_or(DEFAULT_NICE);
+        c.mlockall = raw.mlockall.unwrap_or(false);
+        c.user = raw.user;
+        c.group = raw.group;
         c.validate()?;
         Ok(c)
     }
@@ -329,6 +405,32 @@ impl Config {
         }
         if self.outputs.is_empty() {
             return Err(ConfigError::OutOfRange { key: "outputs", why: "at least one output is needed".into() });
+        }
+        if let Some(b) = &self.overhead_budget {
+            let bad = |why: &str| Err(ConfigError::OutOfRange { key: "overhead_budget", why: why.into() });
+            match (b.cpu_percent, b.ns_per_event) {
+                (None, None) => return bad("give cpu_percent and/or ns_per_event"),
+                (Some(p), _) if !(p > 0.0 && p <= 100.0) => return bad("cpu_percent must be in (0, 100]"),
+                (_, Some(0)) => return bad("ns_per_event must be at least 1"),
+                _ => {}
+            }
+            if b.intervals == 0 {
+                return bad("intervals must be at least 1");
+            }
+        }
+        if let Some(&c) = self.housekeeping_cpus.iter().find(|&&c| c as usize >= MAX_CPUS) {
+            return Err(ConfigError::OutOfRange { key: "housekeeping_cpus", why: format!("CPU {c}: at most {MAX_CPUS} CPUs") });
+        }
+        if !(-20..=19).contains(&self.nice) {
+            return Err(ConfigError::OutOfRange { key: "nice", why: "must be in -20..=19".into() });
+        }
+        for (key, v) in [("user", &self.user), ("group", &self.group)] {
+            if v.as_deref().is_some_and(|n| n.is_empty() || n.contains([':', '\n', '/'])) {
+                return Err(ConfigError::OutOfRange { key, why: "not a valid user or group name".into() });
+            }
+        }
+        if self.group.is_some() && self.user.is_none() {
+            return Err(ConfigError::OutOfRange { key: "group", why: "needs user as well".into() });
         }
         let mut names: Vec<&str> = self.probes.iter().map(|p| p.name.as_str()).collect();
         names.sort_unstable();
@@ -418,6 +520,24 @@ mod tests {
     }
 
     #[test]
+    fn agent_keys() {
+        let c = Config::from_toml(
+            "overhead_budget = { cpu_percent = 1.0, ns_per_event = 500, intervals = 3 }\n\
+             housekeeping_cpus = [0]\nsched = \"idle\"\nnice = 5\nmlockall = true\n\
+             user = \"latmon\"\ngroup = \"dialout\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.overhead_budget, Some(Budget { cpu_percent: Some(1.0), ns_per_event: Some(500), intervals: 3 }));
+        assert_eq!(c.housekeeping_cpus, vec![0]);
+        assert_eq!((c.sched, c.nice, c.mlockall), (Sched::Idle, 5, true));
+        assert_eq!((c.user.as_deref(), c.group.as_deref()), (Some("latmon"), Some("dialout")));
+        let d = Config::from_toml("overhead_budget = { ns_per_event = 300 }").unwrap();
+        assert_eq!(d.overhead_budget.unwrap().intervals, DEFAULT_BUDGET_INTERVALS);
+        let z = Config::default();
+        assert_eq!((z.sched, z.nice, z.mlockall, z.user, z.overhead_budget), (Sched::Other, DEFAULT_NICE, false, None, None));
+    }
+
+    #[test]
     fn bad_config_files() {
         for (text, needle) in [
             ("intervall = \"1s\"", "unknown field"),
@@ -427,6 +547,16 @@ mod tests {
             ("probes = [\"runq\", \"runq\"]", "two probes are named"),
             ("format = \"xml\"", "unknown variant"),
             ("probes = [\"bogus\"]", "unknown probe kind"),
+            ("overhead_budget = { intervals = 3 }", "cpu_percent and/or ns_per_event"),
+            ("overhead_budget = { cpu_percent = 0.0 }", "cpu_percent must be"),
+            ("overhead_budget = { ns_per_event = 0 }", "at least 1"),
+            ("overhead_budget = { cpu_percent = 1.0, intervals = 0 }", "intervals must be"),
+            ("overhead_budget = { cpu = 1.0 }", "unknown field"),
+            ("housekeeping_cpus = [0, 5000]", "CPU 5000"),
+            ("sched = \"fifo\"", "unknown variant"),
+            ("nice = 40", "-20..=19"),
+            ("group = \"latmon\"", "needs user"),
+            ("user = \"\"", "not a valid user"),
         ] {
             let e = Config::from_toml(text).unwrap_err().to_string();
             assert!(e.contains(needle), "{text}: {e}");

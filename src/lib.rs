@@ -7,7 +7,10 @@
 pub mod agent;
 pub mod bpf;
 pub mod config;
+pub mod cost;
 pub mod hist;
+pub mod hygiene;
+pub mod privs;
 pub mod probes;
 pub mod sinks;
 pub mod summary;

@@ -107,6 +107,7 @@ fn frames_output_emit_does_not_allocate() {
         last: false,
         probes: (0..n).map(|i| ProbeReport::new(&session.probes[i], &Hist::default(), &totals[i])).collect(),
         alert_records: Vec::new(),
+        agent: Default::default(),
     };
     let errors = vec![0u64; n];
     let mut r = report.clone();
