@@ -375,6 +375,15 @@ impl FrameRender {
     }
 
     fn render(&mut self, t: &Tick<'_>, q: &Queue) {
+        // Room for the largest summary these probes can produce (every
+        // bucket non-zero, 10-byte varints), so that histograms filling up
+        // over hours never make the buffers grow mid-run.
+        let n = t.totals.len().max(1);
+        let want = n * (crate::hist::BUCKETS * 11 + 256) + 4096;
+        if self.buf.capacity() < want {
+            self.buf.reserve(want - self.buf.len());
+            self.lens.reserve(n * (want / wire::FRAME_BUDGET + 8));
+        }
         let r = t.report;
         // A reload that changed the probe table is a new session (new
         // boot id): announce it at once.
