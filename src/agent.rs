@@ -258,6 +258,9 @@ impl Agent {
         let release = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
         let unpriv = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled").unwrap_or_else(|_| "1".into());
         let keep = privs::needs_bpf_cap(&release, &unpriv);
+        if self.cfg.mlockall {
+            crate::hygiene::mlock_before_drop();
+        }
         let held = privs::drop_to(id, keep).map_err(anyhow::Error::msg)?;
         self.privileged = false;
         match keep {
@@ -378,7 +381,7 @@ impl Agent {
         let s = &mut self.slots[i];
         let cost = self.cost_now[i];
         log::warn!(
-            "probe {}: DETACHED over budget ({why}; its BPF: {} ns/event, {} runs this interval); the other probes keep running",
+            "probe {}: DETACHED over budget ({why}; its BPF: {} ns/event, {} runs this interval)",
             s.info.name,
             cost.ns_per_event(),
             cost.runs

@@ -123,6 +123,31 @@ pub fn apply(cfg: &Config) -> Result<Applied, String> {
     Ok(Applied { cpus: current_affinity(), sched: name, nice: cfg.nice, mlocked })
 }
 
+/// Before the privilege drop, with `mlockall = true`: without
+/// CAP_IPC_LOCK, every new locked mapping counts against RLIMIT_MEMLOCK,
+/// and the memory already locked exceeds a finite limit, so with
+/// MCL_FUTURE any later allocation (an alert record, a reload) would fail.
+/// Unless the limit is infinite (raised while root), keep what is locked
+/// (MCL_CURRENT) and stop locking future mappings; the steady-state loop
+/// allocates nothing, so it runs entirely in locked memory.
+pub fn mlock_before_drop() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid out pointer.
+    let finite = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 || lim.rlim_cur != libc::RLIM_INFINITY;
+    if !finite {
+        return;
+    }
+    // SAFETY: plain syscall.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT) } == 0 {
+        log::warn!(
+            "mlockall: RLIMIT_MEMLOCK is {} KiB (could not be raised): memory locked so far stays locked; memory allocated after the privilege drop is not",
+            lim.rlim_cur / 1024
+        );
+    } else {
+        log::warn!("mlockall(MCL_CURRENT) before the privilege drop: {}", std::io::Error::last_os_error());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
