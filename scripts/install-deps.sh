@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Install everything building and testing latmon needs on Debian bookworm
 # (root): the native build, the static cross builds (aarch64, armv7), the
-# virtual boards (qemu, multiarch busybox/kernels, pahole) and the baselines.
+# virtual boards (qemu, multiarch busybox/kernels, pahole) and the baselines;
+# prometheus for promtool (the Prometheus output is checked by it).
 # Used by the README's first command and by CI (.ci/run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ apt-get install -y --no-install-recommends \
   autoconf autopoint automake libtool flex bison gawk \
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross \
   bpftool libbpf-tools rt-tests procps util-linux file cpio dwarves xz-utils zstd \
-  python3 python3-venv
+  python3 python3-venv prometheus
 scripts/install-qemu.sh
 command -v cargo >/dev/null || { echo "install-deps: cargo not found; install Rust with rustup" >&2; exit 1; }
 rustup target add aarch64-unknown-linux-gnu armv7-unknown-linux-gnueabihf
