@@ -166,6 +166,8 @@ pub struct Agent {
     page_size: u64,
     /// False once privileges are dropped: no new probe can be loaded.
     privileged: bool,
+    /// A BPF statistics read failed (logged once).
+    cost_read_failed: bool,
 }
 
 /// Open the probes of `specs`; failures are printed and skipped.
@@ -212,6 +214,7 @@ impl Agent {
             rss: File::open("/proc/self/statm").ok(),
             page_size,
             privileged: true,
+            cost_read_failed: false,
         };
         a.replan();
         Ok(a)
@@ -333,7 +336,21 @@ impl Agent {
         if self.stats.is_none() {
             return;
         }
-        let all = self.costs.sample();
+        let (all, failed) = self.costs.sample();
+        if failed > 0 {
+            // Seen once per run at most in the log; the interval's cost
+            // is then partial (or none), and says so.
+            if !self.cost_read_failed {
+                log::warn!(
+                    "BPF statistics: {failed} of {} programs unreadable (bpf_prog_get_info_by_fd); their cost is not counted",
+                    self.costs.programs()
+                );
+                self.cost_read_failed = true;
+            }
+            if failed == self.costs.programs() {
+                a.cost_measured = false;
+            }
+        }
         let probes = &self.report.probes;
         self.costs.split(|i| probes.get(i).map_or(0, |p| p.count + p.drops), &mut self.cost_now);
         a.bpf_run_time_ns = all.run_time_ns;
@@ -691,7 +708,7 @@ pub fn measure(probes: &mut [Box<dyn Probe>], d: Duration) -> Result<(Vec<Cost>,
     table.sample();
     let t0 = monotonic_ns();
     std::thread::sleep(d);
-    let all = table.sample();
+    let (all, _) = table.sample();
     let wall = monotonic_ns().saturating_sub(t0);
     let mut events = vec![0u64; probes.len()];
     for (i, p) in probes.iter_mut().enumerate() {

@@ -184,9 +184,11 @@ impl CostTable {
     }
 
     /// Read every program's counters; deltas since the previous sample.
-    /// Returns the cost of all programs (each counted once). No allocation.
-    pub fn sample(&mut self) -> Cost {
+    /// Returns the cost of all programs (each counted once) and how many
+    /// programs could not be read. No allocation.
+    pub fn sample(&mut self) -> (Cost, usize) {
         let mut all = Cost::default();
+        let mut failed = 0;
         for s in &mut self.slots {
             match prog_stats(s.fd) {
                 Ok(p) => {
@@ -199,12 +201,13 @@ impl CostTable {
                 }
                 Err(_) => {
                     self.errors += 1;
+                    failed += 1;
                     s.delta = Cost::default();
                 }
             }
             all.add(s.delta);
         }
-        all
+        (all, failed)
     }
 
     /// Set program deltas directly (tests).
