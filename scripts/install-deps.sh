@@ -2,10 +2,11 @@
 # SPDX-License-Identifier: MIT
 # Install everything building and testing latmon needs on Debian bookworm
 # (root): the native build, the static cross builds (aarch64, armv7), the
-# virtual boards (qemu, multiarch busybox/kernels, pahole), the baselines and
+# virtual boards (qemu, multiarch busybox/kernels, pahole), the baselines,
 # the Modbus tests' client (mbpoll; pymodbus comes from PyPI via
-# scripts/modbus-venv.sh). systemd is there for systemd-analyze verify
-# (tests/yocto/check.sh); it needs no running systemd.
+# scripts/modbus-venv.sh) and promtool (package prometheus). systemd is
+# there for systemd-analyze verify (tests/yocto/check.sh); it needs no
+# running systemd.
 # Used by the README's first command and by CI (.ci/run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ apt-get install -y --no-install-recommends \
   autoconf autopoint automake libtool flex bison gawk \
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross \
   bpftool libbpf-tools rt-tests procps util-linux file cpio dwarves xz-utils zstd \
-  python3 python3-venv systemd mbpoll
+  python3 python3-venv systemd mbpoll prometheus
 scripts/install-qemu.sh
 command -v cargo >/dev/null || { echo "install-deps: cargo not found; install Rust with rustup" >&2; exit 1; }
 rustup target add aarch64-unknown-linux-gnu armv7-unknown-linux-gnueabihf

@@ -13,6 +13,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::bpf::limits::COMM_LEN;
+pub use crate::cost::Budget;
+
+/// CPU numbers `housekeeping_cpus` may name (the kernel's CPU_SETSIZE).
+pub const MAX_CPUS: usize = 1024;
 
 /// Errors in probe specs, durations or the config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -261,7 +265,35 @@ struct RawConfig {
     outputs: Option<Vec<String>>,
     probes: Option<Vec<String>>,
     btf_path: Option<String>,
+    overhead_budget: Option<RawBudget>,
     housekeeping_cpus: Option<Vec<u32>>,
+    sched: Option<Sched>,
+    nice: Option<i32>,
+    mlockall: Option<bool>,
+    user: Option<String>,
+    group: Option<String>,
+}
+
+/// `overhead_budget = { cpu_percent = 1.0, ns_per_event = 500, intervals = 3 }`
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    cpu_percent: Option<f64>,
+    ns_per_event: Option<u64>,
+    intervals: Option<u32>,
+}
+
+/// Scheduling policy of latmon's threads (`sched = "other" | "idle"`).
+/// Never a real-time policy: latmon must not compete with the RT threads
+/// it watches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sched {
+    /// SCHED_OTHER at `nice`.
+    #[default]
+    Other,
+    /// SCHED_IDLE: runs only when a CPU has nothing else to do.
+    Idle,
 }
 
 /// A validated configuration.
@@ -281,15 +313,28 @@ pub struct Config {
     /// External kernel BTF for kernels that ship it separately (libbpf's
     /// btf_custom_path); `None` uses /sys/kernel/btf/vmlinux.
     pub btf_path: Option<String>,
-    /// CPUs the agent itself runs on (the board's housekeeping CPUs, away
-    /// from the isolated real-time cores). The Yocto service pins the agent
-    /// there (systemd CPUAffinity=, taskset for sysvinit); `None`: anywhere.
-    pub housekeeping_cpus: Option<Vec<u32>>,
+    /// Limits on latmon's own BPF cost (`overhead_budget`); `None`: cost is
+    /// measured and reported, never acted on.
+    pub overhead_budget: Option<Budget>,
+    /// CPUs every latmon thread runs on (`housekeeping_cpus = [0]`); empty:
+    /// wherever the scheduler puts them (inherited affinity).
+    pub housekeeping_cpus: Vec<u32>,
+    pub sched: Sched,
+    /// Nice value with `sched = "other"` (default 10: below ordinary work).
+    pub nice: i32,
+    /// Lock all of latmon's memory (mlockall MCL_CURRENT | MCL_FUTURE).
+    pub mlockall: bool,
+    /// Drop to this user (and `group`, else the user's primary group) once
+    /// every probe is attached, with every capability cleared.
+    pub user: Option<String>,
+    pub group: Option<String>,
 }
 
-/// CPU numbers at or above this are rejected (glibc's CPU_SETSIZE: what
-/// sched_setaffinity's cpu_set_t can name).
-pub const MAX_CPUS: u32 = 1024;
+/// Consecutive intervals over budget before a probe is detached, unless
+/// `overhead_budget.intervals` says otherwise.
+pub const DEFAULT_BUDGET_INTERVALS: u32 = 3;
+/// Default nice value of latmon's threads.
+pub const DEFAULT_NICE: i32 = 10;
 
 /// The built-in default: what runs with no config and no --probe.
 pub const DEFAULT_PROBES: &[&str] = &["runq"];
@@ -307,7 +352,13 @@ impl Default for Config {
             outputs: vec!["-".into()],
             probes: DEFAULT_PROBES.iter().map(|s| ProbeSpec::parse(s).expect("default spec")).collect(),
             btf_path: None,
-            housekeeping_cpus: None,
+            overhead_budget: None,
+            housekeeping_cpus: Vec::new(),
+            sched: Sched::Other,
+            nice: DEFAULT_NICE,
+            mlockall: false,
+            user: None,
+            group: None,
         }
     }
 }
@@ -320,7 +371,6 @@ impl Config {
         c.board = raw.board;
         c.btf_path = raw.btf_path;
         c.target = raw.target;
-        c.housekeeping_cpus = raw.housekeeping_cpus;
         if let Some(i) = raw.interval {
             c.interval = parse_duration(&i)?;
         }
@@ -336,6 +386,29 @@ impl Config {
         if let Some(p) = raw.probes {
             c.probes = p.iter().map(|s| ProbeSpec::parse(s)).collect::<Result<_, _>>()?;
         }
+        if let Some(b) = raw.overhead_budget {
+            c.overhead_budget = Some(Budget {
+                cpu_percent: b.cpu_percent,
+                ns_per_event: b.ns_per_event,
+                intervals: b.intervals.unwrap_or(DEFAULT_BUDGET_INTERVALS),
+            });
+        }
+        if let Some(cpus) = raw.housekeeping_cpus {
+            // Written but empty is a mistake; leaving the key out means
+            // "wherever the scheduler puts latmon".
+            if cpus.is_empty() {
+                return Err(ConfigError::OutOfRange {
+                    key: "housekeeping_cpus",
+                    why: "give at least one CPU, or leave the key out".into(),
+                });
+            }
+            c.housekeeping_cpus = cpus;
+        }
+        c.sched = raw.sched.unwrap_or_default();
+        c.nice = raw.nice.unwrap_or(DEFAULT_NICE);
+        c.mlockall = raw.mlockall.unwrap_or(false);
+        c.user = raw.user;
+        c.group = raw.group;
         c.validate()?;
         Ok(c)
     }
@@ -351,19 +424,39 @@ impl Config {
         if self.outputs.is_empty() {
             return Err(ConfigError::OutOfRange { key: "outputs", why: "at least one output is needed".into() });
         }
-        if let Some(cpus) = &self.housekeeping_cpus {
-            let why = if cpus.is_empty() {
-                Some("give at least one CPU, or leave the key out".to_string())
-            } else if let Some(c) = cpus.iter().find(|&&c| c >= MAX_CPUS) {
-                Some(format!("CPU {c} is out of range (0..{MAX_CPUS})"))
-            } else {
-                let mut sorted = cpus.clone();
-                sorted.sort_unstable();
-                sorted.windows(2).find(|w| w[0] == w[1]).map(|w| format!("CPU {} is listed twice", w[0]))
-            };
-            if let Some(why) = why {
-                return Err(ConfigError::OutOfRange { key: "housekeeping_cpus", why });
+        if let Some(b) = &self.overhead_budget {
+            let bad = |why: &str| Err(ConfigError::OutOfRange { key: "overhead_budget", why: why.into() });
+            match (b.cpu_percent, b.ns_per_event) {
+                (None, None) => return bad("give cpu_percent and/or ns_per_event"),
+                (Some(p), _) if !(p > 0.0 && p <= 100.0) => return bad("cpu_percent must be in (0, 100]"),
+                (_, Some(0)) => return bad("ns_per_event must be at least 1"),
+                _ => {}
             }
+            if b.intervals == 0 {
+                return bad("intervals must be at least 1");
+            }
+        }
+        if let Some(&c) = self.housekeeping_cpus.iter().find(|&&c| c as usize >= MAX_CPUS) {
+            return Err(ConfigError::OutOfRange {
+                key: "housekeeping_cpus",
+                why: format!("CPU {c} is out of range (0..{MAX_CPUS})"),
+            });
+        }
+        let mut sorted = self.housekeeping_cpus.clone();
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ConfigError::OutOfRange { key: "housekeeping_cpus", why: format!("CPU {} is listed twice", w[0]) });
+        }
+        if !(-20..=19).contains(&self.nice) {
+            return Err(ConfigError::OutOfRange { key: "nice", why: "must be in -20..=19".into() });
+        }
+        for (key, v) in [("user", &self.user), ("group", &self.group)] {
+            if v.as_deref().is_some_and(|n| n.is_empty() || n.contains([':', '\n', '/'])) {
+                return Err(ConfigError::OutOfRange { key, why: "not a valid user or group name".into() });
+            }
+        }
+        if self.group.is_some() && self.user.is_none() {
+            return Err(ConfigError::OutOfRange { key: "group", why: "needs user as well".into() });
         }
         let mut names: Vec<&str> = self.probes.iter().map(|p| p.name.as_str()).collect();
         names.sort_unstable();
@@ -451,7 +544,25 @@ mod tests {
         assert_eq!(c.outputs, vec!["-".to_string()]);
         assert_eq!(Config::from_toml("").unwrap(), Config::default());
         let c = Config::from_toml("housekeeping_cpus = [0, 3]").unwrap();
-        assert_eq!(c.housekeeping_cpus, Some(vec![0, 3]));
+        assert_eq!(c.housekeeping_cpus, vec![0, 3]);
+    }
+
+    #[test]
+    fn agent_keys() {
+        let c = Config::from_toml(
+            "overhead_budget = { cpu_percent = 1.0, ns_per_event = 500, intervals = 3 }\n\
+             housekeeping_cpus = [0]\nsched = \"idle\"\nnice = 5\nmlockall = true\n\
+             user = \"latmon\"\ngroup = \"dialout\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.overhead_budget, Some(Budget { cpu_percent: Some(1.0), ns_per_event: Some(500), intervals: 3 }));
+        assert_eq!(c.housekeeping_cpus, vec![0]);
+        assert_eq!((c.sched, c.nice, c.mlockall), (Sched::Idle, 5, true));
+        assert_eq!((c.user.as_deref(), c.group.as_deref()), (Some("latmon"), Some("dialout")));
+        let d = Config::from_toml("overhead_budget = { ns_per_event = 300 }").unwrap();
+        assert_eq!(d.overhead_budget.unwrap().intervals, DEFAULT_BUDGET_INTERVALS);
+        let z = Config::default();
+        assert_eq!((z.sched, z.nice, z.mlockall, z.user, z.overhead_budget), (Sched::Other, DEFAULT_NICE, false, None, None));
     }
 
     #[test]
@@ -464,11 +575,16 @@ mod tests {
             ("probes = [\"runq\", \"runq\"]", "two probes are named"),
             ("format = \"xml\"", "unknown variant"),
             ("probes = [\"bogus\"]", "unknown probe kind"),
-            ("housekeeping_cpus = []", "at least one CPU"),
-            ("housekeeping_cpus = [0, 1, 0]", "CPU 0 is listed twice"),
-            ("housekeeping_cpus = [1024]", "out of range"),
-            ("housekeeping_cpus = [-1]", "invalid value"),
-            ("housekeeping_cpus = 0", "invalid type"),
+            ("overhead_budget = { intervals = 3 }", "cpu_percent and/or ns_per_event"),
+            ("overhead_budget = { cpu_percent = 0.0 }", "cpu_percent must be"),
+            ("overhead_budget = { ns_per_event = 0 }", "at least 1"),
+            ("overhead_budget = { cpu_percent = 1.0, intervals = 0 }", "intervals must be"),
+            ("overhead_budget = { cpu = 1.0 }", "unknown field"),
+            ("housekeeping_cpus = [0, 5000]", "CPU 5000"),
+            ("sched = \"fifo\"", "unknown variant"),
+            ("nice = 40", "-20..=19"),
+            ("group = \"latmon\"", "needs user"),
+            ("user = \"\"", "not a valid user"),
         ] {
             let e = Config::from_toml(text).unwrap_err().to_string();
             assert!(e.contains(needle), "{text}: {e}");

@@ -7,8 +7,11 @@
 pub mod agent;
 pub mod bpf;
 pub mod config;
+pub mod cost;
 pub mod hist;
 pub mod modbus_map;
+pub mod hygiene;
+pub mod privs;
 pub mod probes;
 pub mod sinks;
 pub mod summary;

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use latmon::config::{parse_duration, Config, Format, ProbeSpec};
 use latmon::probes::{self, features};
-use latmon::{agent, sinks, view};
+use latmon::{agent, cost, hygiene, privs, sinks, view};
 
 const EXAMPLES: &str = "\
 EXAMPLES:
@@ -112,6 +112,10 @@ struct CheckArgs {
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
+    /// Measure latmon's own BPF cost this long with every probe attached
+    /// (under whatever load the machine has); 0 skips it.
+    #[arg(long, value_name = "DURATION", default_value = "1s")]
+    measure: String,
 }
 
 fn load_config(c: &Common) -> Result<Config> {
@@ -131,7 +135,8 @@ fn load_config(c: &Common) -> Result<Config> {
     Ok(cfg)
 }
 
-fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+/// The config of `latmon run`: the file (or default), then the flags.
+fn run_config(a: &RunArgs) -> Result<Config> {
     let mut cfg = load_config(&a.common)?;
     if let Some(i) = &a.interval {
         cfg.interval = parse_duration(i)?;
@@ -146,6 +151,24 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         cfg.outputs = a.outputs.clone();
     }
     cfg.validate()?;
+    Ok(cfg)
+}
+
+fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+    // Before any thread exists, so that every thread inherits them: the
+    // signal mask, the CPU set and policy, and (with `user`) the bounding
+    // set and no_new_privs.
+    agent::block_signals()?;
+    let cfg = run_config(&a)?;
+    let identity = match &cfg.user {
+        Some(u) => Some(privs::resolve(u, cfg.group.as_deref()).map_err(anyhow::Error::msg).context("user/group")?),
+        None => None,
+    };
+    let applied = hygiene::apply(&cfg).map_err(anyhow::Error::msg)?;
+    log::info!("threads: {applied}");
+    if identity.is_some() {
+        privs::prepare().map_err(anyhow::Error::msg).context("preparing the privilege drop")?;
+    }
     // Outputs start (bind, open) before the agent: mistakes fail early.
     let mut sinks = cfg
         .outputs
@@ -153,7 +176,9 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         .map(|o| sinks::open(o, cfg.format))
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
-    agent::run(&cfg, &mut sinks)?;
+    let reload = || run_config(&a);
+    let opts = agent::RunOptions { reload: a.common.config.is_some().then_some(&reload as &dyn Fn() -> Result<Config>), drop_to: identity };
+    agent::run_with(&cfg, &mut sinks, opts)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -178,6 +203,20 @@ struct ProbePlan {
     btf_mode: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// latmon's own cost, measured during check (see `measure_ns`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost: Option<PlanCost>,
+}
+
+#[derive(Serialize)]
+struct PlanCost {
+    bpf_runs: u64,
+    bpf_run_time_ns: u64,
+    bpf_ns_per_event: u64,
+    events_per_s: u64,
+    bpf_cpu_percent: f64,
+    /// Over `overhead_budget` (if configured) during the measurement.
+    over_budget: bool,
 }
 
 #[derive(Serialize)]
@@ -197,6 +236,20 @@ struct CheckReport {
     config_error: Option<String>,
     features: Vec<features::KindStatus>,
     probes: Vec<ProbePlan>,
+    /// How long latmon's own cost was measured (0: not measured).
+    measure_ns: u64,
+    /// Why the cost could not be measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    measure_error: Option<String>,
+    /// CPU share of all probes' BPF during the measurement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bpf_cpu_percent: Option<f64>,
+    /// The CPUs latmon's threads would run on (`housekeeping_cpus`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    housekeeping_cpus: Vec<u32>,
+    /// The user latmon would drop to (`user`/`group`), resolved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drop_to: Option<String>,
 }
 
 fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
@@ -214,8 +267,32 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
         config_error: None,
         features: Vec::new(),
         probes: Vec::new(),
+        measure_ns: 0,
+        measure_error: None,
+        bpf_cpu_percent: None,
+        housekeeping_cpus: Vec::new(),
+        drop_to: None,
     };
-    let cfg = load_config(&a.common).and_then(|c| c.validate().map(|()| c).map_err(Into::into));
+    let measure = parse_duration(&a.measure)?;
+    let cfg = load_config(&a.common).and_then(|c| c.validate().map(|()| c).map_err(Into::into)).and_then(|c| {
+        // What run would apply: CPUs that exist, a user that resolves.
+        if !c.housekeeping_cpus.is_empty() {
+            let online = hygiene::online_cpu_list();
+            if !c.housekeeping_cpus.iter().any(|x| online.contains(x)) {
+                anyhow::bail!("housekeeping_cpus {:?}: none is online (online: {online:?})", c.housekeeping_cpus);
+            }
+        }
+        if let Some(u) = &c.user {
+            privs::resolve(u, c.group.as_deref()).map_err(anyhow::Error::msg)?;
+        }
+        Ok(c)
+    });
+    if let Ok(c) = &cfg {
+        rep.housekeeping_cpus = c.housekeeping_cpus.clone();
+        rep.drop_to = c.user.as_ref().and_then(|u| privs::resolve(u, c.group.as_deref()).ok()).map(|i| {
+            format!("{}:{} (uid {} gid {})", i.user, i.group, i.uid, i.gid)
+        });
+    }
     let privileged = agent::require_bpf_privilege();
     rep.btf_source = probes::btf_source();
     match (&cfg, &privileged) {
@@ -227,6 +304,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
             probes::route_libbpf_logs();
             probes::ensure_tracefs();
             rep.features = features::detect();
+            let mut opened_ok = Vec::new();
             for (spec, opened) in cfg.probes.iter().zip(probes::open_all(&cfg.probes)) {
                 let mut plan = ProbePlan {
                     spec: spec.spec.clone(),
@@ -236,6 +314,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
                     mode: None,
                     btf_mode: None,
                     error: None,
+                    cost: None,
                 };
                 match opened {
                     Ok(p) => {
@@ -243,10 +322,40 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
                         plan.attach = Some(p.info().attach.clone());
                         plan.mode = Some(p.info().mode.clone());
                         plan.btf_mode = Some(p.info().btf_mode.clone());
+                        opened_ok.push((rep.probes.len(), p));
                     }
                     Err(e) => plan.error = Some(e.to_string()),
                 }
                 rep.probes.push(plan);
+            }
+            if !measure.is_zero() && !opened_ok.is_empty() {
+                let (at, mut ps): (Vec<usize>, Vec<_>) = opened_ok.into_iter().unzip();
+                match agent::measure(&mut ps, measure) {
+                    Ok((costs, wall, cpus)) => {
+                        rep.measure_ns = wall;
+                        let mut all = cost::Cost::default();
+                        for c in &costs {
+                            all.add(*c);
+                        }
+                        rep.bpf_cpu_percent = Some(round4(all.cpu_percent(wall, cpus)));
+                        let b = cfg.overhead_budget;
+                        for (i, c) in at.into_iter().zip(costs) {
+                            let over = b.is_some_and(|b| {
+                                b.ns_per_event.is_some_and(|l| c.runs >= cost::MIN_RUNS_FOR_NS_BUDGET && c.ns_per_event() > l)
+                                    || b.cpu_percent.is_some_and(|l| all.cpu_percent(wall, cpus) > l)
+                            });
+                            rep.probes[i].cost = Some(PlanCost {
+                                bpf_runs: c.runs,
+                                bpf_run_time_ns: c.run_time_ns,
+                                bpf_ns_per_event: c.ns_per_event(),
+                                events_per_s: c.events_per_s(wall),
+                                bpf_cpu_percent: round4(c.cpu_percent(wall, cpus)),
+                                over_budget: over,
+                            });
+                        }
+                    }
+                    Err(e) => rep.measure_error = Some(e),
+                }
             }
         }
         (Ok(_), Err(_)) => {}
@@ -261,6 +370,10 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     }
     privileged?;
     Ok(if rep.probes.iter().all(|p| p.ok) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
 }
 
 fn print_check(r: &CheckReport) {
@@ -294,6 +407,23 @@ fn print_check(r: &CheckReport) {
             }
         }
     }
+    if !r.housekeeping_cpus.is_empty() {
+        let _ = writeln!(o, "housekeeping CPUs {:?}", r.housekeeping_cpus);
+    }
+    if let Some(d) = &r.drop_to {
+        let _ = writeln!(o, "drops to     {d} after attach");
+    }
+    if r.measure_ns > 0 {
+        let _ = writeln!(
+            o,
+            "own cost     measured over {:.2}s: BPF {:.4}% of the machine's CPU (per probe below)",
+            r.measure_ns as f64 / 1e9,
+            r.bpf_cpu_percent.unwrap_or(0.0)
+        );
+    }
+    if let Some(e) = &r.measure_error {
+        let _ = writeln!(o, "own cost     not measured: {e}");
+    }
     if !r.probes.is_empty() {
         let _ = writeln!(o, "probes");
         for p in &r.probes {
@@ -307,6 +437,17 @@ fn print_check(r: &CheckReport) {
                         p.btf_mode.as_deref().unwrap_or("?"),
                         p.mode.as_deref().unwrap_or("")
                     );
+                    if let Some(c) = &p.cost {
+                        let _ = writeln!(
+                            o,
+                            "  {:<20} cost: BPF {} ns/event, {} events/s, {:.4}% CPU{}",
+                            "",
+                            c.bpf_ns_per_event,
+                            c.events_per_s,
+                            c.bpf_cpu_percent,
+                            if c.over_budget { "  OVER BUDGET" } else { "" }
+                        );
+                    }
                 }
                 (_, Some(e)) => {
                     let _ = writeln!(o, "  {:<20} FAILED: {e}", p.name);

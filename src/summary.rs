@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::hist::Hist;
+use crate::hist::{Hist, BUCKETS};
 
 /// Static facts about an attached probe.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -38,8 +38,35 @@ pub struct FailedProbe {
     pub why: String,
 }
 
+/// Whether a probe still runs. Serialized as its description.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ProbeState {
+    /// Attached and counting.
+    #[default]
+    Running,
+    /// Detached by the agent: latmon's own cost exceeded `overhead_budget`
+    /// (this probe was the most expensive). Its counts stay frozen.
+    DetachedOverBudget,
+}
+
+impl ProbeState {
+    /// The words used in text, JSON and Prometheus labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeState::Running => "running",
+            ProbeState::DetachedOverBudget => "detached: over budget",
+        }
+    }
+}
+
+impl Serialize for ProbeState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// One probe's line in an interval summary (the JSON contract's field names).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProbeReport {
     pub name: String,
     pub kind: String,
@@ -65,6 +92,49 @@ pub struct ProbeReport {
     /// this interval / since start; counted in `alerts` too.
     pub alerts_dropped: u64,
     pub total_alerts_dropped: u64,
+    /// `running` or `detached: over budget` (see [`ProbeState`]).
+    pub state: ProbeState,
+    /// latmon's own cost (docs/agent.md): runs of this probe's BPF programs
+    /// (one per kernel event it hooks) and the time spent in them, in this
+    /// interval and since the probe started. Programs shared by several
+    /// probes are split by their event counts. All 0 when BPF statistics
+    /// are unavailable.
+    pub bpf_runs: u64,
+    pub bpf_run_time_ns: u64,
+    pub total_bpf_runs: u64,
+    pub total_bpf_run_time_ns: u64,
+    /// `bpf_run_time_ns / bpf_runs`: BPF time per hooked event.
+    pub bpf_ns_per_event: u64,
+    /// `bpf_runs` per second of the interval.
+    pub events_per_s: u64,
+    /// BPF time as a share of the machine's CPU capacity over the
+    /// interval: `bpf_run_time_ns / (interval_ns * online CPUs) * 100`.
+    pub bpf_cpu_percent: f64,
+}
+
+/// The agent's own state for an interval: its cost and the overhead
+/// budget. `over_budget` and `degraded` are what a status bit (Modbus)
+/// or an alarm should show.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AgentStatus {
+    /// BPF run-time statistics are on (BPF_ENABLE_STATS) and read.
+    pub cost_measured: bool,
+    /// CPUs the CPU shares are relative to.
+    pub online_cpus: u32,
+    /// All of latmon's BPF programs this interval (each program once).
+    pub bpf_run_time_ns: u64,
+    pub bpf_cpu_percent: f64,
+    /// The interval exceeded `overhead_budget`.
+    pub over_budget: bool,
+    /// Consecutive intervals over budget so far (the count that reaching
+    /// `overhead_budget.intervals` detaches a probe).
+    pub over_budget_intervals: u32,
+    /// At least one probe was detached over budget: latmon runs degraded.
+    pub degraded: bool,
+    /// Probes detached over budget since start (or the last reload).
+    pub detached: u32,
+    /// latmon's resident set size (bytes) at the end of the interval.
+    pub rss_bytes: u64,
 }
 
 /// A latency above a probe's threshold, as the kernel reported it.
@@ -82,7 +152,7 @@ pub struct AlertRecord {
 }
 
 /// One interval (the JSON output is one of these per line).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct IntervalReport {
     pub seq: u64,
     /// CLOCK_MONOTONIC at the end of the interval (the clock BPF stamps use).
@@ -96,61 +166,184 @@ pub struct IntervalReport {
     /// by the kernel's rate limit; the per-probe `alerts` counts are exact).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub alert_records: Vec<AlertRecord>,
+    /// The agent's own cost and budget state (default when decoded from
+    /// frames).
+    pub agent: AgentStatus,
+}
+
+impl IntervalReport {
+    /// What a single "over budget" status bit shows: over budget now, or
+    /// running degraded because a probe was detached over budget.
+    pub fn over_budget_alarm(&self) -> bool {
+        self.agent.over_budget || self.agent.degraded
+    }
 }
 
 impl ProbeReport {
     /// Build from the cumulative snapshots at the start and end of an interval.
     pub fn new(info: &ProbeInfo, prev: &Hist, cur: &Hist) -> Self {
+        let mut r = ProbeReport::empty();
+        r.fill(info, prev, cur);
+        r
+    }
+
+    /// A report with no name and no counts (to be filled).
+    pub fn empty() -> Self {
+        ProbeReport {
+            name: String::new(),
+            kind: String::new(),
+            attach: String::new(),
+            count: 0,
+            total_count: 0,
+            min_ns: 0,
+            max_ns: 0,
+            mean_ns: 0,
+            p50_ns: 0,
+            p90_ns: 0,
+            p99_ns: 0,
+            p999_ns: 0,
+            buckets: Vec::new(),
+            drops: 0,
+            total_drops: 0,
+            alerts: 0,
+            total_alerts: 0,
+            alerts_dropped: 0,
+            total_alerts_dropped: 0,
+            state: ProbeState::Running,
+            bpf_runs: 0,
+            bpf_run_time_ns: 0,
+            total_bpf_runs: 0,
+            total_bpf_run_time_ns: 0,
+            bpf_ns_per_event: 0,
+            events_per_s: 0,
+            bpf_cpu_percent: 0.0,
+        }
+    }
+
+    /// Rebuild in place from the cumulative snapshots at the start and end
+    /// of an interval. Reuses the strings and the bucket list: no
+    /// allocation once they have grown to their working size. Cost and
+    /// state are left as they are (the agent sets them).
+    pub fn fill(&mut self, info: &ProbeInfo, prev: &Hist, cur: &Hist) {
         let d = cur.delta(prev);
         let p = d.percentiles();
-        ProbeReport {
-            name: info.name.clone(),
-            kind: info.kind.clone(),
-            attach: info.attach.clone(),
-            count: d.count,
-            total_count: cur.count,
-            min_ns: d.min_ns,
-            max_ns: d.max_ns,
-            mean_ns: d.mean_ns(),
-            p50_ns: p.p50_ns,
-            p90_ns: p.p90_ns,
-            p99_ns: p.p99_ns,
-            p999_ns: p.p999_ns,
-            buckets: d.nonzero_buckets().map(|(lo, hi, c)| [lo, hi, c]).collect(),
-            drops: d.drops,
-            total_drops: cur.drops,
-            alerts: d.alerts,
-            total_alerts: cur.alerts,
-            alerts_dropped: d.alerts_dropped,
-            total_alerts_dropped: cur.alerts_dropped,
+        if self.name != info.name {
+            self.name.clone_from(&info.name);
         }
+        if self.kind != info.kind {
+            self.kind.clone_from(&info.kind);
+        }
+        if self.attach != info.attach {
+            self.attach.clone_from(&info.attach);
+        }
+        self.count = d.count;
+        self.total_count = cur.count;
+        self.min_ns = d.min_ns;
+        self.max_ns = d.max_ns;
+        self.mean_ns = d.mean_ns();
+        self.p50_ns = p.p50_ns;
+        self.p90_ns = p.p90_ns;
+        self.p99_ns = p.p99_ns;
+        self.p999_ns = p.p999_ns;
+        self.buckets.clear();
+        // Room for every bucket at once: no reallocation as more fill up.
+        self.buckets.reserve(BUCKETS);
+        self.buckets.extend(d.nonzero_buckets().map(|(lo, hi, c)| [lo, hi, c]));
+        self.drops = d.drops;
+        self.total_drops = cur.drops;
+        self.alerts = d.alerts;
+        self.total_alerts = cur.alerts;
+        self.alerts_dropped = d.alerts_dropped;
+        self.total_alerts_dropped = cur.alerts_dropped;
     }
 }
 
 /// `123ns`, `4.56us`, `7.89ms`, `1.23s` (ASCII only: serial terminals).
 pub fn fmt_ns(ns: u64) -> String {
-    let v = ns as f64;
-    match ns {
-        0..=999 => format!("{ns}ns"),
-        1_000..=999_999 => format!("{:.2}us", v / 1e3),
-        1_000_000..=999_999_999 => format!("{:.2}ms", v / 1e6),
-        _ => format!("{:.2}s", v / 1e9),
+    Ns(ns).to_string()
+}
+
+/// [`fmt_ns`] as a `Display` value: writes without allocating.
+#[derive(Clone, Copy, Debug)]
+pub struct Ns(pub u64);
+
+impl std::fmt::Display for Ns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (ns, v) = (self.0, self.0 as f64);
+        match ns {
+            0..=999 => write!(f, "{ns}ns"),
+            1_000..=999_999 => write!(f, "{:.2}us", v / 1e3),
+            1_000_000..=999_999_999 => write!(f, "{:.2}ms", v / 1e6),
+            _ => write!(f, "{:.2}s", v / 1e9),
+        }
     }
 }
 
 const BAR_WIDTH: usize = 40;
 
+/// Interval buckets folded into power-of-two rows `[2^k, 2^(k+1))`
+/// (`(lo, hi inclusive, count)`), without allocating.
+fn rows(buckets: &[[u64; 3]]) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+    let mut it = buckets.iter().peekable();
+    std::iter::from_fn(move || {
+        let row_of = |lo: u64| -> (u64, u64) {
+            if lo == 0 {
+                return (0, 1);
+            }
+            let k = 63 - lo.leading_zeros();
+            (1u64 << k, (1u64 << k).saturating_mul(2).saturating_sub(1))
+        };
+        let &[lo, _, c] = it.next()?;
+        let (row_lo, row_hi) = row_of(lo);
+        let mut n = c;
+        while let Some(&&[lo2, _, c2]) = it.peek() {
+            if row_of(lo2).0 != row_lo {
+                break;
+            }
+            n += c2;
+            it.next();
+        }
+        Some((row_lo, row_hi, n))
+    })
+}
+
 /// bcc-style text: a power-of-two histogram (the log-linear sub-buckets
 /// folded per power of two for a readable screen) and percentile lines.
 pub fn render_text(r: &IntervalReport) -> String {
     let mut s = String::new();
+    render_text_into(&mut s, r);
+    s
+}
+
+/// [`render_text`] appended to `s`: no allocation once `s` has room.
+pub fn render_text_into(s: &mut String, r: &IntervalReport) {
     let _ = writeln!(
         s,
         "--- seq {}{}  interval {}",
         r.seq,
         if r.last { " (final)" } else { "" },
-        fmt_ns(r.interval_ns)
+        Ns(r.interval_ns)
     );
+    let a = &r.agent;
+    if a.cost_measured {
+        let _ = write!(
+            s,
+            "latmon cost: BPF {:.3}% of {} CPUs ({} this interval)",
+            a.bpf_cpu_percent,
+            a.online_cpus,
+            Ns(a.bpf_run_time_ns)
+        );
+        if a.rss_bytes > 0 {
+            let _ = write!(s, "  rss {} KiB", a.rss_bytes / 1024);
+        }
+        s.push('\n');
+    }
+    if a.over_budget {
+        let _ = writeln!(s, "OVER BUDGET: {} consecutive interval(s) over overhead_budget", a.over_budget_intervals);
+    }
+    if a.degraded {
+        let _ = writeln!(s, "DEGRADED: {} probe(s) detached over budget", a.detached);
+    }
     for p in &r.probes {
         let _ = write!(
             s,
@@ -161,45 +354,39 @@ pub fn render_text(r: &IntervalReport) -> String {
             let _ = write!(s, " (records dropped {}/{})", p.alerts_dropped, p.total_alerts_dropped);
         }
         s.push('\n');
+        if p.state != ProbeState::Running {
+            let _ = writeln!(s, "  DETACHED ({}): counts frozen", p.state.as_str());
+        } else if a.cost_measured {
+            let _ = writeln!(
+                s,
+                "  cost: BPF {} ns/event  {} events/s  {:.3}% CPU",
+                p.bpf_ns_per_event, p.events_per_s, p.bpf_cpu_percent
+            );
+        }
         if p.count == 0 {
             let _ = writeln!(s, "  (no events)");
             continue;
         }
-        // Fold into power-of-two rows [2^k, 2^(k+1)).
-        let mut rows: Vec<(u64, u64, u64)> = Vec::new();
-        for &[lo, _hi, c] in &p.buckets {
-            let k = if lo == 0 { 0 } else { 63 - lo.leading_zeros() };
-            let row_lo = if lo == 0 { 0 } else { 1u64 << k };
-            let row_hi = if lo == 0 { 1 } else { (1u64 << k).saturating_mul(2).saturating_sub(1) };
-            match rows.last_mut() {
-                Some(last) if last.0 == row_lo => last.2 += c,
-                _ => rows.push((row_lo, row_hi, c)),
-            }
-        }
-        let peak = rows.iter().map(|r| r.2).max().unwrap_or(1).max(1);
+        let peak = rows(&p.buckets).map(|r| r.2).max().unwrap_or(1).max(1);
         let _ = writeln!(s, "  {:>26} : {:<9} distribution", "nsecs", "count");
-        for (lo, hi, c) in rows {
+        for (lo, hi, c) in rows(&p.buckets) {
             let stars = ((c as u128 * BAR_WIDTH as u128 + peak as u128 - 1) / peak as u128) as usize;
-            let _ = writeln!(
-                s,
-                "  {:>12} -> {:<11} : {:<9} |{:<width$}|",
-                lo,
-                hi,
-                c,
-                "*".repeat(stars.min(BAR_WIDTH)),
-                width = BAR_WIDTH
-            );
+            let _ = write!(s, "  {:>12} -> {:<11} : {:<9} |", lo, hi, c);
+            for i in 0..BAR_WIDTH {
+                s.push(if i < stars { '*' } else { ' ' });
+            }
+            s.push_str("|\n");
         }
         let _ = writeln!(
             s,
             "  min {}  mean {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
-            fmt_ns(p.min_ns),
-            fmt_ns(p.mean_ns),
-            fmt_ns(p.p50_ns),
-            fmt_ns(p.p90_ns),
-            fmt_ns(p.p99_ns),
-            fmt_ns(p.p999_ns),
-            fmt_ns(p.max_ns)
+            Ns(p.min_ns),
+            Ns(p.mean_ns),
+            Ns(p.p50_ns),
+            Ns(p.p90_ns),
+            Ns(p.p99_ns),
+            Ns(p.p999_ns),
+            Ns(p.max_ns)
         );
     }
     if !r.alert_records.is_empty() {
@@ -209,7 +396,7 @@ pub fn render_text(r: &IntervalReport) -> String {
                 s,
                 "  ALERT {}  latency {}  pid {} tid {} ({})  cpu {}  at {}.{:09}s",
                 a.probe,
-                fmt_ns(a.latency_ns),
+                Ns(a.latency_ns),
                 a.pid,
                 a.tid,
                 a.comm,
@@ -219,7 +406,6 @@ pub fn render_text(r: &IntervalReport) -> String {
             );
         }
     }
-    s
 }
 
 #[cfg(test)]
@@ -268,6 +454,7 @@ mod tests {
             last: false,
             probes: vec![ProbeReport::new(&info(), &prev, &cur)],
             alert_records: Vec::new(),
+            agent: AgentStatus::default(),
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         for k in ["seq", "time_ns", "interval_ns", "probes"] {
@@ -293,6 +480,7 @@ mod tests {
             last: true,
             probes: vec![ProbeReport::new(&info(), &prev, &cur)],
             alert_records: Vec::new(),
+            agent: AgentStatus::default(),
         };
         let t = render_text(&r);
         assert!(t.contains("(final)"));
@@ -326,6 +514,7 @@ mod tests {
             last: false,
             probes: vec![ProbeReport::new(&info(), &prev, &cur)],
             alert_records: vec![rec.clone(), rec],
+            agent: AgentStatus::default(),
         };
         let t = render_text(&r);
         assert!(t.contains("alerts 5/5 (records dropped 2/2)"), "{t}");

@@ -203,6 +203,19 @@ impl View {
             if clients > 0 { format!("  clients {clients}") } else { String::new() },
             if t.restarts > 0 { format!("  agent restarts {}", t.restarts) } else { String::new() }
         );
+        if let Some(st) = &t.status {
+            if st.flags & crate::wire::STATUS_COST_MEASURED != 0 {
+                let _ = write!(s, "agent cost  BPF {:.3}% CPU", f64::from(st.bpf_cpu_ppm) / 10_000.0);
+                if st.flags & crate::wire::STATUS_OVER_BUDGET != 0 {
+                    s.push_str("  OVER BUDGET");
+                }
+                if st.flags & crate::wire::STATUS_DEGRADED != 0 {
+                    let names: Vec<String> = st.detached.iter().map(|&id| t.probe_name(id)).collect();
+                    let _ = write!(s, "  DEGRADED: detached over budget: {}", names.join(", "));
+                }
+                s.push('\n');
+            }
+        }
         let _ = writeln!(s, "{}", "-".repeat(78));
         for (id, p) in self.latest.iter().enumerate() {
             let Some(p) = p else { continue };

@@ -32,7 +32,8 @@ use crate::summary::{AlertRecord, IntervalReport, ProbeInfo, ProbeReport};
 pub const PROTOCOL_VERSION: u8 = 1;
 /// Compatible revision within [`PROTOCOL_VERSION`], carried in Hello:
 /// incremented whenever fields are appended to a message.
-pub const PROTOCOL_REVISION: u8 = 0;
+/// Revision 1 appended `flags`, `bpf_cpu_ppm` and `detached` to Status.
+pub const PROTOCOL_REVISION: u8 = 1;
 /// The frame delimiter.
 pub const DELIMITER: u8 = 0x00;
 /// Largest frame the encoder produces, on the wire, delimiter included
@@ -220,10 +221,20 @@ pub struct ProbeHealth {
     pub id: u16,
     /// Failed map reads since start.
     pub read_errors: u64,
-    /// BPF program runs and time spent in them (0: not measured).
+    /// Runs of the probe's BPF programs and the time spent in them since it
+    /// started (latmon's own cost; shared programs split by events; 0: not
+    /// measured).
     pub run_count: u64,
     pub run_time_ns: u64,
 }
+
+/// `Status::flags`: the agent is over its `overhead_budget` this interval.
+pub const STATUS_OVER_BUDGET: u32 = 1 << 0;
+/// `Status::flags`: a probe was detached over budget (latmon runs degraded).
+pub const STATUS_DEGRADED: u32 = 1 << 1;
+/// `Status::flags`: BPF run-time statistics are on (the cost fields mean
+/// something).
+pub const STATUS_COST_MEASURED: u32 = 1 << 2;
 
 /// Agent and link health, sent with every Hello.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -239,6 +250,13 @@ pub struct Status {
     /// Connected clients (socket outputs; 0 otherwise).
     pub clients: u32,
     pub probes: Vec<ProbeHealth>,
+    /// Revision 1: `STATUS_*` bits (over budget, degraded, cost measured).
+    pub flags: u32,
+    /// Revision 1: CPU share of all of latmon's BPF programs over the last
+    /// interval, parts per million of the machine's CPU capacity.
+    pub bpf_cpu_ppm: u32,
+    /// Revision 1: ids of probes detached over budget.
+    pub detached: Vec<u16>,
 }
 
 #[derive(Serialize)]
@@ -251,6 +269,9 @@ struct StatusRef<'a> {
     bytes_dropped: u64,
     clients: u32,
     probes: &'a [ProbeHealth],
+    flags: u32,
+    bpf_cpu_ppm: u32,
+    detached: &'a [u16],
 }
 
 /// A decoded frame.
@@ -656,6 +677,9 @@ impl Encoder {
                     bytes_dropped: s.bytes_dropped,
                     clients: s.clients,
                     probes: &s.probes[r],
+                    flags: s.flags,
+                    bpf_cpu_ppm: s.bpf_cpu_ppm,
+                    detached: &s.detached,
                 };
                 e.put(Kind::Status, &body, limit)
             },
@@ -1204,6 +1228,7 @@ impl Tracker {
             last: s.last,
             probes: Vec::with_capacity(s.probes.len()),
             alert_records: Vec::new(),
+            agent: Default::default(),
         };
         let mut since: Option<u64> = None;
         let mut ids = Vec::with_capacity(s.probes.len());
@@ -1658,7 +1683,10 @@ mod tests {
                     frames_dropped: 0,
                     bytes_dropped: 0,
                     clients: 1,
-                    probes: vec![ProbeHealth { id: 0, read_errors: 0, run_count: 0, run_time_ns: 0 }],
+                    probes: vec![ProbeHealth { id: 0, read_errors: 0, run_count: 1000, run_time_ns: 92_000 }],
+                    flags: STATUS_OVER_BUDGET | STATUS_DEGRADED | STATUS_COST_MEASURED,
+                    bpf_cpu_ppm: 12_500,
+                    detached: vec![1],
                 }),
             ),
         ]

@@ -108,6 +108,7 @@ fn frames_output_emit_does_not_allocate() {
         last: false,
         probes: (0..n).map(|i| ProbeReport::new(&session.probes[i], &Hist::default(), &totals[i])).collect(),
         alert_records: Vec::new(),
+        agent: Default::default(),
     };
     let errors = vec![0u64; n];
     let mut r = report.clone();
@@ -168,4 +169,47 @@ fn modbus_output_emit_does_not_allocate() {
     });
     sink.close(std::time::Duration::from_secs(1));
     assert_eq!(allocs, 0, "allocations on the agent thread per interval (Modbus image swap)");
+/// The whole per-interval path of the agent, live (root): a real runq
+/// probe read from the kernel, BPF cost sampled and split, the budget
+/// checked, and every kind of output rendered (text, JSON, frames,
+/// Prometheus). Nothing allocates on the agent thread once warmed up.
+#[test]
+fn agent_interval_does_not_allocate() {
+    use latmon::agent::{self, Agent};
+    use latmon::config::{Budget, Config, ProbeSpec};
+    let mut cfg = Config::default();
+    cfg.probes = vec![ProbeSpec::parse("runq").unwrap(), ProbeSpec::parse("runq,comm=lm-nobody,name=quiet").unwrap()];
+    // A budget no probe breaks: the check runs every interval.
+    cfg.overhead_budget = Some(Budget { cpu_percent: Some(100.0), ns_per_event: Some(1_000_000), intervals: 3 });
+    let stats = agent::enable_cost_stats();
+    assert!(stats.is_some(), "BPF statistics (root)");
+    let mut a = Agent::start(cfg, stats).expect("runq attaches");
+    let mut sinks: Vec<Box<dyn sinks::Sink>> = vec![
+        sinks::open("file:/dev/null,format=text", None).unwrap(),
+        sinks::open("file:/dev/null,format=json", None).unwrap(),
+        sinks::open("file:/dev/null,format=frames", None).unwrap(),
+        sinks::open("prom://127.0.0.1:0", None).unwrap(),
+    ];
+    // Warm-up: buffers grow to their working size, Hello/Status go out.
+    for _ in 0..60 {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        a.tick(false, &mut sinks);
+    }
+    let mut ticks = 0;
+    let ((), allocs) = counted(|| {
+        for _ in 0..300 {
+            // Real events between reads: this test's own sleeps switch.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            a.tick(false, &mut sinks);
+            ticks += 1;
+        }
+    });
+    let r = a.report();
+    assert!(r.probes[0].total_count > 0 && r.probes[0].total_bpf_runs > 0, "real events were read: {:?}", r.probes[0]);
+    assert!(r.agent.cost_measured);
+    for s in sinks.iter_mut() {
+        s.close(std::time::Duration::from_secs(1));
+    }
+    eprintln!("FIGURES agent interval: {ticks} intervals, {allocs} allocations");
+    assert_eq!(allocs, 0, "allocations on the agent thread in {ticks} intervals");
 }

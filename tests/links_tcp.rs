@@ -87,6 +87,7 @@ fn tcp_stalled_client_dropped_while_other_served_on_time() {
             last: false,
             probes: (0..n_probes).map(|i| ProbeReport::new(&session.probes[i], &prev[i], &totals[i])).collect(),
             alert_records: Vec::new(),
+            agent: Default::default(),
         };
         let t0 = Instant::now();
         sink.emit(&Tick { session: &session, report: &report, totals: &totals, read_errors: &[0; 4] });

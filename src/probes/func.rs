@@ -595,6 +595,29 @@ impl Probe for Func {
             feed.drain(self.id, out);
         }
     }
+
+    fn bpf_programs(&self) -> Vec<RawFd> {
+        let fd = |p: &libbpf_rs::ProgramMut<'_>| p.as_fd().as_raw_fd();
+        let mut fds = match (&self._own, self.info.attach.as_str()) {
+            // fentry: this probe's own copy, exact.
+            (Some(own), _) => vec![fd(&own.progs.func_fentry), fd(&own.progs.func_fexit)],
+            // kprobe/uprobe: the set's programs, shared by its probes of
+            // that kind (the cookie tells them apart).
+            (None, "kprobe") => {
+                let p = self.set.skel.progs();
+                vec![fd(p.kentry), fd(p.kexit)]
+            }
+            (None, _) => {
+                let p = self.set.skel.progs();
+                vec![fd(p.uentry), fd(p.uexit)]
+            }
+        };
+        if self.set._exit_link.is_some() {
+            // Stamp cleanup at thread exit, shared by every probe of the set.
+            fds.push(fd(self.set.skel.progs().task_exit));
+        }
+        fds
+    }
 }
 
 /// Reads one key of a per-CPU array map of `T`, visiting each CPU's value.

@@ -68,6 +68,13 @@ pub trait Probe {
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError>;
     /// Move alert records that arrived since the last call into `out`.
     fn drain_alerts(&mut self, _out: &mut Vec<AlertRecord>) {}
+    /// The fds of the loaded BPF programs whose run time is this probe's
+    /// cost (src/cost.rs), valid while the probe lives. Programs shared
+    /// with other probes are listed by each of them; the agent splits their
+    /// cost. Called once after open. The default (none) reports no cost.
+    fn bpf_programs(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
 }
 
 /// Open, load and attach every probe; one result per spec, in order. Families

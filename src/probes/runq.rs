@@ -3,6 +3,7 @@
 //! libbpf-tools' runqlat defines it. See bpf/runq.bpf.c for both designs.
 
 use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
@@ -90,6 +91,15 @@ fn load(
 impl Probe for Runq {
     fn info(&self) -> &ProbeInfo {
         &self.info
+    }
+
+    fn bpf_programs(&self) -> Vec<RawFd> {
+        self._skel
+            .object()
+            .progs()
+            .filter(|p| wants(&self.info.attach, &p.name().to_string_lossy()))
+            .map(|p| p.as_fd().as_raw_fd())
+            .collect()
     }
 
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {

@@ -8,6 +8,7 @@
 
 pub mod modbus;
 pub mod net;
+pub mod prom;
 pub mod queue;
 pub mod serial;
 pub mod source;
@@ -23,7 +24,7 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 
 use crate::config::Format;
 use crate::hist::Hist;
-use crate::summary::{render_text, FailedProbe, IntervalReport, ProbeInfo};
+use crate::summary::{render_text_into, FailedProbe, IntervalReport, ProbeInfo, ProbeState};
 use crate::wire::{self, Encoder, Hello, ProbeHealth, Status, SummaryHeader};
 use queue::{Pop, Queue};
 use spec::{Endpoint, LinkSpec};
@@ -101,6 +102,9 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
         // A register map for PLCs: no format, its own server.
         return modbus::open(word);
     }
+    if let Some(addr) = word.strip_prefix(prom::SCHEME) {
+        return prom::open(addr).map(|s| Box::new(s) as Box<dyn Sink>);
+    }
     let spec = LinkSpec::parse(word).map_err(|e| e.to_string())?;
     let format = spec.effective_format(global);
     let name = spec.endpoint.to_string();
@@ -150,8 +154,12 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
         }
     };
     let render = match format {
-        Format::Text => Render::Text { buf: String::with_capacity(16 * 1024), crlf: serial_text },
-        Format::Json => Render::Json(String::with_capacity(16 * 1024)),
+        Format::Text => Render::Text {
+            buf: String::with_capacity(16 * 1024),
+            scratch: String::with_capacity(if serial_text { 16 * 1024 } else { 0 }),
+            crlf: serial_text,
+        },
+        Format::Json => Render::Json(Vec::with_capacity(16 * 1024)),
         Format::Frames => Render::Frames(Box::default()),
     };
     let (thread, done) = spawn_writer(&name, q.clone(), writer).map_err(|e| format!("output {word}: {e}"))?;
@@ -166,24 +174,32 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
     }))
 }
 
-/// Start a writer thread with SIGINT/SIGTERM blocked (the agent collects
-/// them synchronously; a writer must never be the thread they hit).
+/// Start a writer thread with the agent's signals blocked.
 fn spawn_writer(
     name: &str,
     q: Arc<Queue>,
     writer: Box<dyn FnOnce(&Queue) + Send>,
 ) -> io::Result<(JoinHandle<()>, mpsc::Receiver<()>)> {
+    let (tx, rx) = mpsc::channel();
+    let thread = spawn_blocked(&format!("latmon-out {name}"), move || {
+        writer(&q);
+        let _ = tx.send(());
+    })?;
+    Ok((thread, rx))
+}
+
+/// Start an output thread with SIGINT/SIGTERM/SIGHUP blocked (the agent
+/// collects them synchronously; an output thread must never be the thread
+/// they hit). The name is cut to the kernel's 15 bytes.
+pub(crate) fn spawn_blocked(name: &str, f: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
     let mut stop = SigSet::empty();
     stop.add(Signal::SIGINT);
     stop.add(Signal::SIGTERM);
+    stop.add(Signal::SIGHUP);
     let old = stop.thread_swap_mask(SigmaskHow::SIG_BLOCK).map_err(io::Error::from)?;
-    let (tx, rx) = mpsc::channel();
-    let res = std::thread::Builder::new().name(format!("latmon-out {name}").chars().take(15).collect()).spawn(move || {
-        writer(&q);
-        let _ = tx.send(());
-    });
+    let res = std::thread::Builder::new().name(name.chars().take(15).collect()).spawn(f);
     let _ = old.thread_set_mask();
-    Ok((res?, rx))
+    res
 }
 
 /// Writer for byte streams: stdout, files, serial lines. With `reopen`, a
@@ -280,8 +296,8 @@ fn stream_writer(
 }
 
 enum Render {
-    Text { buf: String, crlf: bool },
-    Json(String),
+    Text { buf: String, scratch: String, crlf: bool },
+    Json(Vec<u8>),
     Frames(Box<FrameRender>),
 }
 
@@ -295,6 +311,25 @@ struct FrameRender {
     status: Option<Status>,
     last_hello_ns: Option<u64>,
     since_hello: u32,
+    /// Flags of the last Status sent: a change (over budget, a probe
+    /// detached) sends a Status at once.
+    last_flags: u32,
+}
+
+/// The `wire::STATUS_*` bits of an interval.
+pub fn status_flags(r: &IntervalReport) -> u32 {
+    let a = &r.agent;
+    let mut f = 0;
+    if a.over_budget {
+        f |= wire::STATUS_OVER_BUDGET;
+    }
+    if a.degraded {
+        f |= wire::STATUS_DEGRADED;
+    }
+    if a.cost_measured {
+        f |= wire::STATUS_COST_MEASURED;
+    }
+    f
 }
 
 impl FrameRender {
@@ -309,6 +344,9 @@ impl FrameRender {
             bytes_dropped: 0,
             clients: 0,
             probes: Vec::with_capacity(t.session.probes.len()),
+            flags: 0,
+            bpf_cpu_ppm: 0,
+            detached: Vec::with_capacity(t.session.probes.len()),
         });
         s.boot_id = t.session.boot_id;
         s.time_ns = t.report.time_ns;
@@ -318,12 +356,22 @@ impl FrameRender {
         s.bytes_dropped = dropped_bytes;
         s.clients = q.clients();
         s.probes.clear();
-        s.probes.extend(t.read_errors.iter().enumerate().map(|(i, &e)| ProbeHealth {
-            id: i as u16,
-            read_errors: e,
-            run_count: 0,
-            run_time_ns: 0,
+        s.probes.extend(t.read_errors.iter().enumerate().map(|(i, &e)| {
+            let p = t.report.probes.get(i);
+            ProbeHealth {
+                id: i as u16,
+                read_errors: e,
+                run_count: p.map_or(0, |p| p.total_bpf_runs),
+                run_time_ns: p.map_or(0, |p| p.total_bpf_run_time_ns),
+            }
         }));
+        s.flags = status_flags(t.report);
+        s.bpf_cpu_ppm = (t.report.agent.bpf_cpu_percent * 10_000.0).round().clamp(0.0, u32::MAX as f64) as u32;
+        s.detached.clear();
+        s.detached.extend(
+            t.report.probes.iter().enumerate().filter(|(_, p)| p.state == ProbeState::DetachedOverBudget).map(|(i, _)| i as u16),
+        );
+        self.last_flags = s.flags;
         let (buf, lens) = (&mut self.buf, &mut self.lens);
         if let Err(e) = self.enc.status(s, &mut |f| {
             buf.extend_from_slice(f);
@@ -334,9 +382,25 @@ impl FrameRender {
     }
 
     fn render(&mut self, t: &Tick<'_>, q: &Queue) {
+        // Room for the largest summary these probes can produce (every
+        // bucket non-zero, 10-byte varints), so that histograms filling up
+        // over hours never make the buffers grow mid-run.
+        let n = t.totals.len().max(1);
+        let want = n * (crate::hist::BUCKETS * 11 + 256) + 4096;
+        if self.buf.capacity() < want {
+            self.buf.reserve(want - self.buf.len());
+            self.lens.reserve(n * (want / wire::FRAME_BUDGET + 8));
+        }
         let r = t.report;
+        // A reload that changed the probe table is a new session (new
+        // boot id): announce it at once.
+        let new_session = self.hello.as_ref().is_some_and(|h| h.boot_id != t.session.boot_id);
+        if new_session {
+            self.hello = None;
+        }
         let due = self.last_hello_ns.is_none_or(|l| r.time_ns.saturating_sub(l) >= HELLO_PERIOD_NS)
-            || self.since_hello >= HELLO_EVERY_SUMMARIES;
+            || self.since_hello >= HELLO_EVERY_SUMMARIES
+            || new_session;
         if due {
             let first = self.hello.is_none();
             let hello = self.hello.get_or_insert_with(|| t.session.hello());
@@ -356,6 +420,12 @@ impl FrameRender {
             q.push_group(&self.buf, &self.lens);
             self.last_hello_ns = Some(r.time_ns);
             self.since_hello = 0;
+        } else if status_flags(r) != self.last_flags {
+            // Budget state changed: never wait for the next Hello to say so.
+            self.buf.clear();
+            self.lens.clear();
+            self.status_frames(t, q);
+            q.push_group(&self.buf, &self.lens);
         }
         for a in &r.alert_records {
             let id = t.session.probes.iter().position(|p| p.name == a.probe).map_or(u16::MAX, |i| i as u16);
@@ -428,30 +498,32 @@ impl Sink for Output {
 
     fn emit(&mut self, t: &Tick<'_>) {
         match &mut self.render {
-            Render::Text { buf, crlf } => {
+            // Both render into buffers kept between intervals: no
+            // allocation once they have grown to their working size.
+            Render::Text { buf, scratch, crlf } => {
                 buf.clear();
-                let text = render_text(t.report);
                 if *crlf {
+                    scratch.clear();
+                    render_text_into(scratch, t.report);
                     // Serial terminals (minicom, screen) want CR LF.
-                    for line in text.split_inclusive('\n') {
+                    for line in scratch.split_inclusive('\n') {
                         buf.push_str(line.strip_suffix('\n').unwrap_or(line));
                         if line.ends_with('\n') {
                             buf.push_str("\r\n");
                         }
                     }
                 } else {
-                    buf.push_str(&text);
+                    render_text_into(buf, t.report);
                 }
                 self.q.push(buf.as_bytes());
             }
             Render::Json(buf) => {
                 buf.clear();
-                match serde_json::to_string(t.report) {
-                    Ok(s) => buf.push_str(&s),
-                    Err(e) => log::warn!("json: {e}"),
+                if let Err(e) = serde_json::to_writer(&mut *buf, t.report) {
+                    log::warn!("json: {e}");
                 }
-                buf.push('\n');
-                self.q.push(buf.as_bytes());
+                buf.push(b'\n');
+                self.q.push(buf);
             }
             Render::Frames(f) => f.render(t, &self.q),
         }

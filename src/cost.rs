@@ -1,0 +1,466 @@
+// SPDX-License-Identifier: MIT
+//! latmon's own cost: BPF run-time statistics of its programs, split per
+//! probe, and the overhead budget that detaches the most expensive probe.
+//!
+//! The kernel counts, per BPF program, how often it ran (`run_cnt`) and the
+//! time spent in it (`run_time_ns`) while run-time statistics are enabled.
+//! latmon enables them with `bpf(BPF_ENABLE_STATS)` for as long as it holds
+//! the returned fd (a reference count: the global sysctl
+//! `kernel.bpf_stats_enabled` is not touched; the kernel drops the count
+//! when the fd closes, also when latmon dies). The counts include the
+//! statistics' own two clock reads (~20 ns per run on x86; findings.md).
+//!
+//! Definitions (docs/agent.md):
+//! - an *event* is one run of one of the probe's BPF programs (one kernel
+//!   event it hooks: a sched_switch, a function entry, ...), whether or not
+//!   it ends in the histogram (filters reject most events of a filtered
+//!   probe, but the program still runs);
+//! - *ns/event* = run time / runs over the interval;
+//! - *CPU share* = run time / (interval wall time × online CPUs): the part
+//!   of the whole machine's CPU capacity latmon's BPF took.
+//!
+//! [`CostTable`] and [`BudgetWatch`] are pure (the syscalls are in
+//! [`enable_stats`] and [`prog_stats`]) and carry unit tests.
+
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use serde::Serialize;
+
+/// Program runs and the time spent in them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Cost {
+    pub runs: u64,
+    pub run_time_ns: u64,
+}
+
+impl Cost {
+    pub fn add(&mut self, o: Cost) {
+        self.runs = self.runs.saturating_add(o.runs);
+        self.run_time_ns = self.run_time_ns.saturating_add(o.run_time_ns);
+    }
+
+    /// BPF time per event (0 when nothing ran).
+    pub fn ns_per_event(&self) -> u64 {
+        self.run_time_ns.checked_div(self.runs).unwrap_or(0)
+    }
+
+    /// Events per second over `wall_ns`.
+    pub fn events_per_s(&self, wall_ns: u64) -> u64 {
+        if wall_ns == 0 {
+            return 0;
+        }
+        (self.runs as u128 * 1_000_000_000 / wall_ns as u128) as u64
+    }
+
+    /// Percent of the machine's CPU capacity (`cpus` CPUs) over `wall_ns`.
+    pub fn cpu_percent(&self, wall_ns: u64, cpus: u32) -> f64 {
+        cpu_percent(self.run_time_ns, wall_ns, cpus)
+    }
+}
+
+/// `busy_ns` as a percent of `cpus` CPUs over `wall_ns`.
+pub fn cpu_percent(busy_ns: u64, wall_ns: u64, cpus: u32) -> f64 {
+    if wall_ns == 0 || cpus == 0 {
+        return 0.0;
+    }
+    busy_ns as f64 * 100.0 / (wall_ns as f64 * f64::from(cpus))
+}
+
+/// Keeps the kernel's BPF run-time statistics on while it lives.
+#[derive(Debug)]
+pub struct StatsGuard {
+    _fd: OwnedFd,
+}
+
+/// `bpf(BPF_ENABLE_STATS, BPF_STATS_RUN_TIME)`: needs CAP_SYS_ADMIN (so it
+/// is done before privileges are dropped); the fd stays valid after.
+pub fn enable_stats() -> io::Result<StatsGuard> {
+    // SAFETY: a plain syscall wrapper; the returned fd is ours.
+    let fd = unsafe { libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME) };
+    if fd < 0 {
+        return Err(io::Error::from_raw_os_error(-fd));
+    }
+    // SAFETY: fd is a new descriptor owned by nobody else.
+    Ok(StatsGuard { _fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+}
+
+/// One program's identity and counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgStats {
+    pub id: u32,
+    pub runs: u64,
+    pub run_time_ns: u64,
+}
+
+/// `bpf_prog_get_info_by_fd` on an open program fd. Works without any
+/// capability on kernels since 6.5 (the counters are filled before the
+/// kernel's CAP_BPF check for the instruction dumps); see docs/agent.md.
+pub fn prog_stats(fd: RawFd) -> io::Result<ProgStats> {
+    // SAFETY: all-zero is valid for this C struct of integers; no pointer
+    // fields are set, so the kernel copies no arrays.
+    let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libbpf_rs::libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: info/len are valid for the call.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(-rc));
+    }
+    Ok(ProgStats { id: info.id, runs: info.run_cnt, run_time_ns: info.run_time_ns })
+}
+
+/// Online CPUs (the denominator of CPU shares).
+pub fn online_cpus() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    u32::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    id: u32,
+    fd: RawFd,
+    /// Counters at the last sample (None: not sampled yet).
+    last: Option<(u64, u64)>,
+    /// Change over the last interval.
+    delta: Cost,
+    /// Probes using this program, and the sum of their events (scratch).
+    owners: u32,
+    weight: u64,
+}
+
+/// The programs of all running probes, sampled once per interval, their
+/// deltas attributed to probes. A program shared by several probes (the
+/// kfunc/ufunc set's kprobe/uprobe programs) is split among them in
+/// proportion to their interval event counts (evenly when none counted).
+#[derive(Debug, Default)]
+pub struct CostTable {
+    slots: Vec<Slot>,
+    /// Per probe: indexes into `slots`.
+    probes: Vec<Vec<usize>>,
+    /// Failed samples since start.
+    pub errors: u64,
+}
+
+impl CostTable {
+    /// Rebuild for a new probe set: `probes[i]` are probe i's program fds
+    /// (empty for a probe that is not running). Programs seen before keep
+    /// their last counters, so no interval is lost across a change.
+    /// Allocates (called at start, on reload and on detach only).
+    pub fn rebuild(&mut self, probes: &[Vec<RawFd>]) {
+        let old = std::mem::take(&mut self.slots);
+        self.probes.clear();
+        for fds in probes {
+            let mut mine = Vec::with_capacity(fds.len());
+            for &fd in fds {
+                let now = match prog_stats(fd) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        log::warn!("BPF statistics: program fd {fd}: {e}");
+                        continue;
+                    }
+                };
+                let id = now.id;
+                let at = match self.slots.iter().position(|s| s.id == id) {
+                    Some(i) => i,
+                    None => {
+                        // A new program counts from now.
+                        let last = old
+                            .iter()
+                            .find(|s| s.id == id)
+                            .and_then(|s| s.last)
+                            .or(Some((now.runs, now.run_time_ns)));
+                        self.slots.push(Slot { id, fd, last, delta: Cost::default(), owners: 0, weight: 0 });
+                        self.slots.len() - 1
+                    }
+                };
+                if !mine.contains(&at) {
+                    mine.push(at);
+                }
+            }
+            self.probes.push(mine);
+        }
+    }
+
+    /// Read every program's counters; deltas since the previous sample.
+    /// Returns the cost of all programs (each counted once) and how many
+    /// programs could not be read. No allocation.
+    pub fn sample(&mut self) -> (Cost, usize) {
+        let mut all = Cost::default();
+        let mut failed = 0;
+        for s in &mut self.slots {
+            match prog_stats(s.fd) {
+                Ok(p) => {
+                    let (runs, ns) = (p.runs, p.run_time_ns);
+                    s.delta = match s.last {
+                        Some((r0, t0)) => Cost { runs: runs.saturating_sub(r0), run_time_ns: ns.saturating_sub(t0) },
+                        None => Cost::default(),
+                    };
+                    s.last = Some((runs, ns));
+                }
+                Err(_) => {
+                    self.errors += 1;
+                    failed += 1;
+                    s.delta = Cost::default();
+                }
+            }
+            all.add(s.delta);
+        }
+        (all, failed)
+    }
+
+    /// Set program deltas directly (tests).
+    #[cfg(test)]
+    fn set_delta(&mut self, id: u32, d: Cost) {
+        if let Some(s) = self.slots.iter_mut().find(|s| s.id == id) {
+            s.delta = d;
+        }
+    }
+
+    /// Attribute the sampled deltas: `events[i]` is probe i's event count
+    /// this interval (a weight), `out[i]` receives its cost. No allocation.
+    pub fn split(&mut self, events: impl Fn(usize) -> u64, out: &mut [Cost]) {
+        for s in &mut self.slots {
+            s.owners = 0;
+            s.weight = 0;
+        }
+        for (i, mine) in self.probes.iter().enumerate() {
+            for &at in mine {
+                self.slots[at].owners += 1;
+                self.slots[at].weight += events(i);
+            }
+        }
+        for (i, mine) in self.probes.iter().enumerate() {
+            let mut c = Cost::default();
+            for &at in mine {
+                let s = &self.slots[at];
+                let (num, den) = if s.owners <= 1 {
+                    (1, 1)
+                } else if s.weight == 0 {
+                    (1, u64::from(s.owners))
+                } else {
+                    (events(i), s.weight)
+                };
+                c.add(Cost { runs: scale(s.delta.runs, num, den), run_time_ns: scale(s.delta.run_time_ns, num, den) });
+            }
+            if let Some(o) = out.get_mut(i) {
+                *o = c;
+            }
+        }
+    }
+
+    /// Whether probe i has programs whose cost is split with other probes.
+    pub fn shared(&self, i: usize) -> bool {
+        self.probes.get(i).is_some_and(|m| m.iter().any(|&at| self.probes.iter().filter(|o| o.contains(&at)).count() > 1))
+    }
+
+    /// Distinct programs sampled.
+    pub fn programs(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+fn scale(v: u64, num: u64, den: u64) -> u64 {
+    if den == 0 {
+        return 0;
+    }
+    (v as u128 * num as u128 / den as u128) as u64
+}
+
+/// `overhead_budget`: limits on latmon's own BPF cost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Budget {
+    /// All of latmon's BPF programs together, percent of the machine's CPU
+    /// capacity (see [`cpu_percent`]).
+    pub cpu_percent: Option<f64>,
+    /// Any one probe's BPF time per event.
+    pub ns_per_event: Option<u64>,
+    /// Consecutive intervals over budget before a probe is detached.
+    pub intervals: u32,
+}
+
+/// A probe's ns/event counts against the budget only with at least this
+/// many runs in the interval: a rarely hit probe's cold-cache runs cost
+/// nothing worth detaching it for.
+pub const MIN_RUNS_FOR_NS_BUDGET: u64 = 100;
+
+/// Which limit an interval broke, with the numbers (for the log).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Breach {
+    Cpu { percent: f64, limit: f64 },
+    NsPerEvent { probe: usize, ns: u64, limit: u64 },
+}
+
+impl std::fmt::Display for Breach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Breach::Cpu { percent, limit } => write!(f, "BPF CPU share {percent:.3}% > budget {limit}%"),
+            Breach::NsPerEvent { ns, limit, .. } => write!(f, "{ns} ns/event > budget {limit} ns"),
+        }
+    }
+}
+
+/// The outcome of one interval's check.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Verdict {
+    /// The interval broke the budget.
+    pub breach: Option<Breach>,
+    /// Consecutive intervals over budget, this one included.
+    pub streak: u32,
+    /// Detach this probe now (the streak reached `intervals`).
+    pub detach: Option<usize>,
+}
+
+/// Counts consecutive intervals over budget and picks the probe to detach.
+#[derive(Debug, Default, Clone)]
+pub struct BudgetWatch {
+    streak: u32,
+}
+
+impl BudgetWatch {
+    /// `costs[i]`: probe i's cost this interval, `None` when it does not
+    /// run. `total`: all programs (shared ones once).
+    pub fn check(&mut self, b: &Budget, costs: &[Option<Cost>], total: Cost, wall_ns: u64, cpus: u32) -> Verdict {
+        let mut breach = None;
+        // The most expensive probe breaking the ns/event limit.
+        if let Some(limit) = b.ns_per_event {
+            let worst = costs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.map(|c| (i, c)))
+                .filter(|(_, c)| c.runs >= MIN_RUNS_FOR_NS_BUDGET && c.ns_per_event() > limit)
+                .max_by_key(|(_, c)| c.run_time_ns);
+            if let Some((i, c)) = worst {
+                breach = Some(Breach::NsPerEvent { probe: i, ns: c.ns_per_event(), limit });
+            }
+        }
+        if breach.is_none() {
+            if let Some(limit) = b.cpu_percent {
+                let percent = total.cpu_percent(wall_ns, cpus);
+                if percent > limit {
+                    breach = Some(Breach::Cpu { percent, limit });
+                }
+            }
+        }
+        let Some(br) = breach else {
+            self.streak = 0;
+            return Verdict::default();
+        };
+        self.streak += 1;
+        let mut v = Verdict { breach: Some(br), streak: self.streak, detach: None };
+        if self.streak >= b.intervals.max(1) {
+            v.detach = match br {
+                Breach::NsPerEvent { probe, .. } => Some(probe),
+                Breach::Cpu { .. } => costs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, c)| c.map(|c| (i, c)))
+                    .max_by_key(|(_, c)| c.run_time_ns)
+                    .map(|(i, _)| i),
+            };
+            self.streak = 0;
+        }
+        v
+    }
+
+    pub fn streak(&self) -> u32 {
+        self.streak
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(owners: &[&[u32]]) -> CostTable {
+        // Fake slots by id; fds are never used by split().
+        let mut t = CostTable::default();
+        for mine in owners {
+            let mut v = Vec::new();
+            for &id in *mine {
+                let at = match t.slots.iter().position(|s| s.id == id) {
+                    Some(i) => i,
+                    None => {
+                        t.slots.push(Slot { id, fd: -1, last: None, delta: Cost::default(), owners: 0, weight: 0 });
+                        t.slots.len() - 1
+                    }
+                };
+                v.push(at);
+            }
+            t.probes.push(v);
+        }
+        t
+    }
+
+    #[test]
+    fn own_programs_are_exact_shared_ones_split_by_events() {
+        // Probe 0 owns program 1; probes 1 and 2 share programs 2 and 3.
+        let mut t = table(&[&[1], &[2, 3], &[2, 3]]);
+        t.set_delta(1, Cost { runs: 1000, run_time_ns: 90_000 });
+        t.set_delta(2, Cost { runs: 400, run_time_ns: 40_000 });
+        t.set_delta(3, Cost { runs: 400, run_time_ns: 20_000 });
+        let events = [5u64, 300, 100];
+        let mut out = [Cost::default(); 3];
+        t.split(|i| events[i], &mut out);
+        assert_eq!(out[0], Cost { runs: 1000, run_time_ns: 90_000 });
+        assert_eq!(out[1], Cost { runs: 600, run_time_ns: 45_000 });
+        assert_eq!(out[2], Cost { runs: 200, run_time_ns: 15_000 });
+        assert!(t.shared(1) && t.shared(2) && !t.shared(0));
+        // No events at all: an even split.
+        t.split(|_| 0, &mut out);
+        assert_eq!(out[1], Cost { runs: 400, run_time_ns: 30_000 });
+        assert_eq!(out[0].ns_per_event(), 90);
+    }
+
+    #[test]
+    fn derived_figures() {
+        let c = Cost { runs: 2_000, run_time_ns: 100_000 };
+        assert_eq!(c.ns_per_event(), 50);
+        assert_eq!(c.events_per_s(500_000_000), 4_000);
+        // 100 us over 1 s on 2 CPUs = 0.005 %.
+        assert!((c.cpu_percent(1_000_000_000, 2) - 0.005).abs() < 1e-12);
+        assert_eq!(Cost::default().ns_per_event(), 0);
+        assert_eq!(c.events_per_s(0), 0);
+        assert_eq!(cpu_percent(5, 0, 2), 0.0);
+    }
+
+    fn c(runs: u64, ns: u64) -> Option<Cost> {
+        Some(Cost { runs, run_time_ns: ns })
+    }
+
+    #[test]
+    fn budget_detaches_the_most_expensive_after_n_intervals() {
+        let b = Budget { cpu_percent: Some(1.0), ns_per_event: None, intervals: 3 };
+        let mut w = BudgetWatch::default();
+        let wall = 1_000_000_000;
+        // 30 ms of BPF per second on 2 CPUs = 1.5 %.
+        let costs = [c(1000, 10_000_000), None, c(1000, 20_000_000)];
+        let total = Cost { runs: 2000, run_time_ns: 30_000_000 };
+        let v1 = w.check(&b, &costs, total, wall, 2);
+        assert!(matches!(v1.breach, Some(Breach::Cpu { .. })) && v1.streak == 1 && v1.detach.is_none());
+        assert_eq!(w.check(&b, &costs, total, wall, 2).detach, None);
+        let v3 = w.check(&b, &costs, total, wall, 2);
+        assert_eq!(v3.detach, Some(2), "the probe with the most BPF time goes");
+        assert_eq!(w.streak(), 0, "a fresh count after a detach");
+        // An interval within budget resets the streak.
+        w.check(&b, &costs, total, wall, 2);
+        w.check(&b, &costs, Cost { runs: 1, run_time_ns: 1 }, wall, 2);
+        assert_eq!(w.streak(), 0);
+        assert_eq!(w.check(&b, &costs, Cost::default(), wall, 2), Verdict::default());
+    }
+
+    #[test]
+    fn ns_per_event_budget_names_the_worst_busy_probe() {
+        let b = Budget { cpu_percent: None, ns_per_event: Some(500), intervals: 1 };
+        let mut w = BudgetWatch::default();
+        // Probe 0: 900 ns/event but only 10 runs (ignored); probe 1: 600
+        // ns/event; probe 2: 700 ns/event with more total time.
+        let costs = [c(10, 9_000), c(1_000, 600_000), c(2_000, 1_400_000), c(5_000, 100_000)];
+        let v = w.check(&b, &costs, Cost::default(), 1_000_000_000, 2);
+        assert_eq!(v.breach, Some(Breach::NsPerEvent { probe: 2, ns: 700, limit: 500 }));
+        assert_eq!(v.detach, Some(2));
+        let ok = [c(10, 9_000), None, None, c(5_000, 100_000)];
+        assert_eq!(w.check(&b, &ok, Cost::default(), 1_000_000_000, 2).breach, None);
+    }
+}
