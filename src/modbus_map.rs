@@ -365,6 +365,7 @@ mod tests {
             last: false,
             probes: vec![p, q],
             alert_records: Vec::new(),
+            agent: Default::default(),
         }
     }
 

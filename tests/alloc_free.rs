@@ -154,6 +154,7 @@ fn modbus_output_emit_does_not_allocate() {
         last: false,
         probes: (0..n).map(|i| ProbeReport::new(&session.probes[i], &Hist::default(), &totals[i])).collect(),
         alert_records: Vec::new(),
+        agent: Default::default(),
     };
     let errors = vec![0u64; n];
     // Warm-up: both images (current and spare) at their working size.
@@ -169,6 +170,8 @@ fn modbus_output_emit_does_not_allocate() {
     });
     sink.close(std::time::Duration::from_secs(1));
     assert_eq!(allocs, 0, "allocations on the agent thread per interval (Modbus image swap)");
+}
+
 /// The whole per-interval path of the agent, live (root): a real runq
 /// probe read from the kernel, BPF cost sampled and split, the budget
 /// checked, and every kind of output rendered (text, JSON, frames,

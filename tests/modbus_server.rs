@@ -54,7 +54,7 @@ fn report(seq: u64, s: &Session) -> IntervalReport {
             p
         })
         .collect();
-    IntervalReport { seq, time_ns: seq * 1_000_000, interval_ns: 1_000_000, last: false, probes, alert_records: Vec::new() }
+    IntervalReport { seq, time_ns: seq * 1_000_000, interval_ns: 1_000_000, last: false, probes, alert_records: Vec::new(), agent: Default::default() }
 }
 
 fn emit(sink: &mut Box<dyn Sink>, s: &Session, seq: u64) -> Duration {

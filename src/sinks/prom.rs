@@ -359,7 +359,7 @@ mod tests {
         for v in [100u64, 255, 256, 1_000, 1_023, 1_024, 5_000_000, 100_000_000_000] {
             h.record(v);
         }
-        let info = ProbeInfo { name: "a\"b".into(), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new() };
+        let info = ProbeInfo { name: "a\"b".into(), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() };
         let session = Session {
             board: "b".into(),
             kernel: "k".into(),
@@ -367,6 +367,7 @@ mod tests {
             start_ns: 0,
             interval_ns: 1,
             probes: vec![info.clone()],
+            failed: Vec::new(),
         };
         let report = IntervalReport {
             seq: 3,
