@@ -157,7 +157,7 @@ def check_licenses(recipe):
         text = fd.read()
     with open(os.path.join(TOP, "Cargo.lock"), "rb") as fd:
         lock = {p["name"]: p["version"] for p in tomllib.load(fd)["package"]}
-    crate_vars = {"LATMON_LIBBPF_SYS": "libbpf-sys", "LATMON_LIBBPF_RS": "libbpf-rs", "LATMON_SERIALPORT": "serialport"}
+    crate_vars = {"LATMON_LIBBPF_SYS": "libbpf-sys", "LATMON_LIBBPF_RS": "libbpf-rs", "LATMON_SERIALPORT": "serialport", "LATMON_RMODBUS": "rmodbus"}
     names = dict(re.findall(r'^(LATMON_[A-Z_]+) = "([^"]+)"', text, re.M))
     errors = []
     for var, crate in crate_vars.items():

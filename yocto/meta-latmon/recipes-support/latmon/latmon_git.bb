@@ -9,7 +9,7 @@ SECTION = "console/utils"
 # (BSD-2-Clause) and serialport (MPL-2.0); and the C libraries libbpf-sys
 # builds from its vendored sources: libbpf (LGPL-2.1-only | BSD-2-Clause),
 # elfutils' libelf (GPL-2.0-or-later | LGPL-3.0-or-later) and zlib (Zlib).
-LICENSE = "MIT & BSD-2-Clause & MPL-2.0 & (LGPL-2.1-only | BSD-2-Clause) & (GPL-2.0-or-later | LGPL-3.0-or-later) & Zlib"
+LICENSE = "MIT & BSD-2-Clause & MPL-2.0 & Apache-2.0 & (LGPL-2.1-only | BSD-2-Clause) & (GPL-2.0-or-later | LGPL-3.0-or-later) & Zlib"
 # latmon's files carry SPDX headers (no license file of their own); the
 # other texts are in the vendored crates. tests/yocto/check.sh fails when
 # Cargo.lock moves to other versions of them, or links a crate whose license
@@ -18,6 +18,7 @@ LICENSE = "MIT & BSD-2-Clause & MPL-2.0 & (LGPL-2.1-only | BSD-2-Clause) & (GPL-
 LATMON_LIBBPF_SYS = "libbpf-sys-1.7.0+v1.7.0"
 LATMON_LIBBPF_RS = "libbpf-rs-0.27.2"
 LATMON_SERIALPORT = "serialport-4.10.1"
+LATMON_RMODBUS = "rmodbus-0.13.0"
 LIC_FILES_CHKSUM = "\
     file://src/main.rs;beginline=1;endline=1;md5=6ec41034e04432ee375d0e14fba596f4 \
     file://${CARGO_VENDORING_DIRECTORY}/${LATMON_LIBBPF_RS}/LICENSE.BSD-2-Clause;md5=5d6306d1b08f8df623178dfd81880927 \
@@ -29,6 +30,7 @@ LIC_FILES_CHKSUM = "\
     file://${CARGO_VENDORING_DIRECTORY}/${LATMON_LIBBPF_SYS}/elfutils/COPYING-LGPLV3;md5=e6a600fd5e1d9cbde2d983680233ad02 \
     file://${CARGO_VENDORING_DIRECTORY}/${LATMON_LIBBPF_SYS}/zlib/LICENSE;md5=b51a40671bc46e961c0498897742c0b8 \
     file://${CARGO_VENDORING_DIRECTORY}/${LATMON_SERIALPORT}/LICENSE.txt;md5=cc24d078d74f7dbbc6c61b761886f2a4 \
+    file://${CARGO_VENDORING_DIRECTORY}/${LATMON_RMODBUS}/LICENSE;md5=86d3f3a95c324c9479bd8986968f4327 \
 "
 
 # clang-native: build.rs compiles bpf/*.bpf.c with clang -target bpf.
