@@ -28,7 +28,31 @@
 #define LATMON_COMM_LEN 16      /* TASK_COMM_LEN */
 #define LATMON_SELFTEST_VALUES 512
 
+/* syscall: raw syscall ids below SYSCALL_IDS get a histogram slot the first
+ * time they complete, up to SYSCALL_SLOTS - 1 distinct syscalls; slot 0
+ * collects the rest (larger ids such as ARM private calls, slots used up).
+ * 128 slots x 2224-byte histograms = 278 KiB per CPU. */
+#define LATMON_SYSCALL_IDS 1024
+#define LATMON_SYSCALL_SLOTS 128
+
+/* irq: histograms keyed by (IRQ number, kind) in a per-CPU hash - IRQ
+ * numbers are sparse; kind 0 is the handler, 1 the threaded path. */
+#define LATMON_IRQ_SLOTS 96
+#define LATMON_IRQ_KIND_HANDLER 0
+#define LATMON_IRQ_KIND_THREAD 1
+/* softirq: one histogram per vector (the kernel's NR_SOFTIRQS). */
+#define LATMON_SOFTIRQ_VECS 10
+
+/* timer and chain series: slots of one per-CPU array (see timer.bpf.c). */
+#define LATMON_TIMER_SERIES 5
+#define LATMON_TS_TIMER 0       /* timer: intended expiry -> running */
+#define LATMON_TS_CHAIN 1       /* chain: event -> running, end to end */
+#define LATMON_TS_CHAIN_TIMER 2 /* chain stage: timer expiry -> wakeup */
+#define LATMON_TS_CHAIN_IRQ 3   /* chain stage: hardirq entry -> wakeup */
+#define LATMON_TS_CHAIN_RUN 4   /* chain stage: wakeup -> running */
+
 #if !defined(__cplusplus)
+_Static_assert(LATMON_TS_CHAIN_RUN < LATMON_TIMER_SERIES, "timer series fit the map");
 _Static_assert(LATMON_HIST_SUBS == 1 << LATMON_HIST_SUB_BITS, "SUBS = 2^SUB_BITS");
 _Static_assert(LATMON_HIST_BUCKETS ==
 	       (LATMON_HIST_MAX_LOG2 - LATMON_HIST_SUB_BITS + 1) << LATMON_HIST_SUB_BITS,
@@ -45,6 +69,12 @@ struct latmon_hist {
 	__u64 drops;   /* events lost to a full map or a clock that went back */
 	__u64 alerts;  /* events above the probe's threshold */
 	__u64 slots[LATMON_HIST_BUCKETS];
+};
+
+/* Key of the irq family's histograms. */
+struct latmon_irq_key {
+	__u32 irq;
+	__u32 kind; /* LATMON_IRQ_KIND_* */
 };
 
 #endif /* __LATMON_H */

@@ -51,6 +51,29 @@ struct Running {
     probe: Box<dyn Probe>,
     prev: Hist,
     cur: Hist,
+    /// Series probes this one has added (listed right behind it).
+    series: usize,
+}
+
+impl Running {
+    fn new(probe: Box<dyn Probe>) -> Self {
+        Running { probe, prev: Hist::default(), cur: Hist::default(), series: 0 }
+    }
+}
+
+/// Multi-series families (syscall per syscall, irq per IRQ, ...) add a probe
+/// per series the first interval it has data; it is listed, and read, right
+/// behind its family's earlier series.
+fn add_new_series(running: &mut Vec<Running>) {
+    let mut i = 0;
+    while i < running.len() {
+        let born = running[i].probe.new_series();
+        let at = i + 1 + running[i].series;
+        running[i].series += born.len();
+        let next = at + born.len();
+        running.splice(at..at, born.into_iter().map(Running::new));
+        i = next;
+    }
 }
 
 /// Run the agent until stopped. Returns an error only when nothing can run.
@@ -66,7 +89,7 @@ pub fn run(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
             Ok(p) => {
                 let i = p.info();
                 log::info!("probe {}: {} via {} ({})", i.name, i.kind, i.attach, i.mode);
-                running.push(Running { probe: p, prev: Hist::default(), cur: Hist::default() });
+                running.push(Running::new(p));
             }
             Err(e) => eprintln!("latmon: {e}"),
         }
@@ -101,6 +124,7 @@ pub fn run(cfg: &Config, sinks: &mut [Box<dyn Sink>]) -> Result<()> {
         report.last = finished;
         report.probes.clear();
         report.alert_records.clear();
+        add_new_series(&mut running);
         for r in running.iter_mut() {
             r.probe.drain_alerts(&mut report.alert_records);
             if let Err(e) = r.probe.read(&mut r.cur) {

@@ -16,3 +16,12 @@ pub mod selftest {
 pub mod features {
     include!(concat!(env!("OUT_DIR"), "/features.skel.rs"));
 }
+pub mod syscall {
+    include!(concat!(env!("OUT_DIR"), "/syscall.skel.rs"));
+}
+pub mod irq {
+    include!(concat!(env!("OUT_DIR"), "/irq.skel.rs"));
+}
+pub mod timer {
+    include!(concat!(env!("OUT_DIR"), "/timer.skel.rs"));
+}

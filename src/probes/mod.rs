@@ -3,7 +3,11 @@
 //! per-CPU histogram maps. This is an I/O edge; the maths lives in `hist`.
 
 pub mod features;
+pub mod irq;
 pub mod runq;
+pub mod series;
+pub mod syscall;
+pub mod timer;
 
 use std::fmt;
 use std::mem::{size_of, ManuallyDrop, MaybeUninit};
@@ -11,7 +15,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
-use libbpf_rs::{MapCore, OpenObject, PrintLevel};
+use libbpf_rs::{Link, MapCore, Object, OpenObject, PrintLevel};
 
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::{Hist, BUCKETS};
@@ -29,6 +33,9 @@ pub enum ProbeError {
     Attach { probe: String, tried: Vec<(&'static str, String)> },
     /// Reading the probe's maps failed.
     Read { probe: String, why: String },
+    /// The spec cannot apply here (e.g. a syscall name this architecture
+    /// does not have).
+    Spec { probe: String, why: String },
 }
 
 impl fmt::Display for ProbeError {
@@ -46,6 +53,7 @@ impl fmt::Display for ProbeError {
                 Ok(())
             }
             Self::Read { probe, why } => write!(f, "probe {probe}: reading maps: {why}"),
+            Self::Spec { probe, why } => write!(f, "probe {probe}: {why}"),
         }
     }
 }
@@ -53,12 +61,26 @@ impl fmt::Display for ProbeError {
 impl std::error::Error for ProbeError {}
 
 /// A running probe: attached programs plus the maps to read.
+///
+/// Families that measure several things at once (syscall per syscall,
+/// irq per IRQ number, softirq per vector, chain per stage) are one probe
+/// for the family line plus one probe per series, each with its own name
+/// (`syscall:nanosleep`, `irq:36 virtio1-req.0`, `softirq:NET_RX`). A
+/// series probe is born the first time its series has data, from the
+/// family's `new_series()`; see `series.rs`.
 pub trait Probe {
     fn info(&self) -> &ProbeInfo;
     /// The cumulative histogram since attach, summed over CPUs, into `out`.
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError>;
     /// Move alert records that arrived since the last call into `out`.
     fn drain_alerts(&mut self, _out: &mut Vec<AlertRecord>) {}
+    /// Series that showed up since the last call, as probes of their own.
+    /// Called before each round of `read()`s; a series' probe must be read
+    /// after the probe that returned it, in the same round (the agent lists
+    /// it behind its family). Single-series probes return nothing.
+    fn new_series(&mut self) -> Vec<Box<dyn Probe>> {
+        Vec::new()
+    }
 }
 
 /// Open, load and attach every probe; one result per spec, in order. Families
@@ -68,6 +90,11 @@ pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> 
         .iter()
         .map(|spec| match &spec.kind {
             ProbeKind::Runq => runq::Runq::open(spec).map(|p| Box::new(p) as Box<dyn Probe>),
+            ProbeKind::Syscall(name) => syscall::open(spec, name.as_deref()),
+            ProbeKind::Irq => irq::open(spec, irq::Family::Irq, irq::ThreadPath::IfThreadsExist),
+            ProbeKind::Softirq => irq::open(spec, irq::Family::Softirq, irq::ThreadPath::Off),
+            ProbeKind::Timer => timer::open(spec, false),
+            ProbeKind::Chain => timer::open(spec, true),
             other => Err(ProbeError::Unsupported { probe: spec.name.clone(), kind: other.family() }),
         })
         .collect()
@@ -176,7 +203,7 @@ macro_rules! raw_hist {
         }
     )*};
 }
-raw_hist!(runq);
+raw_hist!(runq, syscall, irq, timer);
 
 /// Reads one key of a per-CPU array of `latmon_hist` into a pre-sized
 /// buffer (no allocation per interval), summing CPUs.
@@ -200,11 +227,18 @@ impl<T: RawHist> PerCpuHist<T> {
     }
 
     pub fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String> {
-        // SAFETY: buf holds stride * possible-CPUs bytes, as the kernel writes.
+        self.read_key(&key, out)
+    }
+
+    /// `read` for maps with other key types (e.g. a per-CPU hash keyed by
+    /// a struct); `K` must be the map's key type.
+    pub fn read_key<K: plain::Plain>(&mut self, key: &K, out: &mut Hist) -> Result<(), String> {
+        // SAFETY: buf holds stride * possible-CPUs bytes, as the kernel
+        // writes; key points to a plain value of the map's key size.
         let rc = unsafe {
             libbpf_rs::libbpf_sys::bpf_map_lookup_elem(
                 self.fd,
-                (&key as *const u32).cast(),
+                (key as *const K).cast(),
                 self.buf.as_mut_ptr().cast(),
             )
         };
@@ -218,6 +252,31 @@ impl<T: RawHist> PerCpuHist<T> {
             raw.merge_into(out);
         }
         Ok(())
+    }
+}
+
+/// Attach the loaded programs `names`, in that order (order matters when a
+/// later program relies on an earlier one already running), and return the
+/// links in reverse, so dropping them detaches in the opposite order.
+pub(crate) fn attach_in_order(object: &Object, names: &[&str]) -> Result<Vec<Link>, String> {
+    let mut links = Vec::with_capacity(names.len());
+    for &name in names {
+        let prog = object
+            .progs_mut()
+            .find(|p| p.name().to_string_lossy() == name)
+            .ok_or_else(|| format!("no program {name} in the object"))?;
+        links.push(prog.attach().map_err(|e| libbpf_error(&format!("attach {name}"), &e))?);
+    }
+    links.reverse();
+    Ok(links)
+}
+
+/// Copy a comm filter into a skeleton's `filter_comm` rodata.
+pub(crate) fn set_comm(dst: &mut [i8], comm: Option<&str>) {
+    if let Some(comm) = comm {
+        for (d, s) in dst.iter_mut().zip(comm.bytes()) {
+            *d = s as i8;
+        }
     }
 }
 
