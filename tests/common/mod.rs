@@ -20,6 +20,11 @@ pub fn start_run(args: &[&str]) -> Child {
 
 /// `start_run` with extra environment variables.
 pub fn start_run_env(args: &[&str], env: &[(&str, &str)]) -> Child {
+    start_run_attached(args, env, 1)
+}
+
+/// `start_run_env`, waiting until `probes` probes reported attached.
+pub fn start_run_attached(args: &[&str], env: &[(&str, &str)], probes: usize) -> Child {
     let mut child = latmon()
         .envs(env.iter().copied())
         .arg("-v")
@@ -38,9 +43,16 @@ pub fn start_run_env(args: &[&str], env: &[(&str, &str)]) -> Child {
         }
     });
     let deadline = Instant::now() + Duration::from_secs(20);
+    let mut attached = 0;
     while Instant::now() < deadline {
         match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(line) if line.contains(" via ") && line.contains("probe ") => return child,
+            // One "probe NAME: attached via MECH" per probe, as each attaches.
+            Ok(line) if line.contains(": attached via ") => {
+                attached += 1;
+                if attached >= probes {
+                    return child;
+                }
+            }
             Ok(_) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => return child,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
