@@ -28,6 +28,7 @@
 #include <bpf/bpf_core_read.h>
 #include "latmon.h"
 #include "maps.bpf.h"
+#include "core_fixes.bpf.h"
 
 const volatile __u64 threshold_ns = 0;
 
@@ -47,7 +48,8 @@ struct irq_cpu {
 };
 
 struct thread_stamp {
-	__u64 entry_ns; /* 0: none */
+	__u64 entry_ns; /* hardirq entry (0: none in flight) */
+	__u64 wake_ns;  /* sched_waking of the thread */
 	__u32 irq;
 	__u32 pad;
 };
@@ -217,14 +219,19 @@ int BPF_PROG(irq_thread_waking_btf, struct task_struct *p)
 	st = bpf_task_storage_get(&irq_thread_stamp, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st)
 		return 0;
-	if (!st->entry_ns)
-		__sync_fetch_and_add(&irq_thread_pending, 1);
+	/* Still in flight from the previous interrupt, yet the thread has
+	 * gone to sleep again since: it ran without a traced switch-in (see
+	 * irq_thread_switch_btf), from that wakeup on. */
+	if (st->entry_ns)
+		thread_ran(st, st->wake_ns);
+	__sync_fetch_and_add(&irq_thread_pending, 1);
+	st->wake_ns = bpf_ktime_get_ns();
 	st->entry_ns = c->thread_entry_ns;
 	st->irq = c->thread_irq;
-	/* Woken while still on this CPU (interrupted on its way to sleep):
-	 * it runs now, no switch will follow. */
-	if (p == bpf_get_current_task_btf())
-		thread_ran(st, bpf_ktime_get_ns());
+	/* Woken before it finished going to sleep (interrupted on its way
+	 * there): it is on a CPU now and no switch will follow. */
+	if (latmon_task_on_cpu(p))
+		thread_ran(st, st->wake_ns);
 	return 0;
 }
 
@@ -238,6 +245,12 @@ int BPF_PROG(irq_thread_switch_btf, bool preempt, struct task_struct *prev, stru
 	st = bpf_task_storage_get(&irq_thread_stamp, next, 0, 0);
 	if (st && st->entry_ns)
 		thread_ran(st, bpf_ktime_get_ns());
+	/* prev leaves the CPU with a wakeup in flight: it was woken while
+	 * still on its way to sleep and picked again without a switch
+	 * (prev == next is not traced); it ran from the wakeup on. */
+	st = bpf_task_storage_get(&irq_thread_stamp, prev, 0, 0);
+	if (st && st->entry_ns)
+		thread_ran(st, st->wake_ns);
 	return 0;
 }
 

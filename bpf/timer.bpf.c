@@ -14,6 +14,20 @@
  *                         CPU: copy the expiry into the task's storage
  *   sched_switch          the task runs: record now - expiry
  *
+ * A task can be woken while it is still on a CPU (the timer fired between
+ * arming and schedule(), or it was woken on its way out of the CPU and
+ * picked again by the same __schedule(), which traces no switch): then it
+ * ran from the wakeup on. The wakeup sees that (on_rq and on_cpu); where
+ * the race hides it, the stamp is still in flight when the task next
+ * leaves the CPU or is woken again - proof it ran untraced - and is
+ * recorded then with the wakeup as its run time.
+ *
+ * Not seen at all: a sleep whose absolute deadline has passed before the
+ * kernel arms its timer (the task was delayed on its way into
+ * clock_nanosleep). Recent kernels then complete the sleep without
+ * expiring a timer and without a wakeup; cyclictest records such a cycle
+ * as an overrun, latmon has no event for it.
+ *
  * _softexpires is the time the sleeper asked for; the kernel may fire the
  * timer up to the task's timer slack later (50 us by default for
  * SCHED_OTHER, 0 for real-time tasks): that delay is part of the latency,
@@ -43,6 +57,7 @@
 #include "latmon.h"
 #include "maps.bpf.h"
 #include "filter.bpf.h"
+#include "core_fixes.bpf.h"
 
 extern const void hrtimer_wakeup __ksym;
 
@@ -190,15 +205,20 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 		return 0;
 	}
 	now = bpf_ktime_get_ns();
-	if (!st->start_ns || st->running)
-		__sync_fetch_and_add(&timer_pending, 1);
+	/* The previous wakeup is still in flight, yet the task has gone to
+	 * sleep again since: it ran without a traced switch-in, so it was on a
+	 * CPU when woken (see timer_switch_btf). */
+	if (st->start_ns && !st->running)
+		task_ran(st, st->wake_ns);
+	__sync_fetch_and_add(&timer_pending, 1);
 	st->start_ns = start;
 	st->wake_ns = now;
 	st->cause = cause;
 	st->running = 0;
-	/* Woken while still on its CPU (the timer fired before it slept):
-	 * it runs now, no switch will follow. */
-	if (p == bpf_get_current_task_btf())
+	/* Woken before it finished going to sleep - the timer fired early in
+	 * clock_nanosleep, on this CPU or, after a migration, on another: it
+	 * is on a CPU now and no switch will follow. */
+	if (latmon_task_on_cpu(p))
 		task_ran(st, now);
 	return 0;
 }
@@ -215,6 +235,13 @@ int BPF_PROG(timer_switch_btf, bool preempt, struct task_struct *prev, struct ta
 	st = bpf_task_storage_get(&timer_stamp, next, 0, 0);
 	if (st && st->start_ns && !st->running)
 		task_ran(st, bpf_ktime_get_ns());
+	/* prev leaves the CPU with a wakeup still in flight: it ran without
+	 * a switch-in, so it never left the CPU - woken while going to sleep
+	 * and picked again by the same __schedule() (prev == next is not
+	 * traced). It ran from the wakeup on. */
+	st = bpf_task_storage_get(&timer_stamp, prev, 0, 0);
+	if (st && st->start_ns && !st->running)
+		task_ran(st, st->wake_ns);
 	return 0;
 }
 

@@ -51,12 +51,12 @@ fn nanosleep_case(env: &[(&str, &str)], attach: &str) {
     let one = format!("syscall:nanosleep,comm={comm}");
     let all = format!("syscall,comm={comm},name=sys");
     let child = start_run_attached(
-        &["--probe", &one, "--probe", &all, "--interval", "500ms", "--duration", "2500ms", "--format", "json"],
+        &["--probe", &one, "--probe", &all, "--interval", "500ms", "--format", "json"],
         env,
         2,
     );
     sleeper(comm);
-    let (status, out) = finish(child);
+    let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
 

@@ -49,17 +49,27 @@ fn control_loop(comm: &str) {
         .unwrap();
 }
 
+/// One sample per cycle - except that a cycle whose deadline passed before
+/// the kernel armed its timer (the thread was held off the CPU for a whole
+/// period on its way into clock_nanosleep) completes without a timer
+/// expiry or wakeup, so there is nothing to measure (bpf/timer.bpf.c). On
+/// an idle machine that never happens; on this shared 2-CPU VM with the
+/// other tests running, up to 3 in 2000 cycles were seen. Allow 1 %.
+fn assert_within_overruns(count: u64, p: &serde_json::Value) {
+    assert!(count <= CYCLES && count * 100 >= CYCLES * 99, "{count} samples for {CYCLES} cycles: {p}");
+    assert_eq!(u(p, "total_drops"), 0, "{p}");
+}
+
 #[test]
 fn a_1khz_clock_nanosleep_loop_gives_one_sample_per_cycle() {
-    let child = start_run(&["--probe", "timer,comm=lm-tick", "--interval", "500ms", "--duration", "2500ms", "--format", "json"]);
+    let child = start_run(&["--probe", "timer,comm=lm-tick", "--interval", "500ms", "--format", "json"]);
     control_loop("lm-tick");
-    let (status, out) = finish(child);
+    let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
     let p = last_probe(&lines, "timer");
     assert_eq!((p["kind"].as_str(), p["attach"].as_str()), (Some("timer"), Some("tp_btf")));
-    assert_eq!(u(p, "total_count"), CYCLES, "one sample per timer expiry: {p}");
-    assert_eq!(u(p, "total_drops"), 0);
+    assert_within_overruns(u(p, "total_count"), p);
     // Plausible: more than nothing, less than the period. Even a loaded VM
     // wakes a 1 kHz loop within a millisecond at the median.
     let busiest = lines
@@ -73,30 +83,33 @@ fn a_1khz_clock_nanosleep_loop_gives_one_sample_per_cycle() {
 
 #[test]
 fn other_threads_and_other_sleeps_are_not_counted() {
-    let child = start_run(&["--probe", "timer,comm=lm-nobody", "--interval", "300ms", "--duration", "1500ms", "--format", "json"]);
+    let child = start_run(&["--probe", "timer,comm=lm-nobody", "--interval", "300ms", "--format", "json"]);
     control_loop("lm-someone");
-    let (status, out) = finish(child);
+    let (status, out) = stop(child);
     assert!(status.success());
     assert_eq!(u(last_probe(&json_lines(&out), "timer"), "total_count"), 0);
 }
 
 /// The chain splits each timer wakeup into stages; per event the stages
 /// add up to the end-to-end latency, so the sums (count x mean, up to the
-/// integer division of the mean) agree.
+/// integer division of the mean) agree. One interval for the whole run:
+/// user space reads the slots one after another, so an interval boundary
+/// can fall between an event's stages.
 #[test]
 fn chain_stages_add_up_to_the_end_to_end_latency() {
-    let child = start_run(&["--probe", "chain,comm=lm-chain", "--interval", "500ms", "--duration", "2500ms", "--format", "json"]);
+    let child = start_run(&["--probe", "chain,comm=lm-chain", "--interval", "60m", "--format", "json"]);
     control_loop("lm-chain");
-    let (status, out) = finish(child);
+    let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
     let total = last_probe(&lines, "chain");
     let timer = last_probe(&lines, "chain:timer");
     let wakeup = last_probe(&lines, "chain:wakeup");
     assert!(lines.iter().all(|l| l["probes"].as_array().unwrap().iter().all(|p| p["name"] != "chain:irq")), "no IRQ wakes a sleeping timer loop");
-    assert_eq!(u(total, "total_count"), CYCLES, "{total}");
-    assert_eq!(u(timer, "total_count"), CYCLES, "{timer}");
-    assert_eq!(u(wakeup, "total_count"), CYCLES, "{wakeup}");
+    let n = u(total, "total_count");
+    assert_within_overruns(n, total);
+    assert_eq!(u(timer, "total_count"), n, "{timer}");
+    assert_eq!(u(wakeup, "total_count"), n, "{wakeup}");
     for l in &lines {
         let find = |n: &str| l["probes"].as_array().unwrap().iter().find(|p| p["name"] == n).cloned();
         let (Some(t), Some(a), Some(b)) = (find("chain"), find("chain:timer"), find("chain:wakeup")) else { continue };

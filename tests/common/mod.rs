@@ -122,3 +122,10 @@ fn os_pipe() -> (std::fs::File, std::fs::File) {
     let (r, w) = nix::unistd::pipe().unwrap();
     (std::fs::File::from(r), std::fs::File::from(w))
 }
+
+/// Stop a `start_run` child with SIGINT (it flushes a final summary), then
+/// `finish` it: the window then surely covers a workload that ran before.
+pub fn stop(child: Child) -> (std::process::ExitStatus, String) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    finish(child)
+}
