@@ -34,4 +34,14 @@ static __always_inline bool latmon_task_on_cpu(struct task_struct *p)
 	return p == (struct task_struct *)bpf_get_current_task();
 }
 
+/* The same through a trusted pointer (tp_btf argument): plain loads. */
+static __always_inline bool latmon_task_on_cpu_btf(struct task_struct *p)
+{
+	if (!p->on_rq)
+		return false;
+	if (bpf_core_field_exists(p->on_cpu))
+		return p->on_cpu;
+	return p == bpf_get_current_task_btf();
+}
+
 #endif /* __CORE_FIXES_BPF_H */

@@ -66,4 +66,24 @@ static __always_inline bool latmon_task_wanted(struct task_struct *t, __u32 filt
 	return latmon_comm_equal(comm, filter_comm);
 }
 
+/* Any task through a trusted pointer (a tp_btf argument): plain loads the
+ * verifier turns into checked memory reads - no helper calls. */
+static __always_inline bool latmon_task_wanted_btf(struct task_struct *t, __u32 filter_pid,
+						   const volatile char *filter_comm)
+{
+	if (filter_pid && !latmon_ids_wanted(t->pid, t->tgid, filter_pid))
+		return false;
+	if (!filter_comm[0])
+		return true;
+	for (int i = 0; i < LATMON_COMM_LEN; i++) {
+		char c = t->comm[i];
+
+		if (c != filter_comm[i])
+			return false;
+		if (!c)
+			break;
+	}
+	return true;
+}
+
 #endif /* __FILTER_BPF_H */

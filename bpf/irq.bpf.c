@@ -230,7 +230,7 @@ int BPF_PROG(irq_thread_waking_btf, struct task_struct *p)
 	st->irq = c->thread_irq;
 	/* Woken before it finished going to sleep (interrupted on its way
 	 * there): it is on a CPU now and no switch will follow. */
-	if (latmon_task_on_cpu(p))
+	if (latmon_task_on_cpu_btf(p))
 		thread_ran(st, st->wake_ns);
 	return 0;
 }

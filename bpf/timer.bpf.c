@@ -197,7 +197,7 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 	} else {
 		return 0;
 	}
-	if (!latmon_task_wanted(p, filter_pid, filter_comm))
+	if (!latmon_task_wanted_btf(p, filter_pid, filter_comm))
 		return 0;
 	st = bpf_task_storage_get(&timer_stamp, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
@@ -218,7 +218,7 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 	/* Woken before it finished going to sleep - the timer fired early in
 	 * clock_nanosleep, on this CPU or, after a migration, on another: it
 	 * is on a CPU now and no switch will follow. */
-	if (latmon_task_on_cpu(p))
+	if (latmon_task_on_cpu_btf(p))
 		task_ran(st, now);
 	return 0;
 }
