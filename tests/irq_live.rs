@@ -123,9 +123,10 @@ fn irq_handlers_are_counted_per_irq_with_names() {
         // counts interrupts as the flow handler takes them, which is not
         // one-to-one with handler runs: measured here, irq_handler_exit
         // fired 11550 times for all IRQs while the virtio-blk line alone
-        // counted 11552 in a window inside it. Allow 1 %.
+        // counted 11552 in a window inside it; a virtio-net TX line once
+        // counted 5 for 4 handler runs. Allow 1 % plus 2.
         let seen = u(p, "total_count");
-        assert!(seen * 100 >= delta * 99, "{series}: latmon {seen} handler runs, kernel {delta} interrupts");
+        assert!(seen + 2 + delta / 100 >= delta, "{series}: latmon {seen} handler runs, kernel {delta} interrupts");
         assert_eq!(p["kind"], "irq");
         checked += 1;
     }
