@@ -71,10 +71,17 @@ const volatile bool chain = false;
  * lookup while there are none (nearly always). */
 __s64 timer_pending;
 
-struct timer_cpu {
-	__u64 sleeper;    /* task an expiring hrtimer_sleeper wakes (address) */
+/* Expiring sleepers per CPU, one per expiry context: soft timers (on
+ * PREEMPT_RT every SCHED_OTHER sleeper) expire with interrupts enabled, so
+ * a hard timer's expiry can nest inside a soft one's, before its wakeup. */
+struct expiring {
+	__u64 sleeper;    /* task the expiring hrtimer_sleeper wakes (address) */
 	__u64 expires_ns; /* its intended expiry, CLOCK_MONOTONIC */
-	__u64 irq_ns;     /* chain: a hardirq handler runs since (0: none) */
+};
+
+struct timer_cpu {
+	struct expiring exp[2]; /* [hrtimer::is_soft] */
+	__u64 irq_ns;           /* chain: a hardirq handler runs since (0: none) */
 };
 
 struct wake_stamp {
@@ -161,6 +168,7 @@ SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(timer_expire_btf, struct hrtimer *hrtimer, ktime_t *now)
 {
 	struct timer_cpu *c;
+	struct expiring *e;
 	struct task_struct *task = NULL;
 
 	if ((__u64)hrtimer->function != (__u64)&hrtimer_wakeup)
@@ -171,8 +179,9 @@ int BPF_PROG(timer_expire_btf, struct hrtimer *hrtimer, ktime_t *now)
 	/* hrtimer_sleeper { struct hrtimer timer; struct task_struct *task; } */
 	bpf_probe_read_kernel(&task, sizeof(task),
 			      (void *)((__u64)hrtimer + bpf_core_field_offset(struct hrtimer_sleeper, task)));
-	c->sleeper = (__u64)task;
-	c->expires_ns = hrtimer->_softexpires - hrtimer->base->offset;
+	e = &c->exp[hrtimer->is_soft & 1];
+	e->sleeper = (__u64)task;
+	e->expires_ns = hrtimer->_softexpires - hrtimer->base->offset;
 	return 0;
 }
 
@@ -182,14 +191,16 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 {
 	struct timer_cpu *c = cpu_state();
 	struct wake_stamp *st;
+	struct expiring *e;
 	__u64 start, now;
 	__u32 cause;
 
 	if (!c)
 		return 0;
-	if (c->sleeper && c->sleeper == (__u64)p) {
-		c->sleeper = 0;
-		start = c->expires_ns;
+	if (c->exp[0].sleeper == (__u64)p || c->exp[1].sleeper == (__u64)p) {
+		e = &c->exp[c->exp[1].sleeper == (__u64)p];
+		e->sleeper = 0;
+		start = e->expires_ns;
 		cause = LATMON_TS_CHAIN_TIMER;
 	} else if (chain && c->irq_ns) {
 		start = c->irq_ns;
