@@ -85,6 +85,10 @@ fn main() {
         "-I".into(),
         bpf_dir.display().to_string(),
         "-Wall".into(),
+        // BPF ISA v3 (kernel >= 5.1: 32-bit sub-registers and jumps; the
+        // atomic fetch/cmpxchg the syscall probe's slot table uses need
+        // 5.12). clang 14 defaults to v1, which has no atomic fetch.
+        "-mcpu=v3".into(),
         // Map build paths away so objects do not carry the build host's paths
         // (Yocto's buildpaths QA check).
         format!("-ffile-prefix-map={}=.", manifest.display()),

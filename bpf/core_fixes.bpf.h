@@ -18,4 +18,30 @@ static __always_inline __s64 latmon_task_state(struct task_struct *t)
 	return BPF_CORE_READ((struct task_struct___pre_5_14 *)t, state);
 }
 
+/* Is a task that is being woken on a CPU right now (running, not merely
+ * queued)? A wakeup of a task that has not finished going to sleep - it is
+ * still on its CPU, possibly another one than the waker's - leads to no
+ * sched_switch: it just keeps running. task_struct::on_cpu exists only on
+ * SMP kernels (CONFIG_SMP); on UP the running task is the current one.
+ * on_rq: TASK_ON_RQ_QUEUED (1) or _MIGRATING (2); 0 once dequeued, when a
+ * switch-in will follow. */
+static __always_inline bool latmon_task_on_cpu(struct task_struct *p)
+{
+	if (!BPF_CORE_READ(p, on_rq))
+		return false;
+	if (bpf_core_field_exists(p->on_cpu))
+		return BPF_CORE_READ(p, on_cpu);
+	return p == (struct task_struct *)bpf_get_current_task();
+}
+
+/* The same through a trusted pointer (tp_btf argument): plain loads. */
+static __always_inline bool latmon_task_on_cpu_btf(struct task_struct *p)
+{
+	if (!p->on_rq)
+		return false;
+	if (bpf_core_field_exists(p->on_cpu))
+		return p->on_cpu;
+	return p == bpf_get_current_task_btf();
+}
+
 #endif /* __CORE_FIXES_BPF_H */

@@ -28,6 +28,30 @@
 #define LATMON_COMM_LEN 16      /* TASK_COMM_LEN */
 #define LATMON_SELFTEST_VALUES 512
 
+/* syscall: raw syscall ids below SYSCALL_IDS get a histogram slot the first
+ * time they complete, up to SYSCALL_SLOTS - 1 distinct syscalls; slot 0
+ * collects the rest (larger ids such as ARM private calls, slots used up).
+ * 128 slots x 2224-byte histograms = 278 KiB per CPU. */
+#define LATMON_SYSCALL_IDS 1024
+#define LATMON_SYSCALL_SLOTS 128
+
+/* irq: histograms keyed by (IRQ number, kind) in a per-CPU hash - IRQ
+ * numbers are sparse; kind 0 is the handler, 1 the threaded path. */
+#define LATMON_IRQ_SLOTS 96
+#define LATMON_IRQ_KIND_HANDLER 0
+#define LATMON_IRQ_KIND_THREAD 1
+/* softirq: one histogram per vector (the kernel's NR_SOFTIRQS). */
+#define LATMON_SOFTIRQ_VECS 10
+
+/* timer and chain series: slots of one per-CPU array (see timer.bpf.c). */
+#define LATMON_TIMER_SERIES 5
+#define LATMON_TS_TIMER 0       /* timer: intended expiry -> running */
+#define LATMON_TS_CHAIN 1       /* chain: event -> running, end to end */
+#define LATMON_TS_CHAIN_TIMER 2 /* chain stage: timer expiry -> wakeup */
+#define LATMON_TS_CHAIN_IRQ 3   /* chain stage: hardirq entry -> wakeup */
+#define LATMON_TS_CHAIN_RUN 4   /* chain stage: wakeup -> running */
+
+
 /* Function latency (kfunc/ufunc, bpf/func.bpf.c). One BPF object serves up
  * to MAX_FUNC_PROBES probes; a probe's id indexes every per-probe array. */
 #define LATMON_MAX_FUNC_PROBES 32
@@ -55,6 +79,7 @@ _Static_assert(LATMON_MAX_FUNC_PROBES >= 32 &&
 	       (LATMON_MAX_FUNC_PROBES & (LATMON_MAX_FUNC_PROBES - 1)) == 0,
 	       "MAX_FUNC_PROBES: at least 32, a power of two (BPF masks ids with it)");
 _Static_assert(LATMON_ALERT_RATE > 0 && LATMON_ALERT_BURST > 0, "alert rate and burst must be positive");
+_Static_assert(LATMON_TS_CHAIN_RUN < LATMON_TIMER_SERIES, "timer series fit the map");
 _Static_assert(LATMON_HIST_SUBS == 1 << LATMON_HIST_SUB_BITS, "SUBS = 2^SUB_BITS");
 _Static_assert(LATMON_HIST_BUCKETS ==
 	       (LATMON_HIST_MAX_LOG2 - LATMON_HIST_SUB_BITS + 1) << LATMON_HIST_SUB_BITS,
@@ -89,6 +114,12 @@ struct latmon_alert {
 struct latmon_alert_drops {
 	__u64 rate_limited; /* refused by the probe's token bucket */
 	__u64 buffer_full;  /* ring (or perf) buffer had no room */
+};
+
+/* Key of the irq family's histograms. */
+struct latmon_irq_key {
+	__u32 irq;
+	__u32 kind; /* LATMON_IRQ_KIND_* */
 };
 
 #endif /* __LATMON_H */

@@ -123,6 +123,9 @@ struct Slot {
     total_cost: Cost,
     read_errors: u64,
     progs: Vec<RawFd>,
+    /// Series probes this (multi-series family) slot has added; they are
+    /// listed right behind it.
+    series: usize,
 }
 
 impl Slot {
@@ -140,6 +143,7 @@ impl Slot {
             total_cost: Cost::default(),
             read_errors: 0,
             progs,
+            series: 0,
         }
     }
 }
@@ -237,6 +241,41 @@ impl Agent {
         Ok(a)
     }
 
+    /// Multi-series families (syscall per syscall, irq per IRQ, ...) add a
+    /// probe per series the first interval it has data; it is listed, and
+    /// read, right behind its family's earlier series. Allocates only when a
+    /// series appears.
+    fn add_new_series(&mut self) {
+        let mut added = false;
+        let mut i = 0;
+        while i < self.slots.len() {
+            let born = match &mut self.slots[i].probe {
+                Some(p) => p.new_series(),
+                None => Vec::new(),
+            };
+            let at = (i + 1 + self.slots[i].series).min(self.slots.len());
+            let next = at + born.len();
+            if !born.is_empty() {
+                added = true;
+                self.slots[i].series += born.len();
+                let spec = self.slots[i].spec.clone();
+                let new: Vec<Slot> = born
+                    .into_iter()
+                    .map(|p| {
+                        let mut s = spec.clone();
+                        s.name.clone_from(&p.info().name);
+                        Slot::new(s, p)
+                    })
+                    .collect();
+                self.slots.splice(at..at, new);
+            }
+            i = next.max(i + 1);
+        }
+        if added {
+            self.replan();
+        }
+    }
+
     /// Rebuild everything sized by the probe set (allocates: start, reload
     /// and detach only).
     fn replan(&mut self) {
@@ -307,6 +346,7 @@ impl Agent {
     /// One interval: read every probe, measure cost, apply the budget, and
     /// hand the summary to every sink. `last`: the final summary.
     pub fn tick(&mut self, last: bool, sinks: &mut [Box<dyn Sink>]) {
+        self.add_new_series();
         let now_ns = monotonic_ns();
         self.seq += 1;
         let wall = now_ns.saturating_sub(self.last_ns);

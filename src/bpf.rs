@@ -45,3 +45,12 @@ mod tests {
         assert!(core_relo_bytes(b"not an object").is_err());
     }
 }
+pub mod syscall {
+    include!(concat!(env!("OUT_DIR"), "/syscall.skel.rs"));
+}
+pub mod irq {
+    include!(concat!(env!("OUT_DIR"), "/irq.skel.rs"));
+}
+pub mod timer {
+    include!(concat!(env!("OUT_DIR"), "/timer.skel.rs"));
+}

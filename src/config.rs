@@ -2,7 +2,7 @@
 //! Configuration: probe specs, durations and the TOML config file. Pure.
 //!
 //! Probe SPEC (CLI `--probe` and config `probes = [...]` use the same words):
-//! `runq`, `timer`, `irq`, `softirq`, `syscall[:NAME]`, `kfunc:FUNCTION`,
+//! `runq`, `timer`, `irq`, `softirq`, `syscall[:NAME]`, `chain`, `kfunc:FUNCTION`,
 //! `ufunc:/path/to/binary:SYMBOL`, each optionally followed by
 //! `,comm=NAME`, `,pid=N`, `,threshold=250us`, `,name=LABEL`,
 //! `,attach=MECHANISM` (pin one rung of the family's attach ladder).
@@ -43,7 +43,7 @@ impl fmt::Display for ConfigError {
             ),
             Self::UnknownProbeKind(s) => write!(
                 f,
-                "unknown probe kind {s:?}: expected runq, timer, irq, softirq, syscall[:NAME], kfunc:FUNCTION or ufunc:PATH:SYMBOL"
+                "unknown probe kind {s:?}: expected runq, timer, irq, softirq, syscall[:NAME], chain, kfunc:FUNCTION or ufunc:PATH:SYMBOL"
             ),
             Self::BadProbe { spec, why } => write!(f, "invalid probe spec {spec:?}: {why}"),
             Self::BadFile(s) => write!(f, "invalid config: {s}"),
@@ -84,6 +84,8 @@ pub enum ProbeKind {
     Irq,
     Softirq,
     Syscall(Option<String>),
+    /// Event (timer or IRQ) -> wakeup -> running, in stages, for a named thread.
+    Chain,
     Kfunc(String),
     Ufunc { binary: String, symbol: String },
 }
@@ -97,6 +99,7 @@ impl ProbeKind {
             Self::Irq => "irq",
             Self::Softirq => "softirq",
             Self::Syscall(_) => "syscall",
+            Self::Chain => "chain",
             Self::Kfunc(_) => "kfunc",
             Self::Ufunc { .. } => "ufunc",
         }
@@ -108,8 +111,16 @@ impl ProbeKind {
             Self::Runq => &["tp_btf", "raw_tp"],
             Self::Kfunc(_) => &["fentry", "kprobe"],
             Self::Ufunc { .. } => &["uprobe"],
-            Self::Timer | Self::Irq | Self::Softirq | Self::Syscall(_) => &["tp_btf", "raw_tp", "tracepoint"],
+            Self::Irq | Self::Softirq | Self::Syscall(_) => &["tp_btf", "raw_tp"],
+            // The timer wakeup path needs trusted task pointers (tp_btf).
+            Self::Timer | Self::Chain => &["tp_btf"],
         }
+    }
+
+    /// Families whose series are reported as `NAME:SERIES` beside the family
+    /// line (see probes::series).
+    pub fn has_series(&self) -> bool {
+        matches!(self, Self::Syscall(None) | Self::Irq | Self::Softirq | Self::Chain)
     }
 }
 
@@ -150,6 +161,7 @@ impl ProbeSpec {
             "timer" => no_arg(ProbeKind::Timer)?,
             "irq" => no_arg(ProbeKind::Irq)?,
             "softirq" => no_arg(ProbeKind::Softirq)?,
+            "chain" => no_arg(ProbeKind::Chain)?,
             "syscall" => match arg {
                 None => ProbeKind::Syscall(None),
                 Some(n) if valid_ident(n) => ProbeKind::Syscall(Some(n.to_string())),
@@ -211,6 +223,9 @@ impl ProbeSpec {
                     )))
                 }
             }
+        }
+        if p.kind == ProbeKind::Chain && p.comm.is_none() && p.pid.is_none() {
+            return Err(bad("chain follows one named thread: give comm=NAME or pid=N"));
         }
         Ok(p)
     }
@@ -337,7 +352,10 @@ pub const DEFAULT_BUDGET_INTERVALS: u32 = 3;
 pub const DEFAULT_NICE: i32 = 10;
 
 /// The built-in default: what runs with no config and no --probe.
-pub const DEFAULT_PROBES: &[&str] = &["runq"];
+/// Run-queue, syscall and IRQ latency (architecture.md): each works on any
+/// kernel with BTF and tracepoints, and costs about 0.1-0.2 us per event
+/// (docs/probes.md).
+pub const DEFAULT_PROBES: &[&str] = &["runq", "syscall", "irq"];
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
@@ -466,6 +484,19 @@ impl Config {
                 why: format!("two probes are named {:?}; give one a name=LABEL", w[0]),
             });
         }
+        // A family's series are named FAMILY:SERIES; no other probe may be.
+        for fam in self.probes.iter().filter(|p| p.kind.has_series()) {
+            let prefix = format!("{}:", fam.name);
+            if let Some(other) = self.probes.iter().find(|p| p.name.starts_with(&prefix)) {
+                return Err(ConfigError::OutOfRange {
+                    key: "probes",
+                    why: format!(
+                        "{:?} could clash with the series of {:?} (named {prefix}...); give one a name=LABEL",
+                        other.name, fam.name
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -496,6 +527,10 @@ mod tests {
         assert_eq!(ProbeSpec::parse("runq").unwrap().name, "runq");
         assert_eq!(ProbeSpec::parse("syscall:nanosleep").unwrap().kind, ProbeKind::Syscall(Some("nanosleep".into())));
         assert_eq!(ProbeSpec::parse("kfunc:do_nanosleep").unwrap().kind, ProbeKind::Kfunc("do_nanosleep".into()));
+        assert_eq!(ProbeSpec::parse("chain,comm=ctrl").unwrap().kind, ProbeKind::Chain);
+        for (spec, series) in [("syscall", true), ("syscall:read", false), ("irq", true), ("softirq", true), ("timer", false), ("runq", false)] {
+            assert_eq!(ProbeSpec::parse(spec).unwrap().kind.has_series(), series, "{spec}");
+        }
         let u = ProbeSpec::parse("ufunc:/lib/x86_64-linux-gnu/libc.so.6:nanosleep,threshold=1ms").unwrap();
         assert_eq!(
             u.kind,
@@ -524,6 +559,7 @@ mod tests {
             ("runq,comm", "KEY=VALUE"),
             ("kfunc:f,attach=uprobe", "kfunc attaches via fentry or kprobe"),
             ("ufunc:/bin/x:f,attach=kprobe", "ufunc attaches via uprobe"),
+            ("chain", "named thread"),
             ("", "empty"),
         ] {
             let e = ProbeSpec::parse(spec).unwrap_err().to_string();
@@ -573,6 +609,7 @@ mod tests {
             ("interval = \"1ms\"", "at least"),
             ("probes = []", "at least one probe"),
             ("probes = [\"runq\", \"runq\"]", "two probes are named"),
+            ("probes = [\"syscall\", \"syscall:read\"]", "could clash"),
             ("format = \"xml\"", "unknown variant"),
             ("probes = [\"bogus\"]", "unknown probe kind"),
             ("overhead_budget = { intervals = 3 }", "cpu_percent and/or ns_per_event"),

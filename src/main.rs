@@ -15,11 +15,14 @@ use latmon::{agent, cost, hygiene, privs, sinks, view};
 
 const EXAMPLES: &str = "\
 EXAMPLES:
-    latmon run                                 # built-in default: run-queue latency, text, 1 s
+    latmon run                                 # built-in default: run-queue, syscall and IRQ latency, text, 1 s
     latmon run --probe runq --interval 1s --duration 5s --format json
     latmon run --probe runq,comm=ctrl_loop     # only the control loop's threads
     latmon run --probe ufunc:/opt/robot/bin/ctrl:control_cycle,threshold=1ms
     latmon run --probe kfunc:do_nanosleep      # fentry, else kprobe
+    latmon run --probe timer,comm=ctrl_loop    # its timer wakeup latency (what cyclictest measures)
+    latmon run --probe syscall,pid=1234        # per-syscall latency of one process
+    latmon run --probe chain,comm=ctrl_loop    # timer/IRQ -> wakeup -> running, in stages
     latmon run --config /etc/latmon/latmon.toml
     latmon check                               # what this kernel can attach, and the plan
     latmon check --config board.toml --json    # board bring-up: exit 0 ok, 1 probe fails, 2 invalid
@@ -33,8 +36,9 @@ EXAMPLES:
 
 /// eBPF latency monitor for real-time Linux robot controllers.
 ///
-/// Measures where the microseconds go (run-queue wait, ...) with histograms
-/// aggregated in the kernel, and ships compact summaries.
+/// Measures where the microseconds go (run-queue wait, syscalls, interrupts,
+/// timer wakeups, ...) with histograms aggregated in the kernel, and ships
+/// compact summaries.
 #[derive(Parser)]
 #[command(name = "latmon", version, after_long_help = EXAMPLES)]
 struct Cli {
@@ -76,7 +80,7 @@ struct Common {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Probe SPEC, repeatable; replaces the config's probe list.
-    /// runq | timer | irq | softirq | syscall[:NAME] | kfunc:FUNC | ufunc:/path:SYM,
+    /// runq | timer | irq | softirq | syscall[:NAME] | chain | kfunc:FUNC | ufunc:/path:SYM,
     /// each with optional ,comm=NAME ,pid=N ,threshold=250us ,name=LABEL ,attach=MECH
     #[arg(long = "probe", value_name = "SPEC")]
     probes: Vec<String>,

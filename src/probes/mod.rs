@@ -4,7 +4,11 @@
 
 pub mod features;
 pub mod func;
+pub mod irq;
 pub mod runq;
+pub mod series;
+pub mod syscall;
+pub mod timer;
 
 use std::fmt;
 use std::mem::{size_of, ManuallyDrop, MaybeUninit};
@@ -13,7 +17,7 @@ use std::ptr::NonNull;
 use std::ffi::CString;
 use std::sync::{Mutex, OnceLock};
 
-use libbpf_rs::{MapCore, OpenObject, PrintLevel};
+use libbpf_rs::{Link, MapCore, Object, OpenObject, PrintLevel};
 
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::{Hist, BUCKETS};
@@ -36,6 +40,9 @@ pub enum ProbeError {
     Target { probe: String, what: String },
     /// More probes of a family than its compiled limit.
     TooMany { probe: String, what: String },
+    /// The spec cannot apply here (e.g. a syscall name this architecture
+    /// does not have).
+    Spec { probe: String, why: String },
 }
 
 impl fmt::Display for ProbeError {
@@ -55,6 +62,7 @@ impl fmt::Display for ProbeError {
             Self::Read { probe, why } => write!(f, "probe {probe}: reading maps: {why}"),
             Self::Target { probe, what } => write!(f, "probe {probe}: {what}"),
             Self::TooMany { probe, what } => write!(f, "probe {probe}: not started: {what}"),
+            Self::Spec { probe, why } => write!(f, "probe {probe}: {why}"),
         }
     }
 }
@@ -62,6 +70,13 @@ impl fmt::Display for ProbeError {
 impl std::error::Error for ProbeError {}
 
 /// A running probe: attached programs plus the maps to read.
+///
+/// Families that measure several things at once (syscall per syscall,
+/// irq per IRQ number, softirq per vector, chain per stage) are one probe
+/// for the family line plus one probe per series, each with its own name
+/// (`syscall:nanosleep`, `irq:36 virtio1-req.0`, `softirq:NET_RX`). A
+/// series probe is born the first time its series has data, from the
+/// family's `new_series()`; see `series.rs`.
 pub trait Probe {
     fn info(&self) -> &ProbeInfo;
     /// The cumulative histogram since attach, summed over CPUs, into `out`.
@@ -73,6 +88,13 @@ pub trait Probe {
     /// with other probes are listed by each of them; the agent splits their
     /// cost. Called once after open. The default (none) reports no cost.
     fn bpf_programs(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
+    /// Series that showed up since the last call, as probes of their own.
+    /// Called before each round of `read()`s; a series' probe must be read
+    /// after the probe that returned it, in the same round (the agent lists
+    /// it behind its family). Single-series probes return nothing.
+    fn new_series(&mut self) -> Vec<Box<dyn Probe>> {
         Vec::new()
     }
 }
@@ -99,6 +121,11 @@ pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> 
         .map(|(done, spec)| {
             done.unwrap_or_else(|| match &spec.kind {
                 ProbeKind::Runq => runq::Runq::open(spec).map(|p| Box::new(p) as Box<dyn Probe>),
+                ProbeKind::Syscall(name) => syscall::open(spec, name.as_deref()),
+                ProbeKind::Irq => irq::open(spec, irq::Family::Irq, irq::ThreadPath::IfThreadsExist),
+                ProbeKind::Softirq => irq::open(spec, irq::Family::Softirq, irq::ThreadPath::Off),
+                ProbeKind::Timer => timer::open(spec, false),
+                ProbeKind::Chain => timer::open(spec, true),
                 other => Err(ProbeError::Unsupported { probe: spec.name.clone(), kind: other.family() }),
             })
         })
@@ -210,6 +237,7 @@ macro_rules! raw_hist {
     )*};
 }
 raw_hist!(runq, func, func_nobtf);
+raw_hist!(syscall, irq, timer);
 
 /// Reads one key of a per-CPU array of `latmon_hist` into a pre-sized
 /// buffer (no allocation per interval), summing CPUs.
@@ -233,11 +261,18 @@ impl<T: RawHist> PerCpuHist<T> {
     }
 
     pub fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String> {
-        // SAFETY: buf holds stride * possible-CPUs bytes, as the kernel writes.
+        self.read_key(&key, out)
+    }
+
+    /// `read` for maps with other key types (e.g. a per-CPU hash keyed by
+    /// a struct); `K` must be the map's key type.
+    pub fn read_key<K: plain::Plain>(&mut self, key: &K, out: &mut Hist) -> Result<(), String> {
+        // SAFETY: buf holds stride * possible-CPUs bytes, as the kernel
+        // writes; key points to a plain value of the map's key size.
         let rc = unsafe {
             libbpf_rs::libbpf_sys::bpf_map_lookup_elem(
                 self.fd,
-                (&key as *const u32).cast(),
+                (key as *const K).cast(),
                 self.buf.as_mut_ptr().cast(),
             )
         };
@@ -251,6 +286,31 @@ impl<T: RawHist> PerCpuHist<T> {
             raw.merge_into(out);
         }
         Ok(())
+    }
+}
+
+/// Attach the loaded programs `names`, in that order (order matters when a
+/// later program relies on an earlier one already running), and return the
+/// links in reverse, so dropping them detaches in the opposite order.
+pub(crate) fn attach_in_order(object: &Object, names: &[&str]) -> Result<Vec<Link>, String> {
+    let mut links = Vec::with_capacity(names.len());
+    for &name in names {
+        let prog = object
+            .progs_mut()
+            .find(|p| p.name().to_string_lossy() == name)
+            .ok_or_else(|| format!("no program {name} in the object"))?;
+        links.push(prog.attach().map_err(|e| libbpf_error(&format!("attach {name}"), &e))?);
+    }
+    links.reverse();
+    Ok(links)
+}
+
+/// Copy a comm filter into a skeleton's `filter_comm` rodata.
+pub(crate) fn set_comm(dst: &mut [i8], comm: Option<&str>) {
+    if let Some(comm) = comm {
+        for (d, s) in dst.iter_mut().zip(comm.bytes()) {
+            *d = s as i8;
+        }
     }
 }
 

@@ -20,6 +20,11 @@ pub fn start_run(args: &[&str]) -> Child {
 
 /// `start_run` with extra environment variables.
 pub fn start_run_env(args: &[&str], env: &[(&str, &str)]) -> Child {
+    start_run_attached(args, env, 1)
+}
+
+/// `start_run_env`, waiting until `probes` probes reported attached.
+pub fn start_run_attached(args: &[&str], env: &[(&str, &str)], probes: usize) -> Child {
     let mut child = latmon()
         .envs(env.iter().copied())
         .arg("-v")
@@ -38,9 +43,16 @@ pub fn start_run_env(args: &[&str], env: &[(&str, &str)]) -> Child {
         }
     });
     let deadline = Instant::now() + Duration::from_secs(20);
+    let mut attached = 0;
     while Instant::now() < deadline {
         match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(line) if line.contains(" via ") && line.contains("probe ") => return child,
+            // One "probe NAME: attached via MECH" per probe, as each attaches.
+            Ok(line) if line.contains(": attached via ") => {
+                attached += 1;
+                if attached >= probes {
+                    return child;
+                }
+            }
             Ok(_) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => return child,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -154,4 +166,11 @@ pub fn start_run_logged(args: &[&str], envs: &[(&str, &str)]) -> (Child, std::sy
 /// SIGINT (a clean stop that flushes the final summary).
 pub fn interrupt(child: &Child) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+}
+
+/// Stop a `start_run` child with SIGINT (it flushes a final summary), then
+/// `finish` it: the window then surely covers a workload that ran before.
+pub fn stop(child: Child) -> (std::process::ExitStatus, String) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    finish(child)
 }

@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR MIT)
+/*
+ * irq and softirq: how long interrupt work runs, and - where handlers run
+ * in threads, as on PREEMPT_RT - how long a hard interrupt waits for its
+ * thread.
+ *
+ *  - handler, per IRQ number: irq_handler_entry -> irq_handler_exit of one
+ *    action (shared lines: each action separately, under the line's
+ *    number). Hard interrupt handlers do not nest on a CPU, so the entry
+ *    stamp is per CPU.
+ *  - thread, per IRQ number: irq_handler_entry of an action that has an
+ *    IRQ thread (action->thread) -> that thread running (sched_switch).
+ *    The primary handler wakes the thread right after irq_handler_exit on
+ *    the same CPU (__irq_wake_thread), so sched_waking of exactly that task
+ *    on this CPU ties the wakeup to the interrupt; the entry time then rides
+ *    in the thread's task storage to its switch-in. Only with tp_btf.
+ *  - softirq, per vector: softirq_entry -> softirq_exit. Softirqs do not
+ *    nest on a CPU (on PREEMPT_RT they run in task context under a per-CPU
+ *    lock, so the time can include preemption by higher-priority tasks).
+ *
+ * Maps: handler and thread histograms in a per-CPU hash keyed by
+ * (irq, kind) - IRQ numbers are sparse - created on first use from a zero
+ * template; softirqs in a per-CPU array indexed by vector.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "latmon.h"
+#include "maps.bpf.h"
+#include "core_fixes.bpf.h"
+
+const volatile __u64 threshold_ns = 0;
+
+/* Histogram entries that could not be created (hash full). */
+__u64 irq_lost;
+/* Thread stamps waiting for their thread to run; lets sched_switch skip
+ * the storage lookup when nothing is in flight. */
+__s64 irq_thread_pending;
+
+struct irq_cpu {
+	__u64 entry_ns;        /* handler running since (0: none) */
+	__u64 thread_entry_ns; /* entry of the last action that has a thread */
+	__u64 thread;          /* that action's thread (task_struct address) */
+	__u32 irq;
+	__u32 thread_irq;
+	__u64 soft_ns[LATMON_SOFTIRQ_VECS];
+};
+
+struct thread_stamp {
+	__u64 entry_ns; /* hardirq entry (0: none in flight) */
+	__u64 wake_ns;  /* sched_waking of the thread */
+	__u32 irq;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct irq_cpu);
+} irq_cpu SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, LATMON_IRQ_SLOTS);
+	__type(key, struct latmon_irq_key);
+	__type(value, struct latmon_hist);
+} irq_hist SEC(".maps");
+
+/* All zeros: the initial value of a new irq_hist entry (too big for the
+ * BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct latmon_hist);
+} irq_zero SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LATMON_SOFTIRQ_VECS);
+	__type(key, __u32);
+	__type(value, struct latmon_hist);
+} softirq_hist SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_stamp);
+} irq_thread_stamp SEC(".maps");
+
+static __always_inline struct irq_cpu *cpu_state(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&irq_cpu, &zero);
+}
+
+static __always_inline void record_into(struct latmon_hist *h, __s64 delta)
+{
+	if (delta < 0) {
+		h->drops++;
+		return;
+	}
+	latmon_hist_record(h, delta);
+	if (threshold_ns && delta > threshold_ns)
+		h->alerts++;
+}
+
+static __always_inline void record_irq(__u32 irq, __u32 kind, __s64 delta)
+{
+	struct latmon_irq_key key = { .irq = irq, .kind = kind };
+	struct latmon_hist *h = bpf_map_lookup_elem(&irq_hist, &key);
+
+	if (!h) {
+		__u32 zero = 0;
+		struct latmon_hist *z = bpf_map_lookup_elem(&irq_zero, &zero);
+
+		if (!z)
+			return;
+		/* -EEXIST when another CPU created it first: fine. */
+		bpf_map_update_elem(&irq_hist, &key, z, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&irq_hist, &key);
+		if (!h) {
+			__sync_fetch_and_add(&irq_lost, 1);
+			return;
+		}
+	}
+	record_into(h, delta);
+}
+
+/* ---- hard interrupt handlers ------------------------------------------- */
+
+static __always_inline void handler_entry(int irq, struct task_struct *thread)
+{
+	struct irq_cpu *c = cpu_state();
+	__u64 now = bpf_ktime_get_ns();
+
+	if (!c)
+		return;
+	c->entry_ns = now;
+	c->irq = irq;
+	if (thread) {
+		c->thread_entry_ns = now;
+		c->thread = (__u64)thread;
+		c->thread_irq = irq;
+	}
+}
+
+#define IRQ_WAKE_THREAD_BIT 2 /* enum irqreturn: IRQ_WAKE_THREAD */
+
+static __always_inline void handler_exit(int irq, int ret)
+{
+	struct irq_cpu *c = cpu_state();
+
+	if (!c)
+		return;
+	/* No thread wakeup follows unless the primary handler asked for it. */
+	if (!(ret & IRQ_WAKE_THREAD_BIT))
+		c->thread = 0;
+	if (!c->entry_ns || c->irq != irq)
+		return;
+	record_irq(irq, LATMON_IRQ_KIND_HANDLER, bpf_ktime_get_ns() - c->entry_ns);
+	c->entry_ns = 0;
+}
+
+/* TP_PROTO(int irq, struct irqaction *action) */
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(irq_entry_btf, int irq, struct irqaction *action)
+{
+	handler_entry(irq, action->thread);
+	return 0;
+}
+
+/* TP_PROTO(int irq, struct irqaction *action, int ret) */
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(irq_exit_btf, int irq, struct irqaction *action, int ret)
+{
+	handler_exit(irq, ret);
+	return 0;
+}
+
+SEC("raw_tp/irq_handler_entry")
+int BPF_PROG(irq_entry_raw, int irq, struct irqaction *action)
+{
+	/* No thread path on raw_tp: it needs task storage. */
+	handler_entry(irq, NULL);
+	return 0;
+}
+
+SEC("raw_tp/irq_handler_exit")
+int BPF_PROG(irq_exit_raw, int irq, struct irqaction *action, int ret)
+{
+	handler_exit(irq, ret);
+	return 0;
+}
+
+/* ---- threaded path: hardirq entry -> IRQ thread running (tp_btf) -------- */
+
+static __always_inline void thread_ran(struct thread_stamp *st, __u64 now)
+{
+	record_irq(st->irq, LATMON_IRQ_KIND_THREAD, now - st->entry_ns);
+	st->entry_ns = 0;
+	__sync_fetch_and_add(&irq_thread_pending, -1);
+}
+
+/* TP_PROTO(struct task_struct *p) */
+SEC("tp_btf/sched_waking")
+int BPF_PROG(irq_thread_waking_btf, struct task_struct *p)
+{
+	struct irq_cpu *c = cpu_state();
+	struct thread_stamp *st;
+
+	if (!c || !c->thread || c->thread != (__u64)p)
+		return 0;
+	c->thread = 0;
+	st = bpf_task_storage_get(&irq_thread_stamp, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st)
+		return 0;
+	/* Still in flight from the previous interrupt, yet the thread has
+	 * gone to sleep again since: it ran without a traced switch-in (see
+	 * irq_thread_switch_btf), from that wakeup on. */
+	if (st->entry_ns)
+		thread_ran(st, st->wake_ns);
+	__sync_fetch_and_add(&irq_thread_pending, 1);
+	st->wake_ns = bpf_ktime_get_ns();
+	st->entry_ns = c->thread_entry_ns;
+	st->irq = c->thread_irq;
+	/* Woken before it finished going to sleep (interrupted on its way
+	 * there): it is on a CPU now and no switch will follow. */
+	if (latmon_task_on_cpu_btf(p))
+		thread_ran(st, st->wake_ns);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(irq_thread_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct thread_stamp *st;
+
+	if (irq_thread_pending <= 0)
+		return 0;
+	st = bpf_task_storage_get(&irq_thread_stamp, next, 0, 0);
+	if (st && st->entry_ns)
+		thread_ran(st, bpf_ktime_get_ns());
+	/* prev leaves the CPU with a wakeup in flight: it was woken while
+	 * still on its way to sleep and picked again without a switch
+	 * (prev == next is not traced); it ran from the wakeup on. */
+	st = bpf_task_storage_get(&irq_thread_stamp, prev, 0, 0);
+	if (st && st->entry_ns)
+		thread_ran(st, st->wake_ns);
+	return 0;
+}
+
+/* ---- softirqs ------------------------------------------------------------ */
+
+/* barrier_var: clang otherwise bounds-checks a copy of vec and indexes
+ * with the original register, which the verifier sees as unbounded. */
+static __always_inline void soft_entry(unsigned int vec)
+{
+	struct irq_cpu *c = cpu_state();
+
+	barrier_var(vec);
+	if (c && vec < LATMON_SOFTIRQ_VECS)
+		c->soft_ns[vec] = bpf_ktime_get_ns();
+}
+
+static __always_inline void soft_exit(unsigned int vec)
+{
+	struct irq_cpu *c = cpu_state();
+	struct latmon_hist *h;
+	__u64 start;
+
+	barrier_var(vec);
+	if (!c || vec >= LATMON_SOFTIRQ_VECS)
+		return;
+	start = c->soft_ns[vec];
+	if (!start)
+		return;
+	c->soft_ns[vec] = 0;
+	h = latmon_hist_get(&softirq_hist, vec);
+	if (h)
+		record_into(h, bpf_ktime_get_ns() - start);
+}
+
+/* TP_PROTO(unsigned int vec_nr) for softirq_entry and softirq_exit */
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(softirq_entry_btf, unsigned int vec)
+{
+	soft_entry(vec);
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(softirq_exit_btf, unsigned int vec)
+{
+	soft_exit(vec);
+	return 0;
+}
+
+SEC("raw_tp/softirq_entry")
+int BPF_PROG(softirq_entry_raw, unsigned int vec)
+{
+	soft_entry(vec);
+	return 0;
+}
+
+SEC("raw_tp/softirq_exit")
+int BPF_PROG(softirq_exit_raw, unsigned int vec)
+{
+	soft_exit(vec);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

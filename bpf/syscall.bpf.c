@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR MIT)
+/*
+ * syscall: per-syscall latency, from raw_syscalls:sys_enter to the
+ * raw_syscalls:sys_exit of the same task (what `syscount -L` times), one
+ * histogram per syscall id.
+ *
+ * Designed to cost little more than its two timestamps (measured in
+ * docs/probes.md). The straightforward design - the entry stamp in task
+ * storage, looked up at entry and at exit - spends its time in two
+ * bpf_task_storage_get() calls per syscall. Here the entry stamp goes to a
+ * per-CPU slot instead: between a task's sys_enter and sys_exit nothing
+ * else can run on that CPU unless the task is switched out, and only then
+ * (tp_btf/sched_switch: prev is the slot's owner) is the stamp parked in
+ * the task's storage. So a syscall that does not block costs two per-CPU
+ * array accesses (the verifier inlines them); one that blocks pays one
+ * storage write at the switch and one lookup at exit - once per blocking,
+ * not per syscall.
+ *
+ * Histograms: a per-CPU array of LATMON_SYSCALL_SLOTS, slots handed out
+ * on first use through sc_slot_of[] (id -> slot, a .bss array user space
+ * reads to name its series); slot 0 collects ids without a slot.
+ *
+ * Variants, autoloaded by user space: tp_btf parks in task storage (5.11+);
+ * raw_tp parks in an LRU hash keyed by thread id (a task killed while
+ * blocked leaves an entry LRU eviction reclaims).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "latmon.h"
+#include "maps.bpf.h"
+#include "filter.bpf.h"
+
+/* Set before load. filter_id < 0: every syscall. */
+const volatile __s32 filter_id = -1;
+const volatile __u32 filter_pid = 0;
+const volatile char filter_comm[LATMON_COMM_LEN] = {};
+const volatile __u64 threshold_ns = 0;
+
+/* id -> slot (0: none yet; LATMON_SYSCALL_SLOTS: none left, use slot 0). */
+__u32 sc_slot_of[LATMON_SYSCALL_IDS];
+/* slot -> id + 1 (0: free, or lost an allocation race). */
+__u32 sc_slot_id[LATMON_SYSCALL_SLOTS];
+/* Slots handed out so far. */
+__u32 sc_nslots;
+
+struct sc_stamp {
+	__u64 ts;   /* 0: empty */
+	__u64 id;
+	__u64 task; /* raw_tp: the parking task_struct, against tid reuse */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sc_stamp);
+} sc_cpu SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sc_stamp);
+} sc_parked SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, LATMON_MAX_STAMPS);
+	__type(key, __u32);
+	__type(value, struct sc_stamp);
+} sc_parked_by_tid SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LATMON_SYSCALL_SLOTS);
+	__type(key, __u32);
+	__type(value, struct latmon_hist);
+} sc_hist SEC(".maps");
+
+static __always_inline struct sc_stamp *cpu_stamp(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&sc_cpu, &zero);
+}
+
+/* The histogram slot of syscall `id`; hands out a slot on first use. */
+static __always_inline __u32 slot_for(__u64 id)
+{
+	__u32 slot, old;
+
+	if (id >= LATMON_SYSCALL_IDS)
+		return 0;
+	slot = sc_slot_of[id];
+	if (slot)
+		return slot < LATMON_SYSCALL_SLOTS ? slot : 0;
+	slot = __sync_fetch_and_add(&sc_nslots, 1) + 1;
+	if (slot >= LATMON_SYSCALL_SLOTS) {
+		/* Out of slots: remember, so the counter stops moving. */
+		__sync_val_compare_and_swap(&sc_slot_of[id], 0, LATMON_SYSCALL_SLOTS);
+		return 0;
+	}
+	old = __sync_val_compare_and_swap(&sc_slot_of[id], 0, slot);
+	if (old) /* another CPU was first; our slot stays unused */
+		return old < LATMON_SYSCALL_SLOTS ? old : 0;
+	sc_slot_id[slot] = id + 1;
+	return slot;
+}
+
+static __always_inline void record(__u64 id, __u64 start_ns)
+{
+	__s64 delta = bpf_ktime_get_ns() - start_ns;
+	struct latmon_hist *h = latmon_hist_get(&sc_hist, slot_for(id));
+
+	if (!h)
+		return;
+	if (delta < 0) {
+		h->drops++;
+		return;
+	}
+	latmon_hist_record(h, delta);
+	if (threshold_ns && delta > threshold_ns)
+		h->alerts++;
+}
+
+static __always_inline void count_drop(void)
+{
+	struct latmon_hist *h = latmon_hist_get(&sc_hist, 0);
+
+	if (h)
+		h->drops++;
+}
+
+/* Both variants stamp the same way. */
+static __always_inline void enter(long id)
+{
+	struct sc_stamp *s;
+
+	if (filter_id >= 0 && id != filter_id)
+		return;
+	if (!latmon_current_wanted(filter_pid, filter_comm))
+		return;
+	s = cpu_stamp();
+	if (!s)
+		return;
+	s->id = id;
+	s->ts = bpf_ktime_get_ns();
+}
+
+/* The fast path: this task's stamp is still in the CPU slot. */
+static __always_inline bool exit_fast(void)
+{
+	struct sc_stamp *s = cpu_stamp();
+
+	if (!s || !s->ts)
+		return false;
+	record(s->id, s->ts);
+	s->ts = 0;
+	return true;
+}
+
+/* ---- tp_btf: park in task storage -------------------------------------- */
+
+/* TP_PROTO(struct pt_regs *regs, long id) */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sc_enter_btf, struct pt_regs *regs, long id)
+{
+	enter(id);
+	return 0;
+}
+
+/* TP_PROTO(struct pt_regs *regs, long ret) */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sc_exit_btf, struct pt_regs *regs, long ret)
+{
+	struct sc_stamp *p;
+
+	if (exit_fast())
+		return 0;
+	/* Switched out during the syscall, or not stamped at all. */
+	p = bpf_task_storage_get(&sc_parked, bpf_get_current_task_btf(), 0, 0);
+	if (!p || !p->ts)
+		return 0;
+	record(p->id, p->ts);
+	p->ts = 0;
+	return 0;
+}
+
+/* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
+ *          unsigned int prev_state) */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sc_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct sc_stamp *s = cpu_stamp(), *p;
+
+	if (!s || !s->ts)
+		return 0;
+	/* The slot's owner is prev: it is leaving the CPU inside a syscall. */
+	p = bpf_task_storage_get(&sc_parked, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (p) {
+		p->id = s->id;
+		p->ts = s->ts;
+	} else {
+		count_drop();
+	}
+	s->ts = 0;
+	return 0;
+}
+
+/* ---- raw_tp: park in an LRU hash keyed by thread id --------------------- */
+
+SEC("raw_tp/sys_enter")
+int BPF_PROG(sc_enter_raw, struct pt_regs *regs, long id)
+{
+	enter(id);
+	return 0;
+}
+
+SEC("raw_tp/sys_exit")
+int BPF_PROG(sc_exit_raw, struct pt_regs *regs, long ret)
+{
+	__u32 tid;
+	struct sc_stamp *p;
+
+	if (exit_fast())
+		return 0;
+	tid = (__u32)bpf_get_current_pid_tgid();
+	p = bpf_map_lookup_elem(&sc_parked_by_tid, &tid);
+	if (!p)
+		return 0;
+	/* A stale entry of an earlier thread with this id (one that died
+	 * blocked) must not time the first sys_exit of a new thread. */
+	if (p->task == bpf_get_current_task())
+		record(p->id, p->ts);
+	bpf_map_delete_elem(&sc_parked_by_tid, &tid);
+	return 0;
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(sc_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct sc_stamp *s = cpu_stamp();
+	__u32 tid;
+
+	if (!s || !s->ts)
+		return 0;
+	/* sched_switch runs before the context switch: current is prev. */
+	tid = (__u32)bpf_get_current_pid_tgid();
+	s->task = bpf_get_current_task();
+	if (bpf_map_update_elem(&sc_parked_by_tid, &tid, s, BPF_ANY))
+		count_drop();
+	s->ts = 0;
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR MIT)
+/*
+ * timer: for tasks sleeping on a high-resolution timer (clock_nanosleep,
+ * nanosleep, the sleeps of a periodic control loop), the latency from the
+ * timer's intended expiry to the task running on a CPU - what cyclictest
+ * reports for its own thread, measured passively on the real workload.
+ *
+ *   hrtimer_expire_entry  the expiring timer is an hrtimer_sleeper (its
+ *                         function is hrtimer_wakeup): remember per CPU the
+ *                         sleeping task and the intended expiry
+ *                         (_softexpires, moved to CLOCK_MONOTONIC by the
+ *                         clock base's offset)
+ *   sched_waking          hrtimer_wakeup() wakes exactly that task on this
+ *                         CPU: copy the expiry into the task's storage
+ *   sched_switch          the task runs: record now - expiry
+ *
+ * A task can be woken while it is still on a CPU (the timer fired between
+ * arming and schedule(), or it was woken on its way out of the CPU and
+ * picked again by the same __schedule(), which traces no switch): then it
+ * ran from the wakeup on. The wakeup sees that (on_rq and on_cpu); where
+ * the race hides it, the stamp is still in flight when the task next
+ * leaves the CPU or is woken again - proof it ran untraced - and is
+ * recorded then with the wakeup as its run time.
+ *
+ * Not seen at all: a sleep whose absolute deadline has passed before the
+ * kernel arms its timer (the task was delayed on its way into
+ * clock_nanosleep). Recent kernels then complete the sleep without
+ * expiring a timer and without a wakeup; cyclictest records such a cycle
+ * as an overrun, latmon has no event for it.
+ *
+ * _softexpires is the time the sleeper asked for; the kernel may fire the
+ * timer up to the task's timer slack later (50 us by default for
+ * SCHED_OTHER, 0 for real-time tasks): that delay is part of the latency,
+ * as it is in cyclictest's numbers.
+ *
+ * chain (a second mode of the same object): for a named thread, each wakeup
+ * caused by a timer or by a hard interrupt handler is split into stages
+ * whose sums are the end-to-end latency, event by event:
+ *   CHAIN_TIMER  intended expiry -> sched_waking   (timer stage)
+ *   CHAIN_IRQ    irq_handler_entry -> sched_waking (IRQ stage; the waking
+ *                happens inside a hard interrupt handler on this CPU)
+ *   CHAIN_RUN    sched_waking -> sched_switch      (wakeup -> running)
+ *   CHAIN        event -> running                  (end to end)
+ * Seam for a response stage: after CHAIN_RUN the task's storage keeps the
+ * event time (start_ns with running set), so a uretprobe program added to
+ * this object can close the chain at an application function's return.
+ *
+ * The sleeper's task is read from the hrtimer_sleeper that contains the
+ * timer with bpf_probe_read_kernel: container_of() on the trusted hrtimer
+ * pointer is refused by the verifier. hrtimer_wakeup's address comes from
+ * kallsyms through libbpf's typeless __ksym. tp_btf only (task storage).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "latmon.h"
+#include "maps.bpf.h"
+#include "filter.bpf.h"
+#include "core_fixes.bpf.h"
+
+extern const void hrtimer_wakeup __ksym;
+
+const volatile __u32 filter_pid = 0;
+const volatile char filter_comm[LATMON_COMM_LEN] = {};
+const volatile __u64 threshold_ns = 0;
+/* Chain mode: IRQ causes too, stage histograms instead of TS_TIMER. */
+const volatile bool chain = false;
+
+/* Stamps waiting for their task to run; sched_switch skips the storage
+ * lookup while there are none (nearly always). */
+__s64 timer_pending;
+
+/* Expiring sleepers per CPU, one per expiry context: soft timers (on
+ * PREEMPT_RT every SCHED_OTHER sleeper) expire with interrupts enabled, so
+ * a hard timer's expiry can nest inside a soft one's, before its wakeup. */
+struct expiring {
+	__u64 sleeper;    /* task the expiring hrtimer_sleeper wakes (address) */
+	__u64 expires_ns; /* its intended expiry, CLOCK_MONOTONIC */
+};
+
+struct timer_cpu {
+	struct expiring exp[2]; /* [hrtimer::is_soft] */
+	__u64 irq_ns;           /* chain: a hardirq handler runs since (0: none) */
+};
+
+struct wake_stamp {
+	__u64 start_ns; /* the event: intended expiry or hardirq entry (0: none) */
+	__u64 wake_ns;  /* sched_waking */
+	__u32 cause;    /* LATMON_TS_CHAIN_TIMER or LATMON_TS_CHAIN_IRQ */
+	__u32 running;  /* chain seam: the task ran after this event */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct timer_cpu);
+} timer_cpu SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LATMON_TIMER_SERIES);
+	__type(key, __u32);
+	__type(value, struct latmon_hist);
+} timer_hist SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct wake_stamp);
+} timer_stamp SEC(".maps");
+
+static __always_inline struct timer_cpu *cpu_state(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&timer_cpu, &zero);
+}
+
+static __always_inline void record(__u32 series, __u64 delta)
+{
+	struct latmon_hist *h = latmon_hist_get(&timer_hist, series);
+
+	if (!h)
+		return;
+	latmon_hist_record(h, delta);
+	if (threshold_ns && delta > threshold_ns)
+		h->alerts++;
+}
+
+static __always_inline void count_drop(__u32 series)
+{
+	struct latmon_hist *h = latmon_hist_get(&timer_hist, series);
+
+	if (h)
+		h->drops++;
+}
+
+/* The woken task runs at `now`. Stages are recorded all or nothing, so
+ * their sums stay equal to the end-to-end sum. */
+static __always_inline void task_ran(struct wake_stamp *st, __u64 now)
+{
+	__s64 total = now - st->start_ns, stage = st->wake_ns - st->start_ns, run = now - st->wake_ns;
+
+	__sync_fetch_and_add(&timer_pending, -1);
+	if (!chain) {
+		if (total < 0)
+			count_drop(LATMON_TS_TIMER);
+		else
+			record(LATMON_TS_TIMER, total);
+		st->start_ns = 0;
+		return;
+	}
+	if (stage < 0 || run < 0) {
+		count_drop(LATMON_TS_CHAIN);
+	} else {
+		record(LATMON_TS_CHAIN, total);
+		record(st->cause == LATMON_TS_CHAIN_IRQ ? LATMON_TS_CHAIN_IRQ : LATMON_TS_CHAIN_TIMER, stage);
+		record(LATMON_TS_CHAIN_RUN, run);
+	}
+	st->running = 1;
+}
+
+/* TP_PROTO(struct hrtimer *hrtimer, ktime_t *now) */
+SEC("tp_btf/hrtimer_expire_entry")
+int BPF_PROG(timer_expire_btf, struct hrtimer *hrtimer, ktime_t *now)
+{
+	struct timer_cpu *c;
+	struct expiring *e;
+	struct task_struct *task = NULL;
+
+	if ((__u64)hrtimer->function != (__u64)&hrtimer_wakeup)
+		return 0;
+	c = cpu_state();
+	if (!c)
+		return 0;
+	/* hrtimer_sleeper { struct hrtimer timer; struct task_struct *task; } */
+	bpf_probe_read_kernel(&task, sizeof(task),
+			      (void *)((__u64)hrtimer + bpf_core_field_offset(struct hrtimer_sleeper, task)));
+	e = &c->exp[hrtimer->is_soft & 1];
+	e->sleeper = (__u64)task;
+	e->expires_ns = hrtimer->_softexpires - hrtimer->base->offset;
+	return 0;
+}
+
+/* TP_PROTO(struct task_struct *p) */
+SEC("tp_btf/sched_waking")
+int BPF_PROG(timer_waking_btf, struct task_struct *p)
+{
+	struct timer_cpu *c = cpu_state();
+	struct wake_stamp *st;
+	struct expiring *e;
+	__u64 start, now;
+	__u32 cause;
+
+	if (!c)
+		return 0;
+	if (c->exp[0].sleeper == (__u64)p || c->exp[1].sleeper == (__u64)p) {
+		e = &c->exp[c->exp[1].sleeper == (__u64)p];
+		e->sleeper = 0;
+		start = e->expires_ns;
+		cause = LATMON_TS_CHAIN_TIMER;
+	} else if (chain && c->irq_ns) {
+		start = c->irq_ns;
+		cause = LATMON_TS_CHAIN_IRQ;
+	} else {
+		return 0;
+	}
+	if (!latmon_task_wanted_btf(p, filter_pid, filter_comm))
+		return 0;
+	st = bpf_task_storage_get(&timer_stamp, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count_drop(chain ? LATMON_TS_CHAIN : LATMON_TS_TIMER);
+		return 0;
+	}
+	now = bpf_ktime_get_ns();
+	/* The previous wakeup is still in flight, yet the task has gone to
+	 * sleep again since: it ran without a traced switch-in, so it was on a
+	 * CPU when woken (see timer_switch_btf). */
+	if (st->start_ns && !st->running)
+		task_ran(st, st->wake_ns);
+	__sync_fetch_and_add(&timer_pending, 1);
+	st->start_ns = start;
+	st->wake_ns = now;
+	st->cause = cause;
+	st->running = 0;
+	/* Woken before it finished going to sleep - the timer fired early in
+	 * clock_nanosleep, on this CPU or, after a migration, on another: it
+	 * is on a CPU now and no switch will follow. */
+	if (latmon_task_on_cpu_btf(p))
+		task_ran(st, now);
+	return 0;
+}
+
+/* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
+ *          unsigned int prev_state) */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(timer_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct wake_stamp *st;
+
+	if (timer_pending <= 0)
+		return 0;
+	st = bpf_task_storage_get(&timer_stamp, next, 0, 0);
+	if (st && st->start_ns && !st->running)
+		task_ran(st, bpf_ktime_get_ns());
+	/* prev leaves the CPU with a wakeup still in flight: it ran without
+	 * a switch-in, so it never left the CPU - woken while going to sleep
+	 * and picked again by the same __schedule() (prev == next is not
+	 * traced). It ran from the wakeup on. */
+	st = bpf_task_storage_get(&timer_stamp, prev, 0, 0);
+	if (st && st->start_ns && !st->running)
+		task_ran(st, st->wake_ns);
+	return 0;
+}
+
+/* ---- chain: which wakeups happen inside a hard interrupt handler ------- */
+
+/* TP_PROTO(int irq, struct irqaction *action) */
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(chain_irq_entry_btf, int irq, struct irqaction *action)
+{
+	struct timer_cpu *c = cpu_state();
+
+	if (c)
+		c->irq_ns = bpf_ktime_get_ns();
+	return 0;
+}
+
+/* TP_PROTO(int irq, struct irqaction *action, int ret) */
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(chain_irq_exit_btf, int irq, struct irqaction *action, int ret)
+{
+	struct timer_cpu *c = cpu_state();
+
+	if (c)
+		c->irq_ns = 0;
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

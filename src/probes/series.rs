@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: MIT
+//! Multi-series families: one BPF object whose maps hold several named
+//! histograms (per syscall id, per IRQ number, per softirq vector, per chain
+//! stage), reported as separate probes.
+//!
+//! The spec's probe is the *family line* (`syscall`: every syscall the
+//! filter admits, summed). Each series with data becomes a probe of its own
+//! named `FAMILY:LABEL` (`syscall:nanosleep`), with the family's kind and
+//! attach mechanism, born through `Probe::new_series()` the first interval
+//! its histogram is non-empty - so output only names what happened, and
+//! the maps stay fixed-size in the kernel.
+//!
+//! Reading: the family probe reads every known slot once per interval into a
+//! shared cache (in `new_series()`, or in `read()` if that was not called);
+//! series probes copy their slot from the cache. The agent lists series
+//! behind their family, so they are read after it in every round.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use super::{Probe, ProbeError};
+use crate::hist::Hist;
+use crate::summary::ProbeInfo;
+
+/// How a slot is reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// In the family line only (e.g. the one syscall of `syscall:NAME`, the
+    /// end-to-end slot of a chain).
+    Family,
+    /// A series of its own, also summed into the family line.
+    Part,
+    /// A series of its own, not in the family line (e.g. chain stages, an
+    /// IRQ's threaded path beside its handlers).
+    Extra,
+}
+
+/// A histogram slot of a family's maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// Opaque to this module; the source's way to find the slot.
+    pub key: u64,
+    /// Series name after `FAMILY:`.
+    pub label: String,
+    pub role: Role,
+}
+
+/// The BPF side of a family.
+pub(crate) trait Source {
+    /// Slots that may hold data now. Called every interval: must be cheap
+    /// (a .bss table, a few map keys).
+    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String>;
+    /// The cumulative histogram of one slot, summed over CPUs.
+    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String>;
+    /// Events lost outside every slot (e.g. a full map), reported as drops
+    /// of the family line.
+    fn lost(&self) -> u64 {
+        0
+    }
+}
+
+struct Known {
+    slot: Slot,
+    hist: Hist,
+    announced: bool,
+}
+
+struct Shared {
+    source: Box<dyn Source>,
+    known: Vec<Known>,
+    scratch: Vec<Slot>,
+    /// The cache was refreshed by new_series() and not yet consumed.
+    fresh: bool,
+}
+
+impl Shared {
+    fn refresh(&mut self) -> Result<(), String> {
+        for k in &mut self.known {
+            self.source.read(k.slot.key, &mut k.hist)?;
+        }
+        self.scratch.clear();
+        self.source.candidates(&mut self.scratch)?;
+        for slot in self.scratch.drain(..) {
+            if self.known.iter().any(|k| k.slot.key == slot.key) {
+                continue;
+            }
+            let mut hist = Hist::default();
+            self.source.read(slot.key, &mut hist)?;
+            if hist.count > 0 || hist.drops > 0 {
+                self.known.push(Known { slot, hist, announced: false });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The family line of a multi-series family.
+pub(crate) struct Family {
+    info: ProbeInfo,
+    shared: Rc<RefCell<Shared>>,
+}
+
+impl Family {
+    pub fn new(info: ProbeInfo, source: Box<dyn Source>) -> Self {
+        let shared = Shared { source, known: Vec::new(), scratch: Vec::new(), fresh: false };
+        Family { info, shared: Rc::new(RefCell::new(shared)) }
+    }
+
+    fn read_error(&self, why: String) -> ProbeError {
+        ProbeError::Read { probe: self.info.name.clone(), why }
+    }
+}
+
+impl Probe for Family {
+    fn info(&self) -> &ProbeInfo {
+        &self.info
+    }
+
+    fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
+        let mut sh = self.shared.borrow_mut();
+        if !sh.fresh {
+            sh.refresh().map_err(|why| self.read_error(why))?;
+        }
+        sh.fresh = false;
+        *out = Hist::default();
+        for k in sh.known.iter().filter(|k| k.slot.role != Role::Extra) {
+            out.merge(&k.hist);
+        }
+        out.drops += sh.source.lost();
+        Ok(())
+    }
+
+    fn new_series(&mut self) -> Vec<Box<dyn Probe>> {
+        let mut sh = self.shared.borrow_mut();
+        if let Err(why) = sh.refresh() {
+            // read() retries and reports it.
+            log::debug!("{}", self.read_error(why));
+            return Vec::new();
+        }
+        sh.fresh = true;
+        let mut born: Vec<Box<dyn Probe>> = Vec::new();
+        for (index, k) in sh.known.iter_mut().enumerate() {
+            if k.announced || k.slot.role == Role::Family {
+                continue;
+            }
+            k.announced = true;
+            let info = ProbeInfo { name: format!("{}:{}", self.info.name, k.slot.label), ..self.info.clone() };
+            log::info!("probe {}: new series", info.name);
+            born.push(Box::new(Series { info, shared: Rc::clone(&self.shared), index }));
+        }
+        born
+    }
+}
+
+/// One series of a family.
+struct Series {
+    info: ProbeInfo,
+    shared: Rc<RefCell<Shared>>,
+    /// Index into `Shared::known` (entries are only ever appended).
+    index: usize,
+}
+
+impl Probe for Series {
+    fn info(&self) -> &ProbeInfo {
+        &self.info
+    }
+
+    fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
+        let sh = self.shared.borrow();
+        out.clone_from(&sh.known[self.index].hist);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source over in-memory histograms.
+    struct Fake {
+        slots: Rc<RefCell<Vec<(Slot, Hist)>>>,
+        reads: Rc<RefCell<usize>>,
+    }
+
+    impl Source for Fake {
+        fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
+            out.extend(self.slots.borrow().iter().map(|(s, _)| s.clone()));
+            Ok(())
+        }
+        fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
+            *self.reads.borrow_mut() += 1;
+            let slots = self.slots.borrow();
+            let (_, h) = slots.iter().find(|(s, _)| s.key == key).ok_or("no such slot")?;
+            out.clone_from(h);
+            Ok(())
+        }
+        fn lost(&self) -> u64 {
+            2
+        }
+    }
+
+    fn slot(key: u64, label: &str, role: Role) -> Slot {
+        Slot { key, label: label.into(), role }
+    }
+
+    fn hist(values: &[u64]) -> Hist {
+        let mut h = Hist::default();
+        for &v in values {
+            h.record(v);
+        }
+        h
+    }
+
+    fn info() -> ProbeInfo {
+        ProbeInfo { name: "fam".into(), kind: "syscall".into(), attach: "tp_btf".into(), mode: "m".into() }
+    }
+
+    #[test]
+    fn series_are_born_when_they_have_data_and_the_family_sums_parts() {
+        let slots = Rc::new(RefCell::new(vec![
+            (slot(1, "a", Role::Part), hist(&[100, 200])),
+            (slot(2, "b", Role::Part), Hist::default()),
+            (slot(3, "x", Role::Extra), hist(&[5_000])),
+        ]));
+        let reads = Rc::new(RefCell::new(0));
+        let mut fam = Family::new(info(), Box::new(Fake { slots: slots.clone(), reads: reads.clone() }));
+
+        let mut born = fam.new_series();
+        let names: Vec<_> = born.iter().map(|p| p.info().name.clone()).collect();
+        assert_eq!(names, ["fam:a", "fam:x"], "empty slot b has no series yet");
+        assert!(born.iter().all(|p| p.info().kind == "syscall" && p.info().attach == "tp_btf"));
+        let mut h = Hist::default();
+        fam.read(&mut h).unwrap();
+        assert_eq!((h.count, h.min_ns, h.max_ns, h.drops), (2, 100, 200, 2), "Extra slots stay out of the family line");
+        born[0].read(&mut h).unwrap();
+        assert_eq!(h.count, 2);
+        born[1].read(&mut h).unwrap();
+        assert_eq!(h.count, 1);
+        let reads_per_round = *reads.borrow();
+        assert_eq!(reads_per_round, 3, "one read per slot: series use the family's cache");
+
+        // b gets data; the next round announces it, and only it.
+        slots.borrow_mut()[1].1 = hist(&[7]);
+        let born2 = fam.new_series();
+        assert_eq!(born2.iter().map(|p| p.info().name.as_str()).collect::<Vec<_>>(), ["fam:b"]);
+        fam.read(&mut h).unwrap();
+        assert_eq!((h.count, h.min_ns), (3, 7));
+        assert!(fam.new_series().is_empty());
+    }
+
+    #[test]
+    fn family_role_slots_have_no_series_and_read_works_without_new_series() {
+        let slots = Rc::new(RefCell::new(vec![(slot(9, "nanosleep", Role::Family), hist(&[1_000_000]))]));
+        let mut fam = Family::new(info(), Box::new(Fake { slots, reads: Rc::new(RefCell::new(0)) }));
+        let mut h = Hist::default();
+        fam.read(&mut h).unwrap();
+        assert_eq!(h.count, 1, "read() refreshes by itself");
+        assert!(fam.new_series().is_empty());
+        fam.read(&mut h).unwrap();
+        assert_eq!(h.count, 1);
+    }
+}

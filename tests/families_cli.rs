@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: MIT
+//! The new probe families through the CLI: `check` plans them, the built-in
+//! default runs them, family series follow the JSON contract.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn check_plans_every_rt_family_on_this_kernel() {
+    let out = latmon()
+        .args(["check", "--json", "--probe", "syscall", "--probe", "syscall:nanosleep,name=ns", "--probe", "irq"])
+        .args(["--probe", "softirq", "--probe", "timer", "--probe", "chain,comm=ctrl"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let plans = v["probes"].as_array().unwrap();
+    assert_eq!(plans.len(), 6);
+    for p in plans {
+        assert_eq!((p["ok"].as_bool(), p["attach"].as_str()), (Some(true), Some("tp_btf")), "{p}");
+    }
+}
+
+#[test]
+fn the_default_runs_runq_syscall_and_irq_with_series() {
+    let child = start_run_attached(&["--interval", "200ms", "--format", "json"], &[], 3);
+    // Some syscalls of our own, so the syscall family has series.
+    for _ in 0..100 {
+        let _ = std::fs::metadata("/proc/self");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (status, out) = stop(child);
+    assert!(status.success());
+    let lines = json_lines(&out);
+    let last = lines.last().unwrap()["probes"].as_array().unwrap();
+    let names: Vec<&str> = last.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for family in ["runq", "syscall", "irq"] {
+        assert!(names.contains(&family), "{family} in the default: {names:?}");
+    }
+    let statx = last
+        .iter()
+        .find(|p| p["name"].as_str().unwrap().starts_with("syscall:"))
+        .expect("at least one syscall series");
+    assert_eq!((statx["kind"].as_str(), statx["attach"].as_str()), (Some("syscall"), Some("tp_btf")));
+    // Series are listed right behind their family.
+    let fam = names.iter().position(|n| *n == "syscall").unwrap();
+    assert!(names[fam + 1].starts_with("syscall:"), "{names:?}");
+    // Every entry carries the contract's fields.
+    for p in last {
+        for k in ["name", "kind", "attach", "count", "total_count", "p50_ns", "p999_ns", "buckets", "drops", "alerts"] {
+            assert!(!p[k].is_null(), "{k} missing in {p}");
+        }
+    }
+}

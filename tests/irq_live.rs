@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: MIT
+//! Live tests of the irq and softirq probes on this kernel (root): real
+//! interrupt load, compared with the kernel's own counters
+//! (/proc/softirqs, /proc/interrupts) over a window latmon fully covers.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::*;
+use latmon::config::ProbeSpec;
+use latmon::probes::irq::{self, Family, ThreadPath};
+
+fn u(v: &serde_json::Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not a number in {v}"))
+}
+
+fn last_probe<'a>(lines: &'a [serde_json::Value], name: &str) -> Option<&'a serde_json::Value> {
+    lines.last()?["probes"].as_array()?.iter().find(|p| p["name"] == name)
+}
+
+/// Sum over CPUs of one row of /proc/softirqs.
+fn softirq_count(vector: &str) -> u64 {
+    let text = std::fs::read_to_string("/proc/softirqs").unwrap();
+    let line = text.lines().find(|l| l.trim_start().starts_with(&format!("{vector}:"))).unwrap();
+    line.split_whitespace().skip(1).map(|c| c.parse::<u64>().unwrap()).sum()
+}
+
+/// IRQ number -> count summed over CPUs, from /proc/interrupts.
+fn irq_counts() -> HashMap<u32, u64> {
+    let text = std::fs::read_to_string("/proc/interrupts").unwrap();
+    let mut lines = text.lines();
+    let ncpus = lines.next().unwrap().split_whitespace().count();
+    lines
+        .filter_map(|l| {
+            let (n, rest) = l.split_once(':')?;
+            let n = n.trim().parse().ok()?;
+            Some((n, rest.split_whitespace().take(ncpus).map(|c| c.parse::<u64>().unwrap_or(0)).sum()))
+        })
+        .collect()
+}
+
+/// Push `bytes` through a loopback TCP connection in small writes.
+fn loopback_traffic(bytes: usize) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rx = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        let mut got = 0;
+        while got < bytes {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got += n;
+        }
+    });
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    let chunk = [7u8; 1024];
+    let mut sent = 0;
+    while sent < bytes {
+        s.write_all(&chunk).unwrap();
+        sent += chunk.len();
+    }
+    rx.join().unwrap();
+}
+
+#[test]
+fn softirq_net_rx_counts_rise_under_loopback_load() {
+    let child = start_run(&["--probe", "softirq", "--interval", "500ms", "--format", "json"]);
+    let before = softirq_count("NET_RX");
+    loopback_traffic(8 << 20);
+    let during = softirq_count("NET_RX") - before;
+    let (status, out) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    let lines = json_lines(&out);
+    let p = last_probe(&lines, "softirq:NET_RX").expect("a NET_RX series under network load");
+    assert_eq!((p["kind"].as_str(), p["attach"].as_str()), (Some("softirq"), Some("tp_btf")));
+    assert!(during >= 100, "the load raised only {during} NET_RX softirqs");
+    // latmon attached before and detached after the load window.
+    assert!(u(p, "total_count") >= during, "latmon saw {} NET_RX runs, the kernel counted {during} in the load window", u(p, "total_count"));
+    // Each run is a bounded piece of work.
+    let p50 = lines.iter().filter_map(|l| l["probes"].as_array().unwrap().iter().find(|p| p["name"] == "softirq:NET_RX")).map(|p| u(p, "p50_ns")).max().unwrap();
+    assert!((100..10_000_000).contains(&p50), "implausible NET_RX p50 {p50} ns");
+    let fam = last_probe(&lines, "softirq").unwrap();
+    assert!(u(fam, "total_count") >= u(p, "total_count"), "the family line sums the vectors");
+}
+
+#[test]
+fn irq_handlers_are_counted_per_irq_with_names() {
+    let child = start_run(&["--probe", "irq", "--interval", "500ms", "--format", "json"]);
+    let before = irq_counts();
+    // Disk and network interrupts: synced writes, then loopback TCP (which
+    // raises no device IRQ but keeps timers and RCU busy).
+    let path = std::env::temp_dir().join(format!("latmon-irq-{}", std::process::id()));
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(1200) {
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&[1u8; 256 << 10]).unwrap();
+        f.sync_all().unwrap();
+    }
+    let _ = std::fs::remove_file(&path);
+    let after = irq_counts();
+    let (status, out) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    let lines = json_lines(&out);
+    let names = irq::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap());
+    let mut checked = 0;
+    for (n, &c) in &after {
+        let delta = c - before.get(n).copied().unwrap_or(0);
+        if delta == 0 {
+            continue;
+        }
+        let series = match names.get(n) {
+            Some(name) => format!("irq:{n} {name}"),
+            None => format!("irq:{n}"),
+        };
+        let p = last_probe(&lines, &series).unwrap_or_else(|| panic!("IRQ {n} fired {delta} times, no series {series:?}"));
+        // latmon's window covers the load window, but /proc/interrupts
+        // counts interrupts as the flow handler takes them, which is not
+        // one-to-one with handler runs: measured here, irq_handler_exit
+        // fired 11550 times for all IRQs while the virtio-blk line alone
+        // counted 11552 in a window inside it; a virtio-net TX line once
+        // counted 5 for 4 handler runs. Allow 1 % plus 2.
+        let seen = u(p, "total_count");
+        assert!(seen + 2 + delta / 100 >= delta, "{series}: latmon {seen} handler runs, kernel {delta} interrupts");
+        assert_eq!(p["kind"], "irq");
+        checked += 1;
+    }
+    if checked == 0 {
+        eprintln!("no numbered device IRQ fired during the load window on this machine; nothing to compare");
+    }
+    let fam = last_probe(&lines, "irq").unwrap();
+    assert_eq!(u(fam, "total_drops"), 0);
+}
+
+#[test]
+fn comm_and_pid_filters_are_refused_for_interrupts() {
+    let out = latmon().args(["run", "--probe", "irq,comm=x", "--duration", "200ms"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("comm= and pid= do not apply"));
+}
+
+/// The threaded path (hardirq -> IRQ thread running) needs IRQ threads,
+/// which this kernel (not PREEMPT_RT, no threadirqs) may not have; its
+/// programs must still pass the verifier and attach here.
+#[test]
+fn threaded_irq_path_loads_and_attaches() {
+    latmon::probes::route_libbpf_logs();
+    let spec = ProbeSpec::parse("irq").unwrap();
+    let p = irq::open(&spec, Family::Irq, ThreadPath::On).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.info().attach, "tp_btf");
+    assert!(p.info().mode.contains("irq threads"), "{}", p.info().mode);
+}
