@@ -212,7 +212,7 @@ mod tests {
     }
 
     fn info() -> ProbeInfo {
-        ProbeInfo { name: "fam".into(), kind: "syscall".into(), attach: "tp_btf".into(), mode: "m".into() }
+        ProbeInfo { name: "fam".into(), kind: "syscall".into(), attach: "tp_btf".into(), mode: "m".into(), btf_mode: "co-re".into() }
     }
 
     #[test]

@@ -111,6 +111,9 @@ run_config() {
   kill -INT \$pid 2>/dev/null
   wait \$pid
   rc=\$?
+  # latmon has handed its final frames to the tty; let the UART drain them
+  # (a few KiB at 115200 baud) before the next run or the power-off.
+  usleep 1500000
   {
     echo "=== run-rc \$rc"
     echo "=== run-stderr"
