@@ -175,7 +175,7 @@ fn modbus_tcp_mbpoll_and_pymodbus_read_what_json_says() {
         "--probe",
         "runq",
         "--probe",
-        "timer",
+        "kfunc:do_nanosleep,name=kfn",
         "--interval",
         "1s",
         "--format",
@@ -222,12 +222,13 @@ fn modbus_tcp_mbpoll_and_pymodbus_read_what_json_says() {
     for (o, k) in [(20, "alerts"), (22, "drops"), (28, "total_alerts"), (30, "total_drops")] {
         assert_eq!(u(b + o), n(jp, k), "{k}");
     }
-    // Block 1: the timer probe, which this build cannot attach, keeps its
-    // place: state failed, kind timer (5), index 1, all counters 0.
+    // Block 1: a kfunc probe, which this host cannot attach (no kprobes,
+    // fentry refused), keeps its place: state failed, kind kfunc (6),
+    // index 1, all counters 0.
     let b = 72;
-    assert_eq!((u(b), u(b + 2)), (0, 5 << 16 | 1));
+    assert_eq!((u(b), u(b + 2)), (0, 6 << 16 | 1));
     assert!((b + 4..b + 32).step_by(2).all(|i| u(i) == 0));
-    assert_eq!(u(b + 32), u32::from_be_bytes(*b"time") as u64);
+    assert_eq!(u(b + 32), u32::from_be_bytes(*b"kfn\0") as u64);
 
     // Without -B, mbpoll pairs the words the other way round: the same
     // registers, swapped (the register order is high word first).
@@ -264,7 +265,7 @@ fn modbus_tcp_mbpoll_and_pymodbus_read_what_json_says() {
     assert_eq!(n(inp, "interval_us"), us(&j["interval_ns"]));
     assert_block_matches(&inp["blocks"][0], &j["probes"][0]);
     assert_eq!(inp["blocks"][1]["state"], 0);
-    assert_eq!(inp["blocks"][1]["name"], "timer");
+    assert_eq!(inp["blocks"][1]["name"], "kfn");
 
     // The exception codes, as the clients report them.
     let e = pyclient(&["exceptions", "--tcp", "127.0.0.1", &ps]);
