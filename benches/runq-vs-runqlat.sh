@@ -19,41 +19,10 @@ sysctl -qw kernel.bpf_stats_enabled=1
 
 baseline=$("$tmp/pingpong" "$n")
 
-# measure NAME CMD... : start the tool, wait until its programs are loaded,
-# snapshot stats, run the workload, snapshot again; prints a JSON line.
-measure() {
-  local name=$1; shift
-  "$@" >"$tmp/$name.out" 2>&1 &
-  local pid=$!
-  for _ in $(seq 100); do
-    python3 benches/bpfstats.py x "$pid" >"$tmp/$name.before" 2>/dev/null && break
-    sleep 0.1
-  done
-  sleep 1 # let attach complete (programs load before links are made)
-  python3 benches/bpfstats.py x "$pid" >"$tmp/$name.before"
-  local rt; rt=$("$tmp/pingpong" "$n")
-  python3 benches/bpfstats.py x "$pid" >"$tmp/$name.after"
-  kill -INT "$pid"; wait "$pid" || true
-  python3 - "$name" "$rt" "$n" "$tmp/$name.before" "$tmp/$name.after" <<'PY'
-import json, sys
-name, rt, n, b, a = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-before, after = json.load(open(b)), json.load(open(a))
-tot_ns = tot_cnt = 0
-parts = []
-for k, (pname, ns, cnt) in after.items():
-    _, ns0, cnt0 = before.get(k, (pname, 0, 0))
-    dns, dcnt = ns - ns0, cnt - cnt0
-    tot_ns += dns; tot_cnt += dcnt
-    if dcnt:
-        parts.append(f"{pname} {dns/dcnt:.0f} ns x {dcnt}")
-print(json.dumps({"name": name, "ns_per_event": tot_ns / max(tot_cnt, 1), "events": tot_cnt,
-                  "bpf_ns_per_round_trip": tot_ns / n, "workload_ns_per_round_trip": rt,
-                  "programs": parts}))
-PY
-}
+. benches/lib.sh
 
-r1=$(measure runqlat runqlat)
-r2=$(measure latmon target/release/latmon run --probe runq --interval 10s)
+r1=$(measure runqlat "$tmp/pingpong $n" -- runqlat)
+r2=$(measure latmon "$tmp/pingpong $n" -- target/release/latmon run --probe runq --interval 10s)
 python3 - "$baseline" "$n" "$r1" "$r2" <<'PY'
 import json, sys
 base, n = float(sys.argv[1]), int(sys.argv[2])
@@ -61,10 +30,10 @@ a, b = json.loads(sys.argv[3]), json.loads(sys.argv[4])
 print(f"pipe ping-pong, {n} round trips on one CPU; no tracing: {base:.0f} ns per round trip")
 for r in (a, b):
     print(f"{r['name']:>8}: {r['ns_per_event']:6.1f} ns/event ({r['events']} program runs), "
-          f"BPF {r['bpf_ns_per_round_trip']:6.1f} ns per round trip, workload {r['workload_ns_per_round_trip']:.0f} ns per round trip")
+          f"BPF {r['bpf_ns_per_op']:6.1f} ns per round trip, workload {r['workload_ns_per_op']:.0f} ns per round trip")
     for p in r["programs"]:
         print(f"          {p}")
 print(f"ratio latmon/runqlat: ns/event {b['ns_per_event']/a['ns_per_event']:.2f}, "
-      f"BPF ns per round trip {b['bpf_ns_per_round_trip']/a['bpf_ns_per_round_trip']:.2f}, "
-      f"added workload ns {(b['workload_ns_per_round_trip']-base)/max(a['workload_ns_per_round_trip']-base,1):.2f}")
+      f"BPF ns per round trip {b['bpf_ns_per_op']/a['bpf_ns_per_op']:.2f}, "
+      f"added workload ns {(b['workload_ns_per_op']-base)/max(a['workload_ns_per_op']-base,1):.2f}")
 PY

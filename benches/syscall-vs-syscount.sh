@@ -19,46 +19,14 @@ cc -O2 -o "$tmp/getppid" benches/getppid.c
 [ -x target/release/latmon ] || cargo build --release --locked
 sysctl -qw kernel.bpf_stats_enabled=1
 
-# measure NAME CMD... : start the tool, wait until its programs are loaded
-# and attached, snapshot stats, run the workload, snapshot again; prints a
-# JSON line. Every program of the tool counts (latmon's sched_switch hook
-# included).
-measure() {
-  local name=$1; shift
-  "$@" >"$tmp/$name.out" 2>&1 &
-  local pid=$!
-  for _ in $(seq 100); do
-    python3 benches/bpfstats.py x "$pid" >"$tmp/$name.before" 2>/dev/null && break
-    sleep 0.1
-  done
-  sleep 1 # let attach complete (programs load before links are made)
-  python3 benches/bpfstats.py x "$pid" >"$tmp/$name.before"
-  local w; w=$("$tmp/getppid" "$n")
-  python3 benches/bpfstats.py x "$pid" >"$tmp/$name.after"
-  kill -INT "$pid"; wait "$pid" || true
-  python3 - "$name" "$w" "$n" "$tmp/$name.before" "$tmp/$name.after" <<'PY'
-import json, sys
-name, w, n, b, a = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-before, after = json.load(open(b)), json.load(open(a))
-tot_ns = tot_cnt = 0
-parts = []
-for k, (pname, ns, cnt) in after.items():
-    _, ns0, cnt0 = before.get(k, (pname, 0, 0))
-    dns, dcnt = ns - ns0, cnt - cnt0
-    tot_ns += dns; tot_cnt += dcnt
-    if dcnt:
-        parts.append(f"{pname} {dns/dcnt:.0f} ns x {dcnt}")
-print(json.dumps({"name": name, "ns_per_event": tot_ns / max(tot_cnt, 1), "events": tot_cnt,
-                  "bpf_ns_per_call": tot_ns / n, "workload_ns_per_call": w, "programs": parts}))
-PY
-}
+. benches/lib.sh
 
 results=()
 base=()
 for r in $(seq "$rounds"); do
   base+=("$("$tmp/getppid" "$n")")
-  results+=("$(measure syscount syscount -L)")
-  results+=("$(measure latmon target/release/latmon run --probe syscall --interval 10s)")
+  results+=("$(measure syscount "$tmp/getppid $n" -- syscount -L)")
+  results+=("$(measure latmon "$tmp/getppid $n" -- target/release/latmon run --probe syscall --interval 10s)")
 done
 python3 - "$n" "${base[*]}" "${results[@]}" <<'PY'
 import json, statistics, sys
@@ -69,14 +37,14 @@ print(f"getppid loop, {n} calls per run, {len(runs)//2} rounds (medians); no tra
 med = {}
 for name in ("syscount", "latmon"):
     rs = [r for r in runs if r["name"] == name]
-    m = {k: statistics.median(r[k] for r in rs) for k in ("ns_per_event", "bpf_ns_per_call", "workload_ns_per_call")}
+    m = {k: statistics.median(r[k] for r in rs) for k in ("ns_per_event", "bpf_ns_per_op", "workload_ns_per_op")}
     med[name] = m
-    print(f"{name:>8}: {m['ns_per_event']:6.1f} ns/event, BPF {m['bpf_ns_per_call']:6.1f} ns per call, "
-          f"workload {m['workload_ns_per_call']:.0f} ns per call (+{m['workload_ns_per_call']-base:.0f})")
+    print(f"{name:>8}: {m['ns_per_event']:6.1f} ns/event, BPF {m['bpf_ns_per_op']:6.1f} ns per call, "
+          f"workload {m['workload_ns_per_op']:.0f} ns per call (+{m['workload_ns_per_op']-base:.0f})")
     for r in rs:
         print(f"          round: {r['ns_per_event']:.1f} ns/event; " + "; ".join(r["programs"]))
 s, l = med["syscount"], med["latmon"]
 print(f"ratio latmon/syscount: ns/event {l['ns_per_event']/s['ns_per_event']:.2f}, "
-      f"BPF ns per call {l['bpf_ns_per_call']/s['bpf_ns_per_call']:.2f}, "
-      f"added workload ns per call {(l['workload_ns_per_call']-base)/max(s['workload_ns_per_call']-base,1):.2f}")
+      f"BPF ns per call {l['bpf_ns_per_op']/s['bpf_ns_per_op']:.2f}, "
+      f"added workload ns per call {(l['workload_ns_per_op']-base)/max(s['workload_ns_per_op']-base,1):.2f}")
 PY

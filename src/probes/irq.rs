@@ -215,13 +215,10 @@ fn load(
 ) -> Result<(Owned<IrqSkel<'static>>, Vec<Link>), String> {
     let wanted = programs(family, mech, threads);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
-        let mut open = IrqSkelBuilder::default().open(storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open = IrqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
-        for mut prog in open.open_object_mut().progs_mut() {
-            let name = prog.name().to_string_lossy().into_owned();
-            prog.set_autoload(wanted.contains(&name.as_str()));
-        }
+        super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let links = attach_in_order(skel.object(), &wanted)?;

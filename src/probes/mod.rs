@@ -383,6 +383,15 @@ pub fn set_btf_path(path: &std::path::Path) -> Result<(), String> {
     BTF_PATH.set(c).map_err(|_| "btf_path set twice".to_string())
 }
 
+/// Autoload exactly the programs named in `wanted` (one object carries
+/// every variant; the chosen rung's programs load, the others stay out).
+pub(crate) fn autoload_only(obj: &mut libbpf_rs::OpenObject, wanted: &[&str]) {
+    for mut prog in obj.progs_mut() {
+        let on = wanted.iter().any(|w| prog.name().to_string_lossy() == *w);
+        prog.set_autoload(on);
+    }
+}
+
 /// Open options every family passes to its skeleton builder.
 pub(crate) fn open_opts() -> libbpf_rs::libbpf_sys::bpf_object_open_opts {
     let mut opts = zeroed_opts::<libbpf_rs::libbpf_sys::bpf_object_open_opts>();

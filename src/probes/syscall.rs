@@ -143,16 +143,13 @@ fn load(
 ) -> Result<(Owned<SyscallSkel<'static>>, Vec<Link>), String> {
     let wanted = programs(mech);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
-        let mut open = SyscallSkelBuilder::default().open(storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open = SyscallSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_id = filter_id;
         ro.filter_pid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
-        for mut prog in open.open_object_mut().progs_mut() {
-            let name = prog.name().to_string_lossy().into_owned();
-            prog.set_autoload(wanted.contains(&name.as_str()));
-        }
+        super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let links = attach_in_order(skel.object(), &wanted)?;

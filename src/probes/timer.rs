@@ -101,16 +101,13 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
 fn load(spec: &ProbeSpec, chain: bool) -> Result<Loaded, String> {
     let wanted = programs(chain);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
-        let mut open = TimerSkelBuilder::default().open(storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open = TimerSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_pid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
         ro.chain = chain;
-        for mut prog in open.open_object_mut().progs_mut() {
-            let name = prog.name().to_string_lossy().into_owned();
-            prog.set_autoload(wanted.contains(&name.as_str()));
-        }
+        super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let links = attach_in_order(skel.object(), &wanted)?;
