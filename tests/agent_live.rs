@@ -158,35 +158,14 @@ fn has_probe(line: &Value, name: &str) -> bool {
     line["probes"].as_array().is_some_and(|a| a.iter().any(|p| p["name"] == name))
 }
 
-/// Ids of the BPF programs a process holds (its bpf-prog fds' fdinfo).
-fn prog_ids_of(pid: u32) -> Vec<u64> {
-    let mut ids = Vec::new();
-    for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().map_while(Result::ok) {
-        let target = std::fs::read_link(fd.path()).unwrap_or_default();
-        if target.to_string_lossy() != "anon_inode:bpf-prog" {
-            continue;
-        }
-        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()))
-            .unwrap_or_default();
-        ids.extend(info.lines().find_map(|l| l.strip_prefix("prog_id:")).and_then(|v| v.trim().parse::<u64>().ok()));
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    ids
-}
 
-fn bpftool_prog_ids() -> Vec<u64> {
-    let out = Command::new("bpftool").args(["prog", "show", "--json"]).output().expect("bpftool");
-    let progs: Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
-    progs.as_array().unwrap().iter().map(|p| p["id"].as_u64().unwrap()).collect()
-}
 
 /// Wait until bpftool lists none of `ids` (the kernel frees programs from
 /// a deferred work item).
 fn assert_unloaded(ids: &[u64]) {
     let mut left = Vec::new();
     for _ in 0..50 {
-        left = bpftool_prog_ids().into_iter().filter(|id| ids.contains(id)).collect();
+        left = all_prog_ids().into_iter().filter(|id| ids.contains(id)).collect();
         if left.is_empty() {
             return;
         }

@@ -97,28 +97,7 @@ fn comm_filter_excludes_other_tasks() {
     assert_eq!(total, 0, "no task is named lm-nobody-here");
 }
 
-/// Ids of the BPF programs a process holds (its bpf-prog fds' fdinfo).
-fn prog_ids_of(pid: u32) -> Vec<u64> {
-    let mut ids = Vec::new();
-    for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().map_while(Result::ok) {
-        let target = std::fs::read_link(fd.path()).unwrap_or_default();
-        if target.to_string_lossy() != "anon_inode:bpf-prog" {
-            continue;
-        }
-        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()))
-            .unwrap_or_default();
-        ids.extend(info.lines().find_map(|l| l.strip_prefix("prog_id:")).and_then(|v| v.trim().parse::<u64>().ok()));
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    ids
-}
 
-fn all_prog_ids() -> Vec<u64> {
-    let out = std::process::Command::new("bpftool").args(["prog", "show", "--json"]).output().expect("bpftool");
-    let progs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
-    progs.as_array().unwrap().iter().map(|p| p["id"].as_u64().unwrap()).collect()
-}
 
 #[test]
 fn sigint_flushes_final_summary_and_detaches() {
