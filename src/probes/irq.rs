@@ -126,6 +126,10 @@ fn irq_key(key: u64) -> types::latmon_irq_key {
 }
 
 impl Source for Irqs {
+    fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
+        super::loaded_prog_fds(self.skel.object())
+    }
+
     fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
         if self.family == Family::Softirq {
             for (vec, name) in SOFTIRQ_NAMES.iter().enumerate() {

@@ -383,6 +383,13 @@ pub fn set_btf_path(path: &std::path::Path) -> Result<(), String> {
     BTF_PATH.set(c).map_err(|_| "btf_path set twice".to_string())
 }
 
+/// The fds of an object's loaded programs (those autoloaded), for cost
+/// accounting (Probe::bpf_programs).
+pub(crate) fn loaded_prog_fds(obj: &libbpf_rs::Object) -> Vec<RawFd> {
+    use std::os::fd::AsFd;
+    obj.progs().filter(|p| p.autoload()).map(|p| p.as_fd().as_raw_fd()).collect()
+}
+
 /// Autoload exactly the programs named in `wanted` (one object carries
 /// every variant; the chosen rung's programs load, the others stay out).
 pub(crate) fn autoload_only(obj: &mut libbpf_rs::OpenObject, wanted: &[&str]) {

@@ -57,6 +57,10 @@ pub(crate) trait Source {
     fn lost(&self) -> u64 {
         0
     }
+    /// The family's loaded BPF programs (their cost is the family line's).
+    fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
+        Vec::new()
+    }
 }
 
 struct Known {
@@ -128,6 +132,10 @@ impl Probe for Family {
         }
         out.drops += sh.source.lost();
         Ok(())
+    }
+
+    fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
+        self.shared.borrow().source.bpf_programs()
     }
 
     fn new_series(&mut self) -> Vec<Box<dyn Probe>> {

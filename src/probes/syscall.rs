@@ -81,6 +81,10 @@ struct Syscalls {
 }
 
 impl Source for Syscalls {
+    fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
+        super::loaded_prog_fds(self._skel.object())
+    }
+
     fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
         let role = if self.single { Role::Family } else { Role::Part };
         out.push(Slot { key: 0, label: "other".into(), role });

@@ -57,10 +57,18 @@ impl Probe for Timer {
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
         self.t.reader.read(TS_TIMER as u32, out).map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
     }
+
+    fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
+        super::loaded_prog_fds(self.t._skel.object())
+    }
 }
 
 /// `chain`: the end-to-end line plus its stages.
 impl Source for Timers {
+    fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
+        super::loaded_prog_fds(self._skel.object())
+    }
+
     fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
         for (slot, label, role) in [
             (TS_CHAIN, "total", Role::Family),
