@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 boards=1
 [ "${1:-}" = --no-boards ] && boards=0
 t0=$(date +%s)
-cargo test --locked --release
+# --no-fail-fast: one CI run reports every failing test, not just the first binary's.
+cargo test --locked --release --no-fail-fast
 echo "test.sh: cargo tests passed in $(( $(date +%s) - t0 )) s"
 # The Yocto layer: oelint-adv, kas, systemd-analyze, kernel options (yocto/).
 tests/yocto/check.sh
