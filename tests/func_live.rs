@@ -55,7 +55,7 @@ struct Ran {
     calls: u64,
     over_1ms: u64,
     mean_ns: u64,
-    /// recurse: every lm_recurse call's duration measured in its own body.
+    /// Every lm_work / lm_recurse call's duration measured in its own body.
     self_ns: Vec<u64>,
     elapsed: Duration,
 }
@@ -138,8 +138,9 @@ fn ufunc_counts_every_call_and_p50_is_the_true_duration() {
         assert_eq!(u(p, "count"), calls, "every call counted, exactly");
         assert_eq!(u(p, "drops"), 0);
         assert_eq!(u(p, "alerts"), 0, "no threshold, no alerts");
-        // The target's own mean is the truth; latmon's median must sit in
-        // the same bucket (plus a few us of uprobe cost in the window).
+        // The target's own per-call durations are the truth: latmon's
+        // median sits in the bucket of theirs, and every reading follows
+        // its call's own duration (plus the uprobe traps' cost).
         eprintln!(
             "FIGURES work {calls} x {ns} ns: count {} p50 {} ns, target's own mean {} ns, min {} max {}",
             u(p, "count"),
@@ -148,7 +149,10 @@ fn ufunc_counts_every_call_and_p50_is_the_true_duration() {
             u(p, "min_ns"),
             u(p, "max_ns")
         );
-        assert_within_bucket(&format!("p50 of {calls} x {ns} ns"), u(p, "p50_ns"), ran.mean_ns, 5_000);
+        let mut truth = ran.self_ns.clone();
+        truth.sort_unstable();
+        assert_within_bucket(&format!("p50 of {calls} x {ns} ns"), u(p, "p50_ns"), truth[truth.len() / 2], 5_000);
+        assert_readings_follow_truth(&format!("{calls} x {ns} ns"), p["buckets"].as_array().unwrap(), &ran.self_ns);
         assert!(u(p, "min_ns") >= ns, "no call is shorter than its busy-wait");
     }
 }
@@ -494,6 +498,7 @@ fn the_no_btf_build_counts_every_call_pairs_frames_and_alerts() {
     assert_eq!((u(w, "count"), u(w, "drops")), (120, 0), "every call counted, exactly");
     assert_within_bucket("p50", u(w, "p50_ns"), 200_000, 10_000);
     assert_within_bucket("p90", u(w, "p90_ns"), 2_000_000, 10_000);
+    assert_readings_follow_truth("no-btf work", w["buckets"].as_array().unwrap(), &ran.self_ns);
     assert_eq!(ran.over_1ms, 20);
     assert_eq!(u(w, "alerts"), 20, "alerts count the calls above the threshold");
     assert_eq!(alert_records(&sum, "work").len(), 20, "records decoded through the no-BTF build's types");
