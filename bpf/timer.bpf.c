@@ -41,14 +41,18 @@
  *                happens inside a hard interrupt handler on this CPU)
  *   CHAIN_RUN    sched_waking -> sched_switch      (wakeup -> running)
  *   CHAIN        event -> running                  (end to end)
- * Seam for a response stage: after CHAIN_RUN the task's storage keeps the
- * event time (start_ns with running set), so a uretprobe program added to
- * this object can close the chain at an application function's return.
+ * and, with a response function (chain,...,response=/bin:SYMBOL), from the
+ * first return of that function after the thread ran:
+ *   CHAIN_RESPONSE     running -> the function returns (uretprobe)
+ *   CHAIN_TO_RESPONSE  event -> the function returns (end to end)
+ * An event whose thread is woken by the next event before the function
+ * returned has no response: counted as a drop of CHAIN_RESPONSE.
  *
  * The sleeper's task is read from the hrtimer_sleeper that contains the
  * timer with bpf_probe_read_kernel: container_of() on the trusted hrtimer
  * pointer is refused by the verifier. hrtimer_wakeup's address comes from
- * kallsyms through libbpf's typeless __ksym. tp_btf only (task storage).
+ * kallsyms through libbpf's typeless __ksym. tp_btf only (task storage;
+ * the uretprobe reads the same storage through bpf_get_current_task_btf).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -66,6 +70,8 @@ const volatile char filter_comm[LATMON_COMM_LEN] = {};
 const volatile __u64 threshold_ns = 0;
 /* Chain mode: IRQ causes too, stage histograms instead of TS_TIMER. */
 const volatile bool chain = false;
+/* Chain mode with a response function (its uretprobe is attached). */
+const volatile bool response = false;
 
 /* Stamps waiting for their task to run; sched_switch skips the storage
  * lookup while there are none (nearly always). */
@@ -84,11 +90,15 @@ struct timer_cpu {
 	__u64 irq_ns;           /* chain: a hardirq handler runs since (0: none) */
 };
 
+/* wake_stamp::running */
+enum { WAITING = 0, RAN = 1, RESPONDED = 2 };
+
 struct wake_stamp {
 	__u64 start_ns; /* the event: intended expiry or hardirq entry (0: none) */
 	__u64 wake_ns;  /* sched_waking */
+	__u64 run_ns;   /* chain: the task ran */
 	__u32 cause;    /* LATMON_TS_CHAIN_TIMER or LATMON_TS_CHAIN_IRQ */
-	__u32 running;  /* chain seam: the task ran after this event */
+	__u32 running;  /* WAITING, RAN (chain: awaiting the response), RESPONDED */
 };
 
 struct {
@@ -160,7 +170,8 @@ static __always_inline void task_ran(struct wake_stamp *st, __u64 now)
 		record(st->cause == LATMON_TS_CHAIN_IRQ ? LATMON_TS_CHAIN_IRQ : LATMON_TS_CHAIN_TIMER, stage);
 		record(LATMON_TS_CHAIN_RUN, run);
 	}
-	st->running = 1;
+	st->run_ns = now;
+	st->running = RAN;
 }
 
 /* TP_PROTO(struct hrtimer *hrtimer, ktime_t *now) */
@@ -219,13 +230,17 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 	/* The previous wakeup is still in flight, yet the task has gone to
 	 * sleep again since: it ran without a traced switch-in, so it was on a
 	 * CPU when woken (see timer_switch_btf). */
-	if (st->start_ns && !st->running)
+	if (st->start_ns && st->running == WAITING)
 		task_ran(st, st->wake_ns);
+	/* The last event's thread ran but never returned from the response
+	 * function before this new event. */
+	if (response && st->start_ns && st->running == RAN)
+		count_drop(LATMON_TS_CHAIN_RESPONSE);
 	__sync_fetch_and_add(&timer_pending, 1);
 	st->start_ns = start;
 	st->wake_ns = now;
 	st->cause = cause;
-	st->running = 0;
+	st->running = WAITING;
 	/* Woken before it finished going to sleep - the timer fired early in
 	 * clock_nanosleep, on this CPU or, after a migration, on another: it
 	 * is on a CPU now and no switch will follow. */
@@ -244,14 +259,14 @@ int BPF_PROG(timer_switch_btf, bool preempt, struct task_struct *prev, struct ta
 	if (timer_pending <= 0)
 		return 0;
 	st = bpf_task_storage_get(&timer_stamp, next, 0, 0);
-	if (st && st->start_ns && !st->running)
+	if (st && st->start_ns && st->running == WAITING)
 		task_ran(st, bpf_ktime_get_ns());
 	/* prev leaves the CPU with a wakeup still in flight: it ran without
 	 * a switch-in, so it never left the CPU - woken while going to sleep
 	 * and picked again by the same __schedule() (prev == next is not
 	 * traced). It ran from the wakeup on. */
 	st = bpf_task_storage_get(&timer_stamp, prev, 0, 0);
-	if (st && st->start_ns && !st->running)
+	if (st && st->start_ns && st->running == WAITING)
 		task_ran(st, st->wake_ns);
 	return 0;
 }
@@ -277,6 +292,38 @@ int BPF_PROG(chain_irq_exit_btf, int irq, struct irqaction *action, int ret)
 
 	if (c)
 		c->irq_ns = 0;
+	return 0;
+}
+
+/* ---- chain: the response function returns ----------------------------- */
+
+/* Attached as a uretprobe on the response function (for the chain's pid,
+ * or every process: the storage lookup finds only the followed thread). */
+SEC("uretprobe")
+int chain_response(struct pt_regs *ctx)
+{
+	struct wake_stamp *st;
+	__u64 now;
+
+	st = bpf_task_storage_get(&timer_stamp, bpf_get_current_task_btf(), 0, 0);
+	if (!st || !st->start_ns)
+		return 0;
+	/* Running user code with the wakeup still in flight: it ran without
+	 * a traced switch-in (see timer_switch_btf), from the wakeup on. */
+	if (st->running == WAITING)
+		task_ran(st, st->wake_ns);
+	if (st->running != RAN)
+		return 0;
+	now = bpf_ktime_get_ns();
+	/* Stages all or nothing, as in task_ran(): to-response = event ->
+	 * wakeup + wakeup -> running + response, event by event. */
+	if (now < st->run_ns) {
+		count_drop(LATMON_TS_CHAIN_RESPONSE);
+	} else {
+		record(LATMON_TS_CHAIN_RESPONSE, now - st->run_ns);
+		record(LATMON_TS_CHAIN_TO_RESPONSE, now - st->start_ns);
+	}
+	st->running = RESPONDED;
 	return 0;
 }
 

@@ -84,10 +84,27 @@ pub enum ProbeKind {
     Irq,
     Softirq,
     Syscall(Option<String>),
-    /// Event (timer or IRQ) -> wakeup -> running, in stages, for a named thread.
-    Chain,
+    /// Event (timer or IRQ) -> wakeup -> running, in stages, for a named
+    /// thread; optionally -> the return of an application function.
+    Chain { response: Option<UserFunc> },
     Kfunc(String),
     Ufunc { binary: String, symbol: String },
+}
+
+/// A function in a user-space binary or shared library: `/path:SYMBOL`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserFunc {
+    pub binary: String,
+    pub symbol: String,
+}
+
+impl UserFunc {
+    /// `/absolute/path:SYMBOL`; the symbol is after the last ':' (paths
+    /// may hold ':').
+    pub fn parse(s: &str) -> Option<Self> {
+        let (binary, symbol) = s.rsplit_once(':').filter(|(b, s)| b.starts_with('/') && !s.is_empty())?;
+        Some(Self { binary: binary.to_string(), symbol: symbol.to_string() })
+    }
 }
 
 impl ProbeKind {
@@ -99,7 +116,7 @@ impl ProbeKind {
             Self::Irq => "irq",
             Self::Softirq => "softirq",
             Self::Syscall(_) => "syscall",
-            Self::Chain => "chain",
+            Self::Chain { .. } => "chain",
             Self::Kfunc(_) => "kfunc",
             Self::Ufunc { .. } => "ufunc",
         }
@@ -113,14 +130,14 @@ impl ProbeKind {
             Self::Ufunc { .. } => &["uprobe"],
             Self::Irq | Self::Softirq | Self::Syscall(_) => &["tp_btf", "raw_tp"],
             // The timer wakeup path needs trusted task pointers (tp_btf).
-            Self::Timer | Self::Chain => &["tp_btf"],
+            Self::Timer | Self::Chain { .. } => &["tp_btf"],
         }
     }
 
     /// Families whose series are reported as `NAME:SERIES` beside the family
     /// line (see probes::series).
     pub fn has_series(&self) -> bool {
-        matches!(self, Self::Syscall(None) | Self::Irq | Self::Softirq | Self::Chain)
+        matches!(self, Self::Syscall(None) | Self::Irq | Self::Softirq | Self::Chain { .. })
     }
 }
 
@@ -161,7 +178,7 @@ impl ProbeSpec {
             "timer" => no_arg(ProbeKind::Timer)?,
             "irq" => no_arg(ProbeKind::Irq)?,
             "softirq" => no_arg(ProbeKind::Softirq)?,
-            "chain" => no_arg(ProbeKind::Chain)?,
+            "chain" => no_arg(ProbeKind::Chain { response: None })?,
             "syscall" => match arg {
                 None => ProbeKind::Syscall(None),
                 Some(n) if valid_ident(n) => ProbeKind::Syscall(Some(n.to_string())),
@@ -172,12 +189,9 @@ impl ProbeSpec {
                 _ => return Err(bad("expected kfunc:FUNCTION, e.g. kfunc:do_nanosleep")),
             },
             "ufunc" => {
-                // ufunc:/path/to/binary:SYMBOL; the symbol is after the last ':'.
-                let (binary, symbol) = arg
-                    .and_then(|a| a.rsplit_once(':'))
-                    .filter(|(b, s)| b.starts_with('/') && !s.is_empty())
-                    .ok_or_else(|| bad("expected ufunc:/absolute/path/to/binary:SYMBOL"))?;
-                ProbeKind::Ufunc { binary: binary.to_string(), symbol: symbol.to_string() }
+                let UserFunc { binary, symbol } =
+                    arg.and_then(UserFunc::parse).ok_or_else(|| bad("expected ufunc:/absolute/path/to/binary:SYMBOL"))?;
+                ProbeKind::Ufunc { binary, symbol }
             }
             "" => return Err(bad("empty probe spec")),
             other => return Err(ConfigError::UnknownProbeKind(other.to_string())),
@@ -211,6 +225,14 @@ impl ProbeSpec {
                     }
                     p.name = v.to_string();
                 }
+                "response" => {
+                    let ProbeKind::Chain { response } = &mut p.kind else {
+                        return Err(bad("response= applies to chain only"));
+                    };
+                    let f = UserFunc::parse(v)
+                        .ok_or_else(|| bad("expected response=/absolute/path/to/binary:SYMBOL (the function whose return closes the chain)"))?;
+                    *response = Some(f);
+                }
                 "attach" => {
                     let mechs = p.kind.mechanisms();
                     p.attach = Some(mechs.iter().copied().find(|m| *m == v).ok_or_else(|| {
@@ -219,12 +241,12 @@ impl ProbeSpec {
                 }
                 other => {
                     return Err(bad(&format!(
-                        "unknown option {other:?} (expected comm, pid, threshold, name, attach)"
+                        "unknown option {other:?} (expected comm, pid, threshold, name, attach, response)"
                     )))
                 }
             }
         }
-        if p.kind == ProbeKind::Chain && p.comm.is_none() && p.pid.is_none() {
+        if matches!(p.kind, ProbeKind::Chain { .. }) && p.comm.is_none() && p.pid.is_none() {
             return Err(bad("chain follows one named thread: give comm=NAME or pid=N"));
         }
         Ok(p)
@@ -527,7 +549,11 @@ mod tests {
         assert_eq!(ProbeSpec::parse("runq").unwrap().name, "runq");
         assert_eq!(ProbeSpec::parse("syscall:nanosleep").unwrap().kind, ProbeKind::Syscall(Some("nanosleep".into())));
         assert_eq!(ProbeSpec::parse("kfunc:do_nanosleep").unwrap().kind, ProbeKind::Kfunc("do_nanosleep".into()));
-        assert_eq!(ProbeSpec::parse("chain,comm=ctrl").unwrap().kind, ProbeKind::Chain);
+        assert_eq!(ProbeSpec::parse("chain,comm=ctrl").unwrap().kind, ProbeKind::Chain { response: None });
+        assert_eq!(
+            ProbeSpec::parse("chain,comm=ctrl,response=/opt/robot/bin/ctrl:cycle_done").unwrap().kind,
+            ProbeKind::Chain { response: Some(UserFunc { binary: "/opt/robot/bin/ctrl".into(), symbol: "cycle_done".into() }) }
+        );
         for (spec, series) in [("syscall", true), ("syscall:read", false), ("irq", true), ("softirq", true), ("timer", false), ("runq", false)] {
             assert_eq!(ProbeSpec::parse(spec).unwrap().kind.has_series(), series, "{spec}");
         }
@@ -560,6 +586,9 @@ mod tests {
             ("kfunc:f,attach=uprobe", "kfunc attaches via fentry or kprobe"),
             ("ufunc:/bin/x:f,attach=kprobe", "ufunc attaches via uprobe"),
             ("chain", "named thread"),
+            ("runq,response=/bin/x:f", "response= applies to chain only"),
+            ("chain,comm=c,response=x:f", "response=/absolute/path"),
+            ("chain,comm=c,response=/bin/x:", "response=/absolute/path"),
             ("", "empty"),
         ] {
             let e = ProbeSpec::parse(spec).unwrap_err().to_string();

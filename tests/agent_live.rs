@@ -10,7 +10,7 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -477,19 +477,6 @@ fn default_threads_are_sched_other_nice_10_never_rt() {
 }
 
 // ---------------------------------------------------------- 4. privileges
-
-fn lm_target() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let bin = tmp("lm-target");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm_target.c");
-        let out = Command::new("cc").args(["-g", "-O0", "-pthread", "-o"]).arg(&bin).arg(&src).output().expect("cc");
-        assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
-        // Readable and executable by everyone (latmon runs as nobody later).
-        let _ = Command::new("chmod").args(["-R", "a+rX"]).arg(bin.parent().unwrap()).status();
-        bin
-    })
-}
 
 #[test]
 fn privileges_are_dropped_after_attach_and_monitoring_continues() {

@@ -10,9 +10,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -25,27 +24,8 @@ fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `lm-target`, compiled once per test run with `cc -g -O0`.
-fn target() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("latmon-func-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let bin = dir.join("lm-target");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm_target.c");
-        let out = Command::new("cc")
-            .args(["-g", "-O0", "-pthread", "-Wall", "-o"])
-            .arg(&bin)
-            .arg(&src)
-            .output()
-            .expect("cc (gcc) is needed to build the func test target");
-        assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
-        bin
-    })
-}
-
 fn spec(symbol: &str, opts: &str) -> String {
-    format!("ufunc:{}:{symbol}{opts}", target().display())
+    format!("ufunc:{}:{symbol}{opts}", lm_target().display())
 }
 
 /// The target's own account of its lm_work calls.
@@ -62,7 +42,7 @@ struct Ran {
 
 fn run_target(args: &[&str]) -> Ran {
     let t0 = Instant::now();
-    let out = Command::new(target()).args(args).output().unwrap();
+    let out = Command::new(lm_target()).args(args).output().unwrap();
     let elapsed = t0.elapsed();
     assert!(out.status.success(), "lm-target {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -408,7 +388,7 @@ fn a_libc_uprobe_runs_beside_a_kfunc_that_attaches_or_is_reported_clearly() {
 
 #[test]
 fn check_names_the_mechanism_and_every_failure_clearly() {
-    let bin = target().display().to_string();
+    let bin = lm_target().display().to_string();
     let specs = [
         format!("ufunc:{bin}:lm_work,threshold=1ms"),
         "kfunc:do_nanosleep".into(),

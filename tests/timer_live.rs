@@ -124,3 +124,71 @@ fn chain_stages_add_up_to_the_end_to_end_latency() {
         assert!(ma + mb <= mt && mt <= ma + mb + 1, "stage means {ma} + {mb} vs end to end {mt}");
     }
 }
+
+/// chain with a response function: lm-target's control loop sleeps to
+/// each 1 ms deadline, then its lm_cycle spins 200 us - the application's
+/// response. Every event gets both response stages; per event the stages
+/// still add up (event -> wakeup + wakeup -> running + running -> return
+/// = event -> return), and the response stage holds the function's own
+/// duration (lm_cycle measures itself) plus the return path from
+/// clock_nanosleep into it.
+#[test]
+fn chain_response_stage_ends_at_the_functions_return() {
+    let target = lm_target();
+    let spec = format!("chain,comm=lm-target,response={}:lm_cycle", target.display());
+    let child = start_run(&["--probe", &spec, "--interval", "60m", "--format", "json"]);
+    let out = std::process::Command::new(target).args(["cycle", "300", "1000", "200"]).output().unwrap();
+    assert!(out.status.success(), "lm-target: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let own: Vec<u64> = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("self_ns="))
+        .map(|v| v.split(',').map(|d| d.parse().unwrap()).collect())
+        .unwrap_or_default();
+    assert_eq!(own.len(), 300, "{text}");
+    let late: u64 = text.split_whitespace().find_map(|w| w.strip_prefix("over_1ms=")).unwrap().parse().unwrap();
+    let (status, out) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    let lines = json_lines(&out);
+    let l = lines.last().unwrap();
+    let find = |n: &str| {
+        l["probes"].as_array().unwrap().iter().find(|p| p["name"] == n).cloned().unwrap_or_else(|| panic!("no {n} in {l}"))
+    };
+    let (total, timer, wakeup, resp, to_resp) =
+        (find("chain"), find("chain:timer"), find("chain:wakeup"), find("chain:response"), find("chain:to-response"));
+    let n = u(&total, "count");
+    eprintln!("FIGURES chain events {n} for 300 cycles, {late} deadlines already past at sleep");
+    assert!(n <= 300 && n * 100 >= 300 * 99, "{n} events for 300 cycles ({late} deadlines past at sleep): {total}");
+    for p in [&timer, &wakeup, &resp, &to_resp] {
+        assert_eq!(u(p, "count"), n, "every event has every stage: {p}");
+    }
+    assert_eq!(u(&resp, "drops"), 0, "every cycle's lm_cycle returned before the next deadline: {resp}");
+    // Sums: n x mean + r, 0 <= r < n, for each series.
+    let (mt, ma, mb, mr, me) =
+        (u(&total, "mean_ns"), u(&timer, "mean_ns"), u(&wakeup, "mean_ns"), u(&resp, "mean_ns"), u(&to_resp, "mean_ns"));
+    assert!(ma + mb <= mt && mt <= ma + mb + 1, "stage means {ma} + {mb} vs event -> running {mt}");
+    assert!(ma + mb + mr <= me && me <= ma + mb + mr + 2, "stage means {ma} + {mb} + {mr} vs event -> response {me}");
+    // The response holds lm_cycle's own duration, and little more.
+    let (own_min, own_max) = (*own.iter().min().unwrap(), *own.iter().max().unwrap());
+    eprintln!("FIGURES chain response: n {n} response mean {mr} min {} max {} (lm_cycle itself {own_min}..{own_max})", u(&resp, "min_ns"), u(&resp, "max_ns"));
+    assert!(u(&resp, "min_ns") >= own_min, "a response shorter than the function itself: {resp}");
+    assert!(u(&resp, "max_ns") >= own_max, "{resp}");
+    assert!(mr < own_max + 500_000, "response mean {mr} far above the function's own {own_max}: {resp}");
+}
+
+#[test]
+fn check_names_the_response_function_and_a_missing_one_clearly() {
+    let spec = format!("chain,comm=lm-target,response={}:lm_cycle", lm_target().display());
+    let out = latmon().args(["check", "--probe", &spec]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("response: uretprobe") && text.contains(":lm_cycle"), "{text}");
+
+    let spec = format!("chain,comm=lm-target,response={}:no_such_symbol_xyz", lm_target().display());
+    let out = latmon().args(["check", "--probe", &spec]).output().unwrap();
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("response function no_such_symbol_xyz not found in"), "{all}");
+    let out = latmon().args(["check", "--probe", "chain,comm=x,response=/nonexistent/ctrl:cycle"]).output().unwrap();
+    let all = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && all.contains("response: binary /nonexistent/ctrl: No such file"), "{all}");
+}

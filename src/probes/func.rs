@@ -426,7 +426,7 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
             match res {
                 Ok((links, mech)) => (links, None, mech),
                 Err(ProbeError::Attach { tried, .. })
-                    if tried.iter().any(|(_, why)| why.contains("failed to find symbol") || why.contains("is 0 in symtab")) =>
+                    if tried.iter().any(|(_, why)| symbol_missing(why)) =>
                 {
                     return Err(ProbeError::Target {
                         probe,
@@ -555,8 +555,13 @@ fn explain(mech: &str, func: &str, raw: String) -> String {
     }
 }
 
+/// libbpf's words for "no such symbol in that ELF file".
+pub(crate) fn symbol_missing(libbpf_error: &str) -> bool {
+    libbpf_error.contains("failed to find symbol") || libbpf_error.contains("is 0 in symtab")
+}
+
 /// A readable regular file, or why not, naming it.
-fn check_binary(binary: &str) -> Result<(), String> {
+pub(crate) fn check_binary(binary: &str) -> Result<(), String> {
     match std::fs::metadata(binary) {
         Ok(m) if m.is_file() => Ok(()),
         Ok(_) => Err(format!("binary {binary} is not a regular file")),

@@ -125,7 +125,7 @@ pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> 
                 ProbeKind::Irq => irq::open(spec, irq::Family::Irq, irq::ThreadPath::IfThreadsExist),
                 ProbeKind::Softirq => irq::open(spec, irq::Family::Softirq, irq::ThreadPath::Off),
                 ProbeKind::Timer => timer::open(spec, false),
-                ProbeKind::Chain => timer::open(spec, true),
+                ProbeKind::Chain { .. } => timer::open(spec, true),
                 other => Err(ProbeError::Unsupported { probe: spec.name.clone(), kind: other.family() }),
             })
         })

@@ -8,7 +8,9 @@
 //! interrupt handler, in stages named by the event that starts them:
 //! `chain:timer` (intended expiry -> wakeup), `chain:irq` (hardirq entry ->
 //! wakeup), `chain:wakeup` (wakeup -> running); the family line `chain` is
-//! end to end, and per event the stages add up to it exactly.
+//! end to end, and per event the stages add up to it exactly. With
+//! `response=/path:SYMBOL`, two more: `chain:response` (running -> the
+//! first return of SYMBOL) and `chain:to-response` (event -> that return).
 
 use std::mem::MaybeUninit;
 
@@ -17,9 +19,11 @@ use libbpf_rs::{Link, OpenObject};
 
 use super::series::{Family, Role, Slot, Source};
 use super::{attach_in_order, ladder, libbpf_error, set_comm, Owned, PerCpuHist, Probe, ProbeError};
-use crate::bpf::limits::{TS_CHAIN, TS_CHAIN_IRQ, TS_CHAIN_RUN, TS_CHAIN_TIMER, TS_TIMER};
+use libbpf_rs::UprobeOpts;
+
+use crate::bpf::limits::{TS_CHAIN, TS_CHAIN_IRQ, TS_CHAIN_RESPONSE, TS_CHAIN_RUN, TS_CHAIN_TIMER, TS_CHAIN_TO_RESPONSE, TS_TIMER};
 use crate::bpf::timer::{types, TimerSkel, TimerSkelBuilder};
-use crate::config::ProbeSpec;
+use crate::config::{ProbeKind, ProbeSpec, UserFunc};
 use crate::hist::Hist;
 use crate::summary::ProbeInfo;
 
@@ -38,6 +42,8 @@ type Loaded = (Owned<TimerSkel<'static>>, Vec<Link>);
 
 struct Timers {
     reader: PerCpuHist<types::latmon_hist>,
+    /// chain: a response function closes the chain.
+    response: bool,
     // Field order is drop order: detach before the object goes away.
     _links: Vec<Link>,
     _skel: Owned<TimerSkel<'static>>,
@@ -70,12 +76,16 @@ impl Source for Timers {
     }
 
     fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
-        for (slot, label, role) in [
+        let stages = [
             (TS_CHAIN, "total", Role::Family),
             (TS_CHAIN_TIMER, "timer", Role::Extra),
             (TS_CHAIN_IRQ, "irq", Role::Extra),
             (TS_CHAIN_RUN, "wakeup", Role::Extra),
-        ] {
+            (TS_CHAIN_RESPONSE, "response", Role::Extra),
+            (TS_CHAIN_TO_RESPONSE, "to-response", Role::Extra),
+        ];
+        let n = if self.response { stages.len() } else { 4 };
+        for (slot, label, role) in stages.into_iter().take(n) {
             out.push(Slot { key: slot as u64, label: label.into(), role });
         }
         Ok(())
@@ -94,11 +104,20 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
             what: "kernel has no BTF (/sys/kernel/btf/vmlinux missing); timer needs tp_btf".into(),
         });
     }
+    if let Some(f) = response_of(spec) {
+        super::func::check_binary(&f.binary)
+            .map_err(|what| ProbeError::Target { probe: probe.clone(), what: format!("response: {what}") })?;
+    }
     let ((skel, links), mech) = ladder(&probe, &["tp_btf"], |_| load(spec, chain))?;
     let reader = PerCpuHist::new(&skel.maps.timer_hist).map_err(|why| ProbeError::Read { probe: probe.clone(), why })?;
-    let t = Timers { reader, _links: links, _skel: skel };
+    let response = response_of(spec);
+    let t = Timers { reader, response: response.is_some(), _links: links, _skel: skel };
     let kind = if chain { "chain" } else { "timer" };
-    let info = ProbeInfo { name: probe, kind: kind.into(), attach: mech.into(), mode: "task-storage".into(), btf_mode: "co-re".into() };
+    let mode = match response {
+        Some(f) => format!("task-storage, response: uretprobe {}:{}", f.binary, f.symbol),
+        None => "task-storage".into(),
+    };
+    let info = ProbeInfo { name: probe, kind: kind.into(), attach: mech.into(), mode, btf_mode: "co-re".into() };
     if chain {
         Ok(Box::new(Family::new(info, Box::new(t))))
     } else {
@@ -106,8 +125,19 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
     }
 }
 
+fn response_of(spec: &ProbeSpec) -> Option<&UserFunc> {
+    match &spec.kind {
+        ProbeKind::Chain { response } => response.as_ref(),
+        _ => None,
+    }
+}
+
 fn load(spec: &ProbeSpec, chain: bool) -> Result<Loaded, String> {
-    let wanted = programs(chain);
+    let response = response_of(spec);
+    let mut wanted = programs(chain);
+    if response.is_some() {
+        wanted.push("chain_response");
+    }
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open = TimerSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
@@ -115,9 +145,32 @@ fn load(spec: &ProbeSpec, chain: bool) -> Result<Loaded, String> {
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
         ro.chain = chain;
+        ro.response = response.is_some();
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let links = attach_in_order(skel.object(), &wanted)?;
+    let Some(f) = response else {
+        let links = attach_in_order(skel.object(), &wanted)?;
+        return Ok((skel, links));
+    };
+    // The uretprobe first (it only closes chains), then the tracepoints.
+    // For pid=, only that process's mapping is probed.
+    let pid = spec.pid.map_or(-1, |p| p as i32);
+    let opts = UprobeOpts { retprobe: true, func_name: Some(f.symbol.clone()), ..Default::default() };
+    let ret = skel
+        .progs
+        .chain_response
+        .attach_uprobe_with_opts(pid, &f.binary, 0, opts)
+        .map_err(|e| {
+            let raw = libbpf_error("attach uretprobe", &e);
+            if super::func::symbol_missing(&raw) {
+                format!("response function {} not found in {} (no such function in its symbol tables)", f.symbol, f.binary)
+            } else {
+                format!("response {}:{}: {raw}", f.binary, f.symbol)
+            }
+        })?;
+    // Links drop in order: the producers detach first, the uretprobe last.
+    let mut links = attach_in_order(skel.object(), &programs(chain))?;
+    links.push(ret);
     Ok((skel, links))
 }

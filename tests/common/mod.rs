@@ -198,3 +198,26 @@ pub fn all_prog_ids() -> Vec<u64> {
     let progs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
     progs.as_array().unwrap().iter().map(|p| p["id"].as_u64().unwrap()).collect()
 }
+
+/// `lm-target` (tests/fixtures/lm_target.c), the traced program of the
+/// ufunc tests, compiled once per test binary with `cc -g -O0`.
+pub fn lm_target() -> &'static std::path::Path {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("latmon-target-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("lm-target");
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm_target.c");
+        let out = Command::new("cc")
+            .args(["-g", "-O0", "-pthread", "-Wall", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .output()
+            .expect("cc (gcc) is needed to build the ufunc test target");
+        assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
+        // Readable and executable by everyone: some tests run latmon as
+        // nobody after it drops its privileges.
+        let _ = Command::new("chmod").args(["-R", "a+rX"]).arg(&dir).status();
+        bin
+    })
+}
