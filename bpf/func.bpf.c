@@ -65,6 +65,8 @@
 #include <bpf/bpf_tracing.h>
 #include "latmon.h"
 #include "maps.bpf.h"
+#define LATMON_ALERT_IDS LATMON_MAX_FUNC_PROBES
+#include "alerts.bpf.h"
 
 #define MAX_PROBES LATMON_MAX_FUNC_PROBES
 #define MAX_DEPTH LATMON_FUNC_MAX_DEPTH
@@ -111,13 +113,9 @@ static __always_inline __u32 frame_id(__u64 entry_sp)
 /* Set before load. Index: probe id. 0 / empty means "no filter". */
 const volatile __u32 nr_probes = 0;
 const volatile __u32 fentry_probe_id = 0;
-const volatile bool use_ringbuf = true;
 const volatile __u32 filter_tgid[MAX_PROBES] = {};
 const volatile char filter_comm[MAX_PROBES][LATMON_COMM_LEN] = {};
 const volatile __u64 threshold_ns[MAX_PROBES] = {};
-/* Never read: puts the alert record's layout into the skeleton, so user
- * space decodes records through the generated types::latmon_alert. */
-const volatile struct latmon_alert alert_layout = {};
 
 struct func_key {
 	__u32 tid;
@@ -144,39 +142,6 @@ struct {
 	__type(key, struct func_key);
 	__type(value, struct func_stack);
 } func_stamps SEC(".maps");
-
-/* Token bucket per probe as a GCRA: the theoretical arrival time of the
- * next alert. Shared by all CPUs with plain read-modify-write (tracing
- * programs may not take bpf_spin_lock): CPUs racing for the last token can
- * each win, so a burst may exceed BURST by the number of CPUs. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, MAX_PROBES);
-	__type(key, __u32);
-	__type(value, __u64);
-} func_alert_tat SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, MAX_PROBES);
-	__type(key, __u32);
-	__type(value, struct latmon_alert_drops);
-} func_alert_drops SEC(".maps");
-
-/* Alert records: ring buffer (kernel >= 5.8) or, where it is missing, a
- * perf buffer. User space creates only the one it uses (the other's
- * autocreate is off); `use_ringbuf` is constant at load, so the verifier
- * prunes the unused branch. */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, LATMON_ALERT_RING_BYTES);
-} func_alerts SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, sizeof(__u32));
-} func_alerts_perf SEC(".maps");
 
 static __always_inline void count_drops(__u32 id, __u64 n)
 {
@@ -274,74 +239,6 @@ static __always_inline int on_entry(__u32 id, __u32 sp)
 	return 0;
 }
 
-/* GCRA: admit when the next theoretical arrival time is at most
- * (BURST - 1) periods ahead of now. */
-static __always_inline bool alert_admit(__u32 id, __u64 now)
-{
-	const __u64 period = 1000000000ull / LATMON_ALERT_RATE;
-	__u64 *tat = bpf_map_lookup_elem(&func_alert_tat, &id);
-	__u64 t;
-
-	if (!tat)
-		return false;
-	t = *tat;
-	if (t < now)
-		t = now;
-	if (t - now > (LATMON_ALERT_BURST - 1) * period)
-		return false;
-	*tat = t + period;
-	return true;
-}
-
-static __always_inline void alert_dropped(__u32 id, bool full)
-{
-	struct latmon_alert_drops *d = bpf_map_lookup_elem(&func_alert_drops, &id);
-
-	if (!d)
-		return;
-	if (full)
-		__sync_fetch_and_add(&d->buffer_full, 1);
-	else
-		__sync_fetch_and_add(&d->rate_limited, 1);
-}
-
-static __always_inline void fill_alert(struct latmon_alert *a, __u32 id, __u64 delta, __u64 now)
-{
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-
-	a->time_ns = now;
-	a->latency_ns = delta;
-	a->probe_id = id;
-	a->pid = pid_tgid >> 32;
-	a->tid = (__u32)pid_tgid;
-	a->cpu = bpf_get_smp_processor_id();
-	bpf_get_current_comm(a->comm, sizeof(a->comm));
-}
-
-static __always_inline void alert(void *ctx, __u32 id, __u64 delta, __u64 now)
-{
-	if (!alert_admit(id, now)) {
-		alert_dropped(id, false);
-		return;
-	}
-	if (use_ringbuf) {
-		struct latmon_alert *a = bpf_ringbuf_reserve(&func_alerts, sizeof(*a), 0);
-
-		if (!a) {
-			alert_dropped(id, true);
-			return;
-		}
-		fill_alert(a, id, delta, now);
-		bpf_ringbuf_submit(a, 0);
-	} else {
-		struct latmon_alert a = {};
-
-		fill_alert(&a, id, delta, now);
-		if (bpf_perf_event_output(ctx, &func_alerts_perf, BPF_F_CURRENT_CPU, &a, sizeof(a)))
-			alert_dropped(id, true);
-	}
-}
-
 /* `sp`: frame_id() of the returning frame's entry SP (uretprobe), 0 when
  * unknown. */
 static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
@@ -402,7 +299,7 @@ static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
 			latmon_hist_record_atomic(h, delta);
 			if (threshold_ns[PROBE_IDX(id)] && delta > threshold_ns[PROBE_IDX(id)]) {
 				__sync_fetch_and_add(&h->alerts, 1);
-				alert(ctx, id, delta, now);
+				latmon_alert(ctx, id, delta, now, NULL);
 			}
 		}
 	}

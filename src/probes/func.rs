@@ -31,37 +31,22 @@
 //! Return probes attach before entry probes (a return without a stamp is
 //! ignored; a stamp without its return would be stale) and detach after.
 
-use std::collections::VecDeque;
-use std::mem::{size_of, MaybeUninit};
+use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{
-    KprobeOpts, Link, MapCore, MapHandle, MapMut, OpenObject, PerfBufferBuilder, ProgramMut, RingBufferBuilder,
+    KprobeOpts, Link, MapHandle, MapMut, OpenObject, ProgramMut,
     UprobeOpts,
 };
 
+use super::alerts::{decode_alert, want_ringbuf, AlertFeed, DecodeAlert, PerCpuArray, ReadDrops};
 use super::{clear_libbpf_warning, ladder, libbpf_error, BtfMode, Owned, PerCpuHist, Probe, ProbeError, RawHist};
-use crate::bpf::limits::{ALERT_PERF_PAGES, ALERT_QUEUE, COMM_LEN, MAX_FUNC_PROBES};
+use crate::bpf::limits::MAX_FUNC_PROBES;
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::Hist;
 use crate::summary::{fmt_ns, AlertRecord, ProbeInfo};
-
-/// The record layout user space decodes must be the one in latmon.h.
-const ALERT_RECORD_BYTES: usize = 8 + 8 + 4 * 4 + COMM_LEN;
-
-/// How long the alert reader waits in the kernel before re-checking its
-/// stop flag (records wake it at once; this only bounds shutdown).
-const ALERT_POLL: Duration = Duration::from_millis(100);
-
-/// Environment override of the alert transport, for tests and for kernels
-/// whose ring buffer is present but unwanted: `ringbuf` or `perf`.
-pub const ALERT_BUFFER_ENV: &str = "LATMON_ALERT_BUFFER";
 
 /// What every copy of the object is configured with before load.
 struct SetConfig<'a> {
@@ -71,14 +56,6 @@ struct SetConfig<'a> {
 
 fn threshold_ns(spec: &ProbeSpec) -> u64 {
     spec.threshold.map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
-}
-
-fn want_ringbuf() -> bool {
-    match std::env::var(ALERT_BUFFER_ENV).as_deref() {
-        Ok("perf") => false,
-        Ok("ringbuf") => true,
-        _ => super::features::try_ringbuf().is_ok(),
-    }
 }
 
 /// The set's programs, as libbpf-rs handles (the same in both builds).
@@ -124,33 +101,6 @@ impl<T: RawHist> ReadHist for PerCpuHist<T> {
     }
 }
 
-/// A generated `struct latmon_alert_drops`.
-trait RawAlertDrops: plain::Plain + Default {
-    fn total(&self) -> u64;
-}
-
-trait ReadDrops {
-    /// Alert records dropped in the kernel for probe `key`, all CPUs.
-    fn total(&mut self, key: u32) -> Result<u64, String>;
-}
-
-impl<T: RawAlertDrops> ReadDrops for PerCpuArray<T> {
-    fn total(&mut self, key: u32) -> Result<u64, String> {
-        let mut n = 0;
-        self.read(key, |d| n += d.total())?;
-        Ok(n)
-    }
-}
-
-/// A generated `struct latmon_alert`, as the summary's record.
-trait RawAlert: plain::Plain + Default {
-    fn probe_id(&self) -> u32;
-    fn record(&self, probe: String) -> AlertRecord;
-}
-
-/// Decodes one alert record (`decode_alert::<the build's latmon_alert>`).
-type DecodeAlert = fn(&[u8], &[String]) -> Option<(usize, AlertRecord)>;
-
 /// What differs between the two builds of func.bpf.c: the generated
 /// skeleton and types. One instance per build; each gives the rest of this
 /// file a `Loaded` object and readers typed by its own skeleton.
@@ -160,38 +110,10 @@ macro_rules! func_build {
             use super::*;
             use crate::bpf::$skel::{types, $Builder, $Open, $Skel};
 
+            crate::probes::alerts::alert_types!(types);
+
+
             pub(super) type Skel = $Skel<'static>;
-
-            // SAFETY: #[repr(C)] structs of integers generated from
-            // bpf/latmon.h; every bit pattern is valid.
-            unsafe impl plain::Plain for types::latmon_alert {}
-            unsafe impl plain::Plain for types::latmon_alert_drops {}
-            const _: () = assert!(size_of::<types::latmon_alert>() == ALERT_RECORD_BYTES);
-            const _: () = assert!(size_of::<types::latmon_alert_drops>() == 16);
-
-            impl RawAlertDrops for types::latmon_alert_drops {
-                fn total(&self) -> u64 {
-                    self.rate_limited + self.buffer_full
-                }
-            }
-
-            impl RawAlert for types::latmon_alert {
-                fn probe_id(&self) -> u32 {
-                    self.probe_id
-                }
-                fn record(&self, probe: String) -> AlertRecord {
-                    let comm: Vec<u8> = self.comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
-                    AlertRecord {
-                        probe,
-                        pid: self.pid,
-                        tid: self.tid,
-                        comm: String::from_utf8_lossy(&comm).into_owned(),
-                        cpu: self.cpu,
-                        latency_ns: self.latency_ns,
-                        time_ns: self.time_ns,
-                    }
-                }
-            }
 
             /// Open a copy of the object and set its rodata (filters,
             /// thresholds, probe count) and alert transport.
@@ -217,7 +139,7 @@ macro_rules! func_build {
                     ro.threshold_ns[id] = threshold_ns(spec);
                 }
                 let unused =
-                    if cfg.use_ringbuf { &mut open.maps.func_alerts_perf } else { &mut open.maps.func_alerts };
+                    if cfg.use_ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
                 unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
                 Ok(open)
             }
@@ -252,10 +174,10 @@ macro_rules! func_build {
                     Maps {
                         hist: &m.func_hist,
                         stamps: &m.func_stamps,
-                        alert_tat: &m.func_alert_tat,
-                        alert_drops: &m.func_alert_drops,
-                        alerts: &m.func_alerts,
-                        alerts_perf: &m.func_alerts_perf,
+                        alert_tat: &m.alert_tat,
+                        alert_drops: &m.alert_drops,
+                        alerts: &m.alerts,
+                        alerts_perf: &m.alerts_perf,
                     }
                 }
 
@@ -263,7 +185,7 @@ macro_rules! func_build {
                     Ok(Readers {
                         hist: Box::new(PerCpuHist::<types::latmon_hist>::new(&self.maps.func_hist)?),
                         alert_drops: Box::new(PerCpuArray::<types::latmon_alert_drops>::new(
-                            &self.maps.func_alert_drops,
+                            &self.maps.alert_drops,
                         )?),
                         decode_alert: decode_alert::<types::latmon_alert>,
                     })
@@ -490,12 +412,12 @@ fn attach_fentry(
         };
         reuse("func_hist", &mut m.func_hist, shared.hist.as_fd())?;
         reuse("func_stamps", &mut m.func_stamps, shared.stamps.as_fd())?;
-        reuse("func_alert_tat", &mut m.func_alert_tat, shared.alert_tat.as_fd())?;
-        reuse("func_alert_drops", &mut m.func_alert_drops, shared.alert_drops.as_fd())?;
+        reuse("alert_tat", &mut m.alert_tat, shared.alert_tat.as_fd())?;
+        reuse("alert_drops", &mut m.alert_drops, shared.alert_drops.as_fd())?;
         if set.use_ringbuf {
-            reuse("func_alerts", &mut m.func_alerts, shared.alerts.as_fd())?;
+            reuse("alerts", &mut m.alerts, shared.alerts.as_fd())?;
         } else {
-            reuse("func_alerts_perf", &mut m.func_alerts_perf, shared.alerts_perf.as_fd())?;
+            reuse("alerts_perf", &mut m.alerts_perf, shared.alerts_perf.as_fd())?;
         }
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
@@ -625,219 +547,9 @@ impl Probe for Func {
     }
 }
 
-/// Reads one key of a per-CPU array map of `T`, visiting each CPU's value.
-struct PerCpuArray<T> {
-    fd: RawFd,
-    buf: Vec<u8>,
-    stride: usize,
-    _t: std::marker::PhantomData<T>,
-}
-
-impl<T: plain::Plain + Default> PerCpuArray<T> {
-    fn new(map: &dyn MapCore) -> Result<Self, String> {
-        let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| e.to_string())?;
-        if map.value_size() as usize != size_of::<T>() {
-            return Err(format!("map value is {} bytes, expected {}", map.value_size(), size_of::<T>()));
-        }
-        let stride = size_of::<T>().next_multiple_of(8);
-        Ok(PerCpuArray { fd: map.as_fd().as_raw_fd(), buf: vec![0; stride * ncpus], stride, _t: Default::default() })
-    }
-
-    fn read(&mut self, key: u32, mut each: impl FnMut(&T)) -> Result<(), String> {
-        // SAFETY: buf holds stride * possible-CPUs bytes, as the kernel writes.
-        let rc = unsafe {
-            libbpf_rs::libbpf_sys::bpf_map_lookup_elem(self.fd, (&key as *const u32).cast(), self.buf.as_mut_ptr().cast())
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
-        let mut v = T::default();
-        for chunk in self.buf.chunks_exact(self.stride) {
-            plain::copy_from_bytes(&mut v, &chunk[..size_of::<T>()]).map_err(|e| format!("{e:?}"))?;
-            each(&v);
-        }
-        Ok(())
-    }
-}
-
-/// Alert records waiting for the agent, per probe id; bounded in total.
-#[derive(Default)]
-struct AlertQueue {
-    per_probe: Vec<VecDeque<AlertRecord>>,
-    held: usize,
-    /// Records dropped because the agent had not drained the queue.
-    dropped: Vec<u64>,
-    /// Records that could not be decoded (wrong size, unknown probe id).
-    bad: u64,
-}
-
-/// The alert reader thread and its queue.
-struct AlertFeed {
-    queue: Arc<Mutex<AlertQueue>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl AlertFeed {
-    fn spawn(map: MapHandle, ringbuf: bool, names: Vec<String>, decode: DecodeAlert) -> Result<Self, String> {
-        let n = names.len();
-        let queue = Arc::new(Mutex::new(AlertQueue {
-            per_probe: vec![VecDeque::new(); n],
-            dropped: vec![0; n],
-            ..Default::default()
-        }));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), String>>(1);
-        let (q, st) = (Arc::clone(&queue), Arc::clone(&stop));
-        let thread = std::thread::Builder::new()
-            .name("latmon-alerts".into())
-            .spawn(move || {
-                let push = move |data: &[u8]| push_record(&q, &names, decode, data);
-                if ringbuf {
-                    let mut b = RingBufferBuilder::new();
-                    let built = b
-                        .add(&map, move |d: &[u8]| {
-                            push(d);
-                            0
-                        })
-                        .map(|_| ())
-                        .and_then(|()| b.build());
-                    let rb = match built {
-                        Ok(rb) => rb,
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(libbpf_error("ring buffer", &e)));
-                            return;
-                        }
-                    };
-                    let _ = ready_tx.send(Ok(()));
-                    while !st.load(Ordering::Relaxed) {
-                        let _ = rb.poll(ALERT_POLL);
-                    }
-                    let _ = rb.consume();
-                } else {
-                    let built = PerfBufferBuilder::new(&map)
-                        .pages(ALERT_PERF_PAGES)
-                        .sample_cb(move |_cpu, d: &[u8]| push(d))
-                        .lost_cb(|cpu, n| log::warn!("func: perf buffer lost {n} alert records on CPU {cpu}"))
-                        .build();
-                    let pb = match built {
-                        Ok(pb) => pb,
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(libbpf_error("perf buffer", &e)));
-                            return;
-                        }
-                    };
-                    let _ = ready_tx.send(Ok(()));
-                    while !st.load(Ordering::Relaxed) {
-                        let _ = pb.poll(ALERT_POLL);
-                    }
-                    let _ = pb.consume();
-                }
-            })
-            .map_err(|e| format!("spawn alert reader: {e}"))?;
-        let feed = AlertFeed { queue, stop, thread: Some(thread) };
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(feed),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err("alert reader thread ended early".into()),
-        }
-    }
-
-    fn drain(&self, id: u32, out: &mut Vec<AlertRecord>) {
-        let Ok(mut q) = self.queue.lock() else { return };
-        if q.bad > 0 {
-            log::warn!("func: {} undecodable alert records skipped", q.bad);
-            q.bad = 0;
-        }
-        let Some(records) = q.per_probe.get_mut(id as usize) else { return };
-        let n = records.len();
-        out.extend(records.drain(..));
-        q.held -= n;
-    }
-
-    fn queue_dropped(&self, id: u32) -> u64 {
-        self.queue.lock().ok().and_then(|q| q.dropped.get(id as usize).copied()).unwrap_or(0)
-    }
-}
-
-impl Drop for AlertFeed {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Decode one record (never panics on kernel data) and queue it.
-fn push_record(queue: &Mutex<AlertQueue>, names: &[String], decode: DecodeAlert, data: &[u8]) {
-    let Ok(mut q) = queue.lock() else { return };
-    let Some((id, rec)) = decode(data, names) else {
-        q.bad += 1;
-        return;
-    };
-    if q.held >= ALERT_QUEUE {
-        q.dropped[id] += 1;
-        return;
-    }
-    q.per_probe[id].push_back(rec);
-    q.held += 1;
-}
-
-/// A kernel alert record, read through the generated type `T` of the
-/// build that wrote it, as the summary's `AlertRecord` (lossy UTF-8 comm).
-fn decode_alert<T: RawAlert>(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
-    let mut raw = T::default();
-    // Perf buffer samples may carry trailing padding; never less.
-    plain::copy_from_bytes(&mut raw, data.get(..ALERT_RECORD_BYTES)?).ok()?;
-    let id = raw.probe_id() as usize;
-    let probe = names.get(id)?.clone();
-    Some((id, raw.record(probe)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf::func::types;
-
-    fn decode(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
-        decode_alert::<types::latmon_alert>(data, names)
-    }
-
-    fn raw(id: u32, comm: &[u8]) -> Vec<u8> {
-        let mut a = types::latmon_alert {
-            time_ns: 5,
-            latency_ns: 2_000_000,
-            probe_id: id,
-            pid: 7,
-            tid: 8,
-            cpu: 1,
-            ..Default::default()
-        };
-        for (d, s) in a.comm.iter_mut().zip(comm) {
-            *d = *s as i8;
-        }
-        // SAFETY: Plain struct viewed as bytes.
-        unsafe { plain::as_bytes(&a) }.to_vec()
-    }
-
-    #[test]
-    fn alert_records_decode_with_lossy_comm_and_never_panic() {
-        let names = vec!["a".to_string(), "b".to_string()];
-        let (id, r) = decode(&raw(1, b"ctrl\xffloop"), &names).unwrap();
-        assert_eq!((id, r.probe.as_str(), r.pid, r.tid, r.cpu), (1, "b", 7, 8, 1));
-        assert_eq!(r.comm, "ctrl\u{fffd}loop");
-        assert_eq!(r.latency_ns, 2_000_000);
-        // A full 16-byte comm without NUL stays within the array.
-        assert_eq!(decode(&raw(0, b"0123456789abcdef"), &names).unwrap().1.comm, "0123456789abcdef");
-        // Unknown probe id, short record: rejected, not a panic.
-        assert!(decode(&raw(2, b"x"), &names).is_none());
-        assert!(decode(&raw(0, b"x")[..20], &names).is_none());
-        // Perf samples padded past the struct still decode.
-        let mut padded = raw(0, b"x");
-        padded.extend([0u8; 4]);
-        assert!(decode(&padded, &names).is_some());
-    }
 
     #[test]
     fn kfunc_failures_are_put_in_words() {
@@ -847,17 +559,5 @@ mod tests {
         assert!(e.starts_with("no kprobe on f (ENOENT)"), "{e}");
         assert!(explain("fentry", "f", "load: -ESRCH".into()).contains("no BTF for f"));
         assert_eq!(explain("kprobe", "f", "something else".into()), "something else");
-    }
-
-    #[test]
-    fn the_queue_is_bounded_and_counts_what_it_drops() {
-        let names = vec!["a".to_string()];
-        let q = Mutex::new(AlertQueue { per_probe: vec![VecDeque::new()], dropped: vec![0], ..Default::default() });
-        for _ in 0..ALERT_QUEUE + 3 {
-            push_record(&q, &names, decode, &raw(0, b"x"));
-        }
-        push_record(&q, &names, decode, b"short");
-        let q = q.into_inner().unwrap();
-        assert_eq!((q.held, q.dropped[0], q.bad), (ALERT_QUEUE, 3, 1));
     }
 }

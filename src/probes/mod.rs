@@ -2,6 +2,7 @@
 //! Probe families: loading BPF objects, the attach ladder, reading the
 //! per-CPU histogram maps. This is an I/O edge; the maths lives in `hist`.
 
+pub mod alerts;
 pub mod features;
 pub mod func;
 pub mod irq;
