@@ -62,6 +62,8 @@
 #include "maps.bpf.h"
 #include "filter.bpf.h"
 #include "core_fixes.bpf.h"
+#define LATMON_ALERT_IDS LATMON_TIMER_SERIES
+#include "alerts.bpf.h"
 
 extern const void hrtimer_wakeup __ksym;
 
@@ -133,11 +135,29 @@ static __always_inline void record(__u32 series, __u64 delta)
 {
 	struct latmon_hist *h = latmon_hist_get(&timer_hist, series);
 
+	if (h)
+		latmon_hist_record(h, delta);
+}
+
+/* An end-to-end series (timer, chain, chain to response): recorded, and
+ * above the threshold an alert record about task `t` (NULL: current). */
+static __always_inline void record_end(void *ctx, __u32 series, __u64 delta, struct task_struct *t)
+{
+	struct latmon_hist *h = latmon_hist_get(&timer_hist, series);
+	struct latmon_alert_who who = {};
+
 	if (!h)
 		return;
 	latmon_hist_record(h, delta);
-	if (threshold_ns && delta > threshold_ns)
-		h->alerts++;
+	if (!threshold_ns || delta <= threshold_ns)
+		return;
+	h->alerts++;
+	if (t) {
+		who.pid = t->tgid;
+		who.tid = t->pid;
+		who.comm = &t->comm;
+	}
+	latmon_alert(ctx, series, delta, bpf_ktime_get_ns(), t ? &who : NULL);
 }
 
 static __always_inline void count_drop(__u32 series)
@@ -148,9 +168,9 @@ static __always_inline void count_drop(__u32 series)
 		h->drops++;
 }
 
-/* The woken task runs at `now`. Stages are recorded all or nothing, so
- * their sums stay equal to the end-to-end sum. */
-static __always_inline void task_ran(struct wake_stamp *st, __u64 now)
+/* The woken task `t` runs at `now`. Stages are recorded all or nothing,
+ * so their sums stay equal to the end-to-end sum. */
+static __always_inline void task_ran(void *ctx, struct task_struct *t, struct wake_stamp *st, __u64 now)
 {
 	__s64 total = now - st->start_ns, stage = st->wake_ns - st->start_ns, run = now - st->wake_ns;
 
@@ -159,14 +179,14 @@ static __always_inline void task_ran(struct wake_stamp *st, __u64 now)
 		if (total < 0)
 			count_drop(LATMON_TS_TIMER);
 		else
-			record(LATMON_TS_TIMER, total);
+			record_end(ctx, LATMON_TS_TIMER, total, t);
 		st->start_ns = 0;
 		return;
 	}
 	if (stage < 0 || run < 0) {
 		count_drop(LATMON_TS_CHAIN);
 	} else {
-		record(LATMON_TS_CHAIN, total);
+		record_end(ctx, LATMON_TS_CHAIN, total, t);
 		record(st->cause == LATMON_TS_CHAIN_IRQ ? LATMON_TS_CHAIN_IRQ : LATMON_TS_CHAIN_TIMER, stage);
 		record(LATMON_TS_CHAIN_RUN, run);
 	}
@@ -231,7 +251,7 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 	 * sleep again since: it ran without a traced switch-in, so it was on a
 	 * CPU when woken (see timer_switch_btf). */
 	if (st->start_ns && st->running == WAITING)
-		task_ran(st, st->wake_ns);
+		task_ran(ctx, p, st, st->wake_ns);
 	/* The last event's thread ran but never returned from the response
 	 * function before this new event. */
 	if (response && st->start_ns && st->running == RAN)
@@ -245,7 +265,7 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 	 * clock_nanosleep, on this CPU or, after a migration, on another: it
 	 * is on a CPU now and no switch will follow. */
 	if (latmon_task_on_cpu_btf(p))
-		task_ran(st, now);
+		task_ran(ctx, p, st, now);
 	return 0;
 }
 
@@ -260,14 +280,14 @@ int BPF_PROG(timer_switch_btf, bool preempt, struct task_struct *prev, struct ta
 		return 0;
 	st = bpf_task_storage_get(&timer_stamp, next, 0, 0);
 	if (st && st->start_ns && st->running == WAITING)
-		task_ran(st, bpf_ktime_get_ns());
+		task_ran(ctx, next, st, bpf_ktime_get_ns());
 	/* prev leaves the CPU with a wakeup still in flight: it ran without
 	 * a switch-in, so it never left the CPU - woken while going to sleep
 	 * and picked again by the same __schedule() (prev == next is not
 	 * traced). It ran from the wakeup on. */
 	st = bpf_task_storage_get(&timer_stamp, prev, 0, 0);
 	if (st && st->start_ns && st->running == WAITING)
-		task_ran(st, st->wake_ns);
+		task_ran(ctx, prev, st, st->wake_ns);
 	return 0;
 }
 
@@ -311,7 +331,7 @@ int chain_response(struct pt_regs *ctx)
 	/* Running user code with the wakeup still in flight: it ran without
 	 * a traced switch-in (see timer_switch_btf), from the wakeup on. */
 	if (st->running == WAITING)
-		task_ran(st, st->wake_ns);
+		task_ran(ctx, NULL, st, st->wake_ns);
 	if (st->running != RAN)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -321,7 +341,7 @@ int chain_response(struct pt_regs *ctx)
 		count_drop(LATMON_TS_CHAIN_RESPONSE);
 	} else {
 		record(LATMON_TS_CHAIN_RESPONSE, now - st->run_ns);
-		record(LATMON_TS_CHAIN_TO_RESPONSE, now - st->start_ns);
+		record_end(ctx, LATMON_TS_CHAIN_TO_RESPONSE, now - st->start_ns, NULL);
 	}
 	st->running = RESPONDED;
 	return 0;

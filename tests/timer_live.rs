@@ -192,3 +192,66 @@ fn check_names_the_response_function_and_a_missing_one_clearly() {
     let all = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success() && all.contains("response: binary /nonexistent/ctrl: No such file"), "{all}");
 }
+
+/// Alert records of the series `name` in every report.
+fn records<'a>(lines: &'a [serde_json::Value], name: &str) -> Vec<&'a serde_json::Value> {
+    lines.iter().filter_map(|l| l["alert_records"].as_array()).flatten().filter(|r| r["probe"] == name).collect()
+}
+
+/// Every alert is a record or a counted drop; records name the thread
+/// (not whichever task was current) and carry a latency above the
+/// threshold; the token bucket bounds them.
+fn assert_alerts_accounted(lines: &[serde_json::Value], name: &str, comm: &str, pid: u64, seconds: f64) -> u64 {
+    use latmon::bpf::limits::{ALERT_BURST, ALERT_RATE};
+    let p = last_probe(lines, name);
+    let recs = records(lines, name);
+    let (alerts, dropped) = (u(p, "total_alerts"), u(p, "total_alerts_dropped"));
+    eprintln!("FIGURES {name}: {} events, {alerts} above the threshold: {} records, {dropped} dropped", u(p, "total_count"), recs.len());
+    assert!(alerts > 0, "{p}");
+    assert_eq!(recs.len() as u64 + dropped, alerts, "every alert is a record or a counted drop: {p}");
+    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    let allowed = ALERT_BURST as u64 + (ALERT_RATE as f64 * seconds).ceil() as u64 + cpus;
+    assert!(recs.len() as u64 >= (ALERT_BURST as u64).min(alerts) && recs.len() as u64 <= allowed, "{} records (allowed {allowed})", recs.len());
+    for r in &recs {
+        assert_eq!((r["comm"].as_str(), u(r, "pid")), (Some(comm), pid), "{r}");
+        assert!(u(r, "latency_ns") > 1_000, "{r}");
+    }
+    alerts
+}
+
+#[test]
+fn timer_outliers_become_alert_records_about_the_sleeping_thread() {
+    let child = start_run(&["--probe", "timer,comm=lm-alerts,threshold=1us", "--interval", "60m", "--format", "json"]);
+    let t0 = std::time::Instant::now();
+    control_loop("lm-alerts");
+    let secs = t0.elapsed().as_secs_f64() + 0.5;
+    let (status, out) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    let lines = json_lines(&out);
+    let alerts = assert_alerts_accounted(&lines, "timer", "lm-alerts", std::process::id() as u64, secs);
+    // A timer wakeup takes more than 1 us to reach the CPU.
+    assert_eq!(alerts, u(last_probe(&lines, "timer"), "total_count"));
+}
+
+#[test]
+fn chain_alerts_through_the_perf_buffer_name_the_followed_thread() {
+    let target = lm_target();
+    let spec = format!("chain,comm=lm-target,threshold=1us,response={}:lm_cycle", target.display());
+    let child = start_run_env(&["--probe", &spec, "--interval", "60m", "--format", "json"], &[("LATMON_ALERT_BUFFER", "perf")]);
+    let t0 = std::time::Instant::now();
+    let run = std::process::Command::new(target).args(["cycle", "200", "1000", "100"]).output().unwrap();
+    let secs = t0.elapsed().as_secs_f64() + 0.5;
+    assert!(run.status.success());
+    let pid: u64 = String::from_utf8_lossy(&run.stdout)
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("pid="))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    let (status, out) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    let lines = json_lines(&out);
+    assert_alerts_accounted(&lines, "chain", "lm-target", pid, secs);
+    // Every response is more than the 100 us lm_cycle spins.
+    let alerts = assert_alerts_accounted(&lines, "chain:to-response", "lm-target", pid, secs);
+    assert_eq!(alerts, u(last_probe(&lines, "chain:to-response"), "total_count"));
+}

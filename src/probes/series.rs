@@ -20,7 +20,7 @@ use std::rc::Rc;
 
 use super::{Probe, ProbeError};
 use crate::hist::Hist;
-use crate::summary::ProbeInfo;
+use crate::summary::{AlertRecord, ProbeInfo};
 
 /// How a slot is reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +61,9 @@ pub(crate) trait Source {
     fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
         Vec::new()
     }
+    /// Move the alert records of one slot that arrived since the last call
+    /// into `out` (sources whose BPF side sends alert records).
+    fn drain_alerts(&mut self, _key: u64, _out: &mut Vec<AlertRecord>) {}
 }
 
 struct Known {
@@ -138,6 +141,14 @@ impl Probe for Family {
         self.shared.borrow().source.bpf_programs()
     }
 
+    fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
+        let mut sh = self.shared.borrow_mut();
+        let keys: Vec<u64> = sh.known.iter().filter(|k| k.slot.role == Role::Family).map(|k| k.slot.key).collect();
+        for key in keys {
+            sh.source.drain_alerts(key, out);
+        }
+    }
+
     fn new_series(&mut self) -> Vec<Box<dyn Probe>> {
         let mut sh = self.shared.borrow_mut();
         if let Err(why) = sh.refresh() {
@@ -177,6 +188,12 @@ impl Probe for Series {
         let sh = self.shared.borrow();
         out.clone_from(&sh.known[self.index].hist);
         Ok(())
+    }
+
+    fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
+        let mut sh = self.shared.borrow_mut();
+        let key = sh.known[self.index].slot.key;
+        sh.source.drain_alerts(key, out);
     }
 }
 

@@ -17,6 +17,7 @@ use std::mem::MaybeUninit;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
+use super::alerts::{alert_types, decode_alert, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
 use super::series::{Family, Role, Slot, Source};
 use super::{attach_in_order, ladder, libbpf_error, set_comm, Owned, PerCpuHist, Probe, ProbeError};
 use libbpf_rs::UprobeOpts;
@@ -25,7 +26,9 @@ use crate::bpf::limits::{TS_CHAIN, TS_CHAIN_IRQ, TS_CHAIN_RESPONSE, TS_CHAIN_RUN
 use crate::bpf::timer::{types, TimerSkel, TimerSkelBuilder};
 use crate::config::{ProbeKind, ProbeSpec, UserFunc};
 use crate::hist::Hist;
-use crate::summary::ProbeInfo;
+use crate::summary::{AlertRecord, ProbeInfo};
+
+alert_types!(types);
 
 /// Programs in attach order: the consumer (sched_switch) before the stamp
 /// producers, the hrtimer program last.
@@ -40,7 +43,11 @@ fn programs(chain: bool) -> Vec<&'static str> {
 
 type Loaded = (Owned<TimerSkel<'static>>, Vec<Link>);
 
+/// Field order is drop order: the alert feed stops before the object goes.
 struct Timers {
+    /// Alert records of the end-to-end series (a threshold is set).
+    alerts: Option<AlertFeed>,
+    alert_drops: Box<dyn ReadDrops>,
     reader: PerCpuHist<types::latmon_hist>,
     /// chain: a response function closes the chain.
     response: bool,
@@ -61,7 +68,11 @@ impl Probe for Timer {
     }
 
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
-        self.t.reader.read(TS_TIMER as u32, out).map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
+        self.t.read_series(TS_TIMER as u32, out).map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
+    }
+
+    fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
+        self.t.drain(TS_TIMER as u32, out);
     }
 
     fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
@@ -92,7 +103,30 @@ impl Source for Timers {
     }
 
     fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
-        self.reader.read(key as u32, out)
+        self.read_series(key as u32, out)
+    }
+
+    fn drain_alerts(&mut self, key: u64, out: &mut Vec<AlertRecord>) {
+        self.drain(key as u32, out);
+    }
+}
+
+impl Timers {
+    /// A series' histogram with its alert records lost on the way (token
+    /// bucket, full buffer, full queue).
+    fn read_series(&mut self, series: u32, out: &mut Hist) -> Result<(), String> {
+        self.reader.read(series, out)?;
+        out.alerts_dropped = self.alert_drops.total(series)?;
+        if let Some(feed) = &self.alerts {
+            out.alerts_dropped += feed.queue_dropped(series);
+        }
+        Ok(())
+    }
+
+    fn drain(&self, series: u32, out: &mut Vec<AlertRecord>) {
+        if let Some(feed) = &self.alerts {
+            feed.drain(series, out);
+        }
     }
 }
 
@@ -108,15 +142,26 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
         super::func::check_binary(&f.binary)
             .map_err(|what| ProbeError::Target { probe: probe.clone(), what: format!("response: {what}") })?;
     }
-    let ((skel, links), mech) = ladder(&probe, &["tp_btf"], |_| load(spec, chain))?;
-    let reader = PerCpuHist::new(&skel.maps.timer_hist).map_err(|why| ProbeError::Read { probe: probe.clone(), why })?;
+    let ringbuf = want_ringbuf();
+    let ((skel, links), mech) = ladder(&probe, &["tp_btf"], |_| load(spec, chain, ringbuf))?;
+    let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
+    let reader = PerCpuHist::new(&skel.maps.timer_hist).map_err(read_err)?;
+    let alert_drops = Box::new(PerCpuArray::<types::latmon_alert_drops>::new(&skel.maps.alert_drops).map_err(read_err)?);
+    let alerts = match spec.threshold {
+        Some(_) => Some(alert_feed(&skel, &probe, ringbuf).map_err(read_err)?),
+        None => None,
+    };
     let response = response_of(spec);
-    let t = Timers { reader, response: response.is_some(), _links: links, _skel: skel };
+    let t = Timers { alerts, alert_drops, reader, response: response.is_some(), _links: links, _skel: skel };
     let kind = if chain { "chain" } else { "timer" };
-    let mode = match response {
+    let mut mode = match response {
         Some(f) => format!("task-storage, response: uretprobe {}:{}", f.binary, f.symbol),
         None => "task-storage".into(),
     };
+    if let Some(thr) = spec.threshold {
+        let via = if ringbuf { "ringbuf" } else { "perf buffer" };
+        mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
+    }
     let info = ProbeInfo { name: probe, kind: kind.into(), attach: mech.into(), mode, btf_mode: "co-re".into() };
     if chain {
         Ok(Box::new(Family::new(info, Box::new(t))))
@@ -132,7 +177,19 @@ fn response_of(spec: &ProbeSpec) -> Option<&UserFunc> {
     }
 }
 
-fn load(spec: &ProbeSpec, chain: bool) -> Result<Loaded, String> {
+/// The alert reader: record ids are series numbers; `timer` alerts on its
+/// one series, `chain` on its end-to-end lines.
+fn alert_feed(skel: &TimerSkel<'static>, probe: &str, ringbuf: bool) -> Result<AlertFeed, String> {
+    let mut names = vec![String::new(); crate::bpf::limits::TIMER_SERIES];
+    names[TS_TIMER] = probe.to_string();
+    names[TS_CHAIN] = probe.to_string();
+    names[TS_CHAIN_TO_RESPONSE] = format!("{probe}:to-response");
+    let map = if ringbuf { &skel.maps.alerts } else { &skel.maps.alerts_perf };
+    let handle = libbpf_rs::MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
+    AlertFeed::spawn(handle, ringbuf, names, decode_alert::<types::latmon_alert>)
+}
+
+fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> {
     let response = response_of(spec);
     let mut wanted = programs(chain);
     if response.is_some() {
@@ -146,6 +203,9 @@ fn load(spec: &ProbeSpec, chain: bool) -> Result<Loaded, String> {
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
         ro.chain = chain;
         ro.response = response.is_some();
+        ro.use_ringbuf = ringbuf;
+        let unused = if ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
+        unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
