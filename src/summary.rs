@@ -356,7 +356,9 @@ pub fn render_text_into(s: &mut String, r: &IntervalReport) {
         s.push('\n');
         if p.state != ProbeState::Running {
             let _ = writeln!(s, "  DETACHED ({}): counts frozen", p.state.as_str());
-        } else if a.cost_measured {
+        } else if a.cost_measured && (p.total_bpf_runs > 0 || p.total_count == 0) {
+            // A series of a family (events, yet no program runs of its
+            // own) has its cost on the family line.
             let _ = writeln!(
                 s,
                 "  cost: BPF {} ns/event  {} events/s  {:.3}% CPU",
@@ -491,6 +493,29 @@ mod tests {
         assert_eq!(fmt_ns(1_500), "1.50us");
         assert_eq!(fmt_ns(2_000_000_000), "2.00s");
         assert!(!t.contains("ALERT"), "no alert section without records: {t}");
+    }
+
+    #[test]
+    fn cost_lines_belong_to_probes_with_programs_not_to_series() {
+        let (prev, cur) = sample();
+        let mut family = ProbeReport::new(&info(), &prev, &cur);
+        (family.bpf_runs, family.total_bpf_runs, family.bpf_ns_per_event) = (9, 9, 120);
+        let series = ProbeReport::new(&ProbeInfo { name: "runq:x".into(), ..info() }, &prev, &cur);
+        let mut idle = ProbeReport::new(&ProbeInfo { name: "idle".into(), ..info() }, &Hist::default(), &Hist::default());
+        idle.total_count = 0;
+        let r = IntervalReport {
+            seq: 1,
+            time_ns: 0,
+            interval_ns: 1_000_000_000,
+            last: false,
+            probes: vec![family, series, idle],
+            alert_records: Vec::new(),
+            agent: AgentStatus { cost_measured: true, ..AgentStatus::default() },
+        };
+        let t = render_text(&r);
+        // The family's, and the idle probe's (0 events is a true 0 cost).
+        assert_eq!(t.matches("  cost: BPF").count(), 2, "{t}");
+        assert!(t.contains("cost: BPF 120 ns/event"), "{t}");
     }
 
     #[test]
