@@ -10,7 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,29 +61,23 @@ fn mbpoll(args: &[&str]) -> (bool, BTreeMap<usize, i64>, String) {
     (out.status.success(), vals, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-/// latmon's JSON lines (stdout), collected as they come.
-struct Json(Arc<Mutex<Vec<Value>>>);
+/// latmon's JSON lines (stdout), as they come.
+struct Json<'a>(&'a Child);
 
-impl Json {
-    fn collect(child: &mut Child) -> Json {
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let l = Arc::clone(&lines);
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    l.lock().unwrap().push(v);
-                }
-            }
-        });
-        Json(lines)
+impl Json<'_> {
+    fn collect(child: &Child) -> Json<'_> {
+        Json(child)
+    }
+
+    fn lines(&self) -> Vec<Value> {
+        stdout_so_far(self.0).lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect()
     }
 
     fn seq(&self, seq: u64) -> Value {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            if let Some(v) = self.0.lock().unwrap().iter().find(|v| v["seq"] == seq) {
-                return v.clone();
+            if let Some(v) = self.lines().into_iter().find(|v| v["seq"] == seq) {
+                return v;
             }
             assert!(Instant::now() < deadline, "no JSON line for seq {seq}");
             std::thread::sleep(Duration::from_millis(20));
@@ -92,7 +86,7 @@ impl Json {
 
     fn wait_for(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while self.0.lock().unwrap().len() < n {
+        while self.lines().len() < n {
             assert!(Instant::now() < deadline, "fewer than {n} intervals");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -171,7 +165,7 @@ fn modbus_tcp_mbpoll_and_pymodbus_read_what_json_says() {
     let _load = load();
     let p = port();
     let ps = p.to_string();
-    let mut child = start_run(&[
+    let child = start_run(&[
         "--probe",
         "runq",
         "--probe",
@@ -185,7 +179,7 @@ fn modbus_tcp_mbpoll_and_pymodbus_read_what_json_says() {
         "--output",
         &format!("modbus-tcp://127.0.0.1:{p}"),
     ]);
-    let json = Json::collect(&mut child);
+    let json = Json::collect(&child);
     // From the second interval on, the interval count and the count since
     // start differ.
     json.wait_for(2);
@@ -291,10 +285,8 @@ fn fd_count(pid: u32) -> usize {
 fn modbus_tcp_200_connect_cycles_leak_no_fd() {
     let p = port();
     let ps = p.to_string();
-    let mut child = start_run(&["--probe", "runq", "--interval", "500ms", "--output", &format!("modbus-tcp://127.0.0.1:{p}"), "--output", "-"]);
+    let child = start_run(&["--probe", "runq", "--interval", "500ms", "--output", &format!("modbus-tcp://127.0.0.1:{p}"), "--output", "-"]);
     let pid = child.id();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || std::io::copy(&mut BufReader::new(out), &mut std::io::sink()));
     // One client first, so the server is past every first-use allocation.
     assert_eq!(pyclient(&["cycles", "1", "--tcp", "127.0.0.1", &ps])["ok"], 1);
     std::thread::sleep(Duration::from_millis(300));
@@ -386,7 +378,7 @@ fn modbus_rtu_over_a_pty_pair_with_pymodbus_and_mbpoll() {
     let stop_bus = Arc::new(AtomicBool::new(false));
     let noise = Arc::new(Mutex::new(Vec::new()));
     let relay = bus(&agent_tty, &client_tty, Arc::clone(&stop_bus), Arc::clone(&noise));
-    let mut child = start_run(&[
+    let child = start_run(&[
         "--probe",
         "runq",
         "--interval",
@@ -398,7 +390,7 @@ fn modbus_rtu_over_a_pty_pair_with_pymodbus_and_mbpoll() {
         "--output",
         &format!("modbus-rtu:serial:{}@19200,unit=17,parity=none", agent_tty.path),
     ]);
-    let json = Json::collect(&mut child);
+    let json = Json::collect(&child);
     json.wait_for(1);
 
     // pymodbus's serial client (pyserial), 19200 8N1 (this kernel's ptys

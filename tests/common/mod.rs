@@ -50,22 +50,65 @@ pub fn start_run_attached(args: &[&str], env: &[(&str, &str)], probes: usize) ->
             Ok(line) if line.contains(": attached via ") => {
                 attached += 1;
                 if attached >= probes {
+                    drain_stdout(&mut child);
                     return child;
                 }
             }
             Ok(_) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return child,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                drain_stdout(&mut child);
+                return child;
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
     panic!("latmon did not attach within 20 s");
 }
 
+/// stdout of running children (pid, what arrived so far, reader thread).
+type Drain = (u32, std::sync::Arc<std::sync::Mutex<Vec<u8>>>, std::thread::JoinHandle<()>);
+static STDOUT: std::sync::Mutex<Vec<Drain>> = std::sync::Mutex::new(Vec::new());
+
+/// Read the child's stdout as it comes, in a thread (`stdout_so_far` shows
+/// it, `finish` collects it): a pipe nobody reads fills after ~64 KiB, and
+/// latmon then drops - and counts - what stdout cannot take, as it does for
+/// any slow sink.
+fn drain_stdout(child: &mut Child) {
+    let Some(mut out) = child.stdout.take() else { return };
+    let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let b = std::sync::Arc::clone(&buf);
+    let reader = std::thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        while let Ok(n @ 1..) = out.read(&mut chunk) {
+            b.lock().unwrap().extend_from_slice(&chunk[..n]);
+        }
+    });
+    STDOUT.lock().unwrap().push((child.id(), buf, reader));
+}
+
+/// What a `start_run` child printed on stdout so far.
+pub fn stdout_so_far(child: &Child) -> String {
+    let drains = STDOUT.lock().unwrap();
+    let (_, buf, _) = drains.iter().find(|(pid, _, _)| *pid == child.id()).expect("a start_run child");
+    let text = String::from_utf8_lossy(&buf.lock().unwrap()).into_owned();
+    text
+}
+
 /// Wait for the child, return (exit status, stdout).
 pub fn finish(mut child: Child) -> (std::process::ExitStatus, String) {
-    let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    (child.wait().unwrap(), out)
+    let drain = {
+        let mut drains = STDOUT.lock().unwrap();
+        drains.iter().position(|(pid, _, _)| *pid == child.id()).map(|i| drains.swap_remove(i))
+    };
+    let Some((_, buf, reader)) = drain else {
+        let mut out = String::new();
+        child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        return (child.wait().unwrap(), out);
+    };
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let out = String::from_utf8_lossy(&buf.lock().unwrap()).into_owned();
+    (status, out)
 }
 
 /// Parse JSON lines.
@@ -153,10 +196,14 @@ pub fn start_run_logged(args: &[&str], envs: &[(&str, &str)]) -> (Child, std::sy
     while Instant::now() < deadline {
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(line) if line.contains("info: probe ") && line.contains(" via ") && !line.contains("attached via") => {
-                return (child, lines)
+                drain_stdout(&mut child);
+                return (child, lines);
             }
             Ok(_) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return (child, lines),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                drain_stdout(&mut child);
+                return (child, lines);
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
