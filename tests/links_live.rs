@@ -316,6 +316,53 @@ fn serial_text_for_terminal_programs() {
     assert!(t2.c_cflag & libc::CRTSCTS != 0, "hardware flow control set");
 }
 
+/// A family's series appear mid-run (`syscall:NAME` the first interval a
+/// syscall is seen) while a probe configured after the family keeps
+/// reporting: over frames every entry must keep its name and counts - the
+/// new series get new ids and a new Hello names them; no probe's id moves.
+#[test]
+fn series_born_mid_run_keep_every_probe_labelled_over_frames() {
+    let path = std::env::temp_dir().join(format!("latmon-series-{}.bin", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let file = format!("file:{}", path.display());
+    let run = start_run_attached(
+        &["--probe", "syscall", "--probe", "runq,name=after", "--interval", "100ms", "--format", "json", "--output", "-", "--output", &format!("{file},format=frames")],
+        &[],
+        2,
+    );
+    // Syscalls of our own, spread over several intervals.
+    for _ in 0..8 {
+        let _ = std::fs::metadata("/proc/self");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, out) = stop(run);
+    assert!(status.success());
+    let run = json_lines(&out);
+    let d = latmon().args(["decode", &file]).output().unwrap();
+    assert!(d.status.success());
+    let dec = json_lines(&String::from_utf8_lossy(&d.stdout));
+    let sums: Vec<&Value> = dec.iter().filter(|l| l["type"] == "summary").collect();
+    assert_eq!(sums.len(), run.len());
+    let entries = |v: &Value| -> Vec<(String, u64, String)> {
+        v["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap().to_string(), p["total_count"].as_u64().unwrap(), p["kind"].as_str().unwrap().to_string()))
+            .collect()
+    };
+    let (r, f) = (entries(run.last().unwrap()), entries(sums.last().unwrap()));
+    assert!(r.iter().filter(|e| e.0.starts_with("syscall:")).count() >= 1, "series appeared: {r:?}");
+    assert_eq!(&r[..2].iter().map(|e| e.0.as_str()).collect::<Vec<_>>(), &["syscall", "after"], "configured probes keep their positions");
+    assert_eq!(f, r, "decoded final summary == what run printed, name by name");
+    // Every interval of `after` decodes as runq data under its own name.
+    for (s, j) in sums.iter().zip(&run) {
+        let find = |v: &Value| v["probes"].as_array().unwrap().iter().find(|p| p["name"] == "after").map(|p| p["count"].clone());
+        assert_eq!(find(s), find(j), "seq {}", j["seq"]);
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
 /// `run` to a file and stdout at once; `decode` and `view` replay the file.
 #[test]
 fn file_output_replays_in_decode_and_view() {
