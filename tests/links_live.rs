@@ -341,24 +341,33 @@ fn series_born_mid_run_keep_every_probe_labelled_over_frames() {
     let d = latmon().args(["decode", &file]).output().unwrap();
     assert!(d.status.success());
     let dec = json_lines(&String::from_utf8_lossy(&d.stdout));
-    let sums: Vec<&Value> = dec.iter().filter(|l| l["type"] == "summary").collect();
+    // A summary with many series spans several frames: one decoded line
+    // each, with the same seq. Join them.
+    let mut sums: BTreeMap<u64, Vec<Value>> = BTreeMap::new();
+    for l in dec.iter().filter(|l| l["type"] == "summary") {
+        sums.entry(l["seq"].as_u64().unwrap()).or_default().extend(l["probes"].as_array().unwrap().iter().cloned());
+    }
     assert_eq!(sums.len(), run.len());
-    let entries = |v: &Value| -> Vec<(String, u64, String)> {
-        v["probes"]
-            .as_array()
-            .unwrap()
+    let entries = |v: &[Value]| -> Vec<(String, u64, u64, String)> {
+        let mut e: Vec<_> = v
             .iter()
-            .map(|p| (p["name"].as_str().unwrap().to_string(), p["total_count"].as_u64().unwrap(), p["kind"].as_str().unwrap().to_string()))
-            .collect()
+            .map(|p| {
+                let n = |k: &str| p[k].as_u64().unwrap();
+                (p["name"].as_str().unwrap().to_string(), n("count"), n("total_count"), p["kind"].as_str().unwrap().to_string())
+            })
+            .collect();
+        e.sort();
+        e
     };
-    let (r, f) = (entries(run.last().unwrap()), entries(sums.last().unwrap()));
-    assert!(r.iter().filter(|e| e.0.starts_with("syscall:")).count() >= 1, "series appeared: {r:?}");
-    assert_eq!(&r[..2].iter().map(|e| e.0.as_str()).collect::<Vec<_>>(), &["syscall", "after"], "configured probes keep their positions");
-    assert_eq!(f, r, "decoded final summary == what run printed, name by name");
-    // Every interval of `after` decodes as runq data under its own name.
-    for (s, j) in sums.iter().zip(&run) {
-        let find = |v: &Value| v["probes"].as_array().unwrap().iter().find(|p| p["name"] == "after").map(|p| p["count"].clone());
-        assert_eq!(find(s), find(j), "seq {}", j["seq"]);
+    let last = run.last().unwrap()["probes"].as_array().unwrap();
+    let names: Vec<&str> = last.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert!(names.iter().filter(|n| n.starts_with("syscall:")).count() >= 1, "series appeared: {names:?}");
+    assert_eq!(names[..2], ["syscall", "after"], "configured probes keep their positions");
+    // Every interval decodes to what run printed, entry by entry: names,
+    // kinds, interval and total counts.
+    for ((seq, frames), j) in sums.iter().zip(&run) {
+        assert_eq!(*seq, j["seq"].as_u64().unwrap());
+        assert_eq!(entries(frames), entries(j["probes"].as_array().unwrap()), "seq {seq}");
     }
     let _ = std::fs::remove_file(&path);
 }
