@@ -10,6 +10,11 @@
 # section `=== config NAME` ... `=== end NAME` on the UART: `latmon check`,
 # then `latmon run` while the workload runs, stopped by SIGINT after it
 # (the final summary holds the totals).
+# On the PREEMPT_RT boards the host writes bytes into the guest's console
+# UART during the workload (rx_tty below, tests/board/uart-feed.py), so a
+# force-threaded interrupt fires and the irq probe's threaded path shows;
+# the guest reports /proc/interrupts and the serial driver's counts around
+# it.
 # Environment: EXTRA_BTF=/path is copied to /etc/latmon/kernel.btf in the
 # guest (armmp default: the detached BTF of fetch-board.sh --btf);
 # LATMON_BOARD_VERBOSE=-vv for libbpf's own messages.

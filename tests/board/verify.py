@@ -167,8 +167,9 @@ def threaded_irq_rx(s):
         return
     irq = int(port.group(1))
     rx_bytes = int(port1.group(3)) - int(port.group(3))
+    tx_bytes = int(port1.group(2)) - int(port.group(2))
     delta = irq_counts(part("interrupts after")).get(irq, 0) - irq_counts(part("interrupts before")).get(irq, 0)
-    print(f"  observed: console UART IRQ {irq}: /proc/interrupts +{delta}, driver rx +{rx_bytes} bytes "
+    print(f"  observed: console UART IRQ {irq}: /proc/interrupts +{delta}, driver rx +{rx_bytes} tx +{tx_bytes} bytes "
           f"in the window; irq threads: {re.search(r'^irq threads: (.*)$', text, re.M).group(1) if re.search(r'^irq threads: ', text, re.M) else '?'}")
     s.say(delta >= sent // 2, f"IRQ {irq} fired {delta} times for {rx_bytes} received bytes while latmon ran "
           f"(kernel's count, /proc/interrupts before/after; expected about one per byte sent {gap} ms apart)")
@@ -182,11 +183,17 @@ def threaded_irq_rx(s):
     h, t = s.total(handler), s.total(thread)
     sh, sw = s.total(stages[0]), s.total(stages[1])
     # The snapshots were taken inside latmon's run: every interrupt they
-    # count was traced; nothing else drives this line (console output does
-    # not need the TX interrupt under qemu), so little beyond.
-    s.say(delta <= h <= delta + 10 and delta <= t <= h,
-          f"counts vs the kernel's: handler {h}, threaded path {t}, /proc/interrupts +{delta} in a window inside "
-          f"latmon's run (expected +{delta} <= thread <= handler <= +{delta + 10})")
+    # count was traced, and little else drives this line (console output:
+    # the script's few lines), so handler runs = the kernel's count within
+    # a few. Each interrupt asks for the thread, but on an edge-triggered
+    # line (x86 IO-APIC; not masked while the thread runs) interrupts that
+    # come before the thread has started are served by one thread run: the
+    # thread count is at most the handler's, and at least one per received
+    # byte (they came far apart).
+    s.say(delta <= h <= delta + 10 and rx_bytes * 95 // 100 <= t <= h,
+          f"counts vs the kernel's: handler {h} for /proc/interrupts +{delta} in a window inside latmon's run "
+          f"(expected +{delta}..+{delta + 10}); threaded path {t} (expected {rx_bytes * 95 // 100}..{h}: one per "
+          f"received byte at least, at most one per handler run)")
     s.say(sh == t and sw == t and all(s.drops(x) == 0 for x in (thread,) + stages),
           f"every threaded event counted in each stage: thread {t}, thread:hardirq {sh}, thread:wakeup {sw}; "
           f"drops {[s.drops(x) for x in (thread,) + stages]}")
