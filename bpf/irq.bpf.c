@@ -9,7 +9,9 @@
  *    number). Hard interrupt handlers do not nest on a CPU, so the entry
  *    stamp is per CPU.
  *  - thread, per IRQ number: irq_handler_entry of an action that has an
- *    IRQ thread (action->thread) -> that thread running (sched_switch).
+ *    IRQ thread (action->thread) -> that thread running (sched_switch),
+ *    and its two stages: hardirq entry -> the thread's sched_waking
+ *    (THREAD_HARDIRQ), sched_waking -> running (THREAD_WAKEUP).
  *    The primary handler wakes the thread right after irq_handler_exit on
  *    the same CPU (__irq_wake_thread), so sched_waking of exactly that task
  *    on this CPU ties the wakeup to the interrupt; the entry time then rides
@@ -199,9 +201,19 @@ int BPF_PROG(irq_exit_raw, int irq, struct irqaction *action, int ret)
 
 /* ---- threaded path: hardirq entry -> IRQ thread running (tp_btf) -------- */
 
+/* The IRQ thread runs at `now`: the end-to-end time and its two stages,
+ * all or nothing, so that per event hardirq + wakeup = thread exactly. */
 static __always_inline void thread_ran(struct thread_stamp *st, __u64 now)
 {
-	record_irq(st->irq, LATMON_IRQ_KIND_THREAD, now - st->entry_ns);
+	__s64 stage = st->wake_ns - st->entry_ns, run = now - st->wake_ns;
+
+	if (stage < 0 || run < 0) {
+		record_irq(st->irq, LATMON_IRQ_KIND_THREAD, -1); /* a drop */
+	} else {
+		record_irq(st->irq, LATMON_IRQ_KIND_THREAD, stage + run);
+		record_irq(st->irq, LATMON_IRQ_KIND_THREAD_HARDIRQ, stage);
+		record_irq(st->irq, LATMON_IRQ_KIND_THREAD_WAKEUP, run);
+	}
 	st->entry_ns = 0;
 	__sync_fetch_and_add(&irq_thread_pending, -1);
 }

@@ -36,10 +36,14 @@
 #define LATMON_SYSCALL_SLOTS 128
 
 /* irq: histograms keyed by (IRQ number, kind) in a per-CPU hash - IRQ
- * numbers are sparse; kind 0 is the handler, 1 the threaded path. */
+ * numbers are sparse; kind 0 is the handler, 1 the threaded path end to
+ * end (hardirq entry -> IRQ thread running), 2 and 3 its stages (hardirq
+ * entry -> the thread's wakeup, wakeup -> running): 1 = 2 + 3 per event. */
 #define LATMON_IRQ_SLOTS 96
 #define LATMON_IRQ_KIND_HANDLER 0
 #define LATMON_IRQ_KIND_THREAD 1
+#define LATMON_IRQ_KIND_THREAD_HARDIRQ 2
+#define LATMON_IRQ_KIND_THREAD_WAKEUP 3
 /* softirq: one histogram per vector (the kernel's NR_SOFTIRQS). */
 #define LATMON_SOFTIRQ_VECS 10
 

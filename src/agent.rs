@@ -124,7 +124,7 @@ struct Slot {
     read_errors: u64,
     progs: Vec<RawFd>,
     /// Series probes this (multi-series family) slot has added; they are
-    /// listed right behind it.
+    /// appended to the list (ids never move).
     series: usize,
 }
 
@@ -242,36 +242,28 @@ impl Agent {
     }
 
     /// Multi-series families (syscall per syscall, irq per IRQ, ...) add a
-    /// probe per series the first interval it has data; it is listed, and
-    /// read, right behind its family's earlier series. Allocates only when a
-    /// series appears.
+    /// probe per series the first interval it has data. It is appended to
+    /// the list, so it is read after its family, and every probe keeps its
+    /// position - its id on the wire, where receivers keep cumulative
+    /// counts per id (inserting it behind its family shifted the ids of the
+    /// probes after it, and a receiver then labelled them with the names
+    /// of others). Allocates only when a series appears.
     fn add_new_series(&mut self) {
-        let mut added = false;
-        let mut i = 0;
-        while i < self.slots.len() {
-            let born = match &mut self.slots[i].probe {
+        let mut new: Vec<Slot> = Vec::new();
+        for slot in &mut self.slots {
+            let born = match &mut slot.probe {
                 Some(p) => p.new_series(),
                 None => Vec::new(),
             };
-            let at = (i + 1 + self.slots[i].series).min(self.slots.len());
-            let next = at + born.len();
-            if !born.is_empty() {
-                added = true;
-                self.slots[i].series += born.len();
-                let spec = self.slots[i].spec.clone();
-                let new: Vec<Slot> = born
-                    .into_iter()
-                    .map(|p| {
-                        let mut s = spec.clone();
-                        s.name.clone_from(&p.info().name);
-                        Slot::new(s, p)
-                    })
-                    .collect();
-                self.slots.splice(at..at, new);
+            slot.series += born.len();
+            for p in born {
+                let mut s = slot.spec.clone();
+                s.name.clone_from(&p.info().name);
+                new.push(Slot::new(s, p));
             }
-            i = next.max(i + 1);
         }
-        if added {
+        if !new.is_empty() {
+            self.slots.extend(new);
             self.replan();
         }
     }

@@ -43,9 +43,10 @@ fn the_default_runs_runq_syscall_and_irq_with_series() {
         .find(|p| p["name"].as_str().unwrap().starts_with("syscall:"))
         .expect("at least one syscall series");
     assert_eq!((statx["kind"].as_str(), statx["attach"].as_str()), (Some("syscall"), Some("tp_btf")));
-    // Series are listed right behind their family.
-    let fam = names.iter().position(|n| *n == "syscall").unwrap();
-    assert!(names[fam + 1].starts_with("syscall:"), "{names:?}");
+    // Series are appended behind the configured probes, so that no
+    // probe's position (its id on the wire) ever moves.
+    assert_eq!(names[..3], ["runq", "syscall", "irq"], "{names:?}");
+    assert!(names[3..].iter().all(|n| n.starts_with("syscall:") || n.starts_with("irq:")), "{names:?}");
     // Every entry carries the contract's fields.
     for p in last {
         for k in ["name", "kind", "attach", "count", "total_count", "p50_ns", "p999_ns", "buckets", "drops", "alerts"] {

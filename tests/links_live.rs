@@ -323,6 +323,62 @@ fn serial_text_for_terminal_programs() {
     assert!(t2.c_cflag & libc::CRTSCTS != 0, "hardware flow control set");
 }
 
+/// A family's series appear mid-run (`syscall:NAME` the first interval a
+/// syscall is seen) while a probe configured after the family keeps
+/// reporting: over frames every entry must keep its name and counts - the
+/// new series get new ids and a new Hello names them; no probe's id moves.
+#[test]
+fn series_born_mid_run_keep_every_probe_labelled_over_frames() {
+    let path = std::env::temp_dir().join(format!("latmon-series-{}.bin", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let file = format!("file:{}", path.display());
+    let run = start_run_attached(
+        &["--probe", "syscall", "--probe", "runq,name=after", "--interval", "100ms", "--format", "json", "--output", "-", "--output", &format!("{file},format=frames")],
+        &[],
+        2,
+    );
+    // Syscalls of our own, spread over several intervals.
+    for _ in 0..8 {
+        let _ = std::fs::metadata("/proc/self");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, out) = stop(run);
+    assert!(status.success());
+    let run = json_lines(&out);
+    let d = latmon().args(["decode", &file]).output().unwrap();
+    assert!(d.status.success());
+    let dec = json_lines(&String::from_utf8_lossy(&d.stdout));
+    // A summary with many series spans several frames: one decoded line
+    // each, with the same seq. Join them.
+    let mut sums: BTreeMap<u64, Vec<Value>> = BTreeMap::new();
+    for l in dec.iter().filter(|l| l["type"] == "summary") {
+        sums.entry(l["seq"].as_u64().unwrap()).or_default().extend(l["probes"].as_array().unwrap().iter().cloned());
+    }
+    assert_eq!(sums.len(), run.len());
+    let entries = |v: &[Value]| -> Vec<(String, u64, u64, String)> {
+        let mut e: Vec<_> = v
+            .iter()
+            .map(|p| {
+                let n = |k: &str| p[k].as_u64().unwrap();
+                (p["name"].as_str().unwrap().to_string(), n("count"), n("total_count"), p["kind"].as_str().unwrap().to_string())
+            })
+            .collect();
+        e.sort();
+        e
+    };
+    let last = run.last().unwrap()["probes"].as_array().unwrap();
+    let names: Vec<&str> = last.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert!(names.iter().filter(|n| n.starts_with("syscall:")).count() >= 1, "series appeared: {names:?}");
+    assert_eq!(names[..2], ["syscall", "after"], "configured probes keep their positions");
+    // Every interval decodes to what run printed, entry by entry: names,
+    // kinds, interval and total counts.
+    for ((seq, frames), j) in sums.iter().zip(&run) {
+        assert_eq!(*seq, j["seq"].as_u64().unwrap());
+        assert_eq!(entries(frames), entries(j["probes"].as_array().unwrap()), "seq {seq}");
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
 /// `run` to a file and stdout at once; `decode` and `view` replay the file.
 #[test]
 fn file_output_replays_in_decode_and_view() {

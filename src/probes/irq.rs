@@ -2,7 +2,9 @@
 //! `irq` and `softirq` (bpf/irq.bpf.c): hard interrupt handler durations per
 //! IRQ number (`irq:36 virtio1-req.0`), the threaded path per IRQ where IRQ
 //! threads exist (`irq:36 virtio1-req.0 thread`: hardirq entry -> thread
-//! running), and softirq durations per vector (`softirq:NET_RX`).
+//! running, in two stages `... thread:hardirq`: hardirq entry -> the
+//! thread's wakeup, and `... thread:wakeup`: wakeup -> running), and softirq
+//! durations per vector (`softirq:NET_RX`).
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
@@ -13,7 +15,9 @@ use libbpf_rs::{Link, MapCore, OpenObject};
 use super::series::{Family as FamilyProbe, Role, Slot, Source};
 use super::{attach_in_order, ladder, libbpf_error, Owned, PerCpuHist, Probe, ProbeError};
 use crate::bpf::irq::{types, IrqSkel, IrqSkelBuilder};
-use crate::bpf::limits::{IRQ_KIND_HANDLER, IRQ_KIND_THREAD, SOFTIRQ_VECS};
+use crate::bpf::limits::{
+    IRQ_KIND_HANDLER, IRQ_KIND_THREAD, IRQ_KIND_THREAD_HARDIRQ, IRQ_KIND_THREAD_WAKEUP, SOFTIRQ_VECS,
+};
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
 use crate::summary::ProbeInfo;
@@ -145,6 +149,11 @@ impl Source for Irqs {
             let (label, role) = match k.kind as usize {
                 IRQ_KIND_HANDLER => (base, Role::Part),
                 IRQ_KIND_THREAD => (format!("{base} thread"), Role::Extra),
+                // Stages of the threaded path, named by the event that
+                // starts them (as chain's): hardirq entry -> the thread's
+                // wakeup, wakeup -> the thread running.
+                IRQ_KIND_THREAD_HARDIRQ => (format!("{base} thread:hardirq"), Role::Extra),
+                IRQ_KIND_THREAD_WAKEUP => (format!("{base} thread:wakeup"), Role::Extra),
                 _ => continue,
             };
             out.push(Slot { key: (k.kind as u64) << 32 | k.irq as u64, label, role });

@@ -93,8 +93,9 @@ pub trait Probe {
     }
     /// Series that showed up since the last call, as probes of their own.
     /// Called before each round of `read()`s; a series' probe must be read
-    /// after the probe that returned it, in the same round (the agent lists
-    /// it behind its family). Single-series probes return nothing.
+    /// after the probe that returned it, in the same round (the agent
+    /// appends it to its list, behind its family). Single-series probes
+    /// return nothing.
     fn new_series(&mut self) -> Vec<Box<dyn Probe>> {
         Vec::new()
     }

@@ -12,8 +12,9 @@
 //!
 //! Reading: the family probe reads every known slot once per interval into a
 //! shared cache (in `new_series()`, or in `read()` if that was not called);
-//! series probes copy their slot from the cache. The agent lists series
-//! behind their family, so they are read after it in every round.
+//! series probes copy their slot from the cache. The agent appends series
+//! to its list (after their family), so they are read after it in every
+//! round.
 
 use std::cell::RefCell;
 use std::rc::Rc;

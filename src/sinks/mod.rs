@@ -393,8 +393,13 @@ impl FrameRender {
         }
         let r = t.report;
         // A reload that changed the probe table is a new session (new
-        // boot id): announce it at once.
-        let new_session = self.hello.as_ref().is_some_and(|h| h.boot_id != t.session.boot_id);
+        // boot id): announce it at once. So is a table that grew within
+        // the session (a family's new series, appended with new ids):
+        // until then receivers could only call them `#id`.
+        let new_session = self
+            .hello
+            .as_ref()
+            .is_some_and(|h| h.boot_id != t.session.boot_id || h.probe_count as usize != t.session.probes.len());
         if new_session {
             self.hello = None;
         }

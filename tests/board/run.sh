@@ -10,6 +10,11 @@
 # section `=== config NAME` ... `=== end NAME` on the UART: `latmon check`,
 # then `latmon run` while the workload runs, stopped by SIGINT after it
 # (the final summary holds the totals).
+# On the PREEMPT_RT boards the host writes bytes into the guest's console
+# UART during the workload (rx_tty below, tests/board/uart-feed.py), so a
+# force-threaded interrupt fires and the irq probe's threaded path shows;
+# the guest reports /proc/interrupts and the serial driver's counts around
+# it.
 # Environment: EXTRA_BTF=/path is copied to /etc/latmon/kernel.btf in the
 # guest (armmp default: the detached BTF of fetch-board.sh --btf);
 # LATMON_BOARD_VERBOSE=-vv for libbpf's own messages.
@@ -21,9 +26,19 @@ cd "$top"
 board=${1:?usage: $0 rt-arm64|armmp|rt-amd64}
 fetch_opts=()
 target_cc=""
+# rx_tty: the guest console UART that receives bytes from the host during
+# the workload (tests/board/uart-feed.py), so that its interrupt fires;
+# rx_driver: the serial driver's /proc/tty/driver file (its port 0 line
+# names the IRQ and counts tx/rx bytes). Empty: no receive traffic.
+rx_tty="" rx_driver="" rx_n=200 rx_gap_ms=20
 case "$board" in
   rt-arm64) arch=aarch64; uart=/dev/ttyAMA1; console=ttyAMA0
     configs=(main=board-configs/qemu-arm64-rt.toml)
+    # Only the arch timer (IRQF_TIMER, never threaded) fires on its own on
+    # qemu's virt board; the PL011's handler is force-threaded on
+    # PREEMPT_RT (irq/N-uart-pl011): host bytes into the console make the
+    # threaded path fire.
+    rx_tty=/dev/ttyAMA0 rx_driver=/proc/tty/driver/ttyAMA
     qemu=(qemu-system-aarch64 -M virt -cpu cortex-a57 -m 512) ;;
   armmp) arch=armv7; uart=/dev/ttyAMA1; console=ttyAMA0
     # No BTF in this kernel: first as shipped (no-BTF build), then with
@@ -35,6 +50,8 @@ case "$board" in
     qemu=(qemu-system-arm -M virt -cpu cortex-a15 -m 512) ;;
   rt-amd64) arch=x86_64; uart=/dev/ttyS1; console=ttyS0
     configs=(main=board-configs/qemu-x86_64-rt.toml)
+    # The 8250 console's handler is force-threaded too (irq/4-ttyS0).
+    rx_tty=/dev/ttyS0 rx_driver=/proc/tty/driver/serial
     qemu=(qemu-system-x86_64 -m 512) ;;
   *) echo "board: unknown board $board" >&2; exit 2 ;;
 esac
@@ -72,6 +89,12 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 echo "board: booted \$(uname -r)"
+rx_tty="$rx_tty"
+if [ -n "\$rx_tty" ]; then
+  # The host's bytes are read (and counted) by the script, never echoed.
+  stty -F \$rx_tty -echo -icanon
+  ps | grep -o "irq/[0-9]*-[a-z0-9_-]*" | tr '\\n' ' ' | sed 's/^/irq threads: /'; echo
+fi
 # The link UART ($uart) carries only latmon's serial sink: postcard frames,
 # decoded on the host. The script's markers, latmon check and logs go to
 # the console. Only the workload's 300 sleeps
@@ -103,9 +126,34 @@ run_config() {
   # its probes attached were sometimes not counted (293-297 of 300); a short
   # settle time before the workload removes that race from the test.
   usleep 500000
+  if [ -n "\$rx_tty" ]; then
+    # Receive traffic during the sleeps: snapshots of the kernel's counts
+    # taken while latmon runs, around the host writing $rx_n bytes one at a
+    # time, $rx_gap_ms ms apart (tests/board/uart-feed.py).
+    cat /proc/interrupts > /tmp/irq0; cat $rx_driver > /tmp/tty0
+    : > /tmp/rx
+    cat \$rx_tty > /tmp/rx &
+    rxp=\$!
+    echo "=== rx-go $rx_n $rx_gap_ms"
+  fi
   s0=\$(date +%s)
   for i in \$(seq 300); do sleep 0.01; done
   echo "sleep-loop-s \$((\$(date +%s) - s0))" >> /tmp/work.out
+  if [ -n "\$rx_tty" ]; then
+    n=0
+    while [ \$(wc -c < /tmp/rx) -lt $rx_n ] && [ \$n -lt 300 ]; do usleep 100000; n=\$((n + 1)); done
+    cat /proc/interrupts > /tmp/irq1; cat $rx_driver > /tmp/tty1
+    kill \$rxp
+    {
+      echo "rx-sent $rx_n gap-ms $rx_gap_ms"
+      echo "rx-received \$(wc -c < /tmp/rx) after-loop-wait-ds \$n"
+      echo "--- interrupts before"; cat /tmp/irq0
+      echo "--- interrupts after"; cat /tmp/irq1
+      echo "--- tty before"; cat /tmp/tty0
+      echo "--- tty after"; cat /tmp/tty1
+      echo "--- rx end"
+    } >> /tmp/work.out
+  fi
   if grep -q lm-target \$cfg; then
     for w in "work 50 1000000" "recurse 20 3 2000000" "longjmp 10"; do
       echo "lm-target \$w: \$(lm-target \$w 2>&1)" >> /tmp/work.out
@@ -137,12 +185,23 @@ INIT
 chmod +x "$root/init"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
 echo "board $board: booting $RELEASE under ${qemu[0]} (TCG), configs: ${names[*]}" >&2
+# The console: output to a file, input from a FIFO the host's feeder
+# writes into when the guest asks (=== rx-go N GAP_MS on the console).
+mkfifo "$work/console.in"
+: > "$work/console.log"
+python3 tests/board/uart-feed.py "$work/console.log" "$work/console.in" 600 2> "$work/feed.log" &
+feeder=$!
+trap 'kill "$feeder" 2>/dev/null; rm -rf "$work"' EXIT
 q0=$(date +%s)
 timeout 600 "${qemu[@]}" -nographic -no-reboot -monitor none \
   -kernel "$KERNEL" -initrd "$work/initramfs.gz" \
   -append "console=$console quiet panic=-1" \
-  -serial "file:$work/console.log" -serial "file:$work/uart.log" >/dev/null 2>&1 || true
+  -chardev "file,id=con,path=$work/console.log,input-path=$work/console.in" -serial chardev:con \
+  -serial "file:$work/uart.log" >/dev/null 2>&1 || true
 t1=$(date +%s)
+kill "$feeder" 2>/dev/null || true
+wait "$feeder" 2>/dev/null || true
+cat "$work/feed.log" >&2
 mkdir -p target/board
 cp "$work/uart.log" "target/board/$board-uart.log"
 cp "$work/console.log" "target/board/$board-console.log"

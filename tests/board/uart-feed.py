@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Host side of a virtual board's UART receive traffic: qemu reads the
+guest console UART's input from FIFO (`-chardev file,...,input-path=FIFO`).
+Waits for the guest's console line `=== rx-go N GAP_MS` in CONSOLE_LOG,
+then writes N bytes into the FIFO one at a time, GAP_MS apart (each byte
+arrives in an empty receive FIFO: one receive interrupt), and says on
+stderr what it wrote. Exits when the console says `=== done` or after
+TIMEOUT seconds.
+
+usage: uart-feed.py CONSOLE_LOG FIFO [TIMEOUT_S]
+"""
+import os
+import re
+import sys
+import time
+
+console, fifo = sys.argv[1:3]
+timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 600
+# O_RDWR: never blocks on a FIFO (qemu may open its end later), and qemu
+# sees no end of file between bursts.
+fd = os.open(fifo, os.O_RDWR)
+t_end = time.monotonic() + timeout
+seen = 0
+while time.monotonic() < t_end:
+    try:
+        text = open(console, encoding="utf-8", errors="replace").read()
+    except FileNotFoundError:
+        text = ""
+    for m in re.finditer(r"^=== rx-go (\d+) (\d+)", text[seen:], re.M):
+        n, gap = int(m.group(1)), int(m.group(2)) / 1000
+        t0 = time.monotonic()
+        for i in range(n):
+            os.write(fd, b"%c" % (0x41 + i % 26))
+            time.sleep(gap)
+        print(f"uart-feed: wrote {n} bytes, {gap * 1000:.0f} ms apart, in {time.monotonic() - t0:.1f} s",
+              file=sys.stderr)
+    if "=== done" in text:
+        break
+    # Only look at new complete lines next time.
+    seen = max(seen, text.rfind("\n") + 1)
+    time.sleep(0.05)
