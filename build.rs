@@ -125,16 +125,31 @@ fn main() {
 /// skeleton `name`.skel.rs (skeleton and types are named after `name`).
 fn build_skel(clang: &str, src: &Path, out: &Path, name: &str, args: &[String]) -> PathBuf {
     let obj = out.join(format!("{name}.bpf.o"));
-    if let Err(e) = SkeletonBuilder::new()
-        .source(src)
-        .obj(&obj)
-        .clang(clang)
-        .clang_args(args)
-        .build_and_generate(out.join(format!("{name}.skel.rs")))
-    {
+    let mut builder = SkeletonBuilder::new();
+    builder.source(src).obj(&obj).clang(clang).clang_args(args);
+    if let Err(e) = builder.build() {
         panic!("latmon: building {} as {name}: {e:#}", src.display());
     }
+    strip_branch_labels(&obj);
+    if let Err(e) = builder.generate(out.join(format!("{name}.skel.rs"))) {
+        panic!("latmon: skeleton of {} as {name}: {e:#}", src.display());
+    }
     obj
+}
+
+/// Drop clang's branch-target labels (`LBB<fn>_<block>`, local NOTYPE
+/// symbols: ~9% of each object, which the skeleton embeds in the binary).
+/// libbpf uses only the program, subprogram and map symbols and the
+/// relocations' targets, none of which are labels. Without llvm-objcopy
+/// (`LLVM_OBJCOPY` names another) the objects stay as they are.
+fn strip_branch_labels(obj: &Path) {
+    println!("cargo:rerun-if-env-changed=LLVM_OBJCOPY");
+    let tool = env::var("LLVM_OBJCOPY").unwrap_or_else(|_| "llvm-objcopy".into());
+    match std::process::Command::new(&tool).args(["--wildcard", "--strip-symbol=LBB[0-9]*"]).arg(obj).status() {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!("latmon: {tool} on {}: {s}", obj.display()),
+        Err(e) => println!("cargo:warning=latmon: {tool}: {e}; BPF objects keep their branch labels (larger binary)"),
+    }
 }
 
 /// `#define LATMON_NAME 123` lines of latmon.h -> `pub const NAME: usize = 123;`

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Install everything building and testing latmon needs on Debian bookworm
-# (root): the native build, the static cross builds (aarch64, armv7), the
+# (root): the native build, the static cross builds (aarch64 musl: musl-dev:arm64
+# brings aarch64-linux-musl-gcc; armv7 glibc), the
 # virtual boards (qemu, multiarch busybox/kernels, pahole), the baselines,
 # the Modbus tests' client (mbpoll; pymodbus comes from PyPI via
 # scripts/modbus-venv.sh) and promtool (package prometheus). systemd is
@@ -22,8 +23,9 @@ apt-get install -y --no-install-recommends \
   clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev \
   autoconf autopoint automake libtool flex bison gawk \
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross \
+  musl-dev:arm64 \
   bpftool libbpf-tools rt-tests procps util-linux file cpio dwarves xz-utils zstd \
   python3 python3-venv systemd mbpoll prometheus
 scripts/install-qemu.sh
 command -v cargo >/dev/null || { echo "install-deps: cargo not found; install Rust with rustup" >&2; exit 1; }
-rustup target add aarch64-unknown-linux-gnu armv7-unknown-linux-gnueabihf
+rustup target add aarch64-unknown-linux-gnu aarch64-unknown-linux-musl armv7-unknown-linux-gnueabihf

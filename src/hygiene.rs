@@ -92,9 +92,14 @@ pub fn apply(cfg: &Config) -> Result<Applied, String> {
         Sched::Other => (libc::SCHED_OTHER, "SCHED_OTHER"),
         Sched::Idle => (libc::SCHED_IDLE, "SCHED_IDLE"),
     };
-    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_param is plain data; all-zero is priority 0 (musl's
+    // struct has extra fields, so no struct literal).
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = 0;
+    // The raw syscall: musl's sched_setscheduler() is a stub that always
+    // fails with ENOSYS (glibc's wrapper is this same syscall).
     // SAFETY: pid 0 is the calling thread; param is valid.
-    if unsafe { libc::sched_setscheduler(0, policy, &param) } != 0 {
+    if unsafe { libc::syscall(libc::SYS_sched_setscheduler, 0 as libc::pid_t, policy, &param as *const libc::sched_param) } != 0 {
         return Err(format!("sched = {name}: {}", std::io::Error::last_os_error()));
     }
     if cfg.sched == Sched::Other {

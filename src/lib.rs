@@ -8,6 +8,7 @@ pub mod agent;
 pub mod bpf;
 pub mod config;
 pub mod cost;
+pub mod crc32;
 pub mod hist;
 pub mod modbus_map;
 pub mod hygiene;

@@ -600,7 +600,7 @@ impl Encoder {
 
     /// CRC, COBS and delimiter around `payload[..n]`; hands the frame to `out`.
     fn seal(&mut self, n: usize, out: &mut dyn FnMut(&[u8])) {
-        let crc = crc32fast::hash(&self.payload[..n]);
+        let crc = crate::crc32::hash(&self.payload[..n]);
         self.payload[n..n + 4].copy_from_slice(&crc.to_le_bytes());
         let len = cobs::encode(&self.payload[..n + 4], &mut self.frame);
         self.frame[len] = DELIMITER;
@@ -1007,7 +1007,7 @@ pub fn decode_payload(p: &[u8]) -> Result<Frame, FrameError> {
     }
     let (data, crc) = p.split_at(p.len() - 4);
     let expected = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-    let actual = crc32fast::hash(data);
+    let actual = crate::crc32::hash(data);
     if expected != actual {
         return Err(FrameError::Crc { len: p.len(), expected, actual });
     }
@@ -1435,7 +1435,7 @@ mod tests {
     #[test]
     fn unknown_kind_is_skipped_and_stream_continues() {
         let mut payload = vec![PROTOCOL_VERSION, 0x7f, 1, 2, 3];
-        let crc = crc32fast::hash(&payload);
+        let crc = crate::crc32::hash(&payload);
         payload.extend(crc.to_le_bytes());
         let mut stream = vec![0; cobs::max_encoding_length(payload.len())];
         let n = cobs::encode(&payload, &mut stream);
@@ -1466,7 +1466,7 @@ mod tests {
         let mut payload = vec![PROTOCOL_VERSION, Kind::Status as u8];
         payload.extend(postcard::to_allocvec(&old).unwrap());
         let newer_extra = payload.clone();
-        let crc = crc32fast::hash(&payload);
+        let crc = crate::crc32::hash(&payload);
         payload.extend(crc.to_le_bytes());
         match decode_payload(&payload).unwrap() {
             Frame::Status(s) => assert_eq!((s.seq, s.clients, s.probes.len()), (5, 1, 0)),
@@ -1475,7 +1475,7 @@ mod tests {
         // A newer sender: a Status with two more fields appended.
         let mut p = newer_extra;
         p.extend([0u8, 42, 0x80, 0x01]); // probes: [], then unknown fields
-        let crc = crc32fast::hash(&p);
+        let crc = crate::crc32::hash(&p);
         p.extend(crc.to_le_bytes());
         assert!(matches!(decode_payload(&p), Ok(Frame::Status(s)) if s.frames_dropped == 7));
     }

@@ -16,8 +16,8 @@ use latmon::sinks::spec::{Endpoint, LinkSpec};
 
 const TOP: &str = env!("CARGO_MANIFEST_DIR");
 
-/// Targets scripts/build-static.sh (and .cargo/config.toml) build.
-const TARGETS: &[&str] = &["aarch64-unknown-linux-gnu", "armv7-unknown-linux-gnueabihf", "x86_64-unknown-linux-gnu"];
+/// Targets scripts/build-static.sh (and .cargo/config.toml) build (aarch64: musl).
+const TARGETS: &[&str] = &["aarch64-unknown-linux-musl", "armv7-unknown-linux-gnueabihf", "x86_64-unknown-linux-gnu"];
 
 /// Baud rates a Linux serial port can be set to with termios' Bxxx names.
 const BAUDS: &[u32] = &[
