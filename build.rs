@@ -131,10 +131,76 @@ fn build_skel(clang: &str, src: &Path, out: &Path, name: &str, args: &[String]) 
         panic!("latmon: building {} as {name}: {e:#}", src.display());
     }
     strip_branch_labels(&obj);
-    if let Err(e) = builder.generate(out.join(format!("{name}.skel.rs"))) {
+    let skel = out.join(format!("{name}.skel.rs"));
+    if let Err(e) = builder.generate(&skel) {
         panic!("latmon: skeleton of {} as {name}: {e:#}", src.display());
     }
+    embed_deflated(&skel, &obj);
     obj
+}
+
+/// The skeleton embeds its object as `static DATA: [u8; N] = [..]`: a
+/// third of the binary for all of them. Embed it deflated instead (about 4x
+/// smaller), as `crate::bpf::Embedded`, inflated at first use by the zlib
+/// libbpf already links. gzip (a host tool everywhere, Yocto included)
+/// deflates; the gzip member is rewrapped as the zlib stream zlib's
+/// uncompress() reads. Without gzip the object is embedded as it is.
+fn embed_deflated(skel: &Path, obj: &Path) {
+    let raw = fs::read(obj).expect("read BPF object");
+    let text = fs::read_to_string(skel).expect("read skeleton");
+    let start = text.find("static DATA: [u8; ").expect("skeleton embeds `static DATA: [u8; N]`");
+    let end = start + text[start..].find("];").expect("end of the skeleton's DATA") + 2;
+    let file = obj.file_name().unwrap().to_string_lossy().into_owned();
+    let embedded = match std::process::Command::new("gzip").args(["-9", "-n", "-c"]).arg(obj).output() {
+        Ok(o) if o.status.success() => {
+            let z = zlib_of_gzip(&o.stdout, &raw).unwrap_or_else(|e| panic!("latmon: gzip of {}: {e}", obj.display()));
+            fs::write(obj.with_extension("o.z"), z).expect("write deflated object");
+            format!(
+                "pub(crate) static DATA: crate::bpf::Embedded = crate::bpf::Embedded::deflated(include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{file}.z\")), {});",
+                raw.len()
+            )
+        }
+        other => {
+            println!("cargo:warning=latmon: gzip: {other:?}; BPF objects embedded uncompressed (larger binary)");
+            format!("pub(crate) static DATA: crate::bpf::Embedded = crate::bpf::Embedded::plain(include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{file}\")));")
+        }
+    };
+    fs::write(skel, format!("{}{}{}", &text[..start], embedded, &text[end..])).expect("write skeleton");
+}
+
+/// A gzip member (RFC 1952) as a zlib stream (RFC 1950) of the same
+/// deflate data: zlib header, the deflate blocks, Adler-32 of `raw`.
+fn zlib_of_gzip(gz: &[u8], raw: &[u8]) -> Result<Vec<u8>, String> {
+    if gz.len() < 18 || gz[..3] != [0x1f, 0x8b, 8] {
+        return Err("not a deflate gzip member".into());
+    }
+    let flags = gz[3];
+    let mut at = 10;
+    if flags & 4 != 0 {
+        at += 2 + usize::from(u16::from_le_bytes([gz[at], gz[at + 1]]));
+    }
+    for bit in [8u8, 16] {
+        if flags & bit != 0 {
+            at += gz[at..].iter().position(|&b| b == 0).ok_or("unterminated header field")? + 1;
+        }
+    }
+    if flags & 2 != 0 {
+        at += 2;
+    }
+    let deflate = gz.get(at..gz.len() - 8).ok_or("short gzip member")?;
+    let isize = u32::from_le_bytes(gz[gz.len() - 4..].try_into().unwrap());
+    if isize as usize != raw.len() & 0xffff_ffff {
+        return Err(format!("gzip says {isize} bytes, the object has {}", raw.len()));
+    }
+    let (mut a, mut b) = (1u32, 0u32);
+    for &byte in raw {
+        a = (a + u32::from(byte)) % 65521;
+        b = (b + a) % 65521;
+    }
+    let mut z = vec![0x78, 0xda];
+    z.extend_from_slice(deflate);
+    z.extend_from_slice(&((b << 16) | a).to_be_bytes());
+    Ok(z)
 }
 
 /// Drop clang's branch-target labels (`LBB<fn>_<block>`, local NOTYPE
