@@ -191,7 +191,7 @@ mkfifo "$work/console.in"
 : > "$work/console.log"
 python3 tests/board/uart-feed.py "$work/console.log" "$work/console.in" 600 2> "$work/feed.log" &
 feeder=$!
-trap 'kill "$feeder" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill "$feeder" 2>/dev/null || true; rm -rf "$work"' EXIT
 q0=$(date +%s)
 timeout 600 "${qemu[@]}" -nographic -no-reboot -monitor none \
   -kernel "$KERNEL" -initrd "$work/initramfs.gz" \

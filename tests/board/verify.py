@@ -306,10 +306,24 @@ if board in ("rt-arm64", "rt-amd64"):
         s.say(s.total("runq-sleep") >= 300,
               f"runq filtered by comm=sleep counted {s.total('runq-sleep')} wakeups of 300 sleep processes")
         # kfunc: 300 busybox `sleep 0.01` calls, each one do_nanosleep of 10 ms.
+        # On PREEMPT_RT a kprobe program is skipped, uncounted (kernels
+        # before 6.7 keep no miss count for kprobes), when it fires while
+        # bpf_prog_active is raised on that CPU - which on RT includes
+        # latmon's own map reads from user space, preemptible there. Seen:
+        # one call of 300 missed by both kprobes at once, in the interval
+        # with the UART feed's IRQ-thread traffic, while the timer probe
+        # (tp_btf, its own recursion guard) saw all 300 sleeps. So: both
+        # kprobes agree call for call, and at most 2 of 300 are missed.
+        counts = {n: s.total(n) for n in ("nanosleep", "nanosleep-kprobe")}
         for name, mechs in (("nanosleep", ("fentry", "kprobe")), ("nanosleep-kprobe", ("kprobe",))):
             at = s.last.get(name, {}).get("attach")
-            s.say(at in mechs and s.total(name) == 300,
-                  f"kfunc:do_nanosleep ({name}) attached via {at} and counted {s.total(name)} of 300 calls")
+            exact = at == "fentry" or board != "rt-arm64"
+            s.say(at in mechs and (s.total(name) == 300 if exact else 298 <= s.total(name) <= 300),
+                  f"kfunc:do_nanosleep ({name}) attached via {at} and counted {s.total(name)} of 300 calls"
+                  + ("" if exact else " (kprobe on PREEMPT_RT: up to 2 uncounted misses allowed, see verify.py)"))
+        if board == "rt-arm64":
+            s.say(len(set(counts.values())) == 1,
+                  f"both kprobes on do_nanosleep counted the same calls: {counts} of 300")
             lo, hi = s.quantile(name, 0.5)
             s.say(hi >= 10_000_000 and lo <= 14_000_000,
                   f"{name}: median bucket [{lo}, {hi}) ns holds the 10 ms sleep (plus slack, under emulation)")
