@@ -46,7 +46,7 @@ use libbpf_rs::{
     UprobeOpts,
 };
 
-use super::{clear_libbpf_warning, ladder, libbpf_error, BtfMode, Owned, PerCpuHist, Probe, ProbeError, RawHist};
+use super::{clear_libbpf_warning, ladder, libbpf_error, BtfMode, Owned, PerCpuHist, Probe, ProbeError, ReadHist};
 use crate::bpf::limits::{ALERT_PERF_PAGES, ALERT_QUEUE, COMM_LEN, MAX_FUNC_PROBES};
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::Hist;
@@ -112,16 +112,6 @@ trait Loaded {
     fn progs(&self) -> Progs<'_>;
     fn maps(&self) -> Maps<'_>;
     fn readers(&self) -> Result<Readers, String>;
-}
-
-trait ReadHist {
-    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String>;
-}
-
-impl<T: RawHist> ReadHist for PerCpuHist<T> {
-    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String> {
-        PerCpuHist::read(self, key, out)
-    }
 }
 
 /// A generated `struct latmon_alert_drops`.
