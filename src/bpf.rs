@@ -56,7 +56,11 @@ mod tests {
              &include_bytes!(concat!(env!("OUT_DIR"), "/irq.bpf.o"))[..]),
         ] {
             assert_eq!(core_relo_bytes(obj), Ok(0), "{name}_nobtf must load without kernel BTF");
-            assert!(core_relo_bytes(core).unwrap() > 0, "{name}: the CO-RE build relocates");
+            // The control: the same reader finds the CO-RE build's
+            // relocations (syscall's CO-RE build reads no kernel struct).
+            if name != "syscall" {
+                assert!(core_relo_bytes(core).unwrap() > 0, "{name}: the CO-RE build relocates");
+            }
         }
     }
 }

@@ -141,7 +141,9 @@ impl Format {
     /// "I" })` table: one above its highest flag. None when absent.
     pub fn sched_switch_report_max(&self) -> Option<u64> {
         let flags = self.print_fmt.split("__print_flags(").nth(1)?;
-        let table = flags.split(')').next()?;
+        // The table starts at the first `{` (the mask before it has its
+        // own parentheses) and ends with the call's `)`.
+        let table = flags[flags.find('{')?..].split(')').next()?;
         let mut max = 0u64;
         for entry in table.split('{').skip(1) {
             let hex = entry.trim().strip_prefix("0x")?;
@@ -311,7 +313,8 @@ print fmt: \"irq=%d name=%s\", REC->irq, __get_str(name)
         assert_eq!(e.to_string(), "tracepoint raw_syscalls/sys_enter: its record has no field `nr` (tracefs format)");
         let e = TpField::of(&f, "id", PID_SIZES).unwrap_err();
         assert_eq!(e.to_string(), "tracepoint raw_syscalls/sys_enter: field `id` is 8 bytes, expected 4");
-        let e = Format::parse("sched/sched_switch", SCHED_SWITCH_X86_64).unwrap().field("prev_state", PID_SIZES);
+        let sw = Format::parse("sched/sched_switch", SCHED_SWITCH_X86_64).unwrap();
+        let e = sw.field("prev_state", PID_SIZES);
         assert!(matches!(e, Err(FormatError::UnexpectedSize { size: 8, .. })), "{e:?}");
     }
 
