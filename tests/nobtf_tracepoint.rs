@@ -9,7 +9,7 @@ mod common;
 use common::*;
 
 fn check_json(args: &[&str], env: &[(&str, &str)]) -> (i32, serde_json::Value) {
-    let out = latmon().args(["check", "--json", "--measure", "0"]).args(args).envs(env.iter().copied()).output().unwrap();
+    let out = latmon().args(["check", "--json", "--measure", "0s"]).args(args).envs(env.iter().copied()).output().unwrap();
     let v = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("check --json: {e}: {}", String::from_utf8_lossy(&out.stdout)));
     (out.status.code().unwrap(), v)
@@ -42,7 +42,7 @@ fn check_names_the_no_btf_tracepoint_mode_per_probe() {
 
     // Text output says the same, one line per probe.
     let out = latmon()
-        .args(["check", "--measure", "0", "--probe", "runq", "--probe", "syscall"])
+        .args(["check", "--measure", "0s", "--probe", "runq", "--probe", "syscall"])
         .env("LATMON_FORCE_NO_BTF", "1")
         .output()
         .unwrap();
