@@ -119,3 +119,24 @@ fn a_record_without_a_needed_field_is_named_and_others_keep_running() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A `btf_path` that is not BTF: the CO-RE rungs cannot relocate, the
+/// ladder falls through to the no-BTF tracepoint build (which reads no
+/// kernel types), and check shows both.
+#[test]
+fn an_unusable_btf_path_falls_through_to_the_tracepoint_build() {
+    let dir = std::env::temp_dir().join(format!("latmon-junk-btf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let junk = dir.join("kernel.btf");
+    std::fs::write(&junk, b"this is not BTF").unwrap();
+    let cfg = dir.join("cfg.toml");
+    std::fs::write(&cfg, format!("btf_path = \"{}\"\nprobes = [\"runq\", \"softirq\"]\n", junk.display())).unwrap();
+    let (rc, v) = check_json(&["--config", cfg.to_str().unwrap()], &[]);
+    assert_eq!(v["btf_source"].as_str(), junk.to_str(), "{v}");
+    for name in ["runq", "softirq"] {
+        let p = plan(&v, name);
+        assert_eq!((p["ok"].as_bool(), p["attach"].as_str(), p["btf_mode"].as_str()), (Some(true), Some("tracepoint"), Some("no-btf")), "{p}");
+    }
+    assert_eq!(rc, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
