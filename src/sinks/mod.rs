@@ -395,12 +395,16 @@ impl FrameRender {
         // A reload that changed the probe table is a new session (new
         // boot id): announce it at once.
         let new_session = self.hello.as_ref().is_some_and(|h| h.boot_id != t.session.boot_id);
-        if new_session {
+        // A series born since the last Hello (a new syscall, IRQ, vector)
+        // has an id the receiver cannot name yet: announce it at once.
+        let grown = self.hello.as_ref().is_some_and(|h| usize::from(h.probe_count) != t.session.probes.len());
+        if new_session || grown {
             self.hello = None;
         }
         let due = self.last_hello_ns.is_none_or(|l| r.time_ns.saturating_sub(l) >= HELLO_PERIOD_NS)
             || self.since_hello >= HELLO_EVERY_SUMMARIES
-            || new_session;
+            || new_session
+            || grown;
         if due {
             let first = self.hello.is_none();
             let hello = self.hello.get_or_insert_with(|| t.session.hello());

@@ -296,6 +296,8 @@ elif board == "armmp":
         b.say(b.last.get("runq", {}).get("attach") == "raw_tp" and b.total("runq") > 0,
               f"runq counted {b.total('runq')} run-queue events via raw_tp, p50 {ms(b.last.get('runq', {}).get('p50_ns', 0))} "
               f"in the last interval")
+        sc = {n: b.total(n) for n in b.last if n.startswith("sys-sleep:")}
+        print(f"  observed: [btf] syscall via {b.last.get('sys-sleep', {}).get('attach')} (CO-RE): {sc}")
         sleep_kfunc(b, "co-re")
         frames_by_sp(b, "co-re", "CO-RE: vmlinux.h's 8-byte uregs[13] relocated to the 32-bit kernel's")
         b.say(b.check_rc == 0 and b.run_rc == 0, f"latmon check exit {b.check_rc}, run exit {b.run_rc}")
