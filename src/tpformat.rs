@@ -181,6 +181,13 @@ impl TpField {
     }
 }
 
+impl fmt::Display for TpField {
+    /// `@OFFSET(SIZE)`, as the logs show a layout: `prev_state@36(4)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "@{}({})", self.offset, self.size)
+    }
+}
+
 /// Sizes the BPF reader accepts for an integer field.
 pub const INT_SIZES: &[u32] = &[1, 2, 4, 8];
 /// `pid_t` (and `int`) fields.
@@ -279,6 +286,7 @@ print fmt: \"irq=%d name=%s\", REC->irq, __get_str(name)
         assert_eq!(f.field("next_pid", PID_SIZES).unwrap().offset, 56);
         assert_eq!(f.field("common_type", INT_SIZES).unwrap().size, 2);
         assert_eq!(TpField::of(&f, "next_pid", PID_SIZES), Ok(TpField { offset: 56, size: 4, signed: true }));
+        assert_eq!(TpField::of(&f, "prev_state", LONG_SIZES).unwrap().to_string(), "@32(8)");
         // TASK_REPORT_MAX: 0x80 ("I") is the highest flag.
         assert_eq!(f.sched_switch_report_max(), Some(0x100));
     }

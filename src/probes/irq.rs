@@ -289,12 +289,14 @@ fn load_tp(spec: &ProbeSpec, family: Family) -> Result<Loaded, String> {
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
         match family {
             Family::Irq => {
-                set_tp_field!(ro.entry_irq, &events[0], "irq", PID_SIZES);
-                set_tp_field!(ro.exit_irq, &events[1], "irq", PID_SIZES);
+                let e = set_tp_field!(ro.entry_irq, &events[0], "irq", PID_SIZES);
+                let x = set_tp_field!(ro.exit_irq, &events[1], "irq", PID_SIZES);
+                log::info!("irq: record layout from tracefs: irq_handler_entry irq{e}, irq_handler_exit irq{x}");
             }
             Family::Softirq => {
-                set_tp_field!(ro.soft_entry_vec, &events[0], "vec", PID_SIZES);
-                set_tp_field!(ro.soft_exit_vec, &events[1], "vec", PID_SIZES);
+                let e = set_tp_field!(ro.soft_entry_vec, &events[0], "vec", PID_SIZES);
+                let x = set_tp_field!(ro.soft_exit_vec, &events[1], "vec", PID_SIZES);
+                log::info!("softirq: record layout from tracefs: softirq_entry vec{e}, softirq_exit vec{x}");
             }
         }
         super::autoload_only(open.open_object_mut(), &wanted);

@@ -332,13 +332,14 @@ pub fn tracefs_format(sys: &str, event: &str) -> Result<crate::tpformat::Format,
 
 /// Set a skeleton's `struct latmon_tp_field` rodata global from field
 /// `$name` of a parsed format (any build's generated type); `?` on a
-/// `String` error naming the event and field.
+/// `String` error naming the event and field. Evaluates to the field.
 macro_rules! set_tp_field {
     ($dst:expr, $fmt:expr, $name:expr, $sizes:expr) => {{
         let f = crate::tpformat::TpField::of($fmt, $name, $sizes).map_err(|e| e.to_string())?;
         $dst.offset = f.offset;
         $dst.size = f.size;
         $dst.is_signed = u8::from(f.signed);
+        f
     }};
 }
 pub(crate) use set_tp_field;

@@ -120,18 +120,24 @@ fn load_tp(spec: &ProbeSpec) -> Result<Loaded, String> {
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_tgid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
-        set_tp_field!(ro.wakeup_pid, &wakeup, "pid", PID_SIZES);
-        set_tp_field!(ro.wakeup_comm, &wakeup, "comm", COMM_SIZES);
+        let w = (set_tp_field!(ro.wakeup_pid, &wakeup, "pid", PID_SIZES), set_tp_field!(ro.wakeup_comm, &wakeup, "comm", COMM_SIZES));
         set_tp_field!(ro.wakeup_new_pid, &wakeup_new, "pid", PID_SIZES);
         set_tp_field!(ro.wakeup_new_comm, &wakeup_new, "comm", COMM_SIZES);
-        set_tp_field!(ro.switch_prev_pid, &switch, "prev_pid", PID_SIZES);
-        set_tp_field!(ro.switch_prev_comm, &switch, "prev_comm", COMM_SIZES);
-        set_tp_field!(ro.switch_prev_state, &switch, "prev_state", LONG_SIZES);
-        set_tp_field!(ro.switch_next_pid, &switch, "next_pid", PID_SIZES);
+        let sw = [
+            set_tp_field!(ro.switch_prev_pid, &switch, "prev_pid", PID_SIZES),
+            set_tp_field!(ro.switch_prev_comm, &switch, "prev_comm", COMM_SIZES),
+            set_tp_field!(ro.switch_prev_state, &switch, "prev_state", LONG_SIZES),
+            set_tp_field!(ro.switch_next_pid, &switch, "next_pid", PID_SIZES),
+        ];
         ro.report_max = switch.sched_switch_report_max().unwrap_or_else(|| {
             log::warn!("runq: sched_switch's print fmt names no prev_state flags; taking TASK_REPORT_MAX = {DEFAULT_REPORT_MAX:#x}");
             DEFAULT_REPORT_MAX
         });
+        log::info!(
+            "runq: record layout from tracefs: sched_wakeup pid{} comm{}, sched_switch prev_pid{} prev_comm{} \
+             prev_state{} next_pid{}, TASK_REPORT_MAX {:#x}",
+            w.0, w.1, sw[0], sw[1], sw[2], sw[3], ro.report_max
+        );
         // The pid= thread set only matters with a pid filter.
         if spec.pid.is_none() {
             open.maps.runq_tids.set_max_entries(1).map_err(|e| libbpf_error("runq_tids", &e))?;

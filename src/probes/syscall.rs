@@ -200,7 +200,8 @@ fn load_tp(spec: &ProbeSpec, filter_id: i32) -> Result<Loaded, String> {
         ro.filter_pid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
-        set_tp_field!(ro.enter_id, &enter, "id", LONG_SIZES);
+        let id = set_tp_field!(ro.enter_id, &enter, "id", LONG_SIZES);
+        log::info!("syscall: record layout from tracefs: sys_enter id{id}");
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;

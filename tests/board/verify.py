@@ -243,6 +243,13 @@ elif board == "armmp":
                   and "layout from tracefs format" in (p.get("mode") or ""),
                   f"latmon check: {n} loads via {p.get('attach')} in {p.get('btf_mode')} mode "
                   f"({p.get('mode') or p.get('error')})")
+        # The 32-bit kernel's records, as latmon read them from tracefs:
+        # `long` fields are 4 bytes here (8 on the 64-bit host).
+        lay = dict(re.findall(r"(\w+): record layout from tracefs: (.*)", a.run_err))
+        a.say("prev_state@" in lay.get("runq", "") and re.search(r"prev_state@\d+\(4\)", lay["runq"])
+              and re.search(r"id@\d+\(4\)", lay.get("syscall", "")),
+              f"record layouts read from the board's tracefs (32-bit: 4-byte long prev_state and id): "
+              f"runq: {lay.get('runq')}; syscall: {lay.get('syscall')}; irq: {lay.get('irq')}; softirq: {lay.get('softirq')}")
         a.say(a.check_rc == 0, f"latmon check exits {a.check_rc}: every configured probe runs without BTF")
         a.say(a.run_rc == 0, "latmon run exited 0 on SIGINT")
         a.say(a.last.get("runq", {}).get("attach") == "tracepoint" and a.total("runq") > 0 and a.drops("runq") == 0,
