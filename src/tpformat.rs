@@ -221,9 +221,9 @@ format:
 print fmt: \"prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s%s ==> next_comm=%s next_pid=%d next_prio=%d\", REC->prev_comm, REC->prev_pid, REC->prev_prio, (REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) - 1)) ? __print_flags(REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) - 1), \"|\", { 0x00000001, \"S\" }, { 0x00000002, \"D\" }, { 0x00000004, \"T\" }, { 0x00000008, \"t\" }, { 0x00000010, \"X\" }, { 0x00000020, \"Z\" }, { 0x00000040, \"P\" }, { 0x00000080, \"I\" }) : \"R\", REC->prev_state & (((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) ? \"+\" : \"\", REC->next_comm, REC->next_pid, REC->next_prio
 ";
 
-    /// A 32-bit kernel with PREEMPT_RT's extra common field: `long` is 4
-    /// bytes and every offset moves (the layout a hand-written struct gets
-    /// wrong; see design/targets.md).
+    /// Synthetic: a 32-bit kernel with PREEMPT_RT's extra common field -
+    /// `long` is 4 bytes and every offset moves (the layout a hand-written
+    /// struct gets wrong; see design/targets.md).
     const SCHED_SWITCH_ARM32_RT: &str = "name: sched_switch
 ID: 280
 format:
@@ -242,6 +242,26 @@ format:
 \tfield:int next_prio;\toffset:60;\tsize:4;\tsigned:1;
 
 print fmt: \"...\", (REC->prev_state & 0xff) ? __print_flags(REC->prev_state & 0xff, \"|\", { 0x01, \"S\" }, { 0x02, \"D\" }) : \"R\"
+";
+
+    /// Debian's armmp kernel (6.1.0-50-armmp, 32-bit, no BTF), with the
+    /// offsets latmon read on the virtual board (tests/board): a 4-byte
+    /// `long prev_state`, so next_comm and next_pid sit 4 bytes lower than
+    /// on x86_64.
+    const SCHED_SWITCH_ARMMP: &str = "name: sched_switch
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;
+\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:int prev_prio;\toffset:28;\tsize:4;\tsigned:1;
+\tfield:long prev_state;\toffset:32;\tsize:4;\tsigned:1;
+\tfield:char next_comm[16];\toffset:36;\tsize:16;\tsigned:0;
+\tfield:pid_t next_pid;\toffset:52;\tsize:4;\tsigned:1;
+\tfield:int next_prio;\toffset:56;\tsize:4;\tsigned:1;
 ";
 
     const SYS_ENTER_X86_64: &str = "name: sys_enter
@@ -298,6 +318,18 @@ print fmt: \"irq=%d name=%s\", REC->irq, __get_str(name)
         assert_eq!(TpField::of(&f, "prev_state", LONG_SIZES), Ok(TpField { offset: 36, size: 4, signed: true }));
         assert_eq!(f.field("common_preempt_lazy_count", INT_SIZES).unwrap().offset, 8);
         assert_eq!(f.sched_switch_report_max(), Some(0x04));
+    }
+
+    #[test]
+    fn the_armmp_board_layout() {
+        let f = Format::parse("sched/sched_switch", SCHED_SWITCH_ARMMP).unwrap();
+        let got: Vec<String> = ["prev_pid", "prev_state", "next_pid"]
+            .iter()
+            .map(|n| format!("{n}{}", TpField::of(&f, n, LONG_SIZES).unwrap()))
+            .collect();
+        // What the board logged: "prev_pid@24(4) ... prev_state@32(4) next_pid@52(4)".
+        assert_eq!(got, ["prev_pid@24(4)", "prev_state@32(4)", "next_pid@52(4)"]);
+        assert_eq!(f.sched_switch_report_max(), None, "no print fmt in this excerpt: the default applies");
     }
 
     #[test]
