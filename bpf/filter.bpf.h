@@ -51,6 +51,7 @@ static __always_inline bool latmon_current_wanted(__u32 filter_pid, const volati
 	return latmon_comm_equal(comm, filter_comm);
 }
 
+#ifndef LATMON_NO_BTF
 /* Any task, read through CO-RE (raw_tp, or pointers tp_btf cannot load). */
 static __always_inline bool latmon_task_wanted(struct task_struct *t, __u32 filter_pid,
 					       const volatile char *filter_comm)
@@ -85,5 +86,6 @@ static __always_inline bool latmon_task_wanted_btf(struct task_struct *t, __u32 
 	}
 	return true;
 }
+#endif /* !LATMON_NO_BTF */
 
 #endif /* __FILTER_BPF_H */

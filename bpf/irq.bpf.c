@@ -23,14 +23,29 @@
  * Maps: handler and thread histograms in a per-CPU hash keyed by
  * (irq, kind) - IRQ numbers are sparse - created on first use from a zero
  * template; softirqs in a per-CPU array indexed by vector.
+ *
+ * Kernels without BTF: classic tracepoints irq/irq_handler_entry, _exit
+ * (`irq`) and irq/softirq_entry, _exit (`vec`), at the offsets and sizes
+ * user space took from their tracefs format files. No threaded path there
+ * (it needs task storage).
  */
+/* LATMON_NO_BTF_VARIANT: build.rs also builds this file as irq_nobtf
+ * (-DLATMON_NO_BTF, nobtf.h instead of vmlinux.h, no CO-RE relocation):
+ * only the classic tracepoint programs. */
+#ifdef LATMON_NO_BTF
+#include "nobtf.h"
+#else
 #include "vmlinux.h"
+#endif
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
 #include "latmon.h"
 #include "maps.bpf.h"
+#include "tpfield.bpf.h"
+#ifndef LATMON_NO_BTF
+#include <bpf/bpf_core_read.h>
 #include "core_fixes.bpf.h"
+#endif
 
 const volatile __u64 threshold_ns = 0;
 
@@ -86,12 +101,14 @@ struct {
 	__type(value, struct latmon_hist);
 } softirq_hist SEC(".maps");
 
+#ifndef LATMON_NO_BTF
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct thread_stamp);
 } irq_thread_stamp SEC(".maps");
+#endif
 
 static __always_inline struct irq_cpu *cpu_state(void)
 {
@@ -135,7 +152,8 @@ static __always_inline void record_irq(__u32 irq, __u32 kind, __s64 delta)
 
 /* ---- hard interrupt handlers ------------------------------------------- */
 
-static __always_inline void handler_entry(int irq, struct task_struct *thread)
+/* thread: the action's IRQ thread (task_struct address), 0 for none. */
+static __always_inline void handler_entry(int irq, __u64 thread)
 {
 	struct irq_cpu *c = cpu_state();
 	__u64 now = bpf_ktime_get_ns();
@@ -146,7 +164,7 @@ static __always_inline void handler_entry(int irq, struct task_struct *thread)
 	c->irq = irq;
 	if (thread) {
 		c->thread_entry_ns = now;
-		c->thread = (__u64)thread;
+		c->thread = thread;
 		c->thread_irq = irq;
 	}
 }
@@ -168,11 +186,12 @@ static __always_inline void handler_exit(int irq, int ret)
 	c->entry_ns = 0;
 }
 
+#ifndef LATMON_NO_BTF
 /* TP_PROTO(int irq, struct irqaction *action) */
 SEC("tp_btf/irq_handler_entry")
 int BPF_PROG(irq_entry_btf, int irq, struct irqaction *action)
 {
-	handler_entry(irq, action->thread);
+	handler_entry(irq, (__u64)action->thread);
 	return 0;
 }
 
@@ -188,7 +207,7 @@ SEC("raw_tp/irq_handler_entry")
 int BPF_PROG(irq_entry_raw, int irq, struct irqaction *action)
 {
 	/* No thread path on raw_tp: it needs task storage. */
-	handler_entry(irq, NULL);
+	handler_entry(irq, 0);
 	return 0;
 }
 
@@ -266,6 +285,8 @@ int BPF_PROG(irq_thread_switch_btf, bool preempt, struct task_struct *prev, stru
 	return 0;
 }
 
+#endif /* !LATMON_NO_BTF */
+
 /* ---- softirqs ------------------------------------------------------------ */
 
 /* barrier_var: clang otherwise bounds-checks a copy of vec and indexes
@@ -297,6 +318,7 @@ static __always_inline void soft_exit(unsigned int vec)
 		record_into(h, bpf_ktime_get_ns() - start);
 }
 
+#ifndef LATMON_NO_BTF
 /* TP_PROTO(unsigned int vec_nr) for softirq_entry and softirq_exit */
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(softirq_entry_btf, unsigned int vec)
@@ -325,5 +347,45 @@ int BPF_PROG(softirq_exit_raw, unsigned int vec)
 	soft_exit(vec);
 	return 0;
 }
+
+#endif /* !LATMON_NO_BTF */
+
+#ifdef LATMON_NO_BTF
+/* ---- tracepoint: record layout from tracefs format files ---------------- */
+
+const volatile struct latmon_tp_field entry_irq = {};
+const volatile struct latmon_tp_field exit_irq = {};
+const volatile struct latmon_tp_field soft_entry_vec = {};
+const volatile struct latmon_tp_field soft_exit_vec = {};
+
+SEC("tracepoint/irq/irq_handler_entry")
+int irq_entry_tp(void *ctx)
+{
+	handler_entry(latmon_tp_read(ctx, &entry_irq), 0);
+	return 0;
+}
+
+SEC("tracepoint/irq/irq_handler_exit")
+int irq_exit_tp(void *ctx)
+{
+	/* ret only matters to the threaded path, which is not here. */
+	handler_exit(latmon_tp_read(ctx, &exit_irq), 0);
+	return 0;
+}
+
+SEC("tracepoint/irq/softirq_entry")
+int softirq_entry_tp(void *ctx)
+{
+	soft_entry(latmon_tp_read(ctx, &soft_entry_vec));
+	return 0;
+}
+
+SEC("tracepoint/irq/softirq_exit")
+int softirq_exit_tp(void *ctx)
+{
+	soft_exit(latmon_tp_read(ctx, &soft_exit_vec));
+	return 0;
+}
+#endif /* LATMON_NO_BTF */
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -128,4 +128,13 @@ struct latmon_irq_key {
 	__u32 kind; /* LATMON_IRQ_KIND_* */
 };
 
+/* A field of a classic tracepoint's record, as its tracefs format file
+ * describes it (src/tpformat.rs parses it). The no-BTF builds read their
+ * tracepoint fields through these, set in rodata before load. */
+struct latmon_tp_field {
+	__u16 offset;   /* bytes from the start of the record */
+	__u8 size;      /* 1, 2, 4 or 8 (16 for a comm, read as bytes) */
+	__u8 is_signed; /* sign-extend when shorter than 8 bytes */
+};
+
 #endif /* __LATMON_H */

@@ -11,6 +11,8 @@
  * from the kernel, as plain C with fixed layouts:
  *  - base types and the uapi constants bpf_helpers.h and our objects use
  *    (values of include/uapi/linux/bpf.h: ABI, never renumbered);
+ *  - nothing about tracepoint records: their layout is read at run time
+ *    from tracefs format files (struct latmon_tp_field, tpfield.bpf.h);
  *  - the target's `struct pt_regs` as the kernel's user ABI defines it
  *    (asm/ptrace.h; the layout kprobe and uprobe programs get as context),
  *    with the field names libbpf's bpf_tracing.h expects when vmlinux.h is
@@ -44,7 +46,9 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERF_EVENT_ARRAY = 4,
+	BPF_MAP_TYPE_PERCPU_HASH = 5,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
 

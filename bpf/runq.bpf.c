@@ -17,14 +17,27 @@
  * calls rq_clock_skip_update(), so __schedule() does not refresh rq->clock
  * and the delta reads 0 for exactly the wakeups whose idle-exit cost an RT
  * integrator wants to see (70 % zeros on an idle host).
+ *
+ * Kernels without BTF: see the tracepoint section at the end.
  */
+/* LATMON_NO_BTF_VARIANT: build.rs also builds this file as runq_nobtf
+ * (-DLATMON_NO_BTF, nobtf.h instead of vmlinux.h, no CO-RE relocation):
+ * only the classic tracepoint programs, reading the record layout user
+ * space took from tracefs format files. */
+#ifdef LATMON_NO_BTF
+#include "nobtf.h"
+#else
 #include "vmlinux.h"
+#endif
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
 #include "latmon.h"
 #include "maps.bpf.h"
+#include "tpfield.bpf.h"
+#ifndef LATMON_NO_BTF
+#include <bpf/bpf_core_read.h>
 #include "core_fixes.bpf.h"
+#endif
 
 #define TASK_RUNNING 0
 
@@ -39,12 +52,14 @@ struct {
 	__type(value, struct latmon_hist);
 } runq_hist SEC(".maps");
 
+#ifndef LATMON_NO_BTF
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, __u64);
 } runq_start SEC(".maps");
+#endif
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -53,6 +68,7 @@ struct {
 	__type(value, __u64);
 } runq_start_by_pid SEC(".maps");
 
+#ifndef LATMON_NO_BTF
 static __always_inline bool comm_wanted(struct task_struct *t)
 {
 	char comm[LATMON_COMM_LEN];
@@ -79,6 +95,7 @@ static __always_inline bool wanted(__u32 pid, __u32 tgid, struct task_struct *t)
 		return false;
 	return comm_wanted(t);
 }
+#endif
 
 static __always_inline void record(__s64 delta_ns)
 {
@@ -101,6 +118,7 @@ static __always_inline void count_drop(void)
 		h->drops++;
 }
 
+#ifndef LATMON_NO_BTF
 /* ---- tp_btf: task-local storage ---------------------------------------- */
 
 static __always_inline void stamp_task(struct task_struct *p)
@@ -194,5 +212,113 @@ int BPF_PROG(runq_switch_raw, bool preempt, struct task_struct *prev, struct tas
 	bpf_map_delete_elem(&runq_start_by_pid, &pid);
 	return 0;
 }
+#endif /* !LATMON_NO_BTF */
+
+#ifdef LATMON_NO_BTF
+/* ---- tracepoint: record layout from tracefs format files ---------------
+ *
+ * For kernels without BTF (Debian armmp): no task_struct, so everything
+ * comes from the records of sched_wakeup(_new) (pid, comm) and
+ * sched_switch (prev_pid, prev_comm, prev_state, next_pid), at offsets and
+ * sizes user space parsed from events/sched/<event>/format and set here
+ * before load. Stamps in the pid-keyed hash, as raw_tp does.
+ */
+const volatile struct latmon_tp_field wakeup_pid = {};
+const volatile struct latmon_tp_field wakeup_comm = {};
+const volatile struct latmon_tp_field wakeup_new_pid = {};
+const volatile struct latmon_tp_field wakeup_new_comm = {};
+const volatile struct latmon_tp_field switch_prev_pid = {};
+const volatile struct latmon_tp_field switch_prev_comm = {};
+const volatile struct latmon_tp_field switch_prev_state = {};
+const volatile struct latmon_tp_field switch_next_pid = {};
+/* sched_switch's prev_state is the kernel's report value (since 4.14,
+ * __trace_sched_switch_state): 0 for a task still running, one bit per
+ * sleeping state below TASK_REPORT_MAX, and TASK_REPORT_MAX itself for a
+ * preempted task. Still runnable = no bit below it, the "R" of the
+ * format's print fmt, from which user space takes the value. */
+const volatile __u64 report_max = 0x100;
+
+/* pid= without task structs: the records carry no tgid. Threads of the
+ * filtered process, learnt at sched_switch, where current is prev (a
+ * thread is switched out before it can be woken). A pid reused by another
+ * process leaves the set at its first switch-out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LATMON_MAX_STAMPS);
+	__type(key, __u32);
+	__type(value, __u8);
+} runq_tids SEC(".maps");
+
+static __always_inline void stamp_tid(__u32 pid)
+{
+	__u64 now_ns = bpf_ktime_get_ns();
+
+	if (bpf_map_update_elem(&runq_start_by_pid, &pid, &now_ns, BPF_ANY))
+		count_drop(); /* map full */
+}
+
+static __always_inline int wakeup_tp(void *ctx, const volatile struct latmon_tp_field *pid_f,
+				     const volatile struct latmon_tp_field *comm_f, bool new_task)
+{
+	__u32 pid = latmon_tp_read(ctx, pid_f);
+
+	if (!pid)
+		return 0;
+	if (filter_tgid) {
+		/* A new task has not run yet: admitted when its creator
+		 * (current) belongs to the process. */
+		if (new_task ? (bpf_get_current_pid_tgid() >> 32) != filter_tgid
+			     : !bpf_map_lookup_elem(&runq_tids, &pid))
+			return 0;
+	}
+	if (!latmon_tp_comm_is(ctx, comm_f, filter_comm))
+		return 0;
+	stamp_tid(pid);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_wakeup")
+int runq_wakeup_tp(void *ctx)
+{
+	return wakeup_tp(ctx, &wakeup_pid, &wakeup_comm, false);
+}
+
+SEC("tracepoint/sched/sched_wakeup_new")
+int runq_wakeup_new_tp(void *ctx)
+{
+	return wakeup_tp(ctx, &wakeup_new_pid, &wakeup_new_comm, true);
+}
+
+SEC("tracepoint/sched/sched_switch")
+int runq_switch_tp(void *ctx)
+{
+	__u32 prev = latmon_tp_read(ctx, &switch_prev_pid);
+	__u32 next = latmon_tp_read(ctx, &switch_next_pid);
+	__u64 state = latmon_tp_read(ctx, &switch_prev_state);
+	bool prev_wanted = prev != 0;
+	__u64 *start_ns;
+
+	if (filter_tgid && prev) {
+		if ((bpf_get_current_pid_tgid() >> 32) == filter_tgid) {
+			__u8 one = 1;
+
+			bpf_map_update_elem(&runq_tids, &prev, &one, BPF_ANY);
+		} else {
+			bpf_map_delete_elem(&runq_tids, &prev);
+			prev_wanted = false;
+		}
+	}
+	/* A preempted task stays runnable: its wait starts now. */
+	if (prev_wanted && !(state & (report_max - 1)) &&
+	    latmon_tp_comm_is(ctx, &switch_prev_comm, filter_comm))
+		stamp_tid(prev);
+	start_ns = bpf_map_lookup_elem(&runq_start_by_pid, &next);
+	if (!start_ns)
+		return 0;
+	record((__s64)(bpf_ktime_get_ns() - *start_ns));
+	bpf_map_delete_elem(&runq_start_by_pid, &next);
+	return 0;
+}
+#endif /* LATMON_NO_BTF */
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

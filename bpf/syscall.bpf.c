@@ -23,14 +23,26 @@
  * Variants, autoloaded by user space: tp_btf parks in task storage (5.11+);
  * raw_tp parks in an LRU hash keyed by thread id (a task killed while
  * blocked leaves an entry LRU eviction reclaims).
+ *
+ * Kernels without BTF: classic tracepoints raw_syscalls/sys_enter,
+ * sys_exit and sched/sched_switch park like raw_tp does; the only record
+ * field read, sys_enter's `id` (a long: 8 bytes, or 4 on 32-bit kernels),
+ * at the offset and size user space took from its tracefs format file.
  */
+/* LATMON_NO_BTF_VARIANT: build.rs also builds this file as syscall_nobtf
+ * (-DLATMON_NO_BTF, nobtf.h instead of vmlinux.h, no CO-RE relocation):
+ * only the classic tracepoint programs. */
+#ifdef LATMON_NO_BTF
+#include "nobtf.h"
+#else
 #include "vmlinux.h"
+#endif
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
 #include "latmon.h"
 #include "maps.bpf.h"
 #include "filter.bpf.h"
+#include "tpfield.bpf.h"
 
 /* Set before load. filter_id < 0: every syscall. */
 const volatile __s32 filter_id = -1;
@@ -58,12 +70,14 @@ struct {
 	__type(value, struct sc_stamp);
 } sc_cpu SEC(".maps");
 
+#ifndef LATMON_NO_BTF
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct sc_stamp);
 } sc_parked SEC(".maps");
+#endif
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -161,6 +175,40 @@ static __always_inline bool exit_fast(void)
 	return true;
 }
 
+/* ---- tid-hash parking (raw_tp and tracepoint) --------------------------- */
+
+/* sys_exit of a task whose stamp is not in the CPU slot. */
+static __always_inline void exit_parked_by_tid(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct sc_stamp *p;
+
+	p = bpf_map_lookup_elem(&sc_parked_by_tid, &tid);
+	if (!p)
+		return;
+	/* A stale entry of an earlier thread with this id (one that died
+	 * blocked) must not time the first sys_exit of a new thread. */
+	if (p->task == bpf_get_current_task())
+		record(p->id, p->ts);
+	bpf_map_delete_elem(&sc_parked_by_tid, &tid);
+}
+
+/* sched_switch runs before the context switch: current is prev. */
+static __always_inline void park_by_tid(void)
+{
+	struct sc_stamp *s = cpu_stamp();
+	__u32 tid;
+
+	if (!s || !s->ts)
+		return;
+	tid = (__u32)bpf_get_current_pid_tgid();
+	s->task = bpf_get_current_task();
+	if (bpf_map_update_elem(&sc_parked_by_tid, &tid, s, BPF_ANY))
+		count_drop();
+	s->ts = 0;
+}
+
+#ifndef LATMON_NO_BTF
 /* ---- tp_btf: park in task storage -------------------------------------- */
 
 /* TP_PROTO(struct pt_regs *regs, long id) */
@@ -221,38 +269,46 @@ int BPF_PROG(sc_enter_raw, struct pt_regs *regs, long id)
 SEC("raw_tp/sys_exit")
 int BPF_PROG(sc_exit_raw, struct pt_regs *regs, long ret)
 {
-	__u32 tid;
-	struct sc_stamp *p;
-
-	if (exit_fast())
-		return 0;
-	tid = (__u32)bpf_get_current_pid_tgid();
-	p = bpf_map_lookup_elem(&sc_parked_by_tid, &tid);
-	if (!p)
-		return 0;
-	/* A stale entry of an earlier thread with this id (one that died
-	 * blocked) must not time the first sys_exit of a new thread. */
-	if (p->task == bpf_get_current_task())
-		record(p->id, p->ts);
-	bpf_map_delete_elem(&sc_parked_by_tid, &tid);
+	if (!exit_fast())
+		exit_parked_by_tid();
 	return 0;
 }
 
 SEC("raw_tp/sched_switch")
 int BPF_PROG(sc_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	struct sc_stamp *s = cpu_stamp();
-	__u32 tid;
-
-	if (!s || !s->ts)
-		return 0;
-	/* sched_switch runs before the context switch: current is prev. */
-	tid = (__u32)bpf_get_current_pid_tgid();
-	s->task = bpf_get_current_task();
-	if (bpf_map_update_elem(&sc_parked_by_tid, &tid, s, BPF_ANY))
-		count_drop();
-	s->ts = 0;
+	park_by_tid();
 	return 0;
 }
+#endif /* !LATMON_NO_BTF */
+
+#ifdef LATMON_NO_BTF
+/* ---- tracepoint: record layout from tracefs format files ---------------- */
+
+/* sys_enter's `id`, from events/raw_syscalls/sys_enter/format. */
+const volatile struct latmon_tp_field enter_id = {};
+
+SEC("tracepoint/raw_syscalls/sys_enter")
+int sc_enter_tp(void *ctx)
+{
+	enter(latmon_tp_read(ctx, &enter_id));
+	return 0;
+}
+
+SEC("tracepoint/raw_syscalls/sys_exit")
+int sc_exit_tp(void *ctx)
+{
+	if (!exit_fast())
+		exit_parked_by_tid();
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_switch")
+int sc_switch_tp(void *ctx)
+{
+	park_by_tid();
+	return 0;
+}
+#endif /* LATMON_NO_BTF */
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -109,12 +109,43 @@ mod tests {
         assert!(core_relo_bytes(FUNC).unwrap() > 0);
         assert!(core_relo_bytes(b"not an object").is_err());
     }
+
+    #[test]
+    fn the_tracepoint_families_no_btf_objects_carry_no_core_relocation() {
+        for (name, obj, core) in [
+            ("runq", &include_bytes!(concat!(env!("OUT_DIR"), "/runq_nobtf.bpf.o"))[..],
+             &include_bytes!(concat!(env!("OUT_DIR"), "/runq.bpf.o"))[..]),
+            ("syscall", &include_bytes!(concat!(env!("OUT_DIR"), "/syscall_nobtf.bpf.o"))[..],
+             &include_bytes!(concat!(env!("OUT_DIR"), "/syscall.bpf.o"))[..]),
+            ("irq", &include_bytes!(concat!(env!("OUT_DIR"), "/irq_nobtf.bpf.o"))[..],
+             &include_bytes!(concat!(env!("OUT_DIR"), "/irq.bpf.o"))[..]),
+        ] {
+            assert_eq!(core_relo_bytes(obj), Ok(0), "{name}_nobtf must load without kernel BTF");
+            // The control: the same reader finds the CO-RE build's
+            // relocations (syscall's CO-RE build reads no kernel struct).
+            if name != "syscall" {
+                assert!(core_relo_bytes(core).unwrap() > 0, "{name}: the CO-RE build relocates");
+            }
+        }
+    }
 }
 pub mod syscall {
     include!(concat!(env!("OUT_DIR"), "/syscall.skel.rs"));
 }
 pub mod irq {
     include!(concat!(env!("OUT_DIR"), "/irq.skel.rs"));
+}
+/// The no-BTF builds of runq, syscall and irq (build.rs: `-DLATMON_NO_BTF`,
+/// no CO-RE relocation): classic tracepoint programs only, reading their
+/// records at offsets taken from tracefs format files (src/tpformat.rs).
+pub mod runq_nobtf {
+    include!(concat!(env!("OUT_DIR"), "/runq_nobtf.skel.rs"));
+}
+pub mod syscall_nobtf {
+    include!(concat!(env!("OUT_DIR"), "/syscall_nobtf.skel.rs"));
+}
+pub mod irq_nobtf {
+    include!(concat!(env!("OUT_DIR"), "/irq_nobtf.skel.rs"));
 }
 pub mod timer {
     include!(concat!(env!("OUT_DIR"), "/timer.skel.rs"));

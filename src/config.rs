@@ -125,10 +125,11 @@ impl ProbeKind {
     /// The family's attach ladder: mechanisms in the order they are tried.
     pub fn mechanisms(&self) -> &'static [&'static str] {
         match self {
-            Self::Runq => &["tp_btf", "raw_tp"],
+            // tracepoint: the no-BTF build, record layout from tracefs.
+            Self::Runq => &["tp_btf", "raw_tp", "tracepoint"],
             Self::Kfunc(_) => &["fentry", "kprobe"],
             Self::Ufunc { .. } => &["uprobe"],
-            Self::Irq | Self::Softirq | Self::Syscall(_) => &["tp_btf", "raw_tp"],
+            Self::Irq | Self::Softirq | Self::Syscall(_) => &["tp_btf", "raw_tp", "tracepoint"],
             // The timer wakeup path needs trusted task pointers (tp_btf).
             Self::Timer | Self::Chain { .. } => &["tp_btf"],
         }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 //! latmon: an eBPF latency monitor for real-time Linux robot controllers.
 //!
-//! Pure models (`hist`, `summary`, `config`) carry their unit tests and do no
+//! Pure models (`hist`, `summary`, `config`, `tpformat`) carry their unit tests and do no
 //! I/O; `probes` (BPF) and `sinks` are the I/O edges; `agent` runs the loop.
 
 pub mod agent;
@@ -16,5 +16,6 @@ pub mod privs;
 pub mod probes;
 pub mod sinks;
 pub mod summary;
+pub mod tpformat;
 pub mod view;
 pub mod wire;

@@ -70,7 +70,18 @@ fn loopback_traffic(bytes: usize) {
 
 #[test]
 fn softirq_net_rx_counts_rise_under_loopback_load() {
-    let child = start_run(&["--probe", "softirq", "--interval", "500ms", "--format", "json"]);
+    softirq_case(&[], "tp_btf");
+}
+
+/// The no-BTF build (classic tracepoints, `vec` at the offset the tracefs
+/// format gives), as on a kernel without BTF.
+#[test]
+fn softirq_no_btf_tracepoint_build_counts_net_rx() {
+    softirq_case(&[("LATMON_FORCE_NO_BTF", "1")], "tracepoint");
+}
+
+fn softirq_case(env: &[(&str, &str)], attach: &str) {
+    let child = start_run_env(&["--probe", "softirq", "--interval", "500ms", "--format", "json"], env);
     let before = softirq_count("NET_RX");
     loopback_traffic(8 << 20);
     let during = softirq_count("NET_RX") - before;
@@ -78,7 +89,7 @@ fn softirq_net_rx_counts_rise_under_loopback_load() {
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
     let p = last_probe(&lines, "softirq:NET_RX").expect("a NET_RX series under network load");
-    assert_eq!((p["kind"].as_str(), p["attach"].as_str()), (Some("softirq"), Some("tp_btf")));
+    assert_eq!((p["kind"].as_str(), p["attach"].as_str()), (Some("softirq"), Some(attach)));
     assert!(during >= 100, "the load raised only {during} NET_RX softirqs");
     // latmon attached before and detached after the load window.
     assert!(u(p, "total_count") >= during, "latmon saw {} NET_RX runs, the kernel counted {during} in the load window", u(p, "total_count"));
@@ -91,7 +102,16 @@ fn softirq_net_rx_counts_rise_under_loopback_load() {
 
 #[test]
 fn irq_handlers_are_counted_per_irq_with_names() {
-    let child = start_run(&["--probe", "irq", "--interval", "500ms", "--format", "json"]);
+    irq_case(&[], "tp_btf");
+}
+
+#[test]
+fn irq_no_btf_tracepoint_build_counts_per_irq() {
+    irq_case(&[("LATMON_FORCE_NO_BTF", "1")], "tracepoint");
+}
+
+fn irq_case(env: &[(&str, &str)], attach: &str) {
+    let child = start_run_env(&["--probe", "irq", "--interval", "500ms", "--format", "json"], env);
     let before = irq_counts();
     // Disk and network interrupts: synced writes, then loopback TCP (which
     // raises no device IRQ but keeps timers and RCU busy).
@@ -128,6 +148,7 @@ fn irq_handlers_are_counted_per_irq_with_names() {
         let seen = u(p, "total_count");
         assert!(seen + 2 + delta / 100 >= delta, "{series}: latmon {seen} handler runs, kernel {delta} interrupts");
         assert_eq!(p["kind"], "irq");
+        assert_eq!(p["attach"], attach);
         checked += 1;
     }
     if checked == 0 {

@@ -53,3 +53,43 @@ fn frames_on_stdout_pipe_into_decode() {
     assert_eq!(sums[4]["last"], true);
     assert!(String::from_utf8_lossy(&decode.stderr).contains("0 CRC errors, 0 resyncs"));
 }
+
+/// A series born after the first Hello (here: a syscall made only once the
+/// run is well under way) is announced by a new Hello before the summaries
+/// that carry it, so the receiver names every probe id it sees.
+#[test]
+fn series_born_late_are_named_on_the_frame_link() {
+    let comm = "lm-lateseries";
+    let spec = format!("syscall,comm={comm},name=sc");
+    let mut run = latmon()
+        .args(["run", "--probe", &spec, "--interval", "200ms", "--duration", "1500ms", "--format", "frames"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = run.stdout.take().unwrap();
+    let decode = std::thread::spawn(move || latmon().args(["decode", "-"]).stdin(out).output().unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    std::thread::Builder::new()
+        .name(comm.into())
+        .spawn(|| {
+            for _ in 0..10 {
+                // SAFETY: no arguments.
+                unsafe { libc::syscall(libc::SYS_getppid) };
+            }
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert!(run.wait().unwrap().success());
+    let decode = decode.join().unwrap();
+    let lines = json_lines(&String::from_utf8_lossy(&decode.stdout));
+    let names: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["type"] == "summary")
+        .flat_map(|l| l["probes"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()))
+        .collect();
+    assert!(names.contains(&"sc:getppid"), "the late series arrived named: {names:?}");
+    assert!(names.iter().all(|n| !n.starts_with('#')), "every id named by a Hello: {names:?}");
+    let hellos = lines.iter().filter(|l| l["type"] == "hello").count();
+    assert!(hellos >= 2, "a second Hello announced the new series ({hellos} Hello frames)");
+}

@@ -25,6 +25,66 @@ fn runq_raw_tp_fallback_counts_ping_pong_wakeups() {
     ping_pong_case("lm-pingraw", &[("LATMON_SKIP_ATTACH", "tp_btf")], "raw_tp");
 }
 
+/// The no-BTF build (classic tracepoints, record layout from tracefs
+/// format files), as on a kernel without BTF.
+#[test]
+fn runq_no_btf_tracepoint_build_counts_ping_pong_wakeups() {
+    ping_pong_case("lm-pingtp", &[("LATMON_FORCE_NO_BTF", "1")], "tracepoint");
+}
+
+/// CO-RE (tp_btf) and the no-BTF tracepoint build side by side in one run,
+/// on the same workload and window: they must count the same events.
+#[test]
+fn runq_tracepoint_build_agrees_with_co_re_on_the_same_workload() {
+    let comm = "lm-pingboth";
+    let core = format!("runq,comm={comm},name=core");
+    let tp = format!("runq,comm={comm},attach=tracepoint,name=tp");
+    let child = start_run_attached(
+        &["--probe", &core, "--probe", &tp, "--interval", "500ms", "--format", "json"],
+        &[],
+        2,
+    );
+    pipe_ping_pong(comm, ROUND_TRIPS);
+    let (status, out) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    let lines = json_lines(&out);
+    let last = |name: &str| lines.last().unwrap()["probes"].as_array().unwrap().iter().find(|p| p["name"] == name).cloned().unwrap();
+    let (c, t) = (last("core"), last("tp"));
+    assert_eq!((c["attach"].as_str(), t["attach"].as_str()), (Some("tp_btf"), Some("tracepoint")));
+    let (nc, nt) = (u(&c, "total_count"), u(&t, "total_count"));
+    eprintln!("runq on {ROUND_TRIPS} ping-pong round trips: CO-RE tp_btf {nc}, no-BTF tracepoint {nt}");
+    assert!(nc >= 2 * ROUND_TRIPS as u64 && nt >= 2 * ROUND_TRIPS as u64, "core {nc}, tracepoint {nt}");
+    // Only the stamp of a task preempted while going to sleep differs (the
+    // tracepoint's prev_state says runnable, task->__state does not).
+    assert!(nc.abs_diff(nt) <= nc / 50 + 10, "core {nc} vs tracepoint {nt} events on the same workload");
+    assert_eq!((u(&c, "total_drops"), u(&t, "total_drops")), (0, 0));
+}
+
+/// pid= without task structs: the tracepoint build learns the process's
+/// threads at their switch-outs. Our own threads count; the same comm
+/// under another process's pid does not.
+#[test]
+fn runq_tracepoint_pid_filter_admits_only_that_process() {
+    let comm = "lm-pingpid";
+    let me = format!("runq,comm={comm},pid={},attach=tracepoint,name=mine", std::process::id());
+    let other = format!("runq,comm={comm},pid=1,attach=tracepoint,name=init");
+    let child = start_run_attached(
+        &["--probe", &me, "--probe", &other, "--interval", "500ms", "--format", "json"],
+        &[],
+        2,
+    );
+    pipe_ping_pong(comm, ROUND_TRIPS);
+    let (status, out) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    let lines = json_lines(&out);
+    let total = |name: &str| {
+        u(lines.last().unwrap()["probes"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap(), "total_count")
+    };
+    // Each thread's first wakeup may precede its first switch-out.
+    assert!(total("mine") >= 2 * ROUND_TRIPS as u64 - 2, "pid filter counted {} of >= {}", total("mine"), 2 * ROUND_TRIPS);
+    assert_eq!(total("init"), 0, "no thread named {comm} belongs to pid 1");
+}
+
 fn ping_pong_case(comm: &str, env: &[(&str, &str)], attach: &str) {
     let spec = format!("runq,comm={comm}");
     let child = start_run_env(&[

@@ -47,7 +47,11 @@ fn buckets_within(p: &serde_json::Value, lo_ns: u64, hi_ns: u64) -> bool {
 }
 
 fn nanosleep_case(env: &[(&str, &str)], attach: &str) {
-    let comm = if attach == "tp_btf" { "lm-nsleep" } else { "lm-nsleep-raw" };
+    let comm = match attach {
+        "tp_btf" => "lm-nsleep",
+        "raw_tp" => "lm-nsleep-raw",
+        _ => "lm-nsleep-tp",
+    };
     let one = format!("syscall:nanosleep,comm={comm}");
     let all = format!("syscall,comm={comm},name=sys");
     let child = start_run_attached(
@@ -105,6 +109,13 @@ fn nanosleep_calls_land_in_their_series_and_buckets_exactly() {
 #[test]
 fn raw_tp_fallback_counts_the_same() {
     nanosleep_case(&[("LATMON_SKIP_ATTACH", "tp_btf")], "raw_tp");
+}
+
+/// The no-BTF build (classic tracepoints, sys_enter's `id` at the offset
+/// its tracefs format gives), as on a kernel without BTF, counts the same.
+#[test]
+fn no_btf_tracepoint_build_counts_the_same() {
+    nanosleep_case(&[("LATMON_FORCE_NO_BTF", "1")], "tracepoint");
 }
 
 #[test]

@@ -42,7 +42,7 @@ use libbpf_rs::{
 };
 
 use super::alerts::{decode_alert, want_ringbuf, AlertFeed, DecodeAlert, PerCpuArray, ReadDrops};
-use super::{clear_libbpf_warning, ladder, libbpf_error, BtfMode, Owned, PerCpuHist, Probe, ProbeError, RawHist};
+use super::{clear_libbpf_warning, ladder, libbpf_error, BtfMode, Owned, PerCpuHist, Probe, ProbeError, ReadHist};
 use crate::bpf::limits::MAX_FUNC_PROBES;
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::Hist;
@@ -89,16 +89,6 @@ trait Loaded {
     fn progs(&self) -> Progs<'_>;
     fn maps(&self) -> Maps<'_>;
     fn readers(&self) -> Result<Readers, String>;
-}
-
-trait ReadHist {
-    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String>;
-}
-
-impl<T: RawHist> ReadHist for PerCpuHist<T> {
-    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String> {
-        PerCpuHist::read(self, key, out)
-    }
 }
 
 /// What differs between the two builds of func.bpf.c: the generated

@@ -5,19 +5,30 @@
 //! running, in two stages `... thread:hardirq`: hardirq entry -> the
 //! thread's wakeup, and `... thread:wakeup`: wakeup -> running), and softirq
 //! durations per vector (`softirq:NET_RX`).
+//!
+//! Attach ladder: tp_btf -> raw_tp (CO-RE build) -> tracepoint: the no-BTF
+//! build, `irq` and `vec` at the offsets the tracefs formats give (no
+//! threaded path). Without kernel BTF only the last runs.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
+use std::os::fd::RawFd;
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, OpenObject};
+use libbpf_rs::{Link, MapCore, MapHandle, OpenObject};
 
 use super::series::{Family as FamilyProbe, Role, Slot, Source};
-use super::{attach_in_order, ladder, libbpf_error, Owned, PerCpuHist, Probe, ProbeError};
-use crate::bpf::irq::{types, IrqSkel, IrqSkelBuilder};
+use super::{
+    attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, tracefs_format, BtfMode, Owned, PerCpuHist,
+    Probe, ProbeError, RawHist,
+};
+use crate::bpf::irq::{types, IrqSkelBuilder};
+use crate::bpf::irq_nobtf::{types as nobtf_types, IrqNobtfSkelBuilder};
 use crate::bpf::limits::{
     IRQ_KIND_HANDLER, IRQ_KIND_THREAD, IRQ_KIND_THREAD_HARDIRQ, IRQ_KIND_THREAD_WAKEUP, SOFTIRQ_VECS,
 };
+use crate::tpformat::PID_SIZES;
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
 use crate::summary::ProbeInfo;
@@ -52,6 +63,8 @@ pub enum ThreadPath {
 fn programs(family: Family, mech: &str, threads: bool) -> Vec<&'static str> {
     let btf = mech == "tp_btf";
     match family {
+        Family::Softirq if mech == "tracepoint" => vec!["softirq_exit_tp", "softirq_entry_tp"],
+        Family::Irq if mech == "tracepoint" => vec!["irq_exit_tp", "irq_entry_tp"],
         Family::Softirq if btf => vec!["softirq_exit_btf", "softirq_entry_btf"],
         Family::Softirq => vec!["softirq_exit_raw", "softirq_entry_raw"],
         Family::Irq if btf && threads => {
@@ -101,15 +114,35 @@ pub fn parse_interrupts(text: &str) -> HashMap<u32, String> {
     names
 }
 
+/// A histogram map of either build: softirq_hist by vector, irq_hist by
+/// (irq, kind) - the key layout is the same in both builds.
+trait ReadIrqHist {
+    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String>;
+    fn read_key(&mut self, key: &types::latmon_irq_key, out: &mut Hist) -> Result<(), String>;
+}
+
+impl<T: RawHist> ReadIrqHist for PerCpuHist<T> {
+    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String> {
+        PerCpuHist::read(self, key, out)
+    }
+    fn read_key(&mut self, key: &types::latmon_irq_key, out: &mut Hist) -> Result<(), String> {
+        PerCpuHist::read_key(self, key, out)
+    }
+}
+
 struct Irqs {
     family: Family,
     /// Reader of irq_hist (keyed by latmon_irq_key) or softirq_hist.
-    reader: PerCpuHist<types::latmon_hist>,
-    bss: *const types::bss,
+    reader: Box<dyn ReadIrqHist>,
+    /// irq_hist, for its keys.
+    irq_hist: MapHandle,
+    /// The object's .bss `irq_lost`, mapped; valid while `_skel` lives.
+    lost: *const u64,
     names: HashMap<u32, String>,
+    progs: Vec<RawFd>,
     // Field order is drop order: detach before the object goes away.
     _links: Vec<Link>,
-    skel: Owned<IrqSkel<'static>>,
+    _skel: Box<dyn Any>,
 }
 
 impl Irqs {
@@ -131,7 +164,7 @@ fn irq_key(key: u64) -> types::latmon_irq_key {
 
 impl Source for Irqs {
     fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
-        super::loaded_prog_fds(self.skel.object())
+        self.progs.clone()
     }
 
     fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
@@ -141,7 +174,7 @@ impl Source for Irqs {
             }
             return Ok(());
         }
-        let keys: Vec<Vec<u8>> = self.skel.maps.irq_hist.keys().collect();
+        let keys: Vec<Vec<u8>> = self.irq_hist.keys().collect();
         for raw in keys {
             let mut k = types::latmon_irq_key::default();
             plain::copy_from_bytes(&mut k, &raw).map_err(|e| format!("irq key: {e:?}"))?;
@@ -169,63 +202,67 @@ impl Source for Irqs {
     }
 
     fn lost(&self) -> u64 {
-        // SAFETY: bss points to the mapped .bss of the live object.
-        unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.bss).irq_lost)) }
+        // SAFETY: lost points into the mapped .bss of the live object.
+        unsafe { std::ptr::read_volatile(self.lost) }
     }
 }
 
 pub fn open(spec: &ProbeSpec, family: Family, threads: ThreadPath) -> Result<Box<dyn Probe>, ProbeError> {
     let probe = spec.name.clone();
-    if !super::kernel_btf_present() {
-        return Err(ProbeError::KernelFeature {
-            probe,
-            what: "kernel has no BTF (/sys/kernel/btf/vmlinux missing); irq needs CO-RE".into(),
-        });
-    }
     if spec.comm.is_some() || spec.pid.is_some() {
         return Err(ProbeError::Spec {
             probe,
             why: "interrupts belong to no task: comm= and pid= do not apply".into(),
         });
     }
+    let core = super::kernel_btf_present();
     let threads = family == Family::Irq
+        && core
         && match threads {
             ThreadPath::Off => false,
             ThreadPath::On => true,
             ThreadPath::IfThreadsExist => irq_threads_exist(),
         };
-    let ((skel, links), mech) = ladder(&probe, &["tp_btf", "raw_tp"], |mech| load(spec, family, mech, threads))?;
-    let map = match family {
-        Family::Irq => &skel.maps.irq_hist,
-        Family::Softirq => &skel.maps.softirq_hist,
-    };
-    let reader = PerCpuHist::new(map).map_err(|why| ProbeError::Read { probe: probe.clone(), why })?;
-    let bss = skel
-        .maps
-        .bss_data
-        .as_deref()
-        .map(|b| b as *const types::bss)
-        .ok_or_else(|| ProbeError::Read { probe: probe.clone(), why: "no .bss".into() })?;
-    let mode = match family {
-        Family::Softirq => "per-cpu stamp",
-        Family::Irq if threads && mech == "tp_btf" => "per-cpu stamp, irq threads",
-        Family::Irq => "per-cpu stamp",
-    };
     let kind = match family {
         Family::Irq => "irq",
         Family::Softirq => "softirq",
     };
-    let info = ProbeInfo { name: probe, kind: kind.into(), attach: mech.into(), mode: mode.into(), btf_mode: "co-re".into() };
-    let source = Irqs { family, reader, bss, names: HashMap::new(), _links: links, skel };
+    let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
+        "tracepoint" => load_tp(spec, family),
+        _ if !core => Err(super::needs_btf(kind)),
+        _ => load_core(spec, family, mech, threads),
+    })?;
+    let mode = match family {
+        Family::Irq if threads && mech == "tp_btf" => "per-cpu stamp, irq threads".to_string(),
+        _ if mech == "tracepoint" => format!("per-cpu stamp, {}", super::TP_LAYOUT),
+        _ => "per-cpu stamp".to_string(),
+    };
+    let btf_mode = if mech == "tracepoint" { BtfMode::NoBtf } else { BtfMode::CoRe };
+    let info = ProbeInfo { name: probe, kind: kind.into(), attach: mech.into(), mode, btf_mode: btf_mode.as_str().into() };
+    let source = Irqs {
+        family,
+        reader: l.reader,
+        irq_hist: l.irq_hist,
+        lost: l.lost,
+        names: HashMap::new(),
+        progs: l.progs,
+        _links: l.links,
+        _skel: l.skel,
+    };
     Ok(Box::new(FamilyProbe::new(info, Box::new(source))))
 }
 
-fn load(
-    spec: &ProbeSpec,
-    family: Family,
-    mech: &'static str,
-    threads: bool,
-) -> Result<(Owned<IrqSkel<'static>>, Vec<Link>), String> {
+/// What a rung's load gives.
+struct Loaded {
+    reader: Box<dyn ReadIrqHist>,
+    irq_hist: MapHandle,
+    lost: *const u64,
+    progs: Vec<RawFd>,
+    links: Vec<Link>,
+    skel: Box<dyn Any>,
+}
+
+fn load_core(spec: &ProbeSpec, family: Family, mech: &'static str, threads: bool) -> Result<Loaded, String> {
     let wanted = programs(family, mech, threads);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open = IrqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
@@ -235,7 +272,55 @@ fn load(
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let links = attach_in_order(skel.object(), &wanted)?;
-    Ok((skel, links))
+    let map = match family {
+        Family::Irq => &skel.maps.irq_hist,
+        Family::Softirq => &skel.maps.softirq_hist,
+    };
+    let reader = PerCpuHist::<types::latmon_hist>::new(map)?;
+    let irq_hist = MapHandle::try_from(&skel.maps.irq_hist).map_err(|e| libbpf_error("irq_hist", &e))?;
+    let lost = skel.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.irq_lost)).ok_or("no .bss")?;
+    let progs = super::loaded_prog_fds(skel.object());
+    Ok(Loaded { reader: Box::new(reader), irq_hist, lost, progs, links, skel: Box::new(skel) })
+}
+
+/// The no-BTF build: classic tracepoints, `irq` / `vec` where tracefs says.
+fn load_tp(spec: &ProbeSpec, family: Family) -> Result<Loaded, String> {
+    let fmt = |event: &str| tracefs_format("irq", event).map_err(|e| e.to_string());
+    let events = match family {
+        Family::Irq => [fmt("irq_handler_entry")?, fmt("irq_handler_exit")?],
+        Family::Softirq => [fmt("softirq_entry")?, fmt("softirq_exit")?],
+    };
+    let wanted = programs(family, "tracepoint", false);
+    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
+        let mut open =
+            IrqNobtfSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
+        ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
+        match family {
+            Family::Irq => {
+                let e = set_tp_field!(ro.entry_irq, &events[0], "irq", PID_SIZES);
+                let x = set_tp_field!(ro.exit_irq, &events[1], "irq", PID_SIZES);
+                log::info!("irq: record layout from tracefs: irq_handler_entry irq{e}, irq_handler_exit irq{x}");
+            }
+            Family::Softirq => {
+                let e = set_tp_field!(ro.soft_entry_vec, &events[0], "vec", PID_SIZES);
+                let x = set_tp_field!(ro.soft_exit_vec, &events[1], "vec", PID_SIZES);
+                log::info!("softirq: record layout from tracefs: softirq_entry vec{e}, softirq_exit vec{x}");
+            }
+        }
+        super::autoload_only(open.open_object_mut(), &wanted);
+        open.load().map_err(|e| libbpf_error("load", &e))
+    })?;
+    let links = attach_in_order(skel.object(), &wanted)?;
+    let map = match family {
+        Family::Irq => &skel.maps.irq_hist,
+        Family::Softirq => &skel.maps.softirq_hist,
+    };
+    let reader = PerCpuHist::<nobtf_types::latmon_hist>::new(map)?;
+    let irq_hist = MapHandle::try_from(&skel.maps.irq_hist).map_err(|e| libbpf_error("irq_hist", &e))?;
+    let lost = skel.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.irq_lost)).ok_or("no .bss")?;
+    let progs = super::loaded_prog_fds(skel.object());
+    Ok(Loaded { reader: Box::new(reader), irq_hist, lost, progs, links, skel: Box::new(skel) })
 }
 
 #[cfg(test)]
@@ -271,5 +356,7 @@ ERR:          0\n";
         assert_eq!(programs(Family::Softirq, "raw_tp", false), ["softirq_exit_raw", "softirq_entry_raw"]);
         assert_eq!(programs(Family::Irq, "raw_tp", true), ["irq_exit_raw", "irq_entry_raw"], "no thread path on raw_tp");
         assert_eq!(programs(Family::Irq, "tp_btf", true).len(), 4);
+        assert_eq!(programs(Family::Irq, "tracepoint", true), ["irq_exit_tp", "irq_entry_tp"], "no thread path");
+        assert_eq!(programs(Family::Softirq, "tracepoint", false), ["softirq_exit_tp", "softirq_entry_tp"]);
     }
 }

@@ -122,7 +122,7 @@ pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> 
         .zip(specs)
         .map(|(done, spec)| {
             done.unwrap_or_else(|| match &spec.kind {
-                ProbeKind::Runq => runq::Runq::open(spec).map(|p| Box::new(p) as Box<dyn Probe>),
+                ProbeKind::Runq => runq::open(spec),
                 ProbeKind::Syscall(name) => syscall::open(spec, name.as_deref()),
                 ProbeKind::Irq => irq::open(spec, irq::Family::Irq, irq::ThreadPath::IfThreadsExist),
                 ProbeKind::Softirq => irq::open(spec, irq::Family::Softirq, irq::ThreadPath::Off),
@@ -240,6 +240,7 @@ macro_rules! raw_hist {
 }
 raw_hist!(runq, func, func_nobtf);
 raw_hist!(syscall, irq, timer);
+raw_hist!(runq_nobtf, syscall_nobtf, irq_nobtf);
 
 /// Reads one key of a per-CPU array of `latmon_hist` into a pre-sized
 /// buffer (no allocation per interval), summing CPUs.
@@ -290,6 +291,80 @@ impl<T: RawHist> PerCpuHist<T> {
         Ok(())
     }
 }
+
+/// `PerCpuHist` of any build's `latmon_hist`, as a trait object: probes
+/// whose two builds (CO-RE, no-BTF) generate different types.
+pub(crate) trait ReadHist {
+    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String>;
+}
+
+impl<T: RawHist> ReadHist for PerCpuHist<T> {
+    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String> {
+        PerCpuHist::read(self, key, out)
+    }
+}
+
+/// Environment override of where tracepoint format files are read from
+/// (a directory laid out as tracefs' `events/`). For tests.
+pub const TRACEFS_EVENTS_ENV: &str = "LATMON_TRACEFS_EVENTS";
+
+/// The record layout of tracepoint `sys/event`, from its tracefs format
+/// file (tracefs at its own mount point, or under debugfs on old images;
+/// `ensure_tracefs` mounts it when missing).
+pub fn tracefs_format(sys: &str, event: &str) -> Result<crate::tpformat::Format, crate::tpformat::FormatError> {
+    let name = format!("{sys}/{event}");
+    let mut why = String::new();
+    // LATMON_TRACEFS_EVENTS=DIR reads DIR/<sys>/<event>/format instead:
+    // how the tests show a kernel whose record lacks a field (attaching
+    // still goes through the real tracefs).
+    let roots = match std::env::var(TRACEFS_EVENTS_ENV) {
+        Ok(dir) if !dir.is_empty() => vec![dir],
+        _ => vec!["/sys/kernel/tracing/events".to_string(), "/sys/kernel/debug/tracing/events".to_string()],
+    };
+    for root in roots {
+        let path = format!("{root}/{name}/format");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => return crate::tpformat::Format::parse(&name, &text),
+            Err(e) if why.is_empty() => why = format!("{path}: {e}"),
+            Err(_) => {}
+        }
+    }
+    Err(crate::tpformat::FormatError::Unreadable { event: name, why })
+}
+
+/// Set a skeleton's `struct latmon_tp_field` rodata global from field
+/// `$name` of a parsed format (any build's generated type); `?` on a
+/// `String` error naming the event and field. Evaluates to the field.
+macro_rules! set_tp_field {
+    ($dst:expr, $fmt:expr, $name:expr, $sizes:expr) => {{
+        let f = crate::tpformat::TpField::of($fmt, $name, $sizes).map_err(|e| e.to_string())?;
+        $dst.offset = f.offset;
+        $dst.size = f.size;
+        $dst.is_signed = u8::from(f.signed);
+        f
+    }};
+}
+pub(crate) use set_tp_field;
+
+/// The attach ladder of a family with a no-BTF tracepoint build: without
+/// kernel types only its `tracepoint` rung can run (unless the spec pins
+/// another, which then fails with the reason).
+pub(crate) fn ladder_for(spec: &ProbeSpec) -> Vec<&'static str> {
+    let all = spec.ladder();
+    if kernel_btf_present() {
+        return all;
+    }
+    let tp: Vec<&'static str> = all.iter().copied().filter(|m| *m == "tracepoint").collect();
+    if tp.is_empty() { all } else { tp }
+}
+
+/// The reason a CO-RE rung cannot run without kernel types.
+pub(crate) fn needs_btf(family: &str) -> String {
+    format!("{}; {family} via tp_btf/raw_tp needs CO-RE (use attach=tracepoint)", no_btf_reason())
+}
+
+/// `mode` of a probe running a no-BTF tracepoint build.
+pub(crate) const TP_LAYOUT: &str = "layout from tracefs format";
 
 /// Attach the loaded programs `names`, in that order (order matters when a
 /// later program relies on an earlier one already running), and return the

@@ -1,91 +1,152 @@
 // SPDX-License-Identifier: MIT
 //! `runq`: run-queue latency (wakeup or preemption -> running), as
-//! libbpf-tools' runqlat defines it. See bpf/runq.bpf.c for both designs.
+//! libbpf-tools' runqlat defines it. See bpf/runq.bpf.c for the designs.
+//!
+//! Attach ladder: tp_btf (task storage) -> raw_tp (pid hash), both of the
+//! CO-RE build, -> tracepoint: the no-BTF build (pid hash), reading the
+//! sched_wakeup(_new) and sched_switch records at the offsets their tracefs
+//! format files give. Without kernel BTF only the last runs.
 
+use std::any::Any;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
-use super::{ladder, libbpf_error, Owned, PerCpuHist, Probe, ProbeError};
-use crate::bpf::runq::{types, RunqSkel, RunqSkelBuilder};
+use super::{ladder, ladder_for, libbpf_error, set_comm, set_tp_field, tracefs_format, BtfMode, Owned, PerCpuHist,
+    Probe, ProbeError, ReadHist};
+use crate::bpf::runq::{types, RunqSkelBuilder};
+use crate::bpf::runq_nobtf::{types as nobtf_types, RunqNobtfSkelBuilder};
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
 use crate::summary::ProbeInfo;
+use crate::tpformat::{COMM_SIZES, LONG_SIZES, PID_SIZES};
+
+/// TASK_REPORT_MAX since 4.14, when sched_switch's print fmt does not say.
+const DEFAULT_REPORT_MAX: u64 = 0x100;
 
 /// The start-stamp store each attach mechanism uses (see bpf/runq.bpf.c).
-fn mode(mech: &str) -> &'static str {
-    if mech == "tp_btf" { "task-storage" } else { "pid-hash" }
+fn mode(mech: &str) -> String {
+    match mech {
+        "tp_btf" => "task-storage".into(),
+        "raw_tp" => "pid-hash".into(),
+        _ => format!("pid-hash, {}", super::TP_LAYOUT),
+    }
 }
 
 /// Does program `name` belong to mechanism `mech`?
 fn wants(mech: &str, name: &str) -> bool {
-    name.ends_with(if mech == "tp_btf" { "_btf" } else { "_raw" })
+    name.ends_with(match mech {
+        "tp_btf" => "_btf",
+        "raw_tp" => "_raw",
+        _ => "_tp",
+    })
 }
 
 pub struct Runq {
     info: ProbeInfo,
-    reader: PerCpuHist<types::latmon_hist>,
+    reader: Box<dyn ReadHist>,
+    progs: Vec<RawFd>,
     // Field order is drop order: detach before the object goes away.
     _links: Vec<Link>,
-    _skel: Owned<RunqSkel<'static>>,
+    _skel: Box<dyn Any>,
 }
 
-impl Runq {
-    pub fn open(spec: &ProbeSpec) -> Result<Self, ProbeError> {
-        let probe = spec.name.clone();
-        if !super::kernel_btf_present() {
-            return Err(ProbeError::KernelFeature {
-                probe,
-                what: format!("{}; runq needs CO-RE (it reads kernel structs) and has no no-BTF build", super::no_btf_reason()),
-            });
+/// What a rung's load gives: reader, program fds, links, the object.
+type Loaded = (Box<dyn ReadHist>, Vec<RawFd>, Vec<Link>, Box<dyn Any>);
+
+pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
+    let probe = spec.name.clone();
+    let core = super::kernel_btf_present();
+    let ((reader, progs, links, skel), mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
+        "tracepoint" => load_tp(spec),
+        _ if !core => Err(super::needs_btf("runq")),
+        _ => load_core(spec, mech),
+    })?;
+    let btf_mode = if mech == "tracepoint" { BtfMode::NoBtf } else { BtfMode::CoRe };
+    Ok(Box::new(Runq {
+        info: ProbeInfo {
+            name: probe,
+            kind: "runq".into(),
+            attach: mech.into(),
+            mode: mode(mech),
+            btf_mode: btf_mode.as_str().into(),
+        },
+        reader,
+        progs,
+        _links: links,
+        _skel: skel,
+    }))
+}
+
+/// Attach the loaded programs of `mech`; their fds and links.
+fn attach_progs(obj: &libbpf_rs::Object, mech: &str) -> Result<(Vec<RawFd>, Vec<Link>), String> {
+    let (mut fds, mut links) = (Vec::new(), Vec::new());
+    for prog in obj.progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        if wants(mech, &name) {
+            fds.push(prog.as_fd().as_raw_fd());
+            links.push(prog.attach().map_err(|e| libbpf_error(&format!("attach {name}"), &e))?);
         }
-        let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |mech| load(spec, mech))?;
-        let reader = PerCpuHist::new(&skel.maps.runq_hist)
-            .map_err(|why| ProbeError::Read { probe: probe.clone(), why })?;
-        Ok(Runq {
-            info: ProbeInfo {
-                name: probe,
-                kind: "runq".into(),
-                attach: mech.into(),
-                mode: mode(mech).into(),
-                btf_mode: super::BtfMode::CoRe.as_str().into(),
-            },
-            reader,
-            _links: links,
-            _skel: skel,
-        })
     }
+    Ok((fds, links))
 }
 
-fn load(
-    spec: &ProbeSpec,
-    mech: &'static str,
-) -> Result<(Owned<RunqSkel<'static>>, Vec<Link>), String> {
+fn load_core(spec: &ProbeSpec, mech: &'static str) -> Result<Loaded, String> {
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open = RunqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_tgid = spec.pid.unwrap_or(0);
-        if let Some(comm) = &spec.comm {
-            for (d, s) in ro.filter_comm.iter_mut().zip(comm.bytes()) {
-                *d = s as i8;
-            }
-        }
+        set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         for mut prog in open.open_object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
             prog.set_autoload(wants(mech, &name));
         }
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let mut links = Vec::new();
-    for prog in skel.object().progs_mut() {
-        let name = prog.name().to_string_lossy().into_owned();
-        if wants(mech, &name) {
-            links.push(prog.attach().map_err(|e| libbpf_error(&format!("attach {name}"), &e))?);
+    let reader = PerCpuHist::<types::latmon_hist>::new(&skel.maps.runq_hist)?;
+    let (fds, links) = attach_progs(skel.object(), mech)?;
+    Ok((Box::new(reader), fds, links, Box::new(skel) as Box<dyn Any>))
+}
+
+/// The no-BTF build: classic tracepoints, fields where tracefs says.
+fn load_tp(spec: &ProbeSpec) -> Result<Loaded, String> {
+    let fmt = |event: &str| tracefs_format("sched", event).map_err(|e| e.to_string());
+    let (wakeup, wakeup_new, switch) = (fmt("sched_wakeup")?, fmt("sched_wakeup_new")?, fmt("sched_switch")?);
+    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
+        let mut open =
+            RunqNobtfSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
+        ro.filter_tgid = spec.pid.unwrap_or(0);
+        set_comm(&mut ro.filter_comm, spec.comm.as_deref());
+        let w = (set_tp_field!(ro.wakeup_pid, &wakeup, "pid", PID_SIZES), set_tp_field!(ro.wakeup_comm, &wakeup, "comm", COMM_SIZES));
+        set_tp_field!(ro.wakeup_new_pid, &wakeup_new, "pid", PID_SIZES);
+        set_tp_field!(ro.wakeup_new_comm, &wakeup_new, "comm", COMM_SIZES);
+        let sw = [
+            set_tp_field!(ro.switch_prev_pid, &switch, "prev_pid", PID_SIZES),
+            set_tp_field!(ro.switch_prev_comm, &switch, "prev_comm", COMM_SIZES),
+            set_tp_field!(ro.switch_prev_state, &switch, "prev_state", LONG_SIZES),
+            set_tp_field!(ro.switch_next_pid, &switch, "next_pid", PID_SIZES),
+        ];
+        ro.report_max = switch.sched_switch_report_max().unwrap_or_else(|| {
+            log::warn!("runq: sched_switch's print fmt names no prev_state flags; taking TASK_REPORT_MAX = {DEFAULT_REPORT_MAX:#x}");
+            DEFAULT_REPORT_MAX
+        });
+        log::info!(
+            "runq: record layout from tracefs: sched_wakeup pid{} comm{}, sched_switch prev_pid{} prev_comm{} \
+             prev_state{} next_pid{}, TASK_REPORT_MAX {:#x}",
+            w.0, w.1, sw[0], sw[1], sw[2], sw[3], ro.report_max
+        );
+        // The pid= thread set only matters with a pid filter.
+        if spec.pid.is_none() {
+            open.maps.runq_tids.set_max_entries(1).map_err(|e| libbpf_error("runq_tids", &e))?;
         }
-    }
-    Ok((skel, links))
+        open.load().map_err(|e| libbpf_error("load", &e))
+    })?;
+    let reader = PerCpuHist::<nobtf_types::latmon_hist>::new(&skel.maps.runq_hist)?;
+    let (fds, links) = attach_progs(skel.object(), "tracepoint")?;
+    Ok((Box::new(reader), fds, links, Box::new(skel) as Box<dyn Any>))
 }
 
 impl Probe for Runq {
@@ -94,17 +155,26 @@ impl Probe for Runq {
     }
 
     fn bpf_programs(&self) -> Vec<RawFd> {
-        self._skel
-            .object()
-            .progs()
-            .filter(|p| wants(&self.info.attach, &p.name().to_string_lossy()))
-            .map(|p| p.as_fd().as_raw_fd())
-            .collect()
+        self.progs.clone()
     }
 
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
         self.reader
             .read(0, out)
             .map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_and_modes_per_rung() {
+        assert!(wants("tp_btf", "runq_switch_btf") && !wants("tp_btf", "runq_switch_raw"));
+        assert!(wants("raw_tp", "runq_wakeup_raw") && !wants("raw_tp", "runq_wakeup_tp"));
+        assert!(wants("tracepoint", "runq_wakeup_new_tp") && !wants("tracepoint", "runq_wakeup_new_btf"));
+        assert_eq!(mode("tracepoint"), "pid-hash, layout from tracefs format");
+        assert_eq!(mode("tp_btf"), "task-storage");
     }
 }

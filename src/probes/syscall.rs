@@ -3,16 +3,27 @@
 //! (bpf/syscall.bpf.c). `syscall` reports the family line (all syscalls
 //! the filter admits) plus a series per syscall seen (`syscall:read`);
 //! `syscall:NAME` measures that one syscall only.
+//!
+//! Attach ladder: tp_btf -> raw_tp (CO-RE build) -> tracepoint: the no-BTF
+//! build, sys_enter's `id` at the offset its tracefs format gives. Without
+//! kernel BTF only the last runs.
 
+use std::any::Any;
 use std::mem::MaybeUninit;
+use std::os::fd::RawFd;
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
 use super::series::{Family, Role, Slot, Source};
-use super::{attach_in_order, ladder, libbpf_error, set_comm, Owned, PerCpuHist, Probe, ProbeError};
+use super::{
+    attach_in_order, ladder, ladder_for, libbpf_error, set_comm, set_tp_field, tracefs_format, BtfMode, Owned,
+    PerCpuHist, Probe, ProbeError, ReadHist,
+};
 use crate::bpf::limits::{SYSCALL_IDS, SYSCALL_SLOTS};
-use crate::bpf::syscall::{types, SyscallSkel, SyscallSkelBuilder};
+use crate::bpf::syscall::{types, SyscallSkelBuilder};
+use crate::bpf::syscall_nobtf::{types as nobtf_types, SyscallNobtfSkelBuilder};
+use crate::tpformat::LONG_SIZES;
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
 use crate::summary::ProbeInfo;
@@ -58,31 +69,37 @@ fn label(nr: u32) -> String {
 /// blocked task's stamp must run before any stamp exists; sys_exit before
 /// sys_enter so no stamp waits for a missing exit program.
 fn programs(mech: &str) -> [&'static str; 3] {
-    if mech == "tp_btf" {
-        ["sc_switch_btf", "sc_exit_btf", "sc_enter_btf"]
-    } else {
-        ["sc_switch_raw", "sc_exit_raw", "sc_enter_raw"]
+    match mech {
+        "tp_btf" => ["sc_switch_btf", "sc_exit_btf", "sc_enter_btf"],
+        "raw_tp" => ["sc_switch_raw", "sc_exit_raw", "sc_enter_raw"],
+        _ => ["sc_switch_tp", "sc_exit_tp", "sc_enter_tp"],
     }
 }
 
-fn mode(mech: &str) -> &'static str {
-    if mech == "tp_btf" { "per-cpu stamp, task-storage park" } else { "per-cpu stamp, tid-hash park" }
+fn mode(mech: &str) -> String {
+    match mech {
+        "tp_btf" => "per-cpu stamp, task-storage park".into(),
+        "raw_tp" => "per-cpu stamp, tid-hash park".into(),
+        _ => format!("per-cpu stamp, tid-hash park, {}", super::TP_LAYOUT),
+    }
 }
 
 struct Syscalls {
-    reader: PerCpuHist<types::latmon_hist>,
-    /// The object's .bss (slot table), mapped; valid while `_skel` lives.
-    bss: *const types::bss,
+    reader: Box<dyn ReadHist>,
+    /// The object's .bss `sc_slot_id[SYSCALL_SLOTS]`, mapped; valid while
+    /// `_skel` lives.
+    slot_ids: *const u32,
     /// `syscall:NAME`: the one syscall is the family line, no series.
     single: bool,
+    progs: Vec<RawFd>,
     // Field order is drop order: detach before the object goes away.
     _links: Vec<Link>,
-    _skel: Owned<SyscallSkel<'static>>,
+    _skel: Box<dyn Any>,
 }
 
 impl Source for Syscalls {
     fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
-        super::loaded_prog_fds(self._skel.object())
+        self.progs.clone()
     }
 
     fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
@@ -91,7 +108,7 @@ impl Source for Syscalls {
         for slot in 1..SYSCALL_SLOTS {
             // SAFETY: bss points to the mapped .bss of the live object; the
             // kernel writes it concurrently, hence the volatile read.
-            let id = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.bss).sc_slot_id[slot])) };
+            let id = unsafe { std::ptr::read_volatile(self.slot_ids.add(slot)) };
             if id != 0 {
                 out.push(Slot { key: slot as u64, label: label(id - 1), role });
             }
@@ -106,12 +123,6 @@ impl Source for Syscalls {
 
 pub fn open(spec: &ProbeSpec, only: Option<&str>) -> Result<Box<dyn Probe>, ProbeError> {
     let probe = spec.name.clone();
-    if !super::kernel_btf_present() {
-        return Err(ProbeError::KernelFeature {
-            probe,
-            what: "kernel has no BTF (/sys/kernel/btf/vmlinux missing); syscall needs CO-RE".into(),
-        });
-    }
     let filter_id = match only {
         None => -1,
         Some(n) => match number(n) {
@@ -127,24 +138,36 @@ pub fn open(spec: &ProbeSpec, only: Option<&str>) -> Result<Box<dyn Probe>, Prob
             }
         },
     };
-    let ((skel, links), mech) = ladder(&probe, &["tp_btf", "raw_tp"], |mech| load(spec, filter_id, mech))?;
-    let reader = PerCpuHist::new(&skel.maps.sc_hist).map_err(|why| ProbeError::Read { probe: probe.clone(), why })?;
-    let bss = skel
-        .maps
-        .bss_data
-        .as_deref()
-        .map(|b| b as *const types::bss)
-        .ok_or_else(|| ProbeError::Read { probe: probe.clone(), why: "no .bss".into() })?;
-    let info = ProbeInfo { name: probe, kind: "syscall".into(), attach: mech.into(), mode: mode(mech).into(), btf_mode: "co-re".into() };
-    let source = Syscalls { reader, bss, single: only.is_some(), _links: links, _skel: skel };
+    let core = super::kernel_btf_present();
+    let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
+        "tracepoint" => load_tp(spec, filter_id),
+        _ if !core => Err(super::needs_btf("syscall")),
+        _ => load_core(spec, filter_id, mech),
+    })?;
+    let btf_mode = if mech == "tracepoint" { BtfMode::NoBtf } else { BtfMode::CoRe };
+    let info =
+        ProbeInfo { name: probe, kind: "syscall".into(), attach: mech.into(), mode: mode(mech), btf_mode: btf_mode.as_str().into() };
+    let source = Syscalls {
+        reader: l.reader,
+        slot_ids: l.slot_ids,
+        single: only.is_some(),
+        progs: l.progs,
+        _links: l.links,
+        _skel: l.skel,
+    };
     Ok(Box::new(Family::new(info, Box::new(source))))
 }
 
-fn load(
-    spec: &ProbeSpec,
-    filter_id: i32,
-    mech: &'static str,
-) -> Result<(Owned<SyscallSkel<'static>>, Vec<Link>), String> {
+/// What a rung's load gives.
+struct Loaded {
+    reader: Box<dyn ReadHist>,
+    slot_ids: *const u32,
+    progs: Vec<RawFd>,
+    links: Vec<Link>,
+    skel: Box<dyn Any>,
+}
+
+fn load_core(spec: &ProbeSpec, filter_id: i32, mech: &'static str) -> Result<Loaded, String> {
     let wanted = programs(mech);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open = SyscallSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
@@ -157,7 +180,36 @@ fn load(
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let links = attach_in_order(skel.object(), &wanted)?;
-    Ok((skel, links))
+    let reader = PerCpuHist::<types::latmon_hist>::new(&skel.maps.sc_hist)?;
+    let slot_ids = skel.maps.bss_data.as_deref().map(|b| b.sc_slot_id.as_ptr()).ok_or("no .bss")?;
+    let progs = super::loaded_prog_fds(skel.object());
+    Ok(Loaded { reader: Box::new(reader), slot_ids, progs, links, skel: Box::new(skel) })
+}
+
+/// The no-BTF build: classic tracepoints, sys_enter's `id` where tracefs
+/// says.
+fn load_tp(spec: &ProbeSpec, filter_id: i32) -> Result<Loaded, String> {
+    let enter = tracefs_format("raw_syscalls", "sys_enter").map_err(|e| e.to_string())?;
+    let wanted = programs("tracepoint");
+    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
+        let mut open = SyscallNobtfSkelBuilder::default()
+            .open_opts(super::open_opts(), storage)
+            .map_err(|e| libbpf_error("open", &e))?;
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
+        ro.filter_id = filter_id;
+        ro.filter_pid = spec.pid.unwrap_or(0);
+        set_comm(&mut ro.filter_comm, spec.comm.as_deref());
+        ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
+        let id = set_tp_field!(ro.enter_id, &enter, "id", LONG_SIZES);
+        log::info!("syscall: record layout from tracefs: sys_enter id{id}");
+        super::autoload_only(open.open_object_mut(), &wanted);
+        open.load().map_err(|e| libbpf_error("load", &e))
+    })?;
+    let links = attach_in_order(skel.object(), &wanted)?;
+    let reader = PerCpuHist::<nobtf_types::latmon_hist>::new(&skel.maps.sc_hist)?;
+    let slot_ids = skel.maps.bss_data.as_deref().map(|b| b.sc_slot_id.as_ptr()).ok_or("no .bss")?;
+    let progs = super::loaded_prog_fds(skel.object());
+    Ok(Loaded { reader: Box::new(reader), slot_ids, progs, links, skel: Box::new(skel) })
 }
 
 #[cfg(test)]

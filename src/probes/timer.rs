@@ -135,7 +135,7 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
     if !super::kernel_btf_present() {
         return Err(ProbeError::KernelFeature {
             probe,
-            what: "kernel has no BTF (/sys/kernel/btf/vmlinux missing); timer needs tp_btf".into(),
+            what: format!("{}; timer needs tp_btf", super::no_btf_reason()),
         });
     }
     if let Some(f) = response_of(spec) {

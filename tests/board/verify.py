@@ -363,11 +363,42 @@ elif board == "armmp":
         a.say(c["config_ok"], "latmon check validated board-configs/qemu-armv7.toml")
         a.say(not c["btf"] and c.get("btf_source") is None, "the armmp kernel has no BTF, and no btf_path is set")
         a.say(a.feats.get("kprobe") is True and a.feats.get("uprobe") is True, "kprobes and uprobes attach on this kernel")
-        runq = a.plan.get("runq", {})
-        a.say("no BTF" in (runq.get("error") or "") and not runq.get("ok"),
-              f"runq (CO-RE) is refused with a clear no-BTF message: {runq.get('error')}")
-        a.say(a.check_rc == 1, "latmon check exits 1 (a configured probe cannot run)")
-        a.say(a.run_rc == 0, "latmon run served the other probes and exited 0 on SIGINT")
+        # Tracepoint families without BTF: the no-BTF build, the 32-bit
+        # record layout read from tracefs format files on the board.
+        for n in ("runq", "runq-sleep", "sys-sleep", "irq", "softirq"):
+            p = a.plan.get(n, {})
+            a.say(p.get("ok") and p.get("attach") == "tracepoint" and p.get("btf_mode") == "no-btf"
+                  and "layout from tracefs format" in (p.get("mode") or ""),
+                  f"latmon check: {n} loads via {p.get('attach')} in {p.get('btf_mode')} mode "
+                  f"({p.get('mode') or p.get('error')})")
+        # The 32-bit kernel's records, as latmon read them from tracefs:
+        # `long` fields are 4 bytes here (8 on the 64-bit host).
+        lay = dict(re.findall(r"(\w+): record layout from tracefs: (.*)", a.run_err))
+        a.say("prev_state@" in lay.get("runq", "") and re.search(r"prev_state@\d+\(4\)", lay["runq"])
+              and re.search(r"id@\d+\(4\)", lay.get("syscall", "")),
+              f"record layouts read from the board's tracefs (32-bit: 4-byte long prev_state and id): "
+              f"runq: {lay.get('runq')}; syscall: {lay.get('syscall')}; irq: {lay.get('irq')}; softirq: {lay.get('softirq')}")
+        a.say(a.check_rc == 0, f"latmon check exits {a.check_rc}: every configured probe runs without BTF")
+        a.say(a.run_rc == 0, "latmon run exited 0 on SIGINT")
+        a.say(a.last.get("runq", {}).get("attach") == "tracepoint" and a.total("runq") > 0 and a.drops("runq") == 0,
+              f"runq counted {a.total('runq')} run-queue events via tracepoint (no BTF), p50 {ms(a.p50_ns('runq'))}, "
+              f"{a.drops('runq')} drops")
+        a.say(a.total("runq-sleep") >= 300,
+              f"runq filtered by comm=sleep counted {a.total('runq-sleep')} wakeups of 300 sleep processes "
+              f"(comm read from the sched_wakeup/sched_switch records)")
+        sc = {n: a.total(n) for n in a.last if n.startswith("sys-sleep:")}
+        ns = [n for n in sc if n.endswith("nanosleep") or n.endswith("nanosleep_time64")]
+        nsn = ns[0] if ns else "sys-sleep:?"
+        a.say(len(ns) == 1 and sc[nsn] == 300 and a.min_ns(nsn) >= 10_000_000
+              and a.quantile(nsn, 0.5)[1] > 10_000_000 and a.drops(nsn) == 0,
+              f"syscall via tracepoint counted {sc.get(nsn)} {nsn[len('sys-sleep:'):]} calls of the 300 `sleep 0.01` "
+              f"(exactly 300), min {ms(a.min_ns(nsn))}, p50 {ms(a.p50_ns(nsn))} (>= 10 ms); "
+              f"sys_enter's id read at its 32-bit offset; series: {sc}")
+        a.say(a.total("irq") > 0 and a.total("softirq") > 0,
+              f"irq counted {a.total('irq')} handler runs ("
+              + ", ".join(f"{n} {a.total(n)}" for n in a.last if n.startswith("irq:"))
+              + f"), softirq {a.total('softirq')} ("
+              + ", ".join(f"{n} {a.total(n)}" for n in a.last if n.startswith("softirq:")) + ") via tracepoint")
         sleep_kfunc(a, "no-btf")
         # ufunc on arm32 in no-BTF mode: the stack pointer comes from the
         # hand-written struct pt_regs (uregs[13], 4 bytes).
@@ -400,6 +431,8 @@ elif board == "armmp":
         b.say(b.last.get("runq", {}).get("attach") == "raw_tp" and b.total("runq") > 0,
               f"runq counted {b.total('runq')} run-queue events via raw_tp, p50 {ms(b.last.get('runq', {}).get('p50_ns', 0))} "
               f"in the last interval")
+        sc = {n: b.total(n) for n in b.last if n.startswith("sys-sleep:")}
+        print(f"  observed: [btf] syscall via {b.last.get('sys-sleep', {}).get('attach')} (CO-RE): {sc}")
         sleep_kfunc(b, "co-re")
         frames_by_sp(b, "co-re", "CO-RE: vmlinux.h's 8-byte uregs[13] relocated to the 32-bit kernel's")
         b.say(b.check_rc == 0 and b.run_rc == 0, f"latmon check exit {b.check_rc}, run exit {b.run_rc}")
