@@ -34,6 +34,8 @@
 #include "latmon.h"
 #include "maps.bpf.h"
 #include "tpfield.bpf.h"
+#define LATMON_ALERT_IDS 1
+#include "alerts.bpf.h"
 #ifndef LATMON_NO_BTF
 #include <bpf/bpf_core_read.h>
 #include "core_fixes.bpf.h"
@@ -44,6 +46,8 @@
 /* Filters, set before load. 0 / empty means "all". */
 const volatile __u32 filter_tgid = 0;
 const volatile char filter_comm[LATMON_COMM_LEN] = {};
+/* A wait above it counts in `alerts` and becomes an alert record. */
+const volatile __u64 threshold_ns = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -97,7 +101,8 @@ static __always_inline bool wanted(__u32 pid, __u32 tgid, struct task_struct *t)
 }
 #endif
 
-static __always_inline void record(__s64 delta_ns)
+/* The task `who` (NULL: unknown) waited delta_ns and runs now. */
+static __always_inline void record(void *ctx, __s64 delta_ns, const struct latmon_alert_who *who)
 {
 	struct latmon_hist *h = latmon_hist_get(&runq_hist, 0);
 
@@ -108,6 +113,12 @@ static __always_inline void record(__s64 delta_ns)
 		return;
 	}
 	latmon_hist_record(h, delta_ns);
+	if (threshold_ns && delta_ns > threshold_ns) {
+		h->alerts++;
+		/* At sched_switch the current task is still prev: the record
+		 * names the task switched in. */
+		latmon_alert(ctx, 0, delta_ns, bpf_ktime_get_ns(), who);
+	}
 }
 
 static __always_inline void count_drop(void)
@@ -164,7 +175,11 @@ int BPF_PROG(runq_switch_btf, bool preempt, struct task_struct *prev, struct tas
 	if (!start_ns || !*start_ns)
 		return 0;
 	now_ns = bpf_ktime_get_ns();
-	record((__s64)(now_ns - *start_ns));
+	{
+		struct latmon_alert_who who = { .pid = next->tgid, .tid = next->pid, .comm = &next->comm };
+
+		record(ctx, (__s64)(now_ns - *start_ns), &who);
+	}
 	*start_ns = 0;
 	return 0;
 }
@@ -208,7 +223,11 @@ int BPF_PROG(runq_switch_raw, bool preempt, struct task_struct *prev, struct tas
 	start_ns = bpf_map_lookup_elem(&runq_start_by_pid, &pid);
 	if (!start_ns)
 		return 0;
-	record((__s64)(bpf_ktime_get_ns() - *start_ns));
+	{
+		struct latmon_alert_who who = { .pid = BPF_CORE_READ(next, tgid), .tid = pid, .comm = &next->comm };
+
+		record(ctx, (__s64)(bpf_ktime_get_ns() - *start_ns), &who);
+	}
 	bpf_map_delete_elem(&runq_start_by_pid, &pid);
 	return 0;
 }
@@ -231,6 +250,7 @@ const volatile struct latmon_tp_field switch_prev_pid = {};
 const volatile struct latmon_tp_field switch_prev_comm = {};
 const volatile struct latmon_tp_field switch_prev_state = {};
 const volatile struct latmon_tp_field switch_next_pid = {};
+const volatile struct latmon_tp_field switch_next_comm = {};
 /* sched_switch's prev_state is the kernel's report value (since 4.14,
  * __trace_sched_switch_state): 0 for a task still running, one bit per
  * sleeping state below TASK_REPORT_MAX, and TASK_REPORT_MAX itself for a
@@ -315,7 +335,12 @@ int runq_switch_tp(void *ctx)
 	start_ns = bpf_map_lookup_elem(&runq_start_by_pid, &next);
 	if (!start_ns)
 		return 0;
-	record((__s64)(bpf_ktime_get_ns() - *start_ns));
+	{
+		/* The record carries no tgid: the alert's pid is the thread's. */
+		struct latmon_alert_who who = { .pid = next, .tid = next, .comm = ctx + switch_next_comm.offset };
+
+		record(ctx, (__s64)(bpf_ktime_get_ns() - *start_ns), &who);
+	}
 	bpf_map_delete_elem(&runq_start_by_pid, &next);
 	return 0;
 }

@@ -193,3 +193,44 @@ fn sigterm_is_a_clean_stop_too() {
     assert!(out.contains("(final)"), "text output flushed the final summary: {out}");
     assert!(out.contains("p99.9"));
 }
+
+/// `threshold=`: every wait above it counts in `alerts` and becomes an
+/// alert record naming the task that waited (the one switched in, not the
+/// one leaving the CPU), rate-limited in the kernel with every refused
+/// record counted - in each build.
+#[test]
+fn runq_waits_above_the_threshold_become_alert_records_in_every_build() {
+    use latmon::bpf::limits::{ALERT_BURST, ALERT_RATE};
+    for (comm, env, attach) in [
+        ("lm-rqa-btf", &[][..], "tp_btf"),
+        ("lm-rqa-raw", &[("LATMON_SKIP_ATTACH", "tp_btf")][..], "raw_tp"),
+        ("lm-rqa-tp", &[("LATMON_FORCE_NO_BTF", "1")][..], "tracepoint"),
+    ] {
+        let spec = format!("runq,comm={comm},threshold=1ns");
+        let child = start_run_env(&["--probe", &spec, "--interval", "60m", "--format", "json"], env);
+        let t0 = std::time::Instant::now();
+        pipe_ping_pong(comm, 500);
+        let secs = t0.elapsed().as_secs_f64() + 0.5;
+        let (status, out) = stop(child);
+        assert!(status.success(), "latmon exited with {status}");
+        let lines = json_lines(&out);
+        let p = lines.last().unwrap()["probes"][0].clone();
+        assert_eq!(p["attach"], attach);
+        let recs: Vec<&serde_json::Value> =
+            lines.iter().filter_map(|l| l["alert_records"].as_array()).flatten().filter(|r| r["probe"] == "runq").collect();
+        let (count, alerts, dropped) = (u(&p, "total_count"), u(&p, "total_alerts"), u(&p, "total_alerts_dropped"));
+        eprintln!("FIGURES runq alerts ({attach}): {count} waits, {alerts} above 1 ns: {} records, {dropped} dropped", recs.len());
+        assert!(count >= 1000, "{p}");
+        assert_eq!(alerts, count, "every wait is longer than 1 ns: {p}");
+        assert_eq!(recs.len() as u64 + dropped, alerts, "every alert is a record or a counted drop: {p}");
+        let allowed = ALERT_BURST as u64 + (ALERT_RATE as f64 * secs).ceil() as u64 + 2;
+        assert!(recs.len() as u64 >= ALERT_BURST as u64 && recs.len() as u64 <= allowed, "{} records (allowed {allowed})", recs.len());
+        for r in &recs {
+            assert_eq!(r["comm"], comm, "the record names the task that waited: {r}");
+            assert!(u(r, "latency_ns") >= 1 && u(r, "tid") > 0, "{r}");
+            if attach != "tracepoint" {
+                assert_eq!(u(r, "pid"), std::process::id() as u64, "pid is the thread group: {r}");
+            }
+        }
+    }
+}

@@ -304,7 +304,7 @@ macro_rules! alert_types {
                     .map(|&c| c as u8)
                     .take_while(|&c| c != 0)
                     .collect();
-                AlertRecord {
+                $crate::summary::AlertRecord {
                     probe,
                     pid: self.pid,
                     tid: self.tid,

@@ -14,13 +14,23 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
+use super::alerts::{decode_alert, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
 use super::{ladder, ladder_for, libbpf_error, set_comm, set_tp_field, tracefs_format, BtfMode, Owned, PerCpuHist,
     Probe, ProbeError, ReadHist};
 use crate::bpf::runq::{types, RunqSkelBuilder};
 use crate::bpf::runq_nobtf::{types as nobtf_types, RunqNobtfSkelBuilder};
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
-use crate::summary::ProbeInfo;
+use crate::summary::{AlertRecord, ProbeInfo};
+
+mod core_types {
+    use crate::bpf::runq::types;
+    crate::probes::alerts::alert_types!(types);
+}
+mod nobtf_alert_types {
+    use crate::bpf::runq_nobtf::types;
+    crate::probes::alerts::alert_types!(types);
+}
 use crate::tpformat::{COMM_SIZES, LONG_SIZES, PID_SIZES};
 
 /// TASK_REPORT_MAX since 4.14, when sched_switch's print fmt does not say.
@@ -46,37 +56,53 @@ fn wants(mech: &str, name: &str) -> bool {
 
 pub struct Runq {
     info: ProbeInfo,
+    l: Loaded,
+}
+
+/// What a rung's load gives. Field order is drop order: the alert reader
+/// stops and the links detach before the object goes away.
+struct Loaded {
+    /// Alert records of waits above the threshold (one is set).
+    alerts: Option<AlertFeed>,
+    alert_drops: Box<dyn ReadDrops>,
     reader: Box<dyn ReadHist>,
     progs: Vec<RawFd>,
-    // Field order is drop order: detach before the object goes away.
     _links: Vec<Link>,
     _skel: Box<dyn Any>,
 }
 
-/// What a rung's load gives: reader, program fds, links, the object.
-type Loaded = (Box<dyn ReadHist>, Vec<RawFd>, Vec<Link>, Box<dyn Any>);
+/// The alert reader of a loaded object (`types`: its build's types).
+macro_rules! alert_feed {
+    ($skel:expr, $spec:expr, $ringbuf:expr, $types:ident) => {
+        match $spec.threshold {
+            None => None,
+            Some(_) => {
+                let map = if $ringbuf { &$skel.maps.alerts } else { &$skel.maps.alerts_perf };
+                let handle = libbpf_rs::MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
+                Some(AlertFeed::spawn(handle, $ringbuf, vec![$spec.name.clone()], decode_alert::<$types::latmon_alert>)?)
+            }
+        }
+    };
+}
 
 pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
     let probe = spec.name.clone();
     let core = super::kernel_btf_present();
-    let ((reader, progs, links, skel), mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
-        "tracepoint" => load_tp(spec),
+    let ringbuf = want_ringbuf();
+    let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
+        "tracepoint" => load_tp(spec, ringbuf),
         _ if !core => Err(super::needs_btf("runq")),
-        _ => load_core(spec, mech),
+        _ => load_core(spec, mech, ringbuf),
     })?;
     let btf_mode = if mech == "tracepoint" { BtfMode::NoBtf } else { BtfMode::CoRe };
+    let mut mode = mode(mech);
+    if let Some(thr) = spec.threshold {
+        let via = if ringbuf { "ringbuf" } else { "perf buffer" };
+        mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
+    }
     Ok(Box::new(Runq {
-        info: ProbeInfo {
-            name: probe,
-            kind: "runq".into(),
-            attach: mech.into(),
-            mode: mode(mech),
-            btf_mode: btf_mode.as_str().into(),
-        },
-        reader,
-        progs,
-        _links: links,
-        _skel: skel,
+        info: ProbeInfo { name: probe, kind: "runq".into(), attach: mech.into(), mode, btf_mode: btf_mode.as_str().into() },
+        l,
     }))
 }
 
@@ -93,12 +119,20 @@ fn attach_progs(obj: &libbpf_rs::Object, mech: &str) -> Result<(Vec<RawFd>, Vec<
     Ok((fds, links))
 }
 
-fn load_core(spec: &ProbeSpec, mech: &'static str) -> Result<Loaded, String> {
+fn threshold_ns(spec: &ProbeSpec) -> u64 {
+    spec.threshold.map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn load_core(spec: &ProbeSpec, mech: &'static str, ringbuf: bool) -> Result<Loaded, String> {
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open = RunqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_tgid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
+        ro.threshold_ns = threshold_ns(spec);
+        ro.use_ringbuf = ringbuf;
+        let unused = if ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
+        unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
         for mut prog in open.open_object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
             prog.set_autoload(wants(mech, &name));
@@ -106,12 +140,21 @@ fn load_core(spec: &ProbeSpec, mech: &'static str) -> Result<Loaded, String> {
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let reader = PerCpuHist::<types::latmon_hist>::new(&skel.maps.runq_hist)?;
-    let (fds, links) = attach_progs(skel.object(), mech)?;
-    Ok((Box::new(reader), fds, links, Box::new(skel) as Box<dyn Any>))
+    let alert_drops = PerCpuArray::<types::latmon_alert_drops>::new(&skel.maps.alert_drops)?;
+    let alerts = alert_feed!(skel, spec, ringbuf, types);
+    let (progs, links) = attach_progs(skel.object(), mech)?;
+    Ok(Loaded {
+        alerts,
+        alert_drops: Box::new(alert_drops),
+        reader: Box::new(reader),
+        progs,
+        _links: links,
+        _skel: Box::new(skel),
+    })
 }
 
 /// The no-BTF build: classic tracepoints, fields where tracefs says.
-fn load_tp(spec: &ProbeSpec) -> Result<Loaded, String> {
+fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
     let fmt = |event: &str| tracefs_format("sched", event).map_err(|e| e.to_string());
     let (wakeup, wakeup_new, switch) = (fmt("sched_wakeup")?, fmt("sched_wakeup_new")?, fmt("sched_switch")?);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
@@ -120,6 +163,9 @@ fn load_tp(spec: &ProbeSpec) -> Result<Loaded, String> {
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_tgid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
+        ro.threshold_ns = threshold_ns(spec);
+        ro.use_ringbuf = ringbuf;
+        set_tp_field!(ro.switch_next_comm, &switch, "next_comm", COMM_SIZES);
         let w = (set_tp_field!(ro.wakeup_pid, &wakeup, "pid", PID_SIZES), set_tp_field!(ro.wakeup_comm, &wakeup, "comm", COMM_SIZES));
         set_tp_field!(ro.wakeup_new_pid, &wakeup_new, "pid", PID_SIZES);
         set_tp_field!(ro.wakeup_new_comm, &wakeup_new, "comm", COMM_SIZES);
@@ -142,11 +188,22 @@ fn load_tp(spec: &ProbeSpec) -> Result<Loaded, String> {
         if spec.pid.is_none() {
             open.maps.runq_tids.set_max_entries(1).map_err(|e| libbpf_error("runq_tids", &e))?;
         }
+        let unused = if ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
+        unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let reader = PerCpuHist::<nobtf_types::latmon_hist>::new(&skel.maps.runq_hist)?;
-    let (fds, links) = attach_progs(skel.object(), "tracepoint")?;
-    Ok((Box::new(reader), fds, links, Box::new(skel) as Box<dyn Any>))
+    let alert_drops = PerCpuArray::<nobtf_types::latmon_alert_drops>::new(&skel.maps.alert_drops)?;
+    let alerts = alert_feed!(skel, spec, ringbuf, nobtf_types);
+    let (progs, links) = attach_progs(skel.object(), "tracepoint")?;
+    Ok(Loaded {
+        alerts,
+        alert_drops: Box::new(alert_drops),
+        reader: Box::new(reader),
+        progs,
+        _links: links,
+        _skel: Box::new(skel),
+    })
 }
 
 impl Probe for Runq {
@@ -155,13 +212,23 @@ impl Probe for Runq {
     }
 
     fn bpf_programs(&self) -> Vec<RawFd> {
-        self.progs.clone()
+        self.l.progs.clone()
     }
 
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
-        self.reader
-            .read(0, out)
-            .map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
+        let err = |why| ProbeError::Read { probe: self.info.name.clone(), why };
+        self.l.reader.read(0, out).map_err(err)?;
+        out.alerts_dropped = self.l.alert_drops.total(0).map_err(err)?;
+        if let Some(feed) = &self.l.alerts {
+            out.alerts_dropped += feed.queue_dropped(0);
+        }
+        Ok(())
+    }
+
+    fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
+        if let Some(feed) = &self.l.alerts {
+            feed.drain(0, out);
+        }
     }
 }
 
