@@ -27,7 +27,10 @@ while time.monotonic() < t_end:
         text = open(console, encoding="utf-8", errors="replace").read()
     except FileNotFoundError:
         text = ""
-    for m in re.finditer(r"^=== rx-go (\d+) (\d+)", text[seen:], re.M):
+    # Complete lines only: a line read while qemu was still writing it
+    # ("=== rx-go 20") must not be taken, and then taken again whole.
+    complete = text[:text.rfind("\n") + 1]
+    for m in re.finditer(r"^=== rx-go (\d+) (\d+)\r?$", complete[seen:], re.M):
         n, gap = int(m.group(1)), int(m.group(2)) / 1000
         t0 = time.monotonic()
         for i in range(n):
@@ -38,5 +41,5 @@ while time.monotonic() < t_end:
     if "=== done" in text:
         break
     # Only look at new complete lines next time.
-    seen = max(seen, text.rfind("\n") + 1)
+    seen = max(seen, len(complete))
     time.sleep(0.05)
