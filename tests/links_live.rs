@@ -439,3 +439,58 @@ fn udp_and_unix_links() {
     assert_eq!(last["probes"][0]["total_count"], run.last().unwrap()["probes"][0]["total_count"]);
     assert!(!sock.exists(), "the socket file is removed at exit");
 }
+
+/// Thread `name` (its 15-byte comm) of process `pid`.
+fn thread_named(pid: u32, name: &str) -> Option<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.map_while(Result::ok).find_map(|t| {
+        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+        comm.trim().starts_with(name).then(|| t.file_name().to_string_lossy().parse().ok()).flatten()
+    })
+}
+
+/// serialport waits in ppoll with every signal unblocked (its read of
+/// Modbus RTU requests, here): a SIGHUP or SIGTERM that the kernel hands to
+/// that thread must reach the agent (a reload; a clean stop with the final
+/// summary), not kill latmon. Sent to that thread on purpose, with tgkill.
+#[test]
+fn signals_landing_on_a_serialport_thread_reach_the_agent() {
+    let p = pty();
+    let (child, stderr) = start_run_logged(
+        &[
+            "--probe",
+            "runq",
+            "--interval",
+            "100ms",
+            "--output",
+            &format!("modbus-rtu:serial:{}@19200,unit=17", p.path),
+            "--output",
+            "-,format=json",
+        ],
+        &[],
+    );
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let tid = loop {
+        if let Some(t) = thread_named(pid, "latmon-mb modb") {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "no Modbus RTU thread in latmon");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let tgkill = |sig: i32| {
+        // SAFETY: a plain syscall on ids of our own child.
+        assert_eq!(unsafe { libc::syscall(libc::SYS_tgkill, pid as i32, tid, sig) }, 0);
+    };
+    let said = |what: &str| stderr.lock().unwrap().iter().any(|l| l.contains(what));
+    tgkill(libc::SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !said("SIGHUP") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(said("SIGHUP: no configuration file to reload"), "the agent saw the SIGHUP: {:#?}", stderr.lock().unwrap());
+    tgkill(libc::SIGTERM);
+    let (status, out) = finish(child);
+    drop(p);
+    assert!(status.success(), "SIGTERM on the RTU thread is a clean stop, not a kill: {status}");
+    assert_eq!(json_lines(&out).last().unwrap()["last"], true, "the final summary was flushed");
+}
