@@ -48,7 +48,7 @@
 #define LATMON_SOFTIRQ_VECS 10
 
 /* timer and chain series: slots of one per-CPU array (see timer.bpf.c). */
-#define LATMON_TIMER_SERIES 7
+#define LATMON_TIMER_SERIES 8
 #define LATMON_TS_TIMER 0       /* timer: intended expiry -> running */
 #define LATMON_TS_CHAIN 1       /* chain: event -> running, end to end */
 #define LATMON_TS_CHAIN_TIMER 2 /* chain stage: timer expiry -> wakeup */
@@ -56,6 +56,10 @@
 #define LATMON_TS_CHAIN_RUN 4   /* chain stage: wakeup -> running */
 #define LATMON_TS_CHAIN_RESPONSE 5 /* chain stage: running -> response function returns */
 #define LATMON_TS_CHAIN_TO_RESPONSE 6 /* chain: event -> response, end to end */
+#define LATMON_TS_CHAIN_IRQ_THREAD 7 /* chain stage: hardirq entry -> wakeup by kernel threads */
+/* chain: kernel threads an IRQ's wakeup is followed through (IRQ thread,
+ * then e.g. a workqueue worker) before it reaches the named thread. */
+#define LATMON_CHAIN_MAX_HOPS 3
 
 
 /* Function latency (kfunc/ufunc, bpf/func.bpf.c). One BPF object serves up
@@ -85,7 +89,7 @@ _Static_assert(LATMON_MAX_FUNC_PROBES >= 32 &&
 	       (LATMON_MAX_FUNC_PROBES & (LATMON_MAX_FUNC_PROBES - 1)) == 0,
 	       "MAX_FUNC_PROBES: at least 32, a power of two (BPF masks ids with it)");
 _Static_assert(LATMON_ALERT_RATE > 0 && LATMON_ALERT_BURST > 0, "alert rate and burst must be positive");
-_Static_assert(LATMON_TS_CHAIN_TO_RESPONSE < LATMON_TIMER_SERIES, "timer series fit the map");
+_Static_assert(LATMON_TS_CHAIN_IRQ_THREAD < LATMON_TIMER_SERIES, "timer series fit the map");
 _Static_assert(LATMON_HIST_SUBS == 1 << LATMON_HIST_SUB_BITS, "SUBS = 2^SUB_BITS");
 _Static_assert(LATMON_HIST_BUCKETS ==
 	       (LATMON_HIST_MAX_LOG2 - LATMON_HIST_SUB_BITS + 1) << LATMON_HIST_SUB_BITS,

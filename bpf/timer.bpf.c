@@ -40,6 +40,13 @@
  *   CHAIN_IRQ    irq_handler_entry -> sched_waking (IRQ stage; the waking
  *                happens inside a hard interrupt handler on this CPU)
  *   CHAIN_RUN    sched_waking -> sched_switch      (wakeup -> running)
+ *   CHAIN_IRQ_THREAD  irq_handler_entry -> sched_waking of the thread by
+ *                a kernel thread the IRQ woke (PREEMPT_RT: the IRQ thread;
+ *                then up to LATMON_CHAIN_MAX_HOPS kernel threads, e.g. the
+ *                workqueue worker a tty's receive path hands over to). A
+ *                kernel thread woken inside a hardirq handler (or by such a
+ *                thread) carries that handler's entry time until it next
+ *                sleeps; whatever it wakes meanwhile is attributed to it.
  *   CHAIN        event -> running                  (end to end)
  * and, with a response function (chain,...,response=/bin:SYMBOL), from the
  * first return of that function after the thread ran:
@@ -78,6 +85,10 @@ const volatile bool response = false;
 /* Stamps waiting for their task to run; sched_switch skips the storage
  * lookup while there are none (nearly always). */
 __s64 timer_pending;
+/* chain: kernel threads carrying an IRQ's entry time (see below). */
+__s64 chain_carriers;
+
+#define PF_KTHREAD 0x00200000 /* include/linux/sched.h, unchanged since 2.6 */
 
 /* Expiring sleepers per CPU, one per expiry context: soft timers (on
  * PREEMPT_RT every SCHED_OTHER sleeper) expire with interrupts enabled, so
@@ -90,6 +101,8 @@ struct expiring {
 struct timer_cpu {
 	struct expiring exp[2]; /* [hrtimer::is_soft] */
 	__u64 irq_ns;           /* chain: a hardirq handler runs since (0: none) */
+	__u64 thread_irq_ns;    /* chain: a handler that returned IRQ_WAKE_THREAD
+				 * began then; its IRQ thread's wakeup follows */
 };
 
 /* wake_stamp::running */
@@ -109,6 +122,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct timer_cpu);
 } timer_cpu SEC(".maps");
+
+/* chain: a kernel thread woken by an IRQ (directly, or through other
+ * kernel threads) until it next sleeps. */
+struct irq_carry {
+	__u64 irq_ns; /* the hardirq handler's entry (0: carries nothing) */
+	__u32 hops;   /* kernel threads from the handler to this one */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct irq_carry);
+} chain_carry SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -187,7 +215,7 @@ static __always_inline void task_ran(void *ctx, struct task_struct *t, struct wa
 		count_drop(LATMON_TS_CHAIN);
 	} else {
 		record_end(ctx, LATMON_TS_CHAIN, total, t);
-		record(st->cause == LATMON_TS_CHAIN_IRQ ? LATMON_TS_CHAIN_IRQ : LATMON_TS_CHAIN_TIMER, stage);
+		record(st->cause, stage);
 		record(LATMON_TS_CHAIN_RUN, run);
 	}
 	st->run_ns = now;
@@ -221,13 +249,32 @@ SEC("tp_btf/sched_waking")
 int BPF_PROG(timer_waking_btf, struct task_struct *p)
 {
 	struct timer_cpu *c = cpu_state();
+	struct irq_carry *carry;
 	struct wake_stamp *st;
 	struct expiring *e;
 	__u64 start, now;
-	__u32 cause;
+	__u32 cause, hops = 0;
 
 	if (!c)
 		return 0;
+	/* The IRQ thread woken for a handler that returned IRQ_WAKE_THREAD:
+	 * __irq_wake_thread() runs after irq_handler_exit, still in the
+	 * hardirq. Checked by name: IRQ threads are "irq/N-NAME". */
+	if (chain && c->thread_irq_ns) {
+		start = c->thread_irq_ns;
+		c->thread_irq_ns = 0;
+		if ((p->flags & PF_KTHREAD) && p->comm[0] == 'i' && p->comm[1] == 'r' && p->comm[2] == 'q' &&
+		    p->comm[3] == '/') {
+			carry = bpf_task_storage_get(&chain_carry, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+			if (carry) {
+				if (!carry->irq_ns)
+					__sync_fetch_and_add(&chain_carriers, 1);
+				carry->irq_ns = start;
+				carry->hops = 1;
+			}
+			return 0;
+		}
+	}
 	if (c->exp[0].sleeper == (__u64)p || c->exp[1].sleeper == (__u64)p) {
 		e = &c->exp[c->exp[1].sleeper == (__u64)p];
 		e->sleeper = 0;
@@ -236,11 +283,30 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 	} else if (chain && c->irq_ns) {
 		start = c->irq_ns;
 		cause = LATMON_TS_CHAIN_IRQ;
+		hops = 0;
+	} else if (chain && chain_carriers > 0) {
+		carry = bpf_task_storage_get(&chain_carry, bpf_get_current_task_btf(), 0, 0);
+		if (!carry || !carry->irq_ns)
+			return 0;
+		start = carry->irq_ns;
+		cause = LATMON_TS_CHAIN_IRQ_THREAD;
+		hops = carry->hops;
 	} else {
 		return 0;
 	}
-	if (!latmon_task_wanted_btf(p, filter_pid, filter_comm))
+	if (!latmon_task_wanted_btf(p, filter_pid, filter_comm)) {
+		/* An IRQ's wakeup of a kernel thread: it carries the event on. */
+		if (cause != LATMON_TS_CHAIN_TIMER && (p->flags & PF_KTHREAD) && hops < LATMON_CHAIN_MAX_HOPS) {
+			carry = bpf_task_storage_get(&chain_carry, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+			if (carry) {
+				if (!carry->irq_ns)
+					__sync_fetch_and_add(&chain_carriers, 1);
+				carry->irq_ns = start;
+				carry->hops = hops + 1;
+			}
+		}
 		return 0;
+	}
 	st = bpf_task_storage_get(&timer_stamp, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
 		count_drop(chain ? LATMON_TS_CHAIN : LATMON_TS_TIMER);
@@ -276,6 +342,16 @@ int BPF_PROG(timer_switch_btf, bool preempt, struct task_struct *prev, struct ta
 {
 	struct wake_stamp *st;
 
+	/* chain: a kernel thread that carried an IRQ goes to sleep - its
+	 * activation, and what it wakes for that IRQ, is over. */
+	if (chain_carriers > 0 && (prev->flags & PF_KTHREAD) && latmon_task_state(prev) != 0) {
+		struct irq_carry *carry = bpf_task_storage_get(&chain_carry, prev, 0, 0);
+
+		if (carry && carry->irq_ns) {
+			carry->irq_ns = 0;
+			__sync_fetch_and_add(&chain_carriers, -1);
+		}
+	}
 	if (timer_pending <= 0)
 		return 0;
 	st = bpf_task_storage_get(&timer_stamp, next, 0, 0);
@@ -299,8 +375,10 @@ int BPF_PROG(chain_irq_entry_btf, int irq, struct irqaction *action)
 {
 	struct timer_cpu *c = cpu_state();
 
-	if (c)
+	if (c) {
 		c->irq_ns = bpf_ktime_get_ns();
+		c->thread_irq_ns = 0;
+	}
 	return 0;
 }
 
@@ -310,8 +388,11 @@ int BPF_PROG(chain_irq_exit_btf, int irq, struct irqaction *action, int ret)
 {
 	struct timer_cpu *c = cpu_state();
 
-	if (c)
-		c->irq_ns = 0;
+	if (!c)
+		return 0;
+	if (ret & 2 /* IRQ_WAKE_THREAD */)
+		c->thread_irq_ns = c->irq_ns;
+	c->irq_ns = 0;
 	return 0;
 }
 

@@ -7,7 +7,8 @@
 //! `chain`: for a named thread, every wakeup caused by a timer or a hard
 //! interrupt handler, in stages named by the event that starts them:
 //! `chain:timer` (intended expiry -> wakeup), `chain:irq` (hardirq entry ->
-//! wakeup), `chain:wakeup` (wakeup -> running); the family line `chain` is
+//! wakeup in the handler), `chain:irq-thread` (hardirq entry -> wakeup by a
+//! kernel thread the IRQ woke: PREEMPT_RT's IRQ threads), `chain:wakeup` (wakeup -> running); the family line `chain` is
 //! end to end, and per event the stages add up to it exactly. With
 //! `response=/path:SYMBOL`, two more: `chain:response` (running -> the
 //! first return of SYMBOL) and `chain:to-response` (event -> that return).
@@ -22,7 +23,10 @@ use super::series::{Family, Role, Slot, Source};
 use super::{attach_in_order, ladder, libbpf_error, set_comm, Owned, PerCpuHist, Probe, ProbeError};
 use libbpf_rs::UprobeOpts;
 
-use crate::bpf::limits::{TS_CHAIN, TS_CHAIN_IRQ, TS_CHAIN_RESPONSE, TS_CHAIN_RUN, TS_CHAIN_TIMER, TS_CHAIN_TO_RESPONSE, TS_TIMER};
+use crate::bpf::limits::{
+    TS_CHAIN, TS_CHAIN_IRQ, TS_CHAIN_IRQ_THREAD, TS_CHAIN_RESPONSE, TS_CHAIN_RUN, TS_CHAIN_TIMER, TS_CHAIN_TO_RESPONSE,
+    TS_TIMER,
+};
 use crate::bpf::timer::{types, TimerSkel, TimerSkelBuilder};
 use crate::config::{ProbeKind, ProbeSpec, UserFunc};
 use crate::hist::Hist;
@@ -91,11 +95,12 @@ impl Source for Timers {
             (TS_CHAIN, "total", Role::Family),
             (TS_CHAIN_TIMER, "timer", Role::Extra),
             (TS_CHAIN_IRQ, "irq", Role::Extra),
+            (TS_CHAIN_IRQ_THREAD, "irq-thread", Role::Extra),
             (TS_CHAIN_RUN, "wakeup", Role::Extra),
             (TS_CHAIN_RESPONSE, "response", Role::Extra),
             (TS_CHAIN_TO_RESPONSE, "to-response", Role::Extra),
         ];
-        let n = if self.response { stages.len() } else { 4 };
+        let n = if self.response { stages.len() } else { 5 };
         for (slot, label, role) in stages.into_iter().take(n) {
             out.push(Slot { key: slot as u64, label: label.into(), role });
         }

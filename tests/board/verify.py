@@ -222,6 +222,31 @@ def threaded_irq_rx(s):
         tq, hq, wq = (s.quantile(x, q) for x in (thread,) + stages)
         s.say(tq[1] > hq[0] and tq[1] > wq[0],
               f"p{int(q * 100)} buckets: thread {tq}, hardirq {hq}, wakeup {wq} ns (thread's not below either stage's)")
+    if "chain-rx" in s.plan:
+        chain_through_irq_threads(s, irq, rx_bytes, mh)
+
+
+def chain_through_irq_threads(s, irq, rx_bytes, irq_thread_wake_mean_ns):
+    """chain,comm=cat: the reader of the console UART is woken, per byte,
+    by the tty worker the IRQ thread handed the byte to - the chain follows
+    hardirq -> IRQ thread -> worker -> cat (chain:irq-thread)."""
+    names = ("chain-rx", "chain-rx:irq-thread", "chain-rx:wakeup")
+    n, ni, nw = (s.total(x) for x in names)
+    s.say(rx_bytes * 95 // 100 <= ni <= n and nw == n and all(s.drops(x) == 0 for x in names),
+          f"chain,comm=cat: {ni} of its {n} events came from IRQ {irq} through kernel threads (IRQ thread, tty "
+          f"worker) for {rx_bytes} received bytes (expected at least 95 %); every event has its wakeup stage ({nw})")
+    # Per event: cause stage + wakeup = end to end (all or nothing), so the
+    # sums agree up to the interval means' rounding (< 1 ns per event each).
+    cause = [x for x in s.last if x.startswith("chain-rx:") and x not in names[2:]]
+    total = s.mean_ns(names[0]) * n
+    parts = sum(s.mean_ns(x) * s.total(x) for x in cause) + s.mean_ns(names[2]) * nw
+    s.say(abs(total - parts) <= 3 * n,
+          f"chain-rx stage sums: event -> running {total / 1e6:.3f} ms = causes {cause} + wakeup "
+          f"{parts / 1e6:.3f} ms (difference {total - parts:+.0f} ns over {n} events)")
+    mi = s.mean_ns(names[1])
+    s.say(mi >= irq_thread_wake_mean_ns,
+          f"hardirq -> cat's wakeup ({mi / 1e3:.1f} us mean) comes after hardirq -> the IRQ thread's wakeup "
+          f"({irq_thread_wake_mean_ns / 1e3:.1f} us mean)")
 
 
 def ms(ns):
