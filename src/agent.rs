@@ -386,6 +386,9 @@ impl Agent {
         for (i, s) in self.slots.iter_mut().enumerate() {
             match &mut s.probe {
                 Some(p) => {
+                    if last {
+                        p.flush_alerts();
+                    }
                     p.drain_alerts(&mut r.alert_records);
                     if let Err(e) = p.read(&mut s.cur) {
                         // Keep the previous snapshot: the next good read covers the gap.
@@ -633,6 +636,10 @@ impl Probe for Continued {
         out.merge(&self.base);
         Ok(())
     }
+    fn flush_alerts(&mut self) {
+        self.inner.flush_alerts()
+    }
+
     fn drain_alerts(&mut self, out: &mut Vec<crate::summary::AlertRecord>) {
         self.inner.drain_alerts(out)
     }

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -132,6 +132,8 @@ struct AlertQueue {
 pub(crate) struct AlertFeed {
     queue: Arc<Mutex<AlertQueue>>,
     stop: Arc<AtomicBool>,
+    /// Flushes asked for, and done by the reader (see `flush`).
+    flush: Arc<(AtomicU64, AtomicU64)>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -150,7 +152,16 @@ impl AlertFeed {
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), String>>(1);
-        let (q, st) = (Arc::clone(&queue), Arc::clone(&stop));
+        let flush = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+        let (q, st, fl) = (Arc::clone(&queue), Arc::clone(&stop), Arc::clone(&flush));
+        // After each wait: consume what is there if a flush was asked for.
+        let flushed = move |consume: &dyn Fn()| {
+            let asked = fl.0.load(Ordering::Acquire);
+            if asked != fl.1.load(Ordering::Relaxed) {
+                consume();
+                fl.1.store(asked, Ordering::Release);
+            }
+        };
         let thread = std::thread::Builder::new()
             .name("latmon-alerts".into())
             .spawn(move || {
@@ -174,6 +185,7 @@ impl AlertFeed {
                     let _ = ready_tx.send(Ok(()));
                     while !st.load(Ordering::Relaxed) {
                         let _ = rb.poll(ALERT_POLL);
+                        flushed(&|| drop(rb.consume()));
                     }
                     let _ = rb.consume();
                 } else {
@@ -194,12 +206,14 @@ impl AlertFeed {
                     let _ = ready_tx.send(Ok(()));
                     while !st.load(Ordering::Relaxed) {
                         let _ = pb.poll(ALERT_POLL);
+                        flushed(&|| drop(pb.consume()));
                     }
                     let _ = pb.consume();
                 }
             })
             .map_err(|e| format!("spawn alert reader: {e}"))?;
         let feed = AlertFeed {
+            flush,
             queue,
             stop,
             thread: Some(thread),
@@ -208,6 +222,17 @@ impl AlertFeed {
             Ok(Ok(())) => Ok(feed),
             Ok(Err(e)) => Err(e),
             Err(_) => Err("alert reader thread ended early".into()),
+        }
+    }
+
+    /// Wait (at most a second) until the reader has consumed every record
+    /// the kernel wrote before this call: the final summary then carries
+    /// the records of every alert it counts.
+    pub(crate) fn flush(&self) {
+        let asked = self.flush.0.fetch_add(1, Ordering::AcqRel) + 1;
+        let until = std::time::Instant::now() + Duration::from_secs(1);
+        while self.flush.1.load(Ordering::Acquire) < asked && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 

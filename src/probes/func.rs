@@ -513,6 +513,12 @@ impl Probe for Func {
         }
     }
 
+    fn flush_alerts(&mut self) {
+        if let Some(feed) = &self.set.alerts {
+            feed.flush();
+        }
+    }
+
     fn bpf_programs(&self) -> Vec<RawFd> {
         let fd = |p: &libbpf_rs::ProgramMut<'_>| p.as_fd().as_raw_fd();
         let mut fds = match (&self._own, self.info.attach.as_str()) {

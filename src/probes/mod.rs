@@ -84,6 +84,9 @@ pub trait Probe {
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError>;
     /// Move alert records that arrived since the last call into `out`.
     fn drain_alerts(&mut self, _out: &mut Vec<AlertRecord>) {}
+    /// Before the final summary: wait until the alert reader has taken
+    /// every record the kernel wrote so far.
+    fn flush_alerts(&mut self) {}
     /// The fds of the loaded BPF programs whose run time is this probe's
     /// cost (src/cost.rs), valid while the probe lives. Programs shared
     /// with other probes are listed by each of them; the agent splits their

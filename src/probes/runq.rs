@@ -71,18 +71,32 @@ struct Loaded {
     _skel: Box<dyn Any>,
 }
 
-/// The alert reader of a loaded object (`types`: its build's types).
-macro_rules! alert_feed {
-    ($skel:expr, $spec:expr, $ringbuf:expr, $types:ident) => {
-        match $spec.threshold {
+/// A loaded object of either build (`types`: that build's generated
+/// types): its readers, the alert reader when a threshold is set, and the
+/// attached programs of `mech`.
+macro_rules! loaded {
+    ($skel:expr, $spec:expr, $ringbuf:expr, $types:ident, $mech:expr) => {{
+        let skel = $skel;
+        let reader = PerCpuHist::<$types::latmon_hist>::new(&skel.maps.runq_hist)?;
+        let alert_drops = PerCpuArray::<$types::latmon_alert_drops>::new(&skel.maps.alert_drops)?;
+        let alerts = match $spec.threshold {
             None => None,
             Some(_) => {
-                let map = if $ringbuf { &$skel.maps.alerts } else { &$skel.maps.alerts_perf };
+                let map = if $ringbuf { &skel.maps.alerts } else { &skel.maps.alerts_perf };
                 let handle = libbpf_rs::MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
                 Some(AlertFeed::spawn(handle, $ringbuf, vec![$spec.name.clone()], decode_alert::<$types::latmon_alert>)?)
             }
-        }
-    };
+        };
+        let (progs, links) = attach_progs(skel.object(), $mech)?;
+        Ok(Loaded {
+            alerts,
+            alert_drops: Box::new(alert_drops),
+            reader: Box::new(reader),
+            progs,
+            _links: links,
+            _skel: Box::new(skel),
+        })
+    }};
 }
 
 pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
@@ -139,18 +153,7 @@ fn load_core(spec: &ProbeSpec, mech: &'static str, ringbuf: bool) -> Result<Load
         }
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let reader = PerCpuHist::<types::latmon_hist>::new(&skel.maps.runq_hist)?;
-    let alert_drops = PerCpuArray::<types::latmon_alert_drops>::new(&skel.maps.alert_drops)?;
-    let alerts = alert_feed!(skel, spec, ringbuf, types);
-    let (progs, links) = attach_progs(skel.object(), mech)?;
-    Ok(Loaded {
-        alerts,
-        alert_drops: Box::new(alert_drops),
-        reader: Box::new(reader),
-        progs,
-        _links: links,
-        _skel: Box::new(skel),
-    })
+    loaded!(skel, spec, ringbuf, types, mech)
 }
 
 /// The no-BTF build: classic tracepoints, fields where tracefs says.
@@ -192,18 +195,7 @@ fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
         unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let reader = PerCpuHist::<nobtf_types::latmon_hist>::new(&skel.maps.runq_hist)?;
-    let alert_drops = PerCpuArray::<nobtf_types::latmon_alert_drops>::new(&skel.maps.alert_drops)?;
-    let alerts = alert_feed!(skel, spec, ringbuf, nobtf_types);
-    let (progs, links) = attach_progs(skel.object(), "tracepoint")?;
-    Ok(Loaded {
-        alerts,
-        alert_drops: Box::new(alert_drops),
-        reader: Box::new(reader),
-        progs,
-        _links: links,
-        _skel: Box::new(skel),
-    })
+    loaded!(skel, spec, ringbuf, nobtf_types, "tracepoint")
 }
 
 impl Probe for Runq {
@@ -228,6 +220,12 @@ impl Probe for Runq {
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
         if let Some(feed) = &self.l.alerts {
             feed.drain(0, out);
+        }
+    }
+
+    fn flush_alerts(&mut self) {
+        if let Some(feed) = &self.l.alerts {
+            feed.flush();
         }
     }
 }

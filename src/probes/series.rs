@@ -65,6 +65,8 @@ pub(crate) trait Source {
     /// Move the alert records of one slot that arrived since the last call
     /// into `out` (sources whose BPF side sends alert records).
     fn drain_alerts(&mut self, _key: u64, _out: &mut Vec<AlertRecord>) {}
+    /// See `Probe::flush_alerts`.
+    fn flush_alerts(&mut self) {}
 }
 
 struct Known {
@@ -140,6 +142,10 @@ impl Probe for Family {
 
     fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
         self.shared.borrow().source.bpf_programs()
+    }
+
+    fn flush_alerts(&mut self) {
+        self.shared.borrow_mut().source.flush_alerts();
     }
 
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {

@@ -79,6 +79,10 @@ impl Probe for Timer {
         self.t.drain(TS_TIMER as u32, out);
     }
 
+    fn flush_alerts(&mut self) {
+        self.t.flush();
+    }
+
     fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
         super::loaded_prog_fds(self.t._skel.object())
     }
@@ -114,6 +118,10 @@ impl Source for Timers {
     fn drain_alerts(&mut self, key: u64, out: &mut Vec<AlertRecord>) {
         self.drain(key as u32, out);
     }
+
+    fn flush_alerts(&mut self) {
+        self.flush();
+    }
 }
 
 impl Timers {
@@ -126,6 +134,12 @@ impl Timers {
             out.alerts_dropped += feed.queue_dropped(series);
         }
         Ok(())
+    }
+
+    fn flush(&self) {
+        if let Some(feed) = &self.alerts {
+            feed.flush();
+        }
     }
 
     fn drain(&self, series: u32, out: &mut Vec<AlertRecord>) {
