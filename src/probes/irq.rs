@@ -262,6 +262,24 @@ struct Loaded {
     skel: Box<dyn Any>,
 }
 
+/// Attach the `wanted` programs of a loaded object of either build
+/// (`types`: that build's generated types) and gather its readers.
+macro_rules! loaded {
+    ($skel:expr, $family:expr, $wanted:expr, $types:ident) => {{
+        let skel = $skel;
+        let links = attach_in_order(skel.object(), &$wanted)?;
+        let map = match $family {
+            Family::Irq => &skel.maps.irq_hist,
+            Family::Softirq => &skel.maps.softirq_hist,
+        };
+        let reader = PerCpuHist::<$types::latmon_hist>::new(map)?;
+        let irq_hist = MapHandle::try_from(&skel.maps.irq_hist).map_err(|e| libbpf_error("irq_hist", &e))?;
+        let lost = skel.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.irq_lost)).ok_or("no .bss")?;
+        let progs = super::loaded_prog_fds(skel.object());
+        Ok(Loaded { reader: Box::new(reader), irq_hist, lost, progs, links, skel: Box::new(skel) })
+    }};
+}
+
 fn load_core(spec: &ProbeSpec, family: Family, mech: &'static str, threads: bool) -> Result<Loaded, String> {
     let wanted = programs(family, mech, threads);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
@@ -271,16 +289,7 @@ fn load_core(spec: &ProbeSpec, family: Family, mech: &'static str, threads: bool
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let links = attach_in_order(skel.object(), &wanted)?;
-    let map = match family {
-        Family::Irq => &skel.maps.irq_hist,
-        Family::Softirq => &skel.maps.softirq_hist,
-    };
-    let reader = PerCpuHist::<types::latmon_hist>::new(map)?;
-    let irq_hist = MapHandle::try_from(&skel.maps.irq_hist).map_err(|e| libbpf_error("irq_hist", &e))?;
-    let lost = skel.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.irq_lost)).ok_or("no .bss")?;
-    let progs = super::loaded_prog_fds(skel.object());
-    Ok(Loaded { reader: Box::new(reader), irq_hist, lost, progs, links, skel: Box::new(skel) })
+    loaded!(skel, family, wanted, types)
 }
 
 /// The no-BTF build: classic tracepoints, `irq` / `vec` where tracefs says.
@@ -311,16 +320,7 @@ fn load_tp(spec: &ProbeSpec, family: Family) -> Result<Loaded, String> {
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let links = attach_in_order(skel.object(), &wanted)?;
-    let map = match family {
-        Family::Irq => &skel.maps.irq_hist,
-        Family::Softirq => &skel.maps.softirq_hist,
-    };
-    let reader = PerCpuHist::<nobtf_types::latmon_hist>::new(map)?;
-    let irq_hist = MapHandle::try_from(&skel.maps.irq_hist).map_err(|e| libbpf_error("irq_hist", &e))?;
-    let lost = skel.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.irq_lost)).ok_or("no .bss")?;
-    let progs = super::loaded_prog_fds(skel.object());
-    Ok(Loaded { reader: Box::new(reader), irq_hist, lost, progs, links, skel: Box::new(skel) })
+    loaded!(skel, family, wanted, nobtf_types)
 }
 
 #[cfg(test)]
