@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,24 +18,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use latmon::wire::{decode_fragment, Frame, FrameDecoder};
-use nix::sys::termios;
 use serde_json::Value;
 
-/// One end of a pty pair: the test holds the master, latmon opens `path`.
-struct Pty {
-    master: File,
-    slave: OwnedFd,
-    path: String,
-}
-
-fn pty() -> Pty {
-    let r = nix::pty::openpty(None, None).expect("openpty");
-    let mut t = termios::tcgetattr(r.slave.as_fd()).unwrap();
-    termios::cfmakeraw(&mut t);
-    termios::tcsetattr(r.slave.as_fd(), termios::SetArg::TCSANOW, &t).unwrap();
-    let path = nix::unistd::ttyname(r.slave.as_fd()).unwrap().to_string_lossy().into_owned();
-    Pty { master: File::from(r.master), slave: r.slave, path }
-}
 
 /// Read what is available on `f` within `wait`.
 fn read_some(f: &mut File, buf: &mut [u8], wait: Duration) -> usize {

@@ -9,9 +9,8 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -319,22 +318,6 @@ fn modbus_tcp_200_connect_cycles_leak_no_fd() {
     stop(child);
 }
 
-/// One end of a pty pair: the test keeps the master, a program opens `path`.
-struct Pty {
-    master: File,
-    _slave: OwnedFd,
-    path: String,
-}
-
-fn pty() -> Pty {
-    use nix::sys::termios;
-    let r = nix::pty::openpty(None, None).expect("openpty");
-    let mut t = termios::tcgetattr(r.slave.as_fd()).unwrap();
-    termios::cfmakeraw(&mut t);
-    termios::tcsetattr(r.slave.as_fd(), termios::SetArg::TCSANOW, &t).unwrap();
-    let path = nix::unistd::ttyname(r.slave.as_fd()).unwrap().to_string_lossy().into_owned();
-    Pty { master: File::from(r.master), _slave: r.slave, path }
-}
 
 /// The serial "bus": copies bytes both ways between the masters of the
 /// agent's pty and the client's pty; `noise` bytes are put on the agent's

@@ -268,3 +268,22 @@ pub fn lm_target() -> &'static std::path::Path {
         bin
     })
 }
+
+/// One end of a pty pair: the test holds the master, a program (latmon,
+/// a Modbus client) opens `path`. Raw mode, so bytes pass unchanged.
+pub struct Pty {
+    pub master: std::fs::File,
+    pub slave: std::os::fd::OwnedFd,
+    pub path: String,
+}
+
+pub fn pty() -> Pty {
+    use nix::sys::termios;
+    use std::os::fd::AsFd;
+    let r = nix::pty::openpty(None, None).expect("openpty");
+    let mut t = termios::tcgetattr(r.slave.as_fd()).unwrap();
+    termios::cfmakeraw(&mut t);
+    termios::tcsetattr(r.slave.as_fd(), termios::SetArg::TCSANOW, &t).unwrap();
+    let path = nix::unistd::ttyname(r.slave.as_fd()).unwrap().to_string_lossy().into_owned();
+    Pty { master: std::fs::File::from(r.master), slave: r.slave, path }
+}
