@@ -294,6 +294,10 @@ fn own_cost_is_reported_in_json_text_and_status_frames() {
 
 #[test]
 fn check_measures_own_cost() {
+    // The budget below only judges a probe's ns/event with at least
+    // cost::MIN_RUNS_FOR_NS_BUDGET runs in the window; an idle CI machine
+    // gives runq ~200 wakeups/s, too few in 500 ms. Keep wakeups coming.
+    let (stop, load) = background_switches("lm-chk");
     let out = latmon()
         .args(["check", "--probe", "runq", "--probe", "runq,comm=lm-chk,name=filtered", "--json", "--measure", "700ms"])
         .output()
@@ -314,6 +318,8 @@ fn check_measures_own_cost() {
     let out = latmon().args(["check", "--config", cfg.to_str().unwrap(), "--measure", "500ms"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     eprintln!("{text}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.join().unwrap();
     assert!(text.contains("own cost     measured over") && text.contains("ns/event") && text.contains("OVER BUDGET"), "{text}");
 }
 
