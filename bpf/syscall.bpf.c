@@ -43,6 +43,9 @@
 #include "maps.bpf.h"
 #include "filter.bpf.h"
 #include "tpfield.bpf.h"
+/* Alert ids are histogram slots: a record names its syscall's series. */
+#define LATMON_ALERT_IDS LATMON_SYSCALL_SLOTS
+#include "alerts.bpf.h"
 
 /* Set before load. filter_id < 0: every syscall. */
 const volatile __s32 filter_id = -1;
@@ -123,10 +126,14 @@ static __always_inline __u32 slot_for(__u64 id)
 	return slot;
 }
 
-static __always_inline void record(__u64 id, __u64 start_ns)
+/* At sys_exit: current is the task that made the syscall, as the alert
+ * record wants. `ctx`: the program's, for the perf buffer. */
+static __always_inline void record(void *ctx, __u64 id, __u64 start_ns)
 {
-	__s64 delta = bpf_ktime_get_ns() - start_ns;
-	struct latmon_hist *h = latmon_hist_get(&sc_hist, slot_for(id));
+	__u64 now = bpf_ktime_get_ns();
+	__s64 delta = now - start_ns;
+	__u32 slot = slot_for(id);
+	struct latmon_hist *h = latmon_hist_get(&sc_hist, slot);
 
 	if (!h)
 		return;
@@ -135,8 +142,10 @@ static __always_inline void record(__u64 id, __u64 start_ns)
 		return;
 	}
 	latmon_hist_record(h, delta);
-	if (threshold_ns && delta > threshold_ns)
+	if (threshold_ns && delta > threshold_ns) {
 		h->alerts++;
+		latmon_alert(ctx, slot, delta, now, NULL);
+	}
 }
 
 static __always_inline void count_drop(void)
@@ -164,13 +173,13 @@ static __always_inline void enter(long id)
 }
 
 /* The fast path: this task's stamp is still in the CPU slot. */
-static __always_inline bool exit_fast(void)
+static __always_inline bool exit_fast(void *ctx)
 {
 	struct sc_stamp *s = cpu_stamp();
 
 	if (!s || !s->ts)
 		return false;
-	record(s->id, s->ts);
+	record(ctx, s->id, s->ts);
 	s->ts = 0;
 	return true;
 }
@@ -178,7 +187,7 @@ static __always_inline bool exit_fast(void)
 /* ---- tid-hash parking (raw_tp and tracepoint) --------------------------- */
 
 /* sys_exit of a task whose stamp is not in the CPU slot. */
-static __always_inline void exit_parked_by_tid(void)
+static __always_inline void exit_parked_by_tid(void *ctx)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct sc_stamp *p;
@@ -189,7 +198,7 @@ static __always_inline void exit_parked_by_tid(void)
 	/* A stale entry of an earlier thread with this id (one that died
 	 * blocked) must not time the first sys_exit of a new thread. */
 	if (p->task == bpf_get_current_task())
-		record(p->id, p->ts);
+		record(ctx, p->id, p->ts);
 	bpf_map_delete_elem(&sc_parked_by_tid, &tid);
 }
 
@@ -225,13 +234,13 @@ int BPF_PROG(sc_exit_btf, struct pt_regs *regs, long ret)
 {
 	struct sc_stamp *p;
 
-	if (exit_fast())
+	if (exit_fast(ctx))
 		return 0;
 	/* Switched out during the syscall, or not stamped at all. */
 	p = bpf_task_storage_get(&sc_parked, bpf_get_current_task_btf(), 0, 0);
 	if (!p || !p->ts)
 		return 0;
-	record(p->id, p->ts);
+	record(ctx, p->id, p->ts);
 	p->ts = 0;
 	return 0;
 }
@@ -269,8 +278,8 @@ int BPF_PROG(sc_enter_raw, struct pt_regs *regs, long id)
 SEC("raw_tp/sys_exit")
 int BPF_PROG(sc_exit_raw, struct pt_regs *regs, long ret)
 {
-	if (!exit_fast())
-		exit_parked_by_tid();
+	if (!exit_fast(ctx))
+		exit_parked_by_tid(ctx);
 	return 0;
 }
 
@@ -298,8 +307,8 @@ int sc_enter_tp(void *ctx)
 SEC("tracepoint/raw_syscalls/sys_exit")
 int sc_exit_tp(void *ctx)
 {
-	if (!exit_fast())
-		exit_parked_by_tid();
+	if (!exit_fast(ctx))
+		exit_parked_by_tid(ctx);
 	return 0;
 }
 

@@ -130,3 +130,62 @@ fn unknown_syscall_name_is_reported_and_others_keep_running() {
     let lines = json_lines(&String::from_utf8_lossy(&out.stdout));
     assert!(!lines.is_empty() && lines.iter().all(|l| l["probes"][0]["name"] == "syscall:getppid"));
 }
+
+/// `threshold=`: a syscall slower than it becomes an alert record about the
+/// thread that made it, named after its series (`sys:nanosleep`, or the
+/// `syscall:NAME` line itself); fast syscalls raise none - in every build
+/// and through the perf buffer fallback.
+#[test]
+fn slow_syscalls_become_alert_records_named_after_their_series() {
+    const SLOW: u64 = 20;
+    for (comm, env, attach) in [
+        ("lm-sca-btf", &[][..], "tp_btf"),
+        ("lm-sca-raw", &[("LATMON_SKIP_ATTACH", "tp_btf")][..], "raw_tp"),
+        ("lm-sca-tp", &[("LATMON_FORCE_NO_BTF", "1")][..], "tracepoint"),
+        ("lm-sca-perf", &[("LATMON_ALERT_BUFFER", "perf")][..], "tp_btf"),
+    ] {
+        let one = format!("syscall:nanosleep,comm={comm},threshold=1ms");
+        let all = format!("syscall,comm={comm},threshold=1ms,name=sys");
+        let child = start_run_attached(&["--probe", &one, "--probe", &all, "--interval", "60m", "--format", "json"], env, 2);
+        let tid = std::thread::Builder::new()
+            .name(comm.into())
+            .spawn(|| {
+                let ts = libc::timespec { tv_sec: 0, tv_nsec: 2_000_000 };
+                for _ in 0..SLOW {
+                    // SAFETY: valid timespec, no remainder pointer.
+                    assert_eq!(unsafe { libc::syscall(libc::SYS_nanosleep, &ts as *const libc::timespec, 0usize) }, 0);
+                }
+                for _ in 0..GETPPIDS {
+                    // SAFETY: no arguments.
+                    unsafe { libc::syscall(libc::SYS_getppid) };
+                }
+                nix::unistd::gettid().as_raw() as u64
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let (status, out) = stop(child);
+        assert!(status.success(), "latmon exited with {status}");
+        let lines = json_lines(&out);
+        let records = |probe: &str| -> Vec<serde_json::Value> {
+            lines.iter().filter_map(|l| l["alert_records"].as_array()).flatten().filter(|r| r["probe"] == probe).cloned().collect()
+        };
+        for name in ["syscall:nanosleep", "sys:nanosleep"] {
+            let p = last_probe(&lines, name).unwrap_or_else(|| panic!("{name} reported"));
+            assert_eq!(p["attach"], attach);
+            assert_eq!((u(p, "total_count"), u(p, "total_alerts"), u(p, "total_alerts_dropped")), (SLOW, SLOW, 0), "{p}");
+            let recs = records(name);
+            eprintln!("FIGURES syscall alerts ({comm}, {attach}): {name}: {} records of {SLOW} slow calls", recs.len());
+            assert_eq!(recs.len() as u64, SLOW, "every 2 ms nanosleep above 1 ms is a record (under the burst): {recs:?}");
+            for r in &recs {
+                assert_eq!((r["comm"].as_str(), u(r, "tid"), u(r, "pid")), (Some(comm), tid, std::process::id() as u64), "{r}");
+                assert!((2_000_000..50_000_000).contains(&u(r, "latency_ns")), "{r}");
+            }
+        }
+        let gp = last_probe(&lines, "sys:getppid").expect("series sys:getppid");
+        assert_eq!((u(gp, "total_count"), u(gp, "total_alerts")), (GETPPIDS, 0), "{gp}");
+        assert!(records("sys:getppid").is_empty() && records("sys").is_empty(), "fast calls raise no alert; records name the series");
+        let fam = last_probe(&lines, "sys").unwrap();
+        assert_eq!(u(fam, "total_alerts"), SLOW, "{fam}");
+    }
+}

@@ -63,7 +63,10 @@ pub(crate) trait Source {
         Vec::new()
     }
     /// Move the alert records of one slot that arrived since the last call
-    /// into `out` (sources whose BPF side sends alert records).
+    /// into `out` (sources whose BPF side sends alert records). The family
+    /// names them after the line that drains them (`FAMILY:LABEL`, or the
+    /// family for `Role::Family` slots): a source may not know the label
+    /// yet when a record arrives.
     fn drain_alerts(&mut self, _key: u64, _out: &mut Vec<AlertRecord>) {}
     /// See `Probe::flush_alerts`.
     fn flush_alerts(&mut self) {}
@@ -151,9 +154,11 @@ impl Probe for Family {
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
         let mut sh = self.shared.borrow_mut();
         let keys: Vec<u64> = sh.known.iter().filter(|k| k.slot.role == Role::Family).map(|k| k.slot.key).collect();
+        let from = out.len();
         for key in keys {
             sh.source.drain_alerts(key, out);
         }
+        name_records(&mut out[from..], &self.info.name);
     }
 
     fn new_series(&mut self) -> Vec<Box<dyn Probe>> {
@@ -200,7 +205,15 @@ impl Probe for Series {
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
         let mut sh = self.shared.borrow_mut();
         let key = sh.known[self.index].slot.key;
+        let from = out.len();
         sh.source.drain_alerts(key, out);
+        name_records(&mut out[from..], &self.info.name);
+    }
+}
+
+fn name_records(records: &mut [AlertRecord], name: &str) {
+    for r in records.iter_mut().filter(|r| r.probe != name) {
+        r.probe = name.to_string();
     }
 }
 
@@ -278,6 +291,41 @@ mod tests {
         fam.read(&mut h).unwrap();
         assert_eq!((h.count, h.min_ns), (3, 7));
         assert!(fam.new_series().is_empty());
+    }
+
+    fn record(probe: &str, latency_ns: u64) -> AlertRecord {
+        AlertRecord { probe: probe.into(), pid: 1, tid: 1, comm: "c".into(), cpu: 0, latency_ns, time_ns: 1 }
+    }
+
+    /// A source whose records carry no name (as syscall's, whose labels
+    /// come from the kernel later).
+    struct Alerting;
+
+    impl Source for Alerting {
+        fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
+            out.push(slot(1, "read", Role::Part));
+            out.push(slot(2, "write", Role::Family));
+            Ok(())
+        }
+        fn read(&mut self, _key: u64, out: &mut Hist) -> Result<(), String> {
+            *out = hist(&[10]);
+            Ok(())
+        }
+        fn drain_alerts(&mut self, key: u64, out: &mut Vec<AlertRecord>) {
+            out.push(record("", key));
+        }
+    }
+
+    #[test]
+    fn alert_records_are_named_after_the_line_that_drains_them() {
+        let mut fam = Family::new(info(), Box::new(Alerting));
+        let mut born = fam.new_series();
+        assert_eq!(born.len(), 1);
+        let mut out = vec![record("earlier", 0)];
+        born[0].drain_alerts(&mut out);
+        fam.drain_alerts(&mut out);
+        let got: Vec<(&str, u64)> = out.iter().map(|r| (r.probe.as_str(), r.latency_ns)).collect();
+        assert_eq!(got, [("earlier", 0), ("fam:read", 1), ("fam", 2)], "records already in `out` keep their names");
     }
 
     #[test]
