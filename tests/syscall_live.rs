@@ -144,6 +144,11 @@ fn slow_syscalls_become_alert_records_named_after_their_series() {
         ("lm-sca-tp", &[("LATMON_FORCE_NO_BTF", "1")][..], "tracepoint"),
         ("lm-sca-perf", &[("LATMON_ALERT_BUFFER", "perf")][..], "tp_btf"),
     ] {
+        // `check` names the buffer the records travel through.
+        let plan = latmon().args(["check", "--json", "--measure", "0s", "--probe", "syscall,threshold=1ms"]).envs(env.iter().copied()).output().unwrap();
+        let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+        let via = if comm.ends_with("perf") { "via perf buffer" } else { "via ringbuf" };
+        assert!(plan["probes"][0]["mode"].as_str().unwrap().contains(via), "{plan}");
         let one = format!("syscall:nanosleep,comm={comm},threshold=1ms");
         let all = format!("syscall,comm={comm},threshold=1ms,name=sys");
         let child = start_run_attached(&["--probe", &one, "--probe", &all, "--interval", "60m", "--format", "json"], env, 2);
