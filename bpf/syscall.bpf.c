@@ -20,6 +20,10 @@
  * on first use through sc_slot_of[] (id -> slot, a .bss array user space
  * reads to name its series); slot 0 collects ids without a slot.
  *
+ * threshold_ns: a syscall above it counts in the slot's `alerts` and, at
+ * sys_exit (current is the caller), becomes an alert record whose id is
+ * the slot (alerts.bpf.h: one token bucket per slot).
+ *
  * Variants, autoloaded by user space: tp_btf parks in task storage (5.11+);
  * raw_tp parks in an LRU hash keyed by thread id (a task killed while
  * blocked leaves an entry LRU eviction reclaims).
