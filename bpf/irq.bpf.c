@@ -24,6 +24,13 @@
  * (irq, kind) - IRQ numbers are sparse - created on first use from a zero
  * template; softirqs in a per-CPU array indexed by vector.
  *
+ * threshold_ns: an event above it counts in its histogram's `alerts`; a
+ * handler, a threaded path end to end (not its stages) and a softirq also
+ * become alert records (alerts.bpf.h). Record ids: a softirq's vector, or
+ * the id an (irq, kind) pair gets on its first alert (irq_alert_id).
+ * Who: the task current at the end - the one a handler or softirq
+ * interrupted (or ksoftirqd) - and for the threaded path the IRQ thread.
+ *
  * Kernels without BTF: classic tracepoints irq/irq_handler_entry, _exit
  * (`irq`) and irq/softirq_entry, _exit (`vec`), at the offsets and sizes
  * user space took from their tracefs format files. No threaded path there
@@ -46,11 +53,17 @@
 #include <bpf/bpf_core_read.h>
 #include "core_fixes.bpf.h"
 #endif
+#define LATMON_ALERT_IDS (LATMON_SOFTIRQ_VECS + LATMON_IRQ_ALERT_SLOTS)
+#include "alerts.bpf.h"
 
 const volatile __u64 threshold_ns = 0;
 
 /* Histogram entries that could not be created (hash full). */
 __u64 irq_lost;
+/* Alert ids handed out to (irq, kind) pairs so far. A pair that found
+ * none left sends no records: user space counts all its alerts as
+ * records dropped. */
+__u32 irq_alert_next;
 /* Thread stamps waiting for their thread to run; lets sched_switch skip
  * the storage lookup when nothing is in flight. */
 __s64 irq_thread_pending;
@@ -101,6 +114,14 @@ struct {
 	__type(value, struct latmon_hist);
 } softirq_hist SEC(".maps");
 
+/* (irq, kind) -> its alert id (see latmon.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LATMON_IRQ_ALERT_SLOTS);
+	__type(key, struct latmon_irq_key);
+	__type(value, __u32);
+} irq_alert_id SEC(".maps");
+
 #ifndef LATMON_NO_BTF
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -117,18 +138,51 @@ static __always_inline struct irq_cpu *cpu_state(void)
 	return bpf_map_lookup_elem(&irq_cpu, &zero);
 }
 
-static __always_inline void record_into(struct latmon_hist *h, __s64 delta)
+/* Records delta; true when it is above the threshold. */
+static __always_inline bool record_into(struct latmon_hist *h, __s64 delta)
 {
 	if (delta < 0) {
 		h->drops++;
-		return;
+		return false;
 	}
 	latmon_hist_record(h, delta);
-	if (threshold_ns && delta > threshold_ns)
+	if (threshold_ns && delta > threshold_ns) {
 		h->alerts++;
+		return true;
+	}
+	return false;
 }
 
-static __always_inline void record_irq(__u32 irq, __u32 kind, __s64 delta)
+/* The alert record of an (irq, kind) pair, under its alert id (handed out
+ * here on the pair's first alert). */
+static __always_inline void irq_alert(void *ctx, struct latmon_irq_key *key, __u64 delta,
+				      const struct latmon_alert_who *who)
+{
+	__u32 *idp = bpf_map_lookup_elem(&irq_alert_id, key);
+	__u32 id, n;
+
+	if (idp) {
+		id = *idp;
+	} else {
+		n = __sync_fetch_and_add(&irq_alert_next, 1);
+		if (n >= LATMON_IRQ_ALERT_SLOTS)
+			return;
+		id = LATMON_SOFTIRQ_VECS + n;
+		if (bpf_map_update_elem(&irq_alert_id, key, &id, BPF_NOEXIST)) {
+			/* Another CPU gave the pair its id first: ours stays unused. */
+			idp = bpf_map_lookup_elem(&irq_alert_id, key);
+			if (!idp)
+				return;
+			id = *idp;
+		}
+	}
+	latmon_alert(ctx, id, delta, bpf_ktime_get_ns(), who);
+}
+
+/* `who`: NULL for the current task. Only a handler and a threaded path end
+ * to end alert with records; the path's stages only count. */
+static __always_inline void record_irq(void *ctx, __u32 irq, __u32 kind, __s64 delta,
+				       const struct latmon_alert_who *who)
 {
 	struct latmon_irq_key key = { .irq = irq, .kind = kind };
 	struct latmon_hist *h = bpf_map_lookup_elem(&irq_hist, &key);
@@ -147,7 +201,8 @@ static __always_inline void record_irq(__u32 irq, __u32 kind, __s64 delta)
 			return;
 		}
 	}
-	record_into(h, delta);
+	if (record_into(h, delta) && (kind == LATMON_IRQ_KIND_HANDLER || kind == LATMON_IRQ_KIND_THREAD))
+		irq_alert(ctx, &key, delta, who);
 }
 
 /* ---- hard interrupt handlers ------------------------------------------- */
@@ -171,7 +226,7 @@ static __always_inline void handler_entry(int irq, __u64 thread)
 
 #define IRQ_WAKE_THREAD_BIT 2 /* enum irqreturn: IRQ_WAKE_THREAD */
 
-static __always_inline void handler_exit(int irq, int ret)
+static __always_inline void handler_exit(void *ctx, int irq, int ret)
 {
 	struct irq_cpu *c = cpu_state();
 
@@ -182,7 +237,7 @@ static __always_inline void handler_exit(int irq, int ret)
 		c->thread = 0;
 	if (!c->entry_ns || c->irq != irq)
 		return;
-	record_irq(irq, LATMON_IRQ_KIND_HANDLER, bpf_ktime_get_ns() - c->entry_ns);
+	record_irq(ctx, irq, LATMON_IRQ_KIND_HANDLER, bpf_ktime_get_ns() - c->entry_ns, NULL);
 	c->entry_ns = 0;
 }
 
@@ -199,7 +254,7 @@ int BPF_PROG(irq_entry_btf, int irq, struct irqaction *action)
 SEC("tp_btf/irq_handler_exit")
 int BPF_PROG(irq_exit_btf, int irq, struct irqaction *action, int ret)
 {
-	handler_exit(irq, ret);
+	handler_exit(ctx, irq, ret);
 	return 0;
 }
 
@@ -214,24 +269,31 @@ int BPF_PROG(irq_entry_raw, int irq, struct irqaction *action)
 SEC("raw_tp/irq_handler_exit")
 int BPF_PROG(irq_exit_raw, int irq, struct irqaction *action, int ret)
 {
-	handler_exit(irq, ret);
+	handler_exit(ctx, irq, ret);
 	return 0;
 }
 
 /* ---- threaded path: hardirq entry -> IRQ thread running (tp_btf) -------- */
 
-/* The IRQ thread runs at `now`: the end-to-end time and its two stages,
- * all or nothing, so that per event hardirq + wakeup = thread exactly. */
-static __always_inline void thread_ran(struct thread_stamp *st, __u64 now)
+/* The IRQ thread t runs at `now`: the end-to-end time and its two
+ * stages, all or nothing, so that per event hardirq + wakeup = thread
+ * exactly. */
+static __always_inline void thread_ran(void *ctx, struct thread_stamp *st, __u64 now, struct task_struct *t)
 {
 	__s64 stage = st->wake_ns - st->entry_ns, run = now - st->wake_ns;
+	struct latmon_alert_who who = {};
 
+	if (threshold_ns) {
+		who.pid = t->tgid;
+		who.tid = t->pid;
+		who.comm = &t->comm;
+	}
 	if (stage < 0 || run < 0) {
-		record_irq(st->irq, LATMON_IRQ_KIND_THREAD, -1); /* a drop */
+		record_irq(ctx, st->irq, LATMON_IRQ_KIND_THREAD, -1, NULL); /* a drop */
 	} else {
-		record_irq(st->irq, LATMON_IRQ_KIND_THREAD, stage + run);
-		record_irq(st->irq, LATMON_IRQ_KIND_THREAD_HARDIRQ, stage);
-		record_irq(st->irq, LATMON_IRQ_KIND_THREAD_WAKEUP, run);
+		record_irq(ctx, st->irq, LATMON_IRQ_KIND_THREAD, stage + run, &who);
+		record_irq(ctx, st->irq, LATMON_IRQ_KIND_THREAD_HARDIRQ, stage, NULL);
+		record_irq(ctx, st->irq, LATMON_IRQ_KIND_THREAD_WAKEUP, run, NULL);
 	}
 	st->entry_ns = 0;
 	__sync_fetch_and_add(&irq_thread_pending, -1);
@@ -254,7 +316,7 @@ int BPF_PROG(irq_thread_waking_btf, struct task_struct *p)
 	 * gone to sleep again since: it ran without a traced switch-in (see
 	 * irq_thread_switch_btf), from that wakeup on. */
 	if (st->entry_ns)
-		thread_ran(st, st->wake_ns);
+		thread_ran(ctx, st, st->wake_ns, p);
 	__sync_fetch_and_add(&irq_thread_pending, 1);
 	st->wake_ns = bpf_ktime_get_ns();
 	st->entry_ns = c->thread_entry_ns;
@@ -262,7 +324,7 @@ int BPF_PROG(irq_thread_waking_btf, struct task_struct *p)
 	/* Woken before it finished going to sleep (interrupted on its way
 	 * there): it is on a CPU now and no switch will follow. */
 	if (latmon_task_on_cpu_btf(p))
-		thread_ran(st, st->wake_ns);
+		thread_ran(ctx, st, st->wake_ns, p);
 	return 0;
 }
 
@@ -275,13 +337,13 @@ int BPF_PROG(irq_thread_switch_btf, bool preempt, struct task_struct *prev, stru
 		return 0;
 	st = bpf_task_storage_get(&irq_thread_stamp, next, 0, 0);
 	if (st && st->entry_ns)
-		thread_ran(st, bpf_ktime_get_ns());
+		thread_ran(ctx, st, bpf_ktime_get_ns(), next);
 	/* prev leaves the CPU with a wakeup in flight: it was woken while
 	 * still on its way to sleep and picked again without a switch
 	 * (prev == next is not traced); it ran from the wakeup on. */
 	st = bpf_task_storage_get(&irq_thread_stamp, prev, 0, 0);
 	if (st && st->entry_ns)
-		thread_ran(st, st->wake_ns);
+		thread_ran(ctx, st, st->wake_ns, prev);
 	return 0;
 }
 
@@ -300,11 +362,12 @@ static __always_inline void soft_entry(unsigned int vec)
 		c->soft_ns[vec] = bpf_ktime_get_ns();
 }
 
-static __always_inline void soft_exit(unsigned int vec)
+static __always_inline void soft_exit(void *ctx, unsigned int vec)
 {
 	struct irq_cpu *c = cpu_state();
 	struct latmon_hist *h;
-	__u64 start;
+	__u64 start, now;
+	__s64 delta;
 
 	barrier_var(vec);
 	if (!c || vec >= LATMON_SOFTIRQ_VECS)
@@ -314,8 +377,12 @@ static __always_inline void soft_exit(unsigned int vec)
 		return;
 	c->soft_ns[vec] = 0;
 	h = latmon_hist_get(&softirq_hist, vec);
-	if (h)
-		record_into(h, bpf_ktime_get_ns() - start);
+	if (!h)
+		return;
+	now = bpf_ktime_get_ns();
+	delta = now - start;
+	if (record_into(h, delta))
+		latmon_alert(ctx, vec, delta, now, NULL);
 }
 
 #ifndef LATMON_NO_BTF
@@ -330,7 +397,7 @@ int BPF_PROG(softirq_entry_btf, unsigned int vec)
 SEC("tp_btf/softirq_exit")
 int BPF_PROG(softirq_exit_btf, unsigned int vec)
 {
-	soft_exit(vec);
+	soft_exit(ctx, vec);
 	return 0;
 }
 
@@ -344,7 +411,7 @@ int BPF_PROG(softirq_entry_raw, unsigned int vec)
 SEC("raw_tp/softirq_exit")
 int BPF_PROG(softirq_exit_raw, unsigned int vec)
 {
-	soft_exit(vec);
+	soft_exit(ctx, vec);
 	return 0;
 }
 
@@ -369,7 +436,7 @@ SEC("tracepoint/irq/irq_handler_exit")
 int irq_exit_tp(void *ctx)
 {
 	/* ret only matters to the threaded path, which is not here. */
-	handler_exit(latmon_tp_read(ctx, &exit_irq), 0);
+	handler_exit(ctx, latmon_tp_read(ctx, &exit_irq), 0);
 	return 0;
 }
 
@@ -383,7 +450,7 @@ int softirq_entry_tp(void *ctx)
 SEC("tracepoint/irq/softirq_exit")
 int softirq_exit_tp(void *ctx)
 {
-	soft_exit(latmon_tp_read(ctx, &soft_exit_vec));
+	soft_exit(ctx, latmon_tp_read(ctx, &soft_exit_vec));
 	return 0;
 }
 #endif /* LATMON_NO_BTF */

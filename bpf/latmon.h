@@ -44,6 +44,10 @@
 #define LATMON_IRQ_KIND_THREAD 1
 #define LATMON_IRQ_KIND_THREAD_HARDIRQ 2
 #define LATMON_IRQ_KIND_THREAD_WAKEUP 3
+/* Alert ids of the irq object: softirq vectors 0..SOFTIRQ_VECS-1, then
+ * one per (irq, kind) pair that alerts, handed out on its first alert
+ * (IRQ numbers are sparse). Pairs beyond these are counted, not sent. */
+#define LATMON_IRQ_ALERT_SLOTS 32
 /* softirq: one histogram per vector (the kernel's NR_SOFTIRQS). */
 #define LATMON_SOFTIRQ_VECS 10
 

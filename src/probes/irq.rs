@@ -9,6 +9,9 @@
 //! Attach ladder: tp_btf -> raw_tp (CO-RE build) -> tracepoint: the no-BTF
 //! build, `irq` and `vec` at the offsets the tracefs formats give (no
 //! threaded path). Without kernel BTF only the last runs.
+//!
+//! `threshold=`: handlers, threaded paths end to end and softirqs above it
+//! become alert records (every build), named after their series.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -16,8 +19,9 @@ use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapHandle, OpenObject};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
 
+use super::alerts::{decode_alert, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
 use super::series::{Family as FamilyProbe, Role, Slot, Source};
 use super::{
     attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, tracefs_format, BtfMode, Owned, PerCpuHist,
@@ -26,15 +30,25 @@ use super::{
 use crate::bpf::irq::{types, IrqSkelBuilder};
 use crate::bpf::irq_nobtf::{types as nobtf_types, IrqNobtfSkelBuilder};
 use crate::bpf::limits::{
-    IRQ_KIND_HANDLER, IRQ_KIND_THREAD, IRQ_KIND_THREAD_HARDIRQ, IRQ_KIND_THREAD_WAKEUP, SOFTIRQ_VECS,
+    IRQ_ALERT_SLOTS, IRQ_KIND_HANDLER, IRQ_KIND_THREAD, IRQ_KIND_THREAD_HARDIRQ, IRQ_KIND_THREAD_WAKEUP, SOFTIRQ_VECS,
 };
 use crate::tpformat::PID_SIZES;
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
-use crate::summary::ProbeInfo;
+use crate::summary::{AlertRecord, ProbeInfo};
 
 // SAFETY: a #[repr(C)] pair of u32s generated from latmon.h.
 unsafe impl plain::Plain for types::latmon_irq_key {}
+const _: () = assert!(std::mem::size_of::<types::latmon_irq_key>() == 8, "alert_id builds the key as two u32s");
+
+mod core_alert_types {
+    use crate::bpf::irq::types;
+    crate::probes::alerts::alert_types!(types);
+}
+mod nobtf_alert_types {
+    use crate::bpf::irq_nobtf::types;
+    crate::probes::alerts::alert_types!(types);
+}
 
 /// The kernel's softirq vector names (`softirq_to_name`, stable since 4.5).
 pub const SOFTIRQ_NAMES: [&str; SOFTIRQ_VECS] =
@@ -131,6 +145,13 @@ impl<T: RawHist> ReadIrqHist for PerCpuHist<T> {
 }
 
 struct Irqs {
+    /// Alert records above the threshold (one is set). Ids: a softirq's
+    /// vector, or what `irq_alert_id` gave an (irq, kind) pair.
+    alerts: Option<AlertFeed>,
+    alert_drops: Box<dyn ReadDrops>,
+    /// irq_alert_id, and the ids found there so far (they never change).
+    alert_ids: MapHandle,
+    alert_id_of: HashMap<u64, u32>,
     family: Family,
     /// Reader of irq_hist (keyed by latmon_irq_key) or softirq_hist.
     reader: Box<dyn ReadIrqHist>,
@@ -160,6 +181,31 @@ impl Irqs {
 
 fn irq_key(key: u64) -> types::latmon_irq_key {
     types::latmon_irq_key { irq: key as u32, kind: (key >> 32) as u32 }
+}
+
+impl Irqs {
+    /// The alert id of a slot, if it has one: softirq vectors always;
+    /// an (irq, kind) pair once its first alert gave it one (handlers and
+    /// threaded paths end to end only).
+    fn alert_id(&mut self, key: u64) -> Option<u32> {
+        if self.family == Family::Softirq {
+            return Some(key as u32);
+        }
+        if let Some(&id) = self.alert_id_of.get(&key) {
+            return Some(id);
+        }
+        let k = irq_key(key);
+        if !matches!(k.kind as usize, IRQ_KIND_HANDLER | IRQ_KIND_THREAD) {
+            return None;
+        }
+        let mut bytes = [0u8; 8]; // struct latmon_irq_key: irq, kind
+        bytes[..4].copy_from_slice(&k.irq.to_ne_bytes());
+        bytes[4..].copy_from_slice(&k.kind.to_ne_bytes());
+        let raw = self.alert_ids.lookup(&bytes, MapFlags::ANY).ok()??;
+        let id = u32::from_ne_bytes(raw.get(..4)?.try_into().ok()?);
+        self.alert_id_of.insert(key, id);
+        Some(id)
+    }
 }
 
 impl Source for Irqs {
@@ -194,10 +240,41 @@ impl Source for Irqs {
         Ok(())
     }
 
+    /// A slot's histogram with its alert records lost on the way (token
+    /// bucket, full buffer, full queue); a pair that alerted without
+    /// getting an alert id (all taken) lost every record.
     fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
         match self.family {
-            Family::Softirq => self.reader.read(key as u32, out),
-            Family::Irq => self.reader.read_key(&irq_key(key), out),
+            Family::Softirq => self.reader.read(key as u32, out)?,
+            Family::Irq => self.reader.read_key(&irq_key(key), out)?,
+        }
+        if out.alerts == 0 {
+            return Ok(());
+        }
+        out.alerts_dropped = match self.alert_id(key) {
+            Some(id) => {
+                let queued = self.alerts.as_ref().map_or(0, |f| f.queue_dropped(id));
+                self.alert_drops.total(id)? + queued
+            }
+            None => out.alerts,
+        };
+        Ok(())
+    }
+
+    fn drain_alerts(&mut self, key: u64, out: &mut Vec<AlertRecord>) {
+        if self.alerts.is_none() {
+            return;
+        }
+        if let Some(id) = self.alert_id(key) {
+            if let Some(feed) = &self.alerts {
+                feed.drain(id, out);
+            }
+        }
+    }
+
+    fn flush_alerts(&mut self) {
+        if let Some(feed) = &self.alerts {
+            feed.flush();
         }
     }
 
@@ -227,19 +304,28 @@ pub fn open(spec: &ProbeSpec, family: Family, threads: ThreadPath) -> Result<Box
         Family::Irq => "irq",
         Family::Softirq => "softirq",
     };
+    let ringbuf = want_ringbuf();
     let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
-        "tracepoint" => load_tp(spec, family),
+        "tracepoint" => load_tp(spec, family, ringbuf),
         _ if !core => Err(super::needs_btf(kind)),
-        _ => load_core(spec, family, mech, threads),
+        _ => load_core(spec, family, mech, threads, ringbuf),
     })?;
-    let mode = match family {
+    let mut mode = match family {
         Family::Irq if threads && mech == "tp_btf" => "per-cpu stamp, irq threads".to_string(),
         _ if mech == "tracepoint" => format!("per-cpu stamp, {}", super::TP_LAYOUT),
         _ => "per-cpu stamp".to_string(),
     };
+    if let Some(thr) = spec.threshold {
+        let via = if ringbuf { "ringbuf" } else { "perf buffer" };
+        mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
+    }
     let btf_mode = if mech == "tracepoint" { BtfMode::NoBtf } else { BtfMode::CoRe };
     let info = ProbeInfo { name: probe, kind: kind.into(), attach: mech.into(), mode, btf_mode: btf_mode.as_str().into() };
     let source = Irqs {
+        alerts: l.alerts,
+        alert_drops: l.alert_drops,
+        alert_ids: l.alert_ids,
+        alert_id_of: HashMap::new(),
         family,
         reader: l.reader,
         irq_hist: l.irq_hist,
@@ -254,6 +340,9 @@ pub fn open(spec: &ProbeSpec, family: Family, threads: ThreadPath) -> Result<Box
 
 /// What a rung's load gives.
 struct Loaded {
+    alerts: Option<AlertFeed>,
+    alert_drops: Box<dyn ReadDrops>,
+    alert_ids: MapHandle,
     reader: Box<dyn ReadIrqHist>,
     irq_hist: MapHandle,
     lost: *const u64,
@@ -265,9 +354,21 @@ struct Loaded {
 /// Attach the `wanted` programs of a loaded object of either build
 /// (`types`: that build's generated types) and gather its readers.
 macro_rules! loaded {
-    ($skel:expr, $family:expr, $wanted:expr, $types:ident) => {{
+    ($skel:expr, $spec:expr, $family:expr, $wanted:expr, $ringbuf:expr, $types:ident) => {{
         let skel = $skel;
         let links = attach_in_order(skel.object(), &$wanted)?;
+        let alert_drops = PerCpuArray::<$types::latmon_alert_drops>::new(&skel.maps.alert_drops)?;
+        let alerts = match $spec.threshold {
+            None => None,
+            Some(_) => {
+                let map = if $ringbuf { &skel.maps.alerts } else { &skel.maps.alerts_perf };
+                let handle = MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
+                // Named by the series that drains them (series.rs).
+                let names = vec![$spec.name.clone(); SOFTIRQ_VECS + IRQ_ALERT_SLOTS];
+                Some(AlertFeed::spawn(handle, $ringbuf, names, decode_alert::<$types::latmon_alert>)?)
+            }
+        };
+        let alert_ids = MapHandle::try_from(&skel.maps.irq_alert_id).map_err(|e| libbpf_error("irq_alert_id", &e))?;
         let map = match $family {
             Family::Irq => &skel.maps.irq_hist,
             Family::Softirq => &skel.maps.softirq_hist,
@@ -276,24 +377,37 @@ macro_rules! loaded {
         let irq_hist = MapHandle::try_from(&skel.maps.irq_hist).map_err(|e| libbpf_error("irq_hist", &e))?;
         let lost = skel.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.irq_lost)).ok_or("no .bss")?;
         let progs = super::loaded_prog_fds(skel.object());
-        Ok(Loaded { reader: Box::new(reader), irq_hist, lost, progs, links, skel: Box::new(skel) })
+        Ok(Loaded {
+            alerts,
+            alert_drops: Box::new(alert_drops),
+            alert_ids,
+            reader: Box::new(reader),
+            irq_hist,
+            lost,
+            progs,
+            links,
+            skel: Box::new(skel),
+        })
     }};
 }
 
-fn load_core(spec: &ProbeSpec, family: Family, mech: &'static str, threads: bool) -> Result<Loaded, String> {
+fn load_core(spec: &ProbeSpec, family: Family, mech: &'static str, threads: bool, ringbuf: bool) -> Result<Loaded, String> {
     let wanted = programs(family, mech, threads);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open = IrqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
+        ro.use_ringbuf = ringbuf;
+        let unused = if ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
+        unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    loaded!(skel, family, wanted, types)
+    loaded!(skel, spec, family, wanted, ringbuf, types)
 }
 
 /// The no-BTF build: classic tracepoints, `irq` / `vec` where tracefs says.
-fn load_tp(spec: &ProbeSpec, family: Family) -> Result<Loaded, String> {
+fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, String> {
     let fmt = |event: &str| tracefs_format("irq", event).map_err(|e| e.to_string());
     let events = match family {
         Family::Irq => [fmt("irq_handler_entry")?, fmt("irq_handler_exit")?],
@@ -305,6 +419,9 @@ fn load_tp(spec: &ProbeSpec, family: Family) -> Result<Loaded, String> {
             IrqNobtfSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
+        ro.use_ringbuf = ringbuf;
+        let unused = if ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
+        unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
         match family {
             Family::Irq => {
                 let e = set_tp_field!(ro.entry_irq, &events[0], "irq", PID_SIZES);
@@ -320,7 +437,7 @@ fn load_tp(spec: &ProbeSpec, family: Family) -> Result<Loaded, String> {
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    loaded!(skel, family, wanted, nobtf_types)
+    loaded!(skel, spec, family, wanted, ringbuf, nobtf_types)
 }
 
 #[cfg(test)]

@@ -15,6 +15,12 @@
 //! series probes copy their slot from the cache. The agent appends series
 //! to its list (after their family), so they are read after it in every
 //! round.
+//!
+//! Alert records: the family line drains every slot's records (those of
+//! its series into a per-slot stash the series take them from), so every
+//! record reaches its line in the round it was drained. For the final
+//! summary (`flush_alerts`) the family re-reads the histograms *after*
+//! that drain: every record it shows is of an event its counts include.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -76,6 +82,8 @@ struct Known {
     slot: Slot,
     hist: Hist,
     announced: bool,
+    /// Records drained by the family line for this slot's series.
+    stash: Vec<AlertRecord>,
 }
 
 struct Shared {
@@ -84,6 +92,8 @@ struct Shared {
     scratch: Vec<Slot>,
     /// The cache was refreshed by new_series() and not yet consumed.
     fresh: bool,
+    /// Final round: re-read the histograms after draining alert records.
+    reread: bool,
 }
 
 impl Shared {
@@ -100,7 +110,7 @@ impl Shared {
             let mut hist = Hist::default();
             self.source.read(slot.key, &mut hist)?;
             if hist.count > 0 || hist.drops > 0 {
-                self.known.push(Known { slot, hist, announced: false });
+                self.known.push(Known { slot, hist, announced: false, stash: Vec::new() });
             }
         }
         Ok(())
@@ -115,7 +125,7 @@ pub(crate) struct Family {
 
 impl Family {
     pub fn new(info: ProbeInfo, source: Box<dyn Source>) -> Self {
-        let shared = Shared { source, known: Vec::new(), scratch: Vec::new(), fresh: false };
+        let shared = Shared { source, known: Vec::new(), scratch: Vec::new(), fresh: false, reread: false };
         Family { info, shared: Rc::new(RefCell::new(shared)) }
     }
 
@@ -148,17 +158,26 @@ impl Probe for Family {
     }
 
     fn flush_alerts(&mut self) {
-        self.shared.borrow_mut().source.flush_alerts();
+        let mut sh = self.shared.borrow_mut();
+        sh.source.flush_alerts();
+        sh.reread = true;
     }
 
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
-        let mut sh = self.shared.borrow_mut();
-        let keys: Vec<u64> = sh.known.iter().filter(|k| k.slot.role == Role::Family).map(|k| k.slot.key).collect();
+        let mut guard = self.shared.borrow_mut();
+        let sh = &mut *guard;
         let from = out.len();
-        for key in keys {
-            sh.source.drain_alerts(key, out);
+        for k in &mut sh.known {
+            if k.slot.role == Role::Family {
+                sh.source.drain_alerts(k.slot.key, out);
+            } else {
+                sh.source.drain_alerts(k.slot.key, &mut k.stash);
+            }
         }
         name_records(&mut out[from..], &self.info.name);
+        if std::mem::take(&mut sh.reread) {
+            sh.fresh = false;
+        }
     }
 
     fn new_series(&mut self) -> Vec<Box<dyn Probe>> {
@@ -204,9 +223,8 @@ impl Probe for Series {
 
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
         let mut sh = self.shared.borrow_mut();
-        let key = sh.known[self.index].slot.key;
         let from = out.len();
-        sh.source.drain_alerts(key, out);
+        out.append(&mut sh.known[self.index].stash);
         name_records(&mut out[from..], &self.info.name);
     }
 }
@@ -322,10 +340,35 @@ mod tests {
         let mut born = fam.new_series();
         assert_eq!(born.len(), 1);
         let mut out = vec![record("earlier", 0)];
-        born[0].drain_alerts(&mut out);
         fam.drain_alerts(&mut out);
+        born[0].drain_alerts(&mut out);
         let got: Vec<(&str, u64)> = out.iter().map(|r| (r.probe.as_str(), r.latency_ns)).collect();
-        assert_eq!(got, [("earlier", 0), ("fam:read", 1), ("fam", 2)], "records already in `out` keep their names");
+        assert_eq!(got, [("earlier", 0), ("fam", 2), ("fam:read", 1)], "records already in `out` keep their names");
+        born[0].drain_alerts(&mut out);
+        assert_eq!(out.len(), 3, "a series takes what the family drained for it, once");
+    }
+
+    #[test]
+    fn the_final_round_rereads_histograms_after_draining_records() {
+        let slots = Rc::new(RefCell::new(vec![(slot(1, "a", Role::Part), hist(&[100]))]));
+        let reads = Rc::new(RefCell::new(0));
+        let mut fam = Family::new(info(), Box::new(Fake { slots: slots.clone(), reads: reads.clone() }));
+        let mut h = Hist::default();
+        let mut out = Vec::new();
+        // An ordinary round: new_series() reads, drain and read use that.
+        let _born = fam.new_series();
+        let before = *reads.borrow();
+        fam.drain_alerts(&mut out);
+        fam.read(&mut h).unwrap();
+        assert_eq!(*reads.borrow(), before, "no second read in an ordinary round");
+        // The final round: events after new_series() but before the drain
+        // must be in the counts the records are shown with.
+        let _ = fam.new_series();
+        slots.borrow_mut()[0].1 = hist(&[100, 200]);
+        fam.flush_alerts();
+        fam.drain_alerts(&mut out);
+        fam.read(&mut h).unwrap();
+        assert_eq!(h.count, 2, "re-read after the drain");
     }
 
     #[test]
