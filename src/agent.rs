@@ -318,11 +318,11 @@ impl Agent {
         self.read_errors.extend(self.slots.iter().map(|s| s.read_errors));
         self.cost_now = vec![Cost::default(); n];
         self.budget_costs = vec![None; n];
-        if self.stats.is_some() {
-            let progs: Vec<Vec<RawFd>> = self.slots.iter().map(|s| if s.probe.is_some() { s.progs.clone() } else { Vec::new() }).collect();
-            self.costs.rebuild(&progs);
-            log::debug!("cost: {} BPF programs sampled", self.costs.programs());
-        }
+        // Sampled with or without run-time statistics: the kernel's miss
+        // counts need none.
+        let progs: Vec<Vec<RawFd>> = self.slots.iter().map(|s| if s.probe.is_some() { s.progs.clone() } else { Vec::new() }).collect();
+        self.costs.rebuild(&progs);
+        log::debug!("cost: {} BPF programs sampled", self.costs.programs());
     }
 
     /// The facts outputs announce.
@@ -417,13 +417,12 @@ impl Agent {
         self.last_ns = now_ns;
     }
 
+    /// Per probe: its programs' runs, time (with run-time statistics on)
+    /// and the runs the kernel skipped (always).
     fn measure_cost(&mut self, wall: u64) {
         let a = &mut self.report.agent;
         a.online_cpus = self.cpus;
         a.cost_measured = self.stats.is_some();
-        if self.stats.is_none() {
-            return;
-        }
         let (all, failed) = self.costs.sample();
         if failed > 0 {
             // Seen once per run at most in the log; the interval's cost
@@ -441,12 +440,30 @@ impl Agent {
         }
         let probes = &self.report.probes;
         self.costs.split(|i| probes.get(i).map_or(0, |p| p.count + p.drops), &mut self.cost_now);
-        a.bpf_run_time_ns = all.run_time_ns;
-        a.bpf_cpu_percent = round4(all.cpu_percent(wall, self.cpus));
+        let measured = self.stats.is_some();
+        if measured {
+            a.bpf_run_time_ns = all.run_time_ns;
+            a.bpf_cpu_percent = round4(all.cpu_percent(wall, self.cpus));
+        }
         for (i, s) in self.slots.iter_mut().enumerate() {
-            let c = if s.probe.is_some() { self.cost_now[i] } else { Cost::default() };
+            let mut c = if s.probe.is_some() { self.cost_now[i] } else { Cost::default() };
+            if c.missed > 0 && s.total_cost.missed == 0 {
+                log::warn!(
+                    "probe {}: the kernel skipped {} runs of its BPF programs (recursion_misses): events it did not \
+                     measure, reported as `missed`. Kprobe and classic-tracepoint programs are skipped while a BPF map \
+                     syscall (any process's, latmon's own reads included) or another BPF program holds their CPU; \
+                     tp_btf/raw_tp (kernel BTF) are not affected by map syscalls (docs/probes.md)",
+                    s.info.name,
+                    c.missed
+                );
+            }
+            if !measured {
+                c = Cost { missed: c.missed, ..Cost::default() };
+            }
             s.total_cost.add(c);
             let p = &mut self.report.probes[i];
+            p.bpf_missed = c.missed;
+            p.total_bpf_missed = s.total_cost.missed;
             p.bpf_runs = c.runs;
             p.bpf_run_time_ns = c.run_time_ns;
             p.total_bpf_runs = s.total_cost.runs;
@@ -463,7 +480,7 @@ impl Agent {
         if self.stats.is_none() {
             return;
         }
-        let total = Cost { runs: 0, run_time_ns: self.report.agent.bpf_run_time_ns };
+        let total = Cost { run_time_ns: self.report.agent.bpf_run_time_ns, ..Default::default() };
         let v = self.budget.check(&b, &self.budget_costs, total, wall, self.cpus);
         let a = &mut self.report.agent;
         a.over_budget = v.breach.is_some();
@@ -497,10 +514,8 @@ impl Agent {
         self.report.probes[i].state = s.state;
         self.report.agent.degraded = true;
         self.report.agent.detached = self.slots.iter().filter(|s| s.state == ProbeState::DetachedOverBudget).count() as u32;
-        if self.stats.is_some() {
-            let progs: Vec<Vec<RawFd>> = self.slots.iter().map(|s| if s.probe.is_some() { s.progs.clone() } else { Vec::new() }).collect();
-            self.costs.rebuild(&progs);
-        }
+        let progs: Vec<Vec<RawFd>> = self.slots.iter().map(|s| if s.probe.is_some() { s.progs.clone() } else { Vec::new() }).collect();
+        self.costs.rebuild(&progs);
         if self.slots.iter().all(|s| s.probe.is_none()) {
             log::error!("every probe is detached over budget: latmon measures nothing now (raise overhead_budget and reload)");
         }

@@ -28,17 +28,25 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use serde::Serialize;
 
-/// Program runs and the time spent in them.
+/// Program runs and the time spent in them, and runs the kernel skipped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Cost {
     pub runs: u64,
     pub run_time_ns: u64,
+    /// The kernel's `recursion_misses`: times a program was due to run and
+    /// was skipped, each an event it did not see. Counted with or without
+    /// run-time statistics: for tp_btf/raw_tp since 6.2 (a program already
+    /// running on that CPU), for kprobe and classic tracepoint programs
+    /// since 6.7 (any BPF program or BPF map syscall holding the CPU's
+    /// `bpf_prog_active`, see docs/probes.md); 0 on older kernels.
+    pub missed: u64,
 }
 
 impl Cost {
     pub fn add(&mut self, o: Cost) {
         self.runs = self.runs.saturating_add(o.runs);
         self.run_time_ns = self.run_time_ns.saturating_add(o.run_time_ns);
+        self.missed = self.missed.saturating_add(o.missed);
     }
 
     /// BPF time per event (0 when nothing ran).
@@ -92,6 +100,7 @@ pub struct ProgStats {
     pub id: u32,
     pub runs: u64,
     pub run_time_ns: u64,
+    pub missed: u64,
 }
 
 /// `bpf_prog_get_info_by_fd` on an open program fd. Works without any
@@ -107,7 +116,7 @@ pub fn prog_stats(fd: RawFd) -> io::Result<ProgStats> {
     if rc != 0 {
         return Err(io::Error::from_raw_os_error(-rc));
     }
-    Ok(ProgStats { id: info.id, runs: info.run_cnt, run_time_ns: info.run_time_ns })
+    Ok(ProgStats { id: info.id, runs: info.run_cnt, run_time_ns: info.run_time_ns, missed: info.recursion_misses })
 }
 
 /// Online CPUs (the denominator of CPU shares).
@@ -122,7 +131,7 @@ struct Slot {
     id: u32,
     fd: RawFd,
     /// Counters at the last sample (None: not sampled yet).
-    last: Option<(u64, u64)>,
+    last: Option<Cost>,
     /// Change over the last interval.
     delta: Cost,
     /// Probes using this program, and the sum of their events (scratch).
@@ -170,7 +179,7 @@ impl CostTable {
                             .iter()
                             .find(|s| s.id == id)
                             .and_then(|s| s.last)
-                            .or(Some((now.runs, now.run_time_ns)));
+                            .or(Some(Cost { runs: now.runs, run_time_ns: now.run_time_ns, missed: now.missed }));
                         self.slots.push(Slot { id, fd, last, delta: Cost::default(), owners: 0, weight: 0 });
                         self.slots.len() - 1
                     }
@@ -192,12 +201,16 @@ impl CostTable {
         for s in &mut self.slots {
             match prog_stats(s.fd) {
                 Ok(p) => {
-                    let (runs, ns) = (p.runs, p.run_time_ns);
+                    let now = Cost { runs: p.runs, run_time_ns: p.run_time_ns, missed: p.missed };
                     s.delta = match s.last {
-                        Some((r0, t0)) => Cost { runs: runs.saturating_sub(r0), run_time_ns: ns.saturating_sub(t0) },
+                        Some(l) => Cost {
+                            runs: now.runs.saturating_sub(l.runs),
+                            run_time_ns: now.run_time_ns.saturating_sub(l.run_time_ns),
+                            missed: now.missed.saturating_sub(l.missed),
+                        },
                         None => Cost::default(),
                     };
-                    s.last = Some((runs, ns));
+                    s.last = Some(now);
                 }
                 Err(_) => {
                     self.errors += 1;
@@ -242,7 +255,11 @@ impl CostTable {
                 } else {
                     (events(i), s.weight)
                 };
-                c.add(Cost { runs: scale(s.delta.runs, num, den), run_time_ns: scale(s.delta.run_time_ns, num, den) });
+                c.add(Cost {
+                    runs: scale(s.delta.runs, num, den),
+                    run_time_ns: scale(s.delta.run_time_ns, num, den),
+                    missed: scale(s.delta.missed, num, den),
+                });
             }
             if let Some(o) = out.get_mut(i) {
                 *o = c;
@@ -397,25 +414,25 @@ mod tests {
     fn own_programs_are_exact_shared_ones_split_by_events() {
         // Probe 0 owns program 1; probes 1 and 2 share programs 2 and 3.
         let mut t = table(&[&[1], &[2, 3], &[2, 3]]);
-        t.set_delta(1, Cost { runs: 1000, run_time_ns: 90_000 });
-        t.set_delta(2, Cost { runs: 400, run_time_ns: 40_000 });
-        t.set_delta(3, Cost { runs: 400, run_time_ns: 20_000 });
+        t.set_delta(1, Cost { runs: 1000, run_time_ns: 90_000, ..Default::default() });
+        t.set_delta(2, Cost { runs: 400, run_time_ns: 40_000, missed: 40 });
+        t.set_delta(3, Cost { runs: 400, run_time_ns: 20_000, ..Default::default() });
         let events = [5u64, 300, 100];
         let mut out = [Cost::default(); 3];
         t.split(|i| events[i], &mut out);
-        assert_eq!(out[0], Cost { runs: 1000, run_time_ns: 90_000 });
-        assert_eq!(out[1], Cost { runs: 600, run_time_ns: 45_000 });
-        assert_eq!(out[2], Cost { runs: 200, run_time_ns: 15_000 });
+        assert_eq!(out[0], Cost { runs: 1000, run_time_ns: 90_000, ..Default::default() });
+        assert_eq!(out[1], Cost { runs: 600, run_time_ns: 45_000, missed: 30 }, "misses split like runs");
+        assert_eq!(out[2], Cost { runs: 200, run_time_ns: 15_000, missed: 10 });
         assert!(t.shared(1) && t.shared(2) && !t.shared(0));
         // No events at all: an even split.
         t.split(|_| 0, &mut out);
-        assert_eq!(out[1], Cost { runs: 400, run_time_ns: 30_000 });
+        assert_eq!(out[1], Cost { runs: 400, run_time_ns: 30_000, missed: 20 });
         assert_eq!(out[0].ns_per_event(), 90);
     }
 
     #[test]
     fn derived_figures() {
-        let c = Cost { runs: 2_000, run_time_ns: 100_000 };
+        let c = Cost { runs: 2_000, run_time_ns: 100_000, ..Default::default() };
         assert_eq!(c.ns_per_event(), 50);
         assert_eq!(c.events_per_s(500_000_000), 4_000);
         // 100 us over 1 s on 2 CPUs = 0.005 %.
@@ -426,7 +443,7 @@ mod tests {
     }
 
     fn c(runs: u64, ns: u64) -> Option<Cost> {
-        Some(Cost { runs, run_time_ns: ns })
+        Some(Cost { runs, run_time_ns: ns, ..Default::default() })
     }
 
     #[test]
@@ -436,7 +453,7 @@ mod tests {
         let wall = 1_000_000_000;
         // 30 ms of BPF per second on 2 CPUs = 1.5 %.
         let costs = [c(1000, 10_000_000), None, c(1000, 20_000_000)];
-        let total = Cost { runs: 2000, run_time_ns: 30_000_000 };
+        let total = Cost { runs: 2000, run_time_ns: 30_000_000, ..Default::default() };
         let v1 = w.check(&b, &costs, total, wall, 2);
         assert!(matches!(v1.breach, Some(Breach::Cpu { .. })) && v1.streak == 1 && v1.detach.is_none());
         assert_eq!(w.check(&b, &costs, total, wall, 2).detach, None);
@@ -445,7 +462,7 @@ mod tests {
         assert_eq!(w.streak(), 0, "a fresh count after a detach");
         // An interval within budget resets the streak.
         w.check(&b, &costs, total, wall, 2);
-        w.check(&b, &costs, Cost { runs: 1, run_time_ns: 1 }, wall, 2);
+        w.check(&b, &costs, Cost { runs: 1, run_time_ns: 1, ..Default::default() }, wall, 2);
         assert_eq!(w.streak(), 0);
         assert_eq!(w.check(&b, &costs, Cost::default(), wall, 2), Verdict::default());
     }

@@ -103,6 +103,12 @@ pub struct ProbeReport {
     pub bpf_run_time_ns: u64,
     pub total_bpf_runs: u64,
     pub total_bpf_run_time_ns: u64,
+    /// Runs of the probe's BPF programs the kernel skipped (its
+    /// `recursion_misses`; see [`crate::cost::Cost::missed`]): events the
+    /// probe never saw, in this interval / since start. Counted without
+    /// run-time statistics too; always 0 on kernels that do not count.
+    pub bpf_missed: u64,
+    pub total_bpf_missed: u64,
     /// `bpf_run_time_ns / bpf_runs`: BPF time per hooked event.
     pub bpf_ns_per_event: u64,
     /// `bpf_runs` per second of the interval.
@@ -214,6 +220,8 @@ impl ProbeReport {
             bpf_run_time_ns: 0,
             total_bpf_runs: 0,
             total_bpf_run_time_ns: 0,
+            bpf_missed: 0,
+            total_bpf_missed: 0,
             bpf_ns_per_event: 0,
             events_per_s: 0,
             bpf_cpu_percent: 0.0,
@@ -352,6 +360,11 @@ pub fn render_text_into(s: &mut String, r: &IntervalReport) {
         );
         if p.total_alerts_dropped > 0 {
             let _ = write!(s, " (records dropped {}/{})", p.alerts_dropped, p.total_alerts_dropped);
+        }
+        if p.total_bpf_missed > 0 {
+            // Events the kernel never let the probe see: shown only when
+            // there are some, like records dropped.
+            let _ = write!(s, "  MISSED {}/{}", p.bpf_missed, p.total_bpf_missed);
         }
         s.push('\n');
         if p.state != ProbeState::Running {
@@ -551,5 +564,25 @@ mod tests {
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["alert_records"][0]["latency_ns"], 2_100_000);
         assert_eq!(v["probes"][0]["alerts_dropped"], 2);
+        assert!(!t.contains("MISSED"), "no kernel misses, no word about them: {t}");
+    }
+
+    #[test]
+    fn kernel_misses_show_in_text_and_json() {
+        let (prev, cur) = sample();
+        let mut p = ProbeReport::new(&info(), &prev, &cur);
+        (p.bpf_missed, p.total_bpf_missed) = (92, 300);
+        let r = IntervalReport {
+            seq: 2,
+            time_ns: 0,
+            interval_ns: 1_000_000_000,
+            last: false,
+            probes: vec![p],
+            alert_records: Vec::new(),
+            agent: AgentStatus::default(),
+        };
+        assert!(render_text(&r).contains("  MISSED 92/300\n"), "{}", render_text(&r));
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!((v["probes"][0]["bpf_missed"].as_u64(), v["probes"][0]["total_bpf_missed"].as_u64()), (Some(92), Some(300)));
     }
 }

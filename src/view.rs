@@ -220,7 +220,10 @@ impl View {
         for (id, p) in self.latest.iter().enumerate() {
             let Some(p) = p else { continue };
             let via = if p.attach.is_empty() { String::new() } else { format!("  [{} via {}]", p.kind, p.attach) };
-            let _ = writeln!(s, "{}{via}", p.name);
+            // Kernel-skipped runs of its programs (Status revision 2).
+            let missed = t.status.as_ref().and_then(|st| st.missed.iter().find(|m| usize::from(m.id) == id)).map(|m| m.missed);
+            let missed = missed.map_or(String::new(), |m| format!("  MISSED {m} (runs the kernel skipped)"));
+            let _ = writeln!(s, "{}{via}{missed}", p.name);
             // The span the interval numbers cover: one agent interval, or
             // more after lost frames (since start for a late joiner).
             let _ = writeln!(
@@ -430,6 +433,24 @@ mod tests {
         v.on_event(&ev);
         let link = LinkStats { frames_good: 4, crc_errors: 2, resyncs: 3, ..LinkStats::default() };
         let s = v.render("serial:/dev/ttyUSB0@115200", &link, &t, Some(Duration::from_millis(300)));
+        assert!(!s.contains("MISSED"), "{s}");
+        let ev = t.on_frame(Frame::Status(crate::wire::Status {
+            boot_id: 7,
+            time_ns: 0,
+            seq: 2,
+            uptime_ns: 0,
+            frames_dropped: 0,
+            bytes_dropped: 0,
+            clients: 0,
+            probes: Vec::new(),
+            flags: 0,
+            bpf_cpu_ppm: 0,
+            detached: Vec::new(),
+            missed: vec![crate::wire::ProbeMissed { id: 0, missed: 92 }],
+        }));
+        v.on_event(&ev);
+        let s = v.render("serial:/dev/ttyUSB0@115200", &link, &t, Some(Duration::from_millis(300)));
+        assert!(s.contains("runq  [runq via tp_btf]  MISSED 92 (runs the kernel skipped)"), "{s}");
         for needle in [
             "board arm1",
             "runq  [runq via tp_btf]",

@@ -32,8 +32,9 @@ use crate::summary::{AlertRecord, IntervalReport, ProbeInfo, ProbeReport};
 pub const PROTOCOL_VERSION: u8 = 1;
 /// Compatible revision within [`PROTOCOL_VERSION`], carried in Hello:
 /// incremented whenever fields are appended to a message.
-/// Revision 1 appended `flags`, `bpf_cpu_ppm` and `detached` to Status.
-pub const PROTOCOL_REVISION: u8 = 1;
+/// Revision 1 appended `flags`, `bpf_cpu_ppm` and `detached` to Status;
+/// revision 2 appended `missed`.
+pub const PROTOCOL_REVISION: u8 = 2;
 /// The frame delimiter.
 pub const DELIMITER: u8 = 0x00;
 /// Largest frame the encoder produces, on the wire, delimiter included
@@ -228,6 +229,15 @@ pub struct ProbeHealth {
     pub run_time_ns: u64,
 }
 
+/// A probe whose BPF programs the kernel skipped, in Status (revision 2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeMissed {
+    pub id: u16,
+    /// Runs of the probe's programs the kernel skipped since it started
+    /// (`recursion_misses`): events the probe never saw.
+    pub missed: u64,
+}
+
 /// `Status::flags`: the agent is over its `overhead_budget` this interval.
 pub const STATUS_OVER_BUDGET: u32 = 1 << 0;
 /// `Status::flags`: a probe was detached over budget (latmon runs degraded).
@@ -257,6 +267,9 @@ pub struct Status {
     pub bpf_cpu_ppm: u32,
     /// Revision 1: ids of probes detached over budget.
     pub detached: Vec<u16>,
+    /// Revision 2: the probes of this part (ids within its `probes`) whose
+    /// programs the kernel skipped, by id; only those with misses.
+    pub missed: Vec<ProbeMissed>,
 }
 
 #[derive(Serialize)]
@@ -272,6 +285,7 @@ struct StatusRef<'a> {
     flags: u32,
     bpf_cpu_ppm: u32,
     detached: &'a [u16],
+    missed: &'a [ProbeMissed],
 }
 
 /// A decoded frame.
@@ -668,6 +682,15 @@ impl Encoder {
             Kind::Status,
             s.probes.len(),
             |e, r, limit| {
+                // The misses of this part's probes (`missed` is by id).
+                let missed = match (s.probes.get(r.start), r.end.checked_sub(1).and_then(|l| s.probes.get(l))) {
+                    (Some(first), Some(last)) if !r.is_empty() => {
+                        let lo = s.missed.partition_point(|m| m.id < first.id);
+                        let hi = s.missed.partition_point(|m| m.id <= last.id);
+                        &s.missed[lo..hi.max(lo)]
+                    }
+                    _ => &s.missed[..0],
+                };
                 let body = StatusRef {
                     boot_id: s.boot_id,
                     time_ns: s.time_ns,
@@ -680,6 +703,7 @@ impl Encoder {
                     flags: s.flags,
                     bpf_cpu_ppm: s.bpf_cpu_ppm,
                     detached: &s.detached,
+                    missed,
                 };
                 e.put(Kind::Status, &body, limit)
             },
@@ -1687,6 +1711,7 @@ mod tests {
                     flags: STATUS_OVER_BUDGET | STATUS_DEGRADED | STATUS_COST_MEASURED,
                     bpf_cpu_ppm: 12_500,
                     detached: vec![1],
+                    missed: vec![ProbeMissed { id: 0, missed: 92 }],
                 }),
             ),
         ]

@@ -756,7 +756,7 @@ fn prometheus_exposition_passes_promtool() {
         "latmon_probe_bpf_runs_total{", "latmon_probe_bpf_run_seconds_total{", "latmon_probe_bpf_seconds_per_event{",
         "latmon_probe_bpf_cpu_ratio{", "latmon_probe_bpf_events_per_second{", "latmon_probe_drops_total{",
         "latmon_probe_alerts_total{", "latmon_over_budget 0", "latmon_degraded 0", "latmon_bpf_cpu_ratio ",
-        "latmon_probe_up{", "latmon_info{",
+        "latmon_probe_up{", "latmon_info{", "latmon_probe_bpf_missed_total{",
     ] {
         assert!(body.contains(m), "{m} in {body}");
     }

@@ -133,6 +133,8 @@ proptest! {
             boot_id: 7, time_ns: time, seq: lat, uptime_ns: time / 2, frames_dropped: drops, bytes_dropped: drops / 3,
             clients: cpu, probes: (0..n).map(|i| ProbeHealth { id: i as u16, read_errors: i as u64, run_count: lat, run_time_ns: 0 }).collect(),
             flags: cpu, bpf_cpu_ppm: cpu / 2, detached: (0..n.min(20)).map(|i| i as u16).collect(),
+            // Every third probe has kernel misses.
+            missed: (0..n).filter(|i| i % 3 == 1).map(|i| ProbeMissed { id: i as u16, missed: lat ^ i as u64 }).collect(),
         };
         let mut enc = Encoder::new();
         let mut got = Vec::new();
@@ -141,10 +143,18 @@ proptest! {
             let (f, _) = decode(b);
             got.push(f);
         }).unwrap();
-        let probes: Vec<ProbeHealth> = got.into_iter().flat_map(|f| match f.into_iter().next() {
-            Some(Ok(Frame::Status(st))) => st.probes,
+        let parts: Vec<Status> = got.into_iter().map(|f| match f.into_iter().next() {
+            Some(Ok(Frame::Status(st))) => st,
             other => panic!("{other:?}"),
         }).collect();
+        // Each part carries the misses of its own probes, so together they
+        // carry every one exactly once.
+        for p in &parts {
+            prop_assert!(p.missed.iter().all(|m| p.probes.iter().any(|h| h.id == m.id)), "{:?}", p.missed);
+        }
+        let missed: Vec<ProbeMissed> = parts.iter().flat_map(|p| p.missed.clone()).collect();
+        prop_assert_eq!(&missed, &s.missed);
+        let probes: Vec<ProbeHealth> = parts.into_iter().flat_map(|p| p.probes).collect();
         prop_assert_eq!(probes, s.probes);
         let _ = AlertRecord { probe: String::new(), pid, tid, comm, cpu, latency_ns: lat, time_ns: time };
     }

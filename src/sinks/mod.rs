@@ -25,7 +25,7 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use crate::config::Format;
 use crate::hist::Hist;
 use crate::summary::{render_text_into, FailedProbe, IntervalReport, ProbeInfo, ProbeState};
-use crate::wire::{self, Encoder, Hello, ProbeHealth, Status, SummaryHeader};
+use crate::wire::{self, Encoder, Hello, ProbeHealth, ProbeMissed, Status, SummaryHeader};
 use queue::{Pop, Queue};
 use spec::{Endpoint, LinkSpec};
 
@@ -347,6 +347,7 @@ impl FrameRender {
             flags: 0,
             bpf_cpu_ppm: 0,
             detached: Vec::with_capacity(t.session.probes.len()),
+            missed: Vec::with_capacity(t.session.probes.len()),
         });
         s.boot_id = t.session.boot_id;
         s.time_ns = t.report.time_ns;
@@ -371,6 +372,12 @@ impl FrameRender {
         s.detached.extend(
             t.report.probes.iter().enumerate().filter(|(_, p)| p.state == ProbeState::DetachedOverBudget).map(|(i, _)| i as u16),
         );
+        // Ids ascending, as the encoder's split by part expects.
+        s.missed.clear();
+        s.missed.extend(t.report.probes.iter().enumerate().filter(|(_, p)| p.total_bpf_missed > 0).map(|(i, p)| ProbeMissed {
+            id: i as u16,
+            missed: p.total_bpf_missed,
+        }));
         self.last_flags = s.flags;
         let (buf, lens) = (&mut self.buf, &mut self.lens);
         if let Err(e) = self.enc.status(s, &mut |f| {

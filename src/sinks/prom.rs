@@ -245,6 +245,9 @@ pub fn render(s: &mut String, t: &Tick<'_>) {
     counter(s, t, "latmon_probe_alert_records_dropped_total", "Alert records that never reached latmon (rate limit, full buffer).", |_, h| {
         h.alerts_dropped as f64
     });
+    counter(s, t, "latmon_probe_bpf_missed_total", "Runs of the probe's BPF programs the kernel skipped (recursion_misses): events it never saw.", |i, _| {
+        r.probes.get(i).map_or(0.0, |p| p.total_bpf_missed as f64)
+    });
     counter(s, t, "latmon_probe_read_errors_total", "Failed reads of the probe's maps.", |i, _| {
         t.read_errors.get(i).copied().unwrap_or(0) as f64
     });

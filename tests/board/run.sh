@@ -126,12 +126,13 @@ run_config() {
   # its probes attached were sometimes not counted (kprobe: 293-297 of 300).
   # The classic-tracepoint syscall probe (no-BTF build) lost 4-14 of 300 in
   # the first second with a 0.5 s settle (3 boots of 3; raw_tp in the same
-  # boot lost none) and none with 2.5 s (cause not established). The settle
-  # time keeps that start-up window out of the exact counts; the host's
-  # LATMON_BOARD_SETTLE_US overrides it. Suspected cause (docs/probes.md,
-  # func misses): kprobe and classic-tracepoint programs are skipped,
-  # uncounted, while latmon's own start-up map syscalls hold the CPU's
-  # bpf_prog_active - raw_tp/tp_btf programs have their own guard.
+  # boot lost none) and none with 2.5 s. The settle time keeps that
+  # start-up window out of the exact counts; the host's
+  # LATMON_BOARD_SETTLE_US overrides it. Cause (docs/probes.md, "Runs the
+  # kernel skips"; proved on the 6.18 host by tests/kernel_misses.rs):
+  # kprobe and classic-tracepoint programs are skipped while latmon's own
+  # start-up map syscalls hold the CPU's bpf_prog_active - uncounted on
+  # these 6.1 kernels; raw_tp/tp_btf programs have their own guard.
   usleep ${LATMON_BOARD_SETTLE_US:-2500000}
   if [ -n "\$rx_tty" ]; then
     # Receive traffic during the sleeps: snapshots of the kernel's counts
