@@ -52,6 +52,9 @@ pub mod reg {
     pub const READ_ERRORS: u16 = 18;
     /// u32
     pub const BAD_REQUESTS: u16 = 20;
+    /// u32: runs of the probes' BPF programs the kernel skipped since start
+    /// (was reserved: added within map version 1).
+    pub const MISSED: u16 = 22;
 }
 
 /// Offsets inside a probe block.
@@ -93,6 +96,9 @@ pub mod status {
     pub const LINK_ERRORS: u16 = 1 << 3;
     /// Reading a probe's BPF maps failed at least once since start.
     pub const READ_ERRORS: u16 = 1 << 4;
+    /// The kernel skipped runs of a probe's BPF programs since start:
+    /// events went unmeasured (see [`super::reg::MISSED`]).
+    pub const MISSED: u16 = 1 << 5;
 }
 
 /// Probe block `state` values.
@@ -236,6 +242,7 @@ impl Image {
         let blocks = configured.min(MAX_BLOCKS);
         self.layout(blocks);
         let read_errors: u64 = t.read_errors.iter().copied().fold(0, u64::saturating_add);
+        let missed: u64 = t.report.probes.iter().map(|p| p.total_bpf_missed).fold(0, u64::saturating_add);
         let mut bits = 0;
         if !t.report.last {
             bits |= status::RUNNING;
@@ -252,6 +259,9 @@ impl Image {
         if read_errors > 0 {
             bits |= status::READ_ERRORS;
         }
+        if missed > 0 {
+            bits |= status::MISSED;
+        }
         self.put16(reg::STATUS, bits);
         self.put32(reg::BOOT_ID, s.boot_id);
         self.put64(reg::SEQ, t.report.seq);
@@ -261,6 +271,7 @@ impl Image {
         self.put16(reg::FAILED, s.failed.len().min(u16::MAX as usize) as u16);
         self.put32(reg::READ_ERRORS, sat32(read_errors));
         self.put32(reg::BAD_REQUESTS, sat32(agent.bad_requests));
+        self.put32(reg::MISSED, sat32(missed));
 
         // Blocks in config order: failed probes sit at their positions,
         // attached ones fill the rest in session order.
@@ -424,6 +435,13 @@ mod tests {
         img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &agent);
         assert_eq!(img.words()[reg::STATUS as usize], status::OVER_BUDGET | status::LINK_ERRORS);
         assert_eq!(u32_at(img.words(), reg::BAD_REQUESTS), 1);
+        assert_eq!(u32_at(img.words(), reg::MISSED), 0);
+        // Kernel-skipped runs: the sum over probes, and a status bit.
+        r.probes[0].total_bpf_missed = 90;
+        r.probes[1].total_bpf_missed = 2;
+        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &agent);
+        assert_eq!(img.words()[reg::STATUS as usize], status::OVER_BUDGET | status::LINK_ERRORS | status::MISSED);
+        assert_eq!(u32_at(img.words(), reg::MISSED), 92);
     }
 
     #[test]

@@ -118,7 +118,11 @@ fn reported(out: &str) -> (u64, Vec<String>) {
 #[test]
 fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_reports_it() {
     let args = ["--probe", "irq", "--probe", "softirq", "--interval", "500ms", "--format", "json"];
-    let (nobtf, nobtf_err) = start_run_logged(&args, &[("LATMON_FORCE_NO_BTF", "1")]);
+    // The no-BTF run also serves Modbus: a PLC sees misses too.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let modbus = format!("modbus-tcp://127.0.0.1:{port}");
+    let with_modbus: Vec<&str> = args.iter().copied().chain(["--output", "-", "--output", &modbus]).collect();
+    let (nobtf, nobtf_err) = start_run_logged(&with_modbus, &[("LATMON_FORCE_NO_BTF", "1")]);
     let btf = start_run_attached(&args, &[], 2);
     std::thread::sleep(Duration::from_millis(300));
     let done = Arc::new(AtomicBool::new(false));
@@ -127,10 +131,23 @@ fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_repo
     interrupt_load(Duration::from_millis(1500));
     done.store(true, Ordering::Relaxed);
     let lookups: u64 = hammers.into_iter().map(|h| h.join().unwrap()).sum();
-    std::thread::sleep(Duration::from_millis(200));
+    // Two intervals: the Modbus image then holds every miss of the load.
+    std::thread::sleep(Duration::from_millis(1100));
     // The kernel's own counts, before latmon's last sample (later misses
     // can only come from latmon's own map reads while it stops).
     let (truth_nobtf, truth_btf) = (kernel_misses(nobtf.id()), kernel_misses(btf.id()));
+    // mbpoll (a client no one here wrote): status register 5, bit 5
+    // `missed`; registers 22-23 the u32 count, high word first.
+    let poll = |t: &str, r: &str| -> i64 {
+        let out = std::process::Command::new("mbpoll")
+            .args(["-m", "tcp", "-p", &port.to_string(), "-0", "-1", "-B", "-t", t, "-r", r, "-c", "1", "127.0.0.1"])
+            .output()
+            .expect("mbpoll (apt-get install mbpoll)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v = text.lines().find_map(|l| l.trim().strip_prefix(&format!("[{r}]:")).and_then(|v| v.split_whitespace().next()?.parse().ok()));
+        v.unwrap_or_else(|| panic!("mbpoll -t {t} -r {r}: {text}"))
+    };
+    let (status_bits, modbus_missed) = (poll("3", "5"), poll("3:int", "22"));
     let (st1, out_nobtf) = stop(nobtf);
     let (st2, out_btf) = stop(btf);
     assert!(st1.success() && st2.success());
@@ -153,6 +170,9 @@ fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_repo
         "latmon reported {m_nobtf} skipped runs, the kernel counted {truth_nobtf} before latmon stopped"
     );
     assert_eq!((truth_btf, m_btf), (0, 0), "tp_btf programs are not skipped for map syscalls");
+    eprintln!("FIGURES Modbus: status 0x{status_bits:04x}, missed register {modbus_missed}");
+    assert!(status_bits & 0x20 != 0, "Modbus status bit 5 (missed): 0x{status_bits:04x}");
+    assert!(modbus_missed > 0 && modbus_missed as u64 <= truth_nobtf, "Modbus missed {modbus_missed}, kernel {truth_nobtf}");
     let log = nobtf_err.lock().unwrap().join("\n");
     assert!(log.contains("the kernel skipped") && log.contains("recursion_misses"), "{log}");
 }
