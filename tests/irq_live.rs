@@ -6,8 +6,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -41,43 +39,6 @@ fn irq_counts() -> HashMap<u32, u64> {
             Some((n, rest.split_whitespace().take(ncpus).map(|c| c.parse::<u64>().unwrap_or(0)).sum()))
         })
         .collect()
-}
-
-/// Disk interrupts: synced writes for `how_long`.
-fn disk_load(how_long: Duration) {
-    let path = std::env::temp_dir().join(format!("latmon-irq-{}-{:?}", std::process::id(), std::thread::current().id()));
-    let t0 = Instant::now();
-    while t0.elapsed() < how_long {
-        let mut f = std::fs::File::create(&path).unwrap();
-        f.write_all(&[1u8; 256 << 10]).unwrap();
-        f.sync_all().unwrap();
-    }
-    let _ = std::fs::remove_file(&path);
-}
-
-/// Push `bytes` through a loopback TCP connection in small writes.
-fn loopback_traffic(bytes: usize) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let rx = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        let mut buf = [0u8; 4096];
-        let mut got = 0;
-        while got < bytes {
-            let n = s.read(&mut buf).unwrap();
-            assert!(n > 0);
-            got += n;
-        }
-    });
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_nodelay(true).unwrap();
-    let chunk = [7u8; 1024];
-    let mut sent = 0;
-    while sent < bytes {
-        s.write_all(&chunk).unwrap();
-        sent += chunk.len();
-    }
-    rx.join().unwrap();
 }
 
 #[test]

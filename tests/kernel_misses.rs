@@ -12,8 +12,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,27 +51,14 @@ fn hammer(cpu: usize, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
 }
 
 /// Interrupts and softirqs for `how_long`: synced file writes (disk IRQs,
-/// BLOCK softirqs) and loopback TCP (NET_RX softirqs).
+/// BLOCK softirqs) beside loopback TCP (NET_RX softirqs).
 fn interrupt_load(how_long: Duration) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let rx = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        let mut buf = [0u8; 4096];
-        while s.read(&mut buf).unwrap_or(0) > 0 {}
-    });
-    let mut tx = TcpStream::connect(addr).unwrap();
-    let path = std::env::temp_dir().join(format!("latmon-misses-{}", std::process::id()));
+    let disk = std::thread::spawn(move || disk_load(how_long));
     let t0 = Instant::now();
     while t0.elapsed() < how_long {
-        let mut f = std::fs::File::create(&path).unwrap();
-        f.write_all(&[1u8; 128 << 10]).unwrap();
-        f.sync_all().unwrap();
-        tx.write_all(&[7u8; 64 << 10]).unwrap();
+        loopback_traffic(2 << 20);
     }
-    drop(tx);
-    rx.join().unwrap();
-    let _ = std::fs::remove_file(&path);
+    disk.join().unwrap();
 }
 
 /// The kernel's skipped runs of every BPF program process `pid` holds.

@@ -344,6 +344,34 @@ macro_rules! alert_types {
 }
 pub(crate) use alert_types;
 
+/// The alert reader of a loaded skeleton whose BPF side includes
+/// bpf/alerts.bpf.h (maps `alerts` and `alerts_perf`), when `spec` sets a
+/// threshold: `Result<Option<AlertFeed>, String>`. `ids` alert ids, all
+/// named after the probe (a multi-series family renames its records after
+/// the series that drains them).
+macro_rules! alert_feed {
+    ($skel:expr, $spec:expr, $ringbuf:expr, $types:ident, $ids:expr) => {
+        match $spec.threshold {
+            None => Ok(None),
+            Some(_) => {
+                let map = if $ringbuf { &$skel.maps.alerts } else { &$skel.maps.alerts_perf };
+                ::libbpf_rs::MapHandle::try_from(map)
+                    .map_err(|e| $crate::probes::libbpf_error("alert buffer", &e))
+                    .and_then(|handle| {
+                        $crate::probes::alerts::AlertFeed::spawn(
+                            handle,
+                            $ringbuf,
+                            vec![$spec.name.clone(); $ids],
+                            $crate::probes::alerts::decode_alert::<$types::latmon_alert>,
+                        )
+                    })
+                    .map(Some)
+            }
+        }
+    };
+}
+pub(crate) use alert_feed;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -498,11 +498,14 @@ impl Probe for Func {
 
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
         let err = |why| ProbeError::Read { probe: self.info.name.clone(), why };
-        self.set.hist.borrow_mut().read(self.id, out).map_err(err)?;
+        // Records refused are counted after their event (BPF counts the
+        // alert, then sends or drops the record): reading the drops first
+        // keeps every counted drop's event in the histogram read after.
         let mut dropped = self.set.alert_drops.borrow_mut().total(self.id).map_err(err)?;
         if let Some(feed) = &self.set.alerts {
             dropped += feed.queue_dropped(self.id);
         }
+        self.set.hist.borrow_mut().read(self.id, out).map_err(err)?;
         out.alerts_dropped = dropped;
         Ok(())
     }

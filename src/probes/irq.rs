@@ -21,7 +21,7 @@ use std::os::fd::RawFd;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
 
-use super::alerts::{decode_alert, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
+use super::alerts::{alert_feed, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
 use super::series::{Family as FamilyProbe, Role, Slot, Source};
 use super::{
     attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, tracefs_format, BtfMode, Owned, PerCpuHist,
@@ -244,20 +244,20 @@ impl Source for Irqs {
     /// bucket, full buffer, full queue); a pair that alerted without
     /// getting an alert id (all taken) lost every record.
     fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
+        // Drops first: see runq.rs (a drop is counted after its event).
+        // The threaded path's stages count alerts but send no records.
+        let stage = self.family == Family::Irq && !matches!(irq_key(key).kind as usize, IRQ_KIND_HANDLER | IRQ_KIND_THREAD);
+        let id = if self.alerts.is_some() && !stage { self.alert_id(key) } else { None };
+        let dropped = match id {
+            Some(id) => Some(self.alert_drops.total(id)? + self.alerts.as_ref().map_or(0, |f| f.queue_dropped(id))),
+            None if stage => Some(0),
+            None => None,
+        };
         match self.family {
             Family::Softirq => self.reader.read(key as u32, out)?,
             Family::Irq => self.reader.read_key(&irq_key(key), out)?,
         }
-        if out.alerts == 0 {
-            return Ok(());
-        }
-        out.alerts_dropped = match self.alert_id(key) {
-            Some(id) => {
-                let queued = self.alerts.as_ref().map_or(0, |f| f.queue_dropped(id));
-                self.alert_drops.total(id)? + queued
-            }
-            None => out.alerts,
-        };
+        out.alerts_dropped = dropped.unwrap_or(out.alerts);
         Ok(())
     }
 
@@ -358,16 +358,7 @@ macro_rules! loaded {
         let skel = $skel;
         let links = attach_in_order(skel.object(), &$wanted)?;
         let alert_drops = PerCpuArray::<$types::latmon_alert_drops>::new(&skel.maps.alert_drops)?;
-        let alerts = match $spec.threshold {
-            None => None,
-            Some(_) => {
-                let map = if $ringbuf { &skel.maps.alerts } else { &skel.maps.alerts_perf };
-                let handle = MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
-                // Named by the series that drains them (series.rs).
-                let names = vec![$spec.name.clone(); SOFTIRQ_VECS + IRQ_ALERT_SLOTS];
-                Some(AlertFeed::spawn(handle, $ringbuf, names, decode_alert::<$types::latmon_alert>)?)
-            }
-        };
+        let alerts = alert_feed!(skel, $spec, $ringbuf, $types, SOFTIRQ_VECS + IRQ_ALERT_SLOTS)?;
         let alert_ids = MapHandle::try_from(&skel.maps.irq_alert_id).map_err(|e| libbpf_error("irq_alert_id", &e))?;
         let map = match $family {
             Family::Irq => &skel.maps.irq_hist,

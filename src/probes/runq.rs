@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
-use super::alerts::{decode_alert, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
+use super::alerts::{alert_feed, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
 use super::{ladder, ladder_for, libbpf_error, set_comm, set_tp_field, tracefs_format, BtfMode, Owned, PerCpuHist,
     Probe, ProbeError, ReadHist};
 use crate::bpf::runq::{types, RunqSkelBuilder};
@@ -79,14 +79,7 @@ macro_rules! loaded {
         let skel = $skel;
         let reader = PerCpuHist::<$types::latmon_hist>::new(&skel.maps.runq_hist)?;
         let alert_drops = PerCpuArray::<$types::latmon_alert_drops>::new(&skel.maps.alert_drops)?;
-        let alerts = match $spec.threshold {
-            None => None,
-            Some(_) => {
-                let map = if $ringbuf { &skel.maps.alerts } else { &skel.maps.alerts_perf };
-                let handle = libbpf_rs::MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
-                Some(AlertFeed::spawn(handle, $ringbuf, vec![$spec.name.clone()], decode_alert::<$types::latmon_alert>)?)
-            }
-        };
+        let alerts = alert_feed!(skel, $spec, $ringbuf, $types, 1)?;
         let (progs, links) = attach_progs(skel.object(), $mech)?;
         Ok(Loaded {
             alerts,
@@ -209,11 +202,15 @@ impl Probe for Runq {
 
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
         let err = |why| ProbeError::Read { probe: self.info.name.clone(), why };
-        self.l.reader.read(0, out).map_err(err)?;
-        out.alerts_dropped = self.l.alert_drops.total(0).map_err(err)?;
+        // Records refused are counted after their event (BPF counts the
+        // alert, then sends or drops the record): reading the drops first
+        // keeps every counted drop's event in the histogram read after.
+        let mut dropped = self.l.alert_drops.total(0).map_err(err)?;
         if let Some(feed) = &self.l.alerts {
-            out.alerts_dropped += feed.queue_dropped(0);
+            dropped += feed.queue_dropped(0);
         }
+        self.l.reader.read(0, out).map_err(err)?;
+        out.alerts_dropped = dropped;
         Ok(())
     }
 

@@ -19,7 +19,7 @@ use std::os::fd::RawFd;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
-use super::alerts::{decode_alert, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
+use super::alerts::{alert_feed, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
 use super::series::{Family, Role, Slot, Source};
 use super::{
     attach_in_order, ladder, ladder_for, libbpf_error, set_comm, set_tp_field, tracefs_format, BtfMode, Owned,
@@ -137,11 +137,13 @@ impl Source for Syscalls {
     /// A slot's histogram with its alert records lost on the way (token
     /// bucket, full buffer, full queue).
     fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
-        self.reader.read(key as u32, out)?;
-        out.alerts_dropped = self.alert_drops.total(key as u32)?;
+        // Drops first: see runq.rs (a drop is counted after its event).
+        let mut dropped = self.alert_drops.total(key as u32)?;
         if let Some(feed) = &self.alerts {
-            out.alerts_dropped += feed.queue_dropped(key as u32);
+            dropped += feed.queue_dropped(key as u32);
         }
+        self.reader.read(key as u32, out)?;
+        out.alerts_dropped = dropped;
         Ok(())
     }
 
@@ -220,16 +222,7 @@ macro_rules! loaded {
         let skel = $skel;
         let reader = PerCpuHist::<$types::latmon_hist>::new(&skel.maps.sc_hist)?;
         let alert_drops = PerCpuArray::<$types::latmon_alert_drops>::new(&skel.maps.alert_drops)?;
-        let alerts = match $spec.threshold {
-            None => None,
-            Some(_) => {
-                let map = if $ringbuf { &skel.maps.alerts } else { &skel.maps.alerts_perf };
-                let handle = libbpf_rs::MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
-                // Named by the series that drains them (series.rs).
-                let names = vec![$spec.name.clone(); SYSCALL_SLOTS];
-                Some(AlertFeed::spawn(handle, $ringbuf, names, decode_alert::<$types::latmon_alert>)?)
-            }
-        };
+        let alerts = alert_feed!(skel, $spec, $ringbuf, $types, SYSCALL_SLOTS)?;
         let slot_ids = skel.maps.bss_data.as_deref().map(|b| b.sc_slot_id.as_ptr()).ok_or("no .bss")?;
         let progs = super::loaded_prog_fds(skel.object());
         Ok(Loaded {

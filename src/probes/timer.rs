@@ -128,11 +128,13 @@ impl Timers {
     /// A series' histogram with its alert records lost on the way (token
     /// bucket, full buffer, full queue).
     fn read_series(&mut self, series: u32, out: &mut Hist) -> Result<(), String> {
-        self.reader.read(series, out)?;
-        out.alerts_dropped = self.alert_drops.total(series)?;
+        // Drops first: see runq.rs (a drop is counted after its event).
+        let mut dropped = self.alert_drops.total(series)?;
         if let Some(feed) = &self.alerts {
-            out.alerts_dropped += feed.queue_dropped(series);
+            dropped += feed.queue_dropped(series);
         }
+        self.reader.read(series, out)?;
+        out.alerts_dropped = dropped;
         Ok(())
     }
 

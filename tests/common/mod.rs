@@ -287,3 +287,40 @@ pub fn pty() -> Pty {
     let path = nix::unistd::ttyname(r.slave.as_fd()).unwrap().to_string_lossy().into_owned();
     Pty { master: std::fs::File::from(r.master), slave: r.slave, path }
 }
+
+/// Disk interrupts: synced writes for `how_long`.
+pub fn disk_load(how_long: Duration) {
+    let path = std::env::temp_dir().join(format!("latmon-irq-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let t0 = Instant::now();
+    while t0.elapsed() < how_long {
+        let mut f = std::fs::File::create(&path).unwrap();
+        std::io::Write::write_all(&mut f, &[1u8; 256 << 10]).unwrap();
+        f.sync_all().unwrap();
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Push `bytes` through a loopback TCP connection in small writes.
+pub fn loopback_traffic(bytes: usize) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rx = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        let mut got = 0;
+        while got < bytes {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got += n;
+        }
+    });
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    let chunk = [7u8; 1024];
+    let mut sent = 0;
+    while sent < bytes {
+        std::io::Write::write_all(&mut s, &chunk).unwrap();
+        sent += chunk.len();
+    }
+    rx.join().unwrap();
+}
