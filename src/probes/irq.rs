@@ -184,9 +184,14 @@ fn irq_key(key: u64) -> types::latmon_irq_key {
 }
 
 impl Irqs {
-    /// The alert id of a slot, if it has one: softirq vectors always;
-    /// an (irq, kind) pair once its first alert gave it one (handlers and
-    /// threaded paths end to end only).
+    /// Whether a slot's alerts become records: softirqs, handlers and
+    /// threaded paths end to end; the threaded path's stages only count.
+    fn sends_records(&self, key: u64) -> bool {
+        self.family == Family::Softirq || matches!(irq_key(key).kind as usize, IRQ_KIND_HANDLER | IRQ_KIND_THREAD)
+    }
+
+    /// The alert id of a slot that sends records, if it has one: softirq
+    /// vectors always; an (irq, kind) pair once its first alert gave it one.
     fn alert_id(&mut self, key: u64) -> Option<u32> {
         if self.family == Family::Softirq {
             return Some(key as u32);
@@ -195,9 +200,6 @@ impl Irqs {
             return Some(id);
         }
         let k = irq_key(key);
-        if !matches!(k.kind as usize, IRQ_KIND_HANDLER | IRQ_KIND_THREAD) {
-            return None;
-        }
         let mut bytes = [0u8; 8]; // struct latmon_irq_key: irq, kind
         bytes[..4].copy_from_slice(&k.irq.to_ne_bytes());
         bytes[4..].copy_from_slice(&k.kind.to_ne_bytes());
@@ -245,8 +247,7 @@ impl Source for Irqs {
     /// getting an alert id (all taken) lost every record.
     fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
         // Drops first: see runq.rs (a drop is counted after its event).
-        // The threaded path's stages count alerts but send no records.
-        let stage = self.family == Family::Irq && !matches!(irq_key(key).kind as usize, IRQ_KIND_HANDLER | IRQ_KIND_THREAD);
+        let stage = !self.sends_records(key);
         let id = if self.alerts.is_some() && !stage { self.alert_id(key) } else { None };
         let dropped = match id {
             Some(id) => Some(self.alert_drops.total(id)? + self.alerts.as_ref().map_or(0, |f| f.queue_dropped(id))),
@@ -262,7 +263,7 @@ impl Source for Irqs {
     }
 
     fn drain_alerts(&mut self, key: u64, out: &mut Vec<AlertRecord>) {
-        if self.alerts.is_none() {
+        if self.alerts.is_none() || !self.sends_records(key) {
             return;
         }
         if let Some(id) = self.alert_id(key) {
