@@ -219,6 +219,9 @@ struct PlanCost {
     bpf_ns_per_event: u64,
     events_per_s: u64,
     bpf_cpu_percent: f64,
+    /// Runs of the probe's programs the kernel skipped during the
+    /// measurement (`recursion_misses`).
+    bpf_missed: u64,
     /// Over `overhead_budget` (if configured) during the measurement.
     over_budget: bool,
 }
@@ -354,6 +357,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
                                 bpf_ns_per_event: c.ns_per_event(),
                                 events_per_s: c.events_per_s(wall),
                                 bpf_cpu_percent: round4(c.cpu_percent(wall, cpus)),
+                                bpf_missed: c.missed,
                                 over_budget: over,
                             });
                         }
@@ -444,12 +448,13 @@ fn print_check(r: &CheckReport) {
                     if let Some(c) = &p.cost {
                         let _ = writeln!(
                             o,
-                            "  {:<20} cost: BPF {} ns/event, {} events/s, {:.4}% CPU{}",
+                            "  {:<20} cost: BPF {} ns/event, {} events/s, {:.4}% CPU{}{}",
                             "",
                             c.bpf_ns_per_event,
                             c.events_per_s,
                             c.bpf_cpu_percent,
-                            if c.over_budget { "  OVER BUDGET" } else { "" }
+                            if c.over_budget { "  OVER BUDGET" } else { "" },
+                            if c.bpf_missed > 0 { format!("  MISSED {} runs (the kernel skipped them)", c.bpf_missed) } else { String::new() }
                         );
                     }
                 }

@@ -114,7 +114,16 @@ fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_repo
     let done = Arc::new(AtomicBool::new(false));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let hammers: Vec<_> = (0..cpus).map(|c| hammer(c, Arc::clone(&done))).collect();
+    // `latmon check --measure` during the load names the misses too.
+    let check = std::thread::spawn(|| {
+        latmon()
+            .args(["check", "--json", "--measure", "700ms", "--probe", "irq"])
+            .env("LATMON_FORCE_NO_BTF", "1")
+            .output()
+            .unwrap()
+    });
     interrupt_load(Duration::from_millis(1500));
+    let check = check.join().unwrap();
     done.store(true, Ordering::Relaxed);
     let lookups: u64 = hammers.into_iter().map(|h| h.join().unwrap()).sum();
     // Two intervals: the Modbus image then holds every miss of the load.
@@ -159,6 +168,10 @@ fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_repo
     eprintln!("FIGURES Modbus: status 0x{status_bits:04x}, missed register {modbus_missed}");
     assert!(status_bits & 0x20 != 0, "Modbus status bit 5 (missed): 0x{status_bits:04x}");
     assert!(modbus_missed > 0 && modbus_missed as u64 <= truth_nobtf, "Modbus missed {modbus_missed}, kernel {truth_nobtf}");
+    let plan: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
+    let irq_cost = &plan["probes"][0]["cost"];
+    eprintln!("FIGURES check --measure 700ms under the load: {irq_cost}");
+    assert!(u(irq_cost, "bpf_missed") > 0, "{plan}");
     let log = nobtf_err.lock().unwrap().join("\n");
     assert!(log.contains("the kernel skipped") && log.contains("recursion_misses"), "{log}");
 }
