@@ -429,7 +429,7 @@ impl Agent {
             // is then partial (or none), and says so.
             if !self.cost_read_failed {
                 log::warn!(
-                    "BPF statistics: {failed} of {} programs unreadable (bpf_prog_get_info_by_fd); their cost is not counted",
+                    "BPF statistics: {failed} of {} programs unreadable (bpf_prog_get_info_by_fd); their cost and kernel misses are not counted",
                     self.costs.programs()
                 );
                 self.cost_read_failed = true;

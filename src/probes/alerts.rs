@@ -372,6 +372,18 @@ macro_rules! alert_feed {
 }
 pub(crate) use alert_feed;
 
+/// Before load: create only the alert buffer in use (`ringbuf`: `alerts`,
+/// else `alerts_perf`) in an open skeleton that includes
+/// bpf/alerts.bpf.h; the BPF side picks it by its `use_ringbuf` rodata.
+macro_rules! keep_alert_buffer {
+    ($open:expr, $ringbuf:expr) => {
+        if $ringbuf { &mut $open.maps.alerts_perf } else { &mut $open.maps.alerts }
+            .set_autocreate(false)
+            .map_err(|e| $crate::probes::libbpf_error("alert buffer", &e))
+    };
+}
+pub(crate) use keep_alert_buffer;
+
 #[cfg(test)]
 mod tests {
     use super::*;

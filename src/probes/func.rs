@@ -128,9 +128,7 @@ macro_rules! func_build {
                     }
                     ro.threshold_ns[id] = threshold_ns(spec);
                 }
-                let unused =
-                    if cfg.use_ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
-                unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
+                crate::probes::alerts::keep_alert_buffer!(open, cfg.use_ringbuf)?;
                 Ok(open)
             }
 

@@ -184,19 +184,33 @@ fn irq_key(key: u64) -> types::latmon_irq_key {
 }
 
 impl Irqs {
+    fn read_hist(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
+        match self.family {
+            Family::Softirq => self.reader.read(key as u32, out),
+            Family::Irq => self.reader.read_key(&irq_key(key), out),
+        }
+    }
+
     /// Whether a slot's alerts become records: softirqs, handlers and
     /// threaded paths end to end; the threaded path's stages only count.
     fn sends_records(&self, key: u64) -> bool {
         self.family == Family::Softirq || matches!(irq_key(key).kind as usize, IRQ_KIND_HANDLER | IRQ_KIND_THREAD)
     }
 
-    /// The alert id of a slot that sends records, if it has one: softirq
-    /// vectors always; an (irq, kind) pair once its first alert gave it one.
-    fn alert_id(&mut self, key: u64) -> Option<u32> {
-        if self.family == Family::Softirq {
-            return Some(key as u32);
+    /// The alert id of a slot that sends records, without a map lookup:
+    /// softirq vectors always; a pair once `alert_id` found its id.
+    fn known_alert_id(&self, key: u64) -> Option<u32> {
+        match self.family {
+            Family::Softirq => Some(key as u32),
+            Family::Irq => self.alert_id_of.get(&key).copied(),
         }
-        if let Some(&id) = self.alert_id_of.get(&key) {
+    }
+
+    /// The alert id of a slot that sends records, if it has one: an
+    /// (irq, kind) pair once its first alert gave it one (a map lookup
+    /// until then).
+    fn alert_id(&mut self, key: u64) -> Option<u32> {
+        if let Some(id) = self.known_alert_id(key) {
             return Some(id);
         }
         let k = irq_key(key);
@@ -246,30 +260,43 @@ impl Source for Irqs {
     /// bucket, full buffer, full queue); a pair that alerted without
     /// getting an alert id (all taken) lost every record.
     fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
-        // Drops first: see runq.rs (a drop is counted after its event).
-        let stage = !self.sends_records(key);
-        let id = if self.alerts.is_some() && !stage { self.alert_id(key) } else { None };
-        let dropped = match id {
-            Some(id) => Some(self.alert_drops.total(id)? + self.alerts.as_ref().map_or(0, |f| f.queue_dropped(id))),
-            None if stage => Some(0),
-            None => None,
-        };
-        match self.family {
-            Family::Softirq => self.reader.read(key as u32, out)?,
-            Family::Irq => self.reader.read_key(&irq_key(key), out)?,
+        if self.alerts.is_none() || !self.sends_records(key) {
+            // No threshold, or a stage of the threaded path: no records.
+            self.read_hist(key, out)?;
+            out.alerts_dropped = 0;
+            return Ok(());
         }
-        out.alerts_dropped = dropped.unwrap_or(out.alerts);
+        if self.known_alert_id(key).is_none() {
+            // A pair without an id yet: look one up only once it alerted
+            // (every map syscall briefly blinds classic-tracepoint
+            // programs on this CPU, see docs/probes.md).
+            self.read_hist(key, out)?;
+            if out.alerts == 0 {
+                out.alerts_dropped = 0;
+                return Ok(());
+            }
+            if self.alert_id(key).is_none() {
+                // Every alert id was taken: none of its alerts sent a record.
+                out.alerts_dropped = out.alerts;
+                return Ok(());
+            }
+        }
+        // Drops first: see runq.rs (a drop is counted after its event).
+        let id = self.known_alert_id(key).unwrap_or_default();
+        let dropped = self.alert_drops.total(id)? + self.alerts.as_ref().map_or(0, |f| f.queue_dropped(id));
+        self.read_hist(key, out)?;
+        out.alerts_dropped = dropped;
         Ok(())
     }
 
+    /// Records of pairs whose id `read` has seen (it runs before every
+    /// drain: the agent refreshes families before draining them).
     fn drain_alerts(&mut self, key: u64, out: &mut Vec<AlertRecord>) {
-        if self.alerts.is_none() || !self.sends_records(key) {
+        if !self.sends_records(key) {
             return;
         }
-        if let Some(id) = self.alert_id(key) {
-            if let Some(feed) = &self.alerts {
-                feed.drain(id, out);
-            }
+        if let (Some(feed), Some(id)) = (&self.alerts, self.known_alert_id(key)) {
+            feed.drain(id, out);
         }
     }
 
@@ -390,8 +417,7 @@ fn load_core(spec: &ProbeSpec, family: Family, mech: &'static str, threads: bool
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
         ro.use_ringbuf = ringbuf;
-        let unused = if ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
-        unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
+        crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
@@ -412,8 +438,7 @@ fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, St
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
         ro.use_ringbuf = ringbuf;
-        let unused = if ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
-        unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
+        crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
         match family {
             Family::Irq => {
                 let e = set_tp_field!(ro.entry_irq, &events[0], "irq", PID_SIZES);

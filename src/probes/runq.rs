@@ -138,8 +138,7 @@ fn load_core(spec: &ProbeSpec, mech: &'static str, ringbuf: bool) -> Result<Load
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
-        let unused = if ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
-        unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
+        crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
         for mut prog in open.open_object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
             prog.set_autoload(wants(mech, &name));
@@ -184,8 +183,7 @@ fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
         if spec.pid.is_none() {
             open.maps.runq_tids.set_max_entries(1).map_err(|e| libbpf_error("runq_tids", &e))?;
         }
-        let unused = if ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
-        unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
+        crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     loaded!(skel, spec, ringbuf, nobtf_types, "tracepoint")

@@ -247,8 +247,7 @@ fn load_core(spec: &ProbeSpec, filter_id: i32, mech: &'static str, ringbuf: bool
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
         ro.use_ringbuf = ringbuf;
-        let unused = if ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
-        unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
+        crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
@@ -271,8 +270,7 @@ fn load_tp(spec: &ProbeSpec, filter_id: i32, ringbuf: bool) -> Result<Loaded, St
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
         ro.use_ringbuf = ringbuf;
-        let unused = if ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
-        unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
+        crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
         let id = set_tp_field!(ro.enter_id, &enter, "id", LONG_SIZES);
         log::info!("syscall: record layout from tracefs: sys_enter id{id}");
         super::autoload_only(open.open_object_mut(), &wanted);

@@ -225,8 +225,7 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> 
         ro.chain = chain;
         ro.response = response.is_some();
         ro.use_ringbuf = ringbuf;
-        let unused = if ringbuf { &mut open.maps.alerts_perf } else { &mut open.maps.alerts };
-        unused.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))?;
+        crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
