@@ -5,7 +5,8 @@
 # brings aarch64-linux-musl-gcc; armv7 glibc), the
 # virtual boards (qemu, multiarch busybox/kernels, pahole), the baselines,
 # the Modbus tests' client (mbpoll; pymodbus comes from PyPI via
-# scripts/modbus-venv.sh) and promtool (package prometheus). systemd is
+# scripts/modbus-venv.sh), promtool (package prometheus), and what BitBake
+# needs on the host (chrpath, diffstat, lz4, an en_US.UTF-8 locale). systemd is
 # there for systemd-analyze verify (tests/yocto/check.sh); it needs no
 # running systemd.
 # Used by the README's first command and by CI (.ci/run).
@@ -25,7 +26,14 @@ apt-get install -y --no-install-recommends \
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross \
   musl-dev:arm64 \
   bpftool libbpf-tools rt-tests procps util-linux file cpio dwarves xz-utils zstd \
-  python3 python3-venv systemd mbpoll prometheus
+  python3 python3-venv systemd mbpoll prometheus \
+  chrpath diffstat lz4 locales
+# BitBake (tests/yocto/bitbake.sh) wants an en_US.UTF-8 locale.
+if ! locale -a 2>/dev/null | grep -qix 'en_US.utf8'; then
+  sed -i 's/^# *en_US.UTF-8 UTF-8/en_US.UTF-8 UTF-8/' /etc/locale.gen
+  grep -qx 'en_US.UTF-8 UTF-8' /etc/locale.gen || echo 'en_US.UTF-8 UTF-8' >> /etc/locale.gen
+  locale-gen >/dev/null
+fi
 scripts/install-qemu.sh
 command -v cargo >/dev/null || { echo "install-deps: cargo not found; install Rust with rustup" >&2; exit 1; }
 rustup target add aarch64-unknown-linux-gnu aarch64-unknown-linux-musl armv7-unknown-linux-gnueabihf

@@ -14,6 +14,9 @@ cargo test --locked --release --no-fail-fast
 echo "test.sh: cargo tests passed in $(( $(date +%s) - t0 )) s"
 # The Yocto layer: oelint-adv, kas, systemd-analyze, kernel options (yocto/).
 tests/yocto/check.sh
+# The layer through the real BitBake and yocto-check-layer, offline, from the
+# pinned snapshots in ../shared/yocto.
+tests/yocto/bitbake.sh
 if [ $boards = 1 ]; then
   tests/board/run-all.sh
 fi

@@ -79,7 +79,16 @@ fn when_no_probe_can_run_the_exit_is_non_zero() {
 
 #[test]
 fn not_root_is_named_as_the_cause() {
-    let out = latmon().args(["run", "--duration", "1s"]).uid(65534).gid(65534).output().unwrap();
+    // uid 65534 may not be able to reach the build tree (a clone under
+    // root's mode-700 home): run a copy from a directory everyone can enter.
+    let dir = std::env::temp_dir().join(format!("latmon-notroot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let bin = dir.join("latmon");
+    std::fs::copy(env!("CARGO_BIN_EXE_latmon"), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(&bin).args(["run", "--duration", "1s"]).uid(65534).gid(65534).output().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("must run as root"), "{err}");

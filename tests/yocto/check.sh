@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The Yocto layer's checks, the ones the Yocto world itself uses, without
-# bitbake (scripts/test.sh runs this after cargo test):
+# bitbake (scripts/test.sh runs this after cargo test, then tests/yocto/bitbake.sh,
+# the real BitBake):
 #   1. latmon-crates.inc lists exactly Cargo.lock's crates and checksums
 #   2. oelint-adv is clean on every recipe, append, include and layer.conf
 #      (suppressions: yocto/.oelint.cfg, each justified there), and the
 #      kernel appends are guarded by DISTRO_FEATURES (what oelint cannot see)
 #   3. LIC_FILES_CHKSUM follows Cargo.lock's libbpf-sys/libbpf-rs, and the recipe's
-#      LICENSE covers every crate linked into latmon
+#      LICENSE covers every crate linked into latmon; the pinned SRCREV_latmon
+#      has this Cargo.lock (so latmon-crates.inc fits the source it builds)
 #   4. the kas files load and validate offline with kas's own loader/schema
 #   5. the systemd unit, rendered for every board config, passes
 #      systemd-analyze verify with no diagnostic at all
@@ -46,11 +48,12 @@ if [ -n "$lint" ]; then
   exit 1
 fi
 echo "oelint-adv: ${#lintfiles[@]} files clean: ${lintfiles[*]#$layer/}"
-mapfile -t kernelfiles < <(find "$layer" -path '*recipes-kernel/linux/*' \( -name '*.bbappend' -o -name '*.inc' \) | sort)
+mapfile -t kernelfiles < <(find "$layer" -path "*recipes-kernel/linux/*" -name "*.bbappend" | sort)
 python3 tests/yocto/checks.py guards "${kernelfiles[@]}"
 
 step "3. license checksums"
 python3 tests/yocto/checks.py licenses "$layer/recipes-support/latmon/latmon_git.bb"
+python3 tests/yocto/checks.py srcrev "$layer/recipes-support/latmon/latmon_git.bb"
 
 step "4. kas files"
 KAS_WORK_DIR="$work/kas" "$venv/bin/python" tests/yocto/checks.py kas yocto/kas/*.yml

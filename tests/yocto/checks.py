@@ -10,6 +10,13 @@
   checks.py kconfig CONFIG CFG...  every option of the fragments exists in CONFIG
   checks.py caps UNIT...         CapabilityBoundingSet names real capabilities
   checks.py licenses RECIPE      LIC_FILES_CHKSUM follows Cargo.lock's crates
+  checks.py srcrev RECIPE        SRCREV_latmon is a commit of this repository
+                                 whose Cargo.lock is the working tree's
+  checks.py kasconf KAS BUILDDIR NAME=PATH...
+                                 write BUILDDIR/conf/{bblayers,local}.conf the
+                                 way kas does from KAS (includes merged), with
+                                 each repo NAME checked out at PATH (tests/yocto/
+                                 bitbake.sh: the pinned snapshots)
 
 Each prints what it verified and exits non-zero on the first class of errors.
 """
@@ -22,6 +29,12 @@ import sys
 import tomllib
 
 TOP = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+# The targets latmon ships for (scripts/build-static.sh): the crates linked
+# into them are what LICENSE must cover. Not "--target all": that resolves
+# crates no product links (android_system_properties, Windows crates), which
+# `cargo test` never downloads. Not --offline: the 32-bit target's bindgen
+# crates are downloaded only by its cross build, which runs after these checks.
+PRODUCT_TARGETS = ("aarch64-unknown-linux-musl", "armv7-unknown-linux-gnueabihf", "x86_64-unknown-linux-gnu")
 
 
 def fail(errors):
@@ -90,13 +103,17 @@ def check_kas(files):
     fail(errors)
 
 
-# What an unguarded line of a kernel append may do: define this layer's own
-# variables or require the shared include.
+# A kernel append may define this layer's own variables (LATMON_*, which no
+# task reads unless a guarded include uses them) and require an include, the
+# include's name guarded as a whole: the include's values stay out of every
+# variable, and so of every task signature, without the feature. Anything
+# else would be parsed with or without it.
 GUARDS = (
     "bb.utils.contains('DISTRO_FEATURES', 'latmon'",
     "oe.utils.conditional('LATMON_RPI_PREEMPT_RT', '1'",
 )
 PRIVATE = re.compile(r"^(LATMON_[A-Z_]+)\s*(\?\?=|\?=|:=|=)")
+GUARDED_REQUIRE = re.compile(r"^require \$\{@(.*), '([^']+\.inc)', '', d\)\}$")
 
 
 def check_guards(files):
@@ -105,16 +122,26 @@ def check_guards(files):
         before = len(errors)
         with open(f) as fd:
             text = fd.read().replace("\\\n", " ")
-        n = 0
+        incs = []
         for line in text.splitlines():
             line = line.strip()
-            if not line or line.startswith("#") or line.startswith("require ") or PRIVATE.match(line):
+            if not line or line.startswith("#") or PRIVATE.match(line):
                 continue
-            n += 1
-            if not any(g in line for g in GUARDS):
-                errors.append("%s: not guarded by DISTRO_FEATURES latmon (or LATMON_RPI_PREEMPT_RT): %s" % (f, line))
+            m = GUARDED_REQUIRE.match(line)
+            if m and any(line.startswith("require ${@" + g) for g in GUARDS):
+                inc = m.group(2)
+                found = [p for p in (os.path.join(os.path.dirname(f), inc), os.path.join(TOP, "yocto", "meta-latmon", inc))
+                         if os.path.isfile(p)]
+                if not found:
+                    errors.append("%s: the guarded include %s does not exist" % (f, inc))
+                incs.append(inc)
+                continue
+            errors.append("%s: parsed without the feature (only LATMON_* variables and a guarded "
+                          "`require ${@...}` belong in a kernel append): %s" % (f, line))
+        if not incs:
+            errors.append("%s: requires no guarded include" % f)
         if len(errors) == before:
-            print("guards: %s: %d assignments, all guarded" % (os.path.relpath(f, TOP), n))
+            print("guards: %s: only guarded includes (%s)" % (os.path.relpath(f, TOP), ", ".join(incs)))
     fail(errors)
 
 
@@ -194,8 +221,8 @@ def check_licenses(recipe):
     # AND-part of its license offers one of the licenses LICENSE names.
     recipe_lics = set(re.findall(r"[A-Za-z0-9.+-]+", re.search(r'^LICENSE = "([^"]+)"', text, re.M).group(1)))
     tree = subprocess.run(
-        ["cargo", "tree", "--locked", "--offline", "-e", "normal,no-proc-macro", "--target", "all",
-         "--prefix", "none", "-f", "{p}|{l}"],
+        ["cargo", "tree", "--locked", "-e", "normal,no-proc-macro", "--prefix", "none", "-f", "{p}|{l}"]
+        + [a for t in PRODUCT_TARGETS for a in ("--target", t)],
         cwd=TOP, capture_output=True, text=True)
     if tree.returncode != 0:
         errors.append("cargo tree failed: %s" % tree.stderr.strip())
@@ -214,6 +241,76 @@ def check_licenses(recipe):
     fail(errors)
 
 
+def check_srcrev(recipe):
+    """The recipe builds SRCREV_latmon with latmon-crates.inc, which follows
+    the working tree's Cargo.lock: the pinned commit must have that lock."""
+    with open(recipe) as fd:
+        m = re.search(r'^SRCREV_latmon \?\?= "([0-9a-f]{40})"$', fd.read(), re.M)
+    if not m:
+        fail(["%s: SRCREV_latmon is not pinned to a 40-digit commit" % recipe])
+    rev = m.group(1)
+    git = lambda *a: subprocess.run(["git", "-C", TOP] + list(a), capture_output=True, text=True)
+    if git("rev-parse", "--is-shallow-repository").stdout.strip() == "true" and git("cat-file", "-e", rev + "^{commit}").returncode:
+        print("srcrev: WARNING: shallow clone without %s: SRCREV_latmon not checked" % rev[:12])
+        return
+    errors = []
+    if git("cat-file", "-e", rev + "^{commit}").returncode:
+        errors.append("%s: SRCREV_latmon %s is not a commit of this repository" % (recipe, rev))
+    elif git("merge-base", "--is-ancestor", rev, "HEAD").returncode:
+        errors.append("%s: SRCREV_latmon %s is not an ancestor of HEAD" % (recipe, rev))
+    else:
+        pinned = git("show", rev + ":Cargo.lock").stdout
+        with open(os.path.join(TOP, "Cargo.lock")) as fd:
+            if fd.read() != pinned:
+                errors.append("%s: Cargo.lock changed since SRCREV_latmon %s: latmon-crates.inc would not match the "
+                              "pinned source; commit, then pin SRCREV_latmon to a commit with this Cargo.lock" % (recipe, rev[:12]))
+    if not errors:
+        print("srcrev: SRCREV_latmon %s is an ancestor of HEAD with the same Cargo.lock" % rev[:12])
+    fail(errors)
+
+
+def kas_conf(kasfile, builddir, repo_paths):
+    """bblayers.conf and local.conf as kas writes them (kas/libcmds.py
+    WriteBBConfig): the layers of every repo in the order kas gives them,
+    the local_conf_header sections sorted by name, MACHINE and DISTRO."""
+    import argparse
+
+    from kas import context
+    from kas.includehandler import IncludeHandler
+
+    context.create_global_context(argparse.Namespace(no_color=True))
+    cfg, missing = IncludeHandler([kasfile], use_lock=False).get_config()
+    if missing:
+        fail(["%s: includes from repos not available: %s" % (kasfile, missing)])
+    layers = []
+    for name, repo in sorted((cfg.get("repos") or {}).items()):
+        repo = repo or {}
+        if name not in repo_paths:
+            fail(["%s: repo %s: no checkout given (have %s)" % (kasfile, name, ", ".join(sorted(repo_paths)))])
+        repo_layers = repo.get("layers")
+        if repo_layers is None:  # kas: a repo without "layers" is one layer
+            repo_layers = {"": None}
+        for layer, enabled in sorted(repo_layers.items()):
+            if enabled not in ("disabled", "excluded", "n", "no", "0", "false"):
+                layers.append(os.path.normpath(os.path.join(repo_paths[name], layer)))
+    os.makedirs(os.path.join(builddir, "conf"), exist_ok=True)
+    with open(os.path.join(builddir, "conf", "bblayers.conf"), "w") as fd:
+        fd.write("# written by tests/yocto/checks.py kasconf from %s\n" % os.path.relpath(kasfile, TOP))
+        for k, v in sorted((cfg.get("bblayers_conf_header") or {}).items()):
+            fd.write(v.rstrip("\n") + "\n")
+        fd.write('BBPATH = "${TOPDIR}"\nBBFILES ?= ""\nBBLAYERS ?= " \\\n%s"\n' % "".join("    %s \\\n" % l for l in layers))
+    with open(os.path.join(builddir, "conf", "local.conf"), "w") as fd:
+        fd.write("# written by tests/yocto/checks.py kasconf from %s\n" % os.path.relpath(kasfile, TOP))
+        for k, v in sorted((cfg.get("local_conf_header") or {}).items()):
+            fd.write("# %s\n%s\n" % (k, v.rstrip("\n")))
+        if cfg.get("machine"):
+            fd.write('MACHINE ??= "%s"\n' % cfg["machine"])
+        if cfg.get("distro"):
+            fd.write('DISTRO ??= "%s"\n' % cfg["distro"])
+    print("kasconf: %s: %d layers: %s; target %s" % (
+        os.path.relpath(kasfile, TOP), len(layers), " ".join(os.path.basename(l) for l in layers), cfg.get("target")))
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -228,6 +325,10 @@ def main():
         check_caps(args)
     elif cmd == "licenses":
         check_licenses(args[0])
+    elif cmd == "srcrev":
+        check_srcrev(args[0])
+    elif cmd == "kasconf":
+        kas_conf(args[0], args[1], dict(a.split("=", 1) for a in args[2:]))
     else:
         sys.exit(__doc__)
 

@@ -53,26 +53,35 @@ DEPENDS += "\
 
 PV = "0.1.0+git"
 
-# Where the sources come from. By default: the git checkout this layer is
-# part of (<checkout>/yocto/meta-latmon/recipes-support/latmon is where this
-# file lives), its branch main, newest commit. Release builds pin a commit
-# (SRCREV_latmon = "<sha1>" in local.conf or a kas local_conf_header), or
-# fetch another clone (e.g. LATMON_GIT_PATH = "git.example.com/latmon.git",
-# LATMON_GIT_PROTOCOL = "https").
+# Where the sources come from: one pinned commit of the latmon repository,
+# so that a build is reproducible and parsing never runs git (an AUTOREV
+# would ask the repository at every parse, and fail the parse of the whole
+# build wherever the layer was copied without it). SRCREV_latmon is bumped
+# with every release, and whenever Cargo.lock changes: latmon-crates.inc
+# lists the crates of the pinned commit's Cargo.lock (tests/yocto/checks.py
+# srcrev checks both). The repository is by default the git checkout this
+# layer is part of (this file is <checkout>/yocto/meta-latmon/recipes-support/
+# latmon/latmon_git.bb); only do_fetch reads it, with nobranch=1 so that any
+# clone holding the commit will do (a detached HEAD, no local "main").
+#   another clone:        LATMON_GIT_PATH = "git.example.com/latmon.git"
+#                         LATMON_GIT_PARAMS = "protocol=https;nobranch=1"
+#   a branch's newest:    LATMON_GIT_PARAMS = "protocol=https;branch=main"
+#                         SRCREV_latmon = "${AUTOREV}"
+#   the checkout as is:   INHERIT += "externalsrc"
+#   (uncommitted too)     EXTERNALSRC:pn-latmon = "/path/to/latmon"
 LATMON_SRC_DIR := "${@os.path.normpath(os.path.join(d.getVar('THISDIR'), '..', '..', '..', '..'))}"
 LATMON_GIT_PATH ??= "${LATMON_SRC_DIR}"
-LATMON_GIT_PROTOCOL ??= "file"
-LATMON_GIT_BRANCH ??= "main"
+LATMON_GIT_PARAMS ??= "protocol=file;nobranch=1"
 
 SRC_URI = "\
-    git://${LATMON_GIT_PATH};protocol=${LATMON_GIT_PROTOCOL};branch=${LATMON_GIT_BRANCH};name=latmon \
+    git://${LATMON_GIT_PATH};${LATMON_GIT_PARAMS};name=latmon \
     file://latmon.service \
     file://latmon.init \
     file://latmon-service-files.sh \
 "
 require ${BPN}-crates.inc
 
-SRCREV_latmon ??= "${AUTOREV}"
+SRCREV_latmon ??= "428f5488b4f3ac4928370321bfd35484a1c2e9b9"
 SRCREV_FORMAT = "latmon"
 
 inherit cargo cargo-update-recipe-crates pkgconfig systemd update-rc.d
@@ -94,8 +103,12 @@ LATMON_CAPABILITIES ??= "CAP_BPF CAP_PERFMON"
 export CLANG = "${STAGING_BINDIR_NATIVE}/clang"
 export LATMON_BPF_CFLAGS = "${DEBUG_PREFIX_MAP}"
 # libbpf-sys compiles its vendored C sources inside the vendored crate, in
-# cargo's home under UNPACKDIR, outside S and B: map that too.
-DEBUG_PREFIX_MAP_EXTRA = "-ffile-prefix-map=${UNPACKDIR}=${TARGET_DBGSRC_DIR}"
+# cargo's home under UNPACKDIR, outside S and B: map that too. Not through
+# DEBUG_PREFIX_MAP_EXTRA, which rust-common.bbclass empties for gcc
+# toolchains after the recipe has set it; prepended, like the EXTRA part
+# would be, because gcc applies the maps last to first: S's own map (under
+# UNPACKDIR) keeps precedence.
+DEBUG_PREFIX_MAP:prepend = "-ffile-prefix-map=${UNPACKDIR}=${TARGET_DBGSRC_DIR} "
 # 32-bit targets (armv7) regenerate libbpf-sys' bindings with bindgen, which
 # loads clang-native's libclang and parses libbpf's headers for the target.
 export LIBCLANG_PATH = "${STAGING_LIBDIR_NATIVE}"

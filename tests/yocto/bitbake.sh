@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# meta-latmon through the real Yocto tools, offline, from the pinned layer
+# snapshots in ../shared/yocto (bitbake 2.18, oe-core, meta-yocto, meta-oe,
+# meta-raspberrypi at the commits yocto/kas/ names; see that README):
+#   A. the qemuarm64-rt kas build, from a clone of this repository on a
+#      detached HEAD without a local "main": bitbake -p; -n latmon-test-image;
+#      -e of the kernel (the fragment and KERNEL_DEBUG are there) and of latmon
+#      (pinned SRCREV, the UNPACKDIR prefix map); -c fetch and -c unpack of
+#      latmon (its crates from the Rust crate registry, checksums checked)
+#   B. the raspberrypi4-64 kas build: bitbake -n latmon-test-image; -e of
+#      linux-raspberrypi (latmon fragment and PREEMPT_RT fragment)
+#   C. a standalone copy of the layer (no git checkout around it), without the
+#      distro feature, with latmon built through externalsrc: bitbake -p; the
+#      kernel has no latmon fragment; externalsrc keeps the crates
+#   D. yocto-check-layer on meta-latmon (meta-oe given as its dependency)
+# BitBake refuses to run as root: everything runs as an unprivileged user
+# ($LATMON_YOCTO_USER, created if missing) in a scratch directory it owns.
+# The kas files are turned into bblayers.conf/local.conf by kas's own loader
+# (checks.py kasconf), so a layer they forget fails here.
+# Needs: chrpath diffstat lz4 and the en_US.UTF-8 locale (scripts/install-deps.sh),
+# and the kas venv of tests/yocto/check.sh (created there if missing).
+set -euo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top"
+snap=${LATMON_YOCTO_SNAPSHOTS:-$top/../shared/yocto}
+user=${LATMON_YOCTO_USER:-latmon-yocto}
+venv=${LATMON_YOCTO_VENV:-$top/target/yocto-venv}
+[ "$(id -u)" = 0 ] || { echo "bitbake.sh: run as root (it creates and becomes user $user)" >&2; exit 1; }
+for t in bitbake-2.18-fae9db31 openembedded-core-wrynose-ef022bf8 meta-yocto-wrynose-904846ae \
+         meta-openembedded-wrynose-6bf0d8ad-meta-oe meta-raspberrypi-wrynose-f62c6792; do
+  [ -f "$snap/$t.tar.gz" ] || { echo "bitbake.sh: FAIL: $snap/$t.tar.gz missing (set LATMON_YOCTO_SNAPSHOTS)" >&2; exit 1; }
+done
+[ -x "$venv/bin/python" ] || { echo "bitbake.sh: FAIL: no kas venv at $venv (run tests/yocto/check.sh first)" >&2; exit 1; }
+
+start=$(date +%s)
+t_step=$start
+step() {
+  local now; now=$(date +%s)
+  [ -z "${step_name:-}" ] || echo "bitbake: ${step_name}: done in $(( now - t_step )) s"
+  step_name="$*"; t_step=$now
+  [ -z "$step_name" ] || echo "bitbake: $step_name"
+}
+die() { echo "bitbake: FAIL: $*" >&2; exit 1; }
+
+id "$user" >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash "$user"
+W=$(mktemp -d /var/tmp/latmon-bitbake.XXXXXX)
+keep=${LATMON_YOCTO_KEEP:-0}
+trap '[ "$keep" = 1 ] && echo "bitbake: kept $W" || rm -rf "$W"' EXIT
+
+step "setup: unpack the snapshots, clone latmon (detached HEAD, no local main)"
+mkdir -p "$W/layers"
+for f in "$snap"/*.tar.gz; do tar -xzf "$f" -C "$W/layers"; done
+# The clone: the committed history (SRCREV_latmon is in it), with the work
+# tree's layer and sources on top, so uncommitted layer changes are tested.
+git clone --quiet --no-hardlinks "$top" "$W/latmon"
+git -C "$W/latmon" checkout --quiet --detach "$(git -C "$top" rev-parse HEAD)"
+for b in $(git -C "$W/latmon" for-each-ref --format='%(refname:short)' refs/heads); do
+  git -C "$W/latmon" branch --quiet -D "$b"
+done
+rm -rf "$W/latmon/yocto" && cp -a "$top/yocto" "$W/latmon/yocto"
+# C's standalone layer: a plain copy, no git checkout around it.
+mkdir -p "$W/standalone" && cp -a "$top/yocto/meta-latmon" "$W/standalone/meta-latmon"
+mkdir -p "$W/downloads"
+chown -R "$user:" "$W"
+L=$W/layers
+repos=(latmon="$W/latmon" bitbake="$L/bitbake" openembedded-core="$L/openembedded-core"
+       meta-yocto="$L/meta-yocto" meta-openembedded="$L/meta-openembedded" meta-raspberrypi="$L/meta-raspberrypi")
+
+# conf BUILD KASFILE [LOCAL.CONF LINES]: BUILD's conf from the kas file, plus
+# what running here takes (offline sanity, shared downloads), plus the lines.
+conf() {
+  local build=$W/$1 kas=$2; shift 2
+  "$venv/bin/python" tests/yocto/checks.py kasconf "$kas" "$build" "${repos[@]}"
+  {
+    echo '# running here: no network probe, no uninative download (../shared/yocto/README.md)'
+    echo 'CONNECTIVITY_CHECK_URIS = ""'
+    echo 'INHERIT:remove = "uninative"'
+    echo "DL_DIR = \"$W/downloads\""
+    echo 'BB_NUMBER_THREADS = "2"'
+    printf '%s\n' "$@"
+  } >> "$build/conf/local.conf"
+  chown -R "$user:" "$build"
+}
+# bb BUILD CMD...: CMD in BUILD's BitBake environment, as $user.
+bb() {
+  local build=$W/$1; shift
+  runuser -u "$user" -- env -i HOME="/home/$user" PATH=/usr/local/bin:/usr/bin:/bin LANG=en_US.UTF-8 \
+    bash -c 'cd "$1" && . ./openembedded-core/oe-init-build-env "$2" >/dev/null && shift 2 && "$@"' \
+    bb "$L" "$build" "$@"
+}
+# var BUILD RECIPE NAME: NAME's final value in `bitbake -e RECIPE`.
+var() {
+  bb "$1" bitbake -e "$2" > "$W/$1.env.$2" 2>&1 || { tail -30 "$W/$1.env.$2" >&2; die "bitbake -e $2 in $1"; }
+  sed -n "s/^$3=\"\(.*\)\"\$/\1/p" "$W/$1.env.$2"
+}
+has() { case " $1 " in *" $2 "*) return 0 ;; *) return 1 ;; esac; }
+
+# ---- A: qemuarm64, linux-yocto-rt, DISTRO_FEATURES latmon ----------------------
+conf A yocto/kas/qemuarm64-rt.yml
+step "A. bitbake -p (qemuarm64-rt kas config)"
+bb A bitbake -p > "$W/A.parse" 2>&1 || { tail -40 "$W/A.parse" >&2; die "bitbake -p (A)"; }
+grep -E "^Parsing recipes|recipes parsed|WARNING|ERROR" "$W/A.parse" | tail -3 || true
+if grep -q "^ERROR" "$W/A.parse"; then die "bitbake -p (A) printed errors"; fi
+step "A. bitbake -n latmon-test-image"
+bb A bitbake -n latmon-test-image > "$W/A.dry" 2>&1 || { tail -40 "$W/A.dry" >&2; die "bitbake -n latmon-test-image (A)"; }
+tasks=$(sed -n 's/.*Tasks Summary: Attempted \([0-9]*\) tasks.*/\1/p' "$W/A.dry" | tail -1)
+[ -n "$tasks" ] && [ "$tasks" -gt 1000 ] || { tail -20 "$W/A.dry" >&2; die "dry run attempted '${tasks:-no}' tasks"; }
+echo "bitbake -n latmon-test-image (qemuarm64): $tasks tasks"
+step "A. bitbake -e linux-yocto-rt, latmon"
+uri=$(var A linux-yocto-rt SRC_URI)
+has "$uri" file://latmon.scc && has "$uri" file://latmon.cfg || die "linux-yocto-rt SRC_URI lacks the latmon fragment: $uri"
+kdebug=$(var A linux-yocto-rt KERNEL_DEBUG)
+[ "$kdebug" = True ] || die "linux-yocto-rt KERNEL_DEBUG is '$kdebug', not True"
+grep -q '^do_kernel_configme\[depends\]=.*pahole-native:do_populate_sysroot' "$W/A.env.linux-yocto-rt" \
+  || die "linux-yocto-rt's do_kernel_configme does not depend on pahole-native"
+echo "linux-yocto-rt: SRC_URI has latmon.scc latmon.cfg; KERNEL_DEBUG True; pahole-native in do_kernel_configme's depends"
+pin=$(sed -n 's/^SRCREV_latmon ??= "\([0-9a-f]*\)"$/\1/p' yocto/meta-latmon/recipes-support/latmon/latmon_git.bb)
+srcrev=$(var A latmon SRCREV_latmon)
+[ "$srcrev" = "$pin" ] || die "latmon builds SRCREV '$srcrev', the recipe pins '$pin'"
+lsrc=$(var A latmon SRC_URI)
+has "$lsrc" "git://$W/latmon;protocol=file;nobranch=1;name=latmon" || die "latmon SRC_URI is not the checkout the layer is in: $lsrc"
+unpackdir=$(var A latmon UNPACKDIR)
+dbgsrc=$(var A latmon TARGET_DBGSRC_DIR)
+cflags=$(var A latmon TARGET_CFLAGS)
+has "$cflags" "-ffile-prefix-map=$unpackdir=$dbgsrc" || die "TARGET_CFLAGS lacks -ffile-prefix-map=$unpackdir=...: $cflags"
+echo "latmon: SRCREV ${srcrev:0:12} (pinned), SRC_URI the layer's checkout, TARGET_CFLAGS maps UNPACKDIR to $dbgsrc"
+step "A. bitbake -c fetch latmon (crates from the registry, checksums checked)"
+bb A bitbake -c fetch latmon > "$W/A.fetch" 2>&1 || { tail -40 "$W/A.fetch" >&2; die "bitbake -c fetch latmon"; }
+crates=$(grep -c '^    crate://' yocto/meta-latmon/recipes-support/latmon/latmon-crates.inc)
+got=$(find "$W/downloads" -maxdepth 1 -name '*.crate' | wc -l)
+[ "$got" -ge "$crates" ] || die "fetched $got .crate files, latmon-crates.inc lists $crates"
+echo "fetch: $got crates (latmon-crates.inc: $crates) and the git checkout"
+step "A. bitbake -c unpack latmon"
+bb A bitbake -c unpack latmon > "$W/A.unpack" 2>&1 || { tail -40 "$W/A.unpack" >&2; die "bitbake -c unpack latmon"; }
+s=$(var A latmon S)
+vend=$(var A latmon CARGO_VENDORING_DIRECTORY)
+[ -f "$s/Cargo.toml" ] && [ -f "$s/bpf/latmon.h" ] || die "unpacked S ($s) has no Cargo.toml/bpf/latmon.h"
+[ "$(git -C "$W/latmon" show "$pin:Cargo.lock" | sha256sum)" = "$(sha256sum < "$s/Cargo.lock")" ] || die "unpacked Cargo.lock is not the pinned commit's"
+nv=$(find "$vend" -mindepth 1 -maxdepth 1 -type d | wc -l)
+[ "$nv" -ge "$crates" ] || die "$nv crates vendored in $vend, want $crates"
+echo "unpack: S has the pinned commit's tree; $nv crates vendored"
+
+# ---- B: raspberrypi4-64 ----------------------------------------------------------
+conf B yocto/kas/raspberrypi4-64.yml
+step "B. bitbake -n latmon-test-image (raspberrypi4-64 kas config)"
+bb B bitbake -n latmon-test-image > "$W/B.dry" 2>&1 || { tail -40 "$W/B.dry" >&2; die "bitbake -n latmon-test-image (B)"; }
+tasks=$(sed -n 's/.*Tasks Summary: Attempted \([0-9]*\) tasks.*/\1/p' "$W/B.dry" | tail -1)
+[ -n "$tasks" ] && [ "$tasks" -gt 1000 ] || { tail -20 "$W/B.dry" >&2; die "dry run attempted '${tasks:-no}' tasks"; }
+echo "bitbake -n latmon-test-image (raspberrypi4-64): $tasks tasks"
+step "B. bitbake -e linux-raspberrypi"
+uri=$(var B linux-raspberrypi SRC_URI)
+for f in latmon.scc latmon.cfg preempt-rt.cfg; do has "$uri" "file://$f" || die "linux-raspberrypi SRC_URI lacks $f: $uri"; done
+[ "$(var B linux-raspberrypi KERNEL_DEBUG)" = True ] || die "linux-raspberrypi KERNEL_DEBUG is not True"
+echo "linux-raspberrypi: SRC_URI has latmon.scc latmon.cfg preempt-rt.cfg; KERNEL_DEBUG True"
+
+# ---- C: standalone layer copy, no feature, externalsrc ---------------------------
+conf C yocto/kas/qemuarm64-rt.yml 'DISTRO_FEATURES:remove = "latmon"' 'INHERIT += "externalsrc"' \
+  "EXTERNALSRC:pn-latmon = \"$W/latmon\""
+sed -i "s#$W/latmon/yocto/meta-latmon#$W/standalone/meta-latmon#" "$W/C/conf/bblayers.conf"
+grep -q "$W/standalone/meta-latmon" "$W/C/conf/bblayers.conf" || die "C: the standalone layer is not in bblayers.conf"
+step "C. bitbake -p (standalone layer copy, without DISTRO_FEATURES latmon)"
+bb C bitbake -p > "$W/C.parse" 2>&1 || { tail -40 "$W/C.parse" >&2; die "bitbake -p (C: standalone layer)"; }
+if grep -q "^ERROR" "$W/C.parse"; then die "bitbake -p (C) printed errors"; fi
+step "C. bitbake -e linux-yocto-rt, latmon (externalsrc)"
+uri=$(var C linux-yocto-rt SRC_URI)
+has "$uri" file://latmon.scc && die "without the feature linux-yocto-rt still gets latmon.scc: $uri"
+[ "$(var C linux-yocto-rt KERNEL_DEBUG)" != True ] || die "without the feature KERNEL_DEBUG is True"
+lsrc=$(var C latmon SRC_URI)
+case "$lsrc" in *git://*) die "externalsrc kept the git source: $lsrc" ;; esac
+has "$lsrc" crate://crates.io/libbpf-rs/0.27.2 || die "externalsrc dropped the crates: $lsrc"
+[ "$(var C latmon S)" = "$W/latmon" ] || die "externalsrc: S is not the checkout"
+echo "standalone layer parses; without the feature the kernel gets no fragment and no KERNEL_DEBUG; externalsrc builds the checkout with the crates"
+
+# ---- D: yocto-check-layer --------------------------------------------------------
+step "D. yocto-check-layer meta-latmon --dependency meta-oe"
+mkdir -p "$W/D/conf"
+cat > "$W/D/conf/bblayers.conf" <<EOF
+BBPATH = "\${TOPDIR}"
+BBFILES ?= ""
+BBLAYERS ?= "$L/openembedded-core/meta $L/meta-yocto/meta-poky"
+EOF
+printf '%s\n' 'DISTRO ?= "poky"' 'CONNECTIVITY_CHECK_URIS = ""' 'INHERIT:remove = "uninative"' \
+  "DL_DIR = \"$W/downloads\"" 'BB_NUMBER_THREADS = "2"' > "$W/D/conf/local.conf"
+chown -R "$user:" "$W/D"
+bb D yocto-check-layer --dependency "$L/meta-openembedded/meta-oe" -- "$W/latmon/yocto/meta-latmon" > "$W/D.log" 2>&1 || true
+grep -E "INFO: (Ran|OK|FAILED|Summary|meta-latmon)|^INFO: test_|FAIL|ERROR" "$W/D.log" | tail -30
+grep -q "INFO: meta-latmon \.* PASS" "$W/D.log" || { tail -60 "$W/D.log" >&2; die "yocto-check-layer did not PASS meta-latmon"; }
+step ""
+echo "bitbake: all checks passed in $(( $(date +%s) - start )) s"
