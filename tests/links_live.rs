@@ -119,11 +119,66 @@ fn stop_decode(child: Child) -> String {
     finish(child).1
 }
 
+/// A decoder whose output is read as it comes, so the test can wait for
+/// what it knows must arrive instead of sleeping (a loaded machine may take
+/// longer than any fixed sleep to set the tty raw or to decode the tail).
+struct LiveDecode {
+    child: Child,
+    out: Arc<std::sync::Mutex<String>>,
+    reader: JoinHandle<()>,
+}
+
+impl LiveDecode {
+    /// Start `latmon decode serial:PTY`, and wait until it has put the
+    /// tty in raw mode (bytes sent before that would pass the canonical
+    /// line discipline, and be flushed by its tcsetattr).
+    fn serial(p: &Pty) -> LiveDecode {
+        let mut child = spawn_decode(&format!("serial:{}@115200", p.path));
+        let mut stdout = child.stdout.take().unwrap();
+        let out = Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = out.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = stdout.read(&mut buf) {
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        // serialport sets the speed with BOTHER (termios2); pty() left the
+        // pair at B38400: BOTHER in c_cflag says decode has configured it.
+        let t0 = Instant::now();
+        loop {
+            let mut t: libc::termios = unsafe { std::mem::zeroed() };
+            assert_eq!(unsafe { libc::tcgetattr(std::os::fd::AsRawFd::as_raw_fd(&p.master), &mut t) }, 0);
+            if t.c_cflag & libc::CBAUD == libc::BOTHER {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "latmon decode did not configure {} in 20 s", p.path);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        LiveDecode { child, out, reader }
+    }
+
+    /// Wait until `lines` JSON lines arrived (at most 20 s), then stop it.
+    fn stop_after(self, lines: usize) -> String {
+        let t0 = Instant::now();
+        while self.out.lock().unwrap().lines().filter(|l| !l.trim().is_empty()).count() < lines
+            && t0.elapsed() < Duration::from_secs(20)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut child = self.child;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        child.wait().unwrap();
+        self.reader.join().unwrap();
+        let out = self.out.lock().unwrap().clone();
+        out
+    }
+}
+
 /// Run the agent into one pty, relay to another, decode there.
 fn serial_round(seed: Option<u64>) -> (Vec<Value>, Vec<Value>, Line) {
     let (a, b) = (pty(), pty());
-    let decode = spawn_decode(&format!("serial:{}@115200", b.path));
-    std::thread::sleep(Duration::from_millis(500)); // decode has the tty in raw mode
+    let decode = LiveDecode::serial(&b);
     let stop = Arc::new(AtomicBool::new(false));
     let relay = relay(a.master.try_clone().unwrap(), b.master.try_clone().unwrap(), stop.clone(), seed);
     let run = start_run(&[
@@ -143,8 +198,8 @@ fn serial_round(seed: Option<u64>) -> (Vec<Value>, Vec<Value>, Line) {
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
     let line = relay.join().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let dout = stop_decode(decode);
+    // One JSON line per frame or fragment the relay passed on.
+    let dout = decode.stop_after(line.intact + line.damaged + line.noise_fragments);
     drop((a.slave, b.slave));
     (json_lines(&out), json_lines(&dout), line)
 }
