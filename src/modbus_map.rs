@@ -129,6 +129,7 @@ pub fn kind_code(kind: &str) -> u16 {
         "timer" => 5,
         "kfunc" => 6,
         "ufunc" => 7,
+        "chain" => 8,
         _ => 0,
     }
 }
@@ -136,8 +137,8 @@ pub fn kind_code(kind: &str) -> u16 {
 /// Agent-wide facts the Tick does not carry (yet).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AgentStatus {
-    /// The agent exceeded its CPU budget; sets [`status::OVER_BUDGET`].
-    /// Stays false until the agent measures its own cost.
+    /// The agent is over its `overhead_budget`, or detached probes for it
+    /// (`IntervalReport::over_budget_alarm`); sets [`status::OVER_BUDGET`].
     pub over_budget: bool,
     /// Damaged/malformed requests or serial failures on this link since
     /// start; sets [`status::LINK_ERRORS`] when non-zero.
@@ -477,7 +478,7 @@ mod tests {
         for (m, c) in [("tp_btf", 1), ("raw_tp", 2), ("tracepoint", 3), ("fentry", 4), ("kprobe", 5), ("uprobe", 6), ("", 0), ("new", 255)] {
             assert_eq!(mechanism_code(m), c, "{m}");
         }
-        for (k, c) in [("runq", 1), ("syscall", 2), ("irq", 3), ("softirq", 4), ("timer", 5), ("kfunc", 6), ("ufunc", 7), ("x", 0)] {
+        for (k, c) in [("runq", 1), ("syscall", 2), ("irq", 3), ("softirq", 4), ("timer", 5), ("kfunc", 6), ("ufunc", 7), ("chain", 8), ("x", 0)] {
             assert_eq!(kind_code(k), c, "{k}");
         }
         assert_eq!(us_ceil(0), 0);

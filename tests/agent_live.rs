@@ -331,6 +331,7 @@ fn over_budget_detaches_the_most_expensive_probe_and_says_so_everywhere() {
     let text = tmp("budget.txt");
     let _ = std::fs::remove_file(&frames);
     let _ = std::fs::remove_file(&text);
+    let modbus_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     // 1 ns/event: every busy probe breaks it; 2 intervals in a row detach
     // the one with the most BPF time, 2 more the next.
     let cfg = write_config(
@@ -338,9 +339,10 @@ fn over_budget_detaches_the_most_expensive_probe_and_says_so_everywhere() {
         &format!(
             "probes = [\"runq\", \"runq,comm=lm-budget,name=filtered\"]\ninterval = \"250ms\"\nformat = \"json\"\n\
              overhead_budget = {{ ns_per_event = 1, intervals = 2 }}\n\
-             outputs = [\"-\", \"file:{},format=frames\", \"file:{},format=text\", \"prom://127.0.0.1:0\"]\n",
+             outputs = [\"-\", \"file:{},format=frames\", \"file:{},format=text\", \"prom://127.0.0.1:0\", \"modbus-tcp://127.0.0.1:{}\"]\n",
             frames.display(),
-            text.display()
+            text.display(),
+            modbus_port
         ),
     );
     let (stop, bg) = background_switches("lm-budget");
@@ -350,6 +352,9 @@ fn over_budget_detaches_the_most_expensive_probe_and_says_so_everywhere() {
     let ids_before = prog_ids_of(run.pid());
     let first = run.wait_line("a detached probe", Duration::from_secs(15), |l| u(&l["agent"], "detached") >= 1);
     let (_, _, metrics) = http_get(&addr, "/metrics");
+    // A PLC sees it too: status register 5, bit 2 "over budget" (it was
+    // never set: the Modbus output did not take the agent's alarm).
+    let plc_status = mbpoll_input_register(modbus_port, 5);
     let both = run.wait_line("both detached", Duration::from_secs(15), |l| u(&l["agent"], "detached") == 2);
     let ids_after = prog_ids_of(run.pid());
     // One more interval after both are gone.
@@ -404,6 +409,7 @@ fn over_budget_detaches_the_most_expensive_probe_and_says_so_everywhere() {
     assert_eq!(degraded["detached"].as_array().unwrap().len(), 1);
     assert_eq!(st.last().unwrap()["detached"].as_array().unwrap().len(), 2);
     assert!(metrics.contains("latmon_degraded 1"), "{metrics}");
+    assert_eq!(plc_status & 0x4, 0x4, "Modbus status bit 2 (over budget) after the detach: {plc_status:#06x}");
     assert!(
         metrics.lines().any(|l| l.starts_with(&format!("latmon_probe_detached_over_budget{{probe=\"{name}\"")) && l.ends_with(" 1")),
         "{metrics}"

@@ -468,3 +468,15 @@ fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
     relay.join().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn chain_probe_blocks_read_family_8() {
+    // A PLC told the family of each block: chain read 0 (unknown).
+    let p = port();
+    let child = start_run(&["--probe", "chain,comm=lm-nochain", "--interval", "200ms", "--output", &format!("modbus-tcp://127.0.0.1:{p}")]);
+    std::thread::sleep(Duration::from_millis(600));
+    let family = mbpoll_input_register(p, 32 + 2);
+    let index = mbpoll_input_register(p, 32 + 3);
+    stop(child);
+    assert_eq!((family, index), (8, 0), "block 0: family chain, index 0");
+}

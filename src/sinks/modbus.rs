@@ -139,6 +139,7 @@ impl Sink for ModbusOutput {
     }
 
     fn emit(&mut self, t: &Tick<'_>) {
+        self.agent.over_budget = t.report.over_budget_alarm();
         self.agent.bad_requests = self.shared.bad_requests.load(Ordering::Relaxed);
         self.agent.link_failed = self.shared.link_failed.load(Ordering::Relaxed);
         let mut next = self.spare.take().unwrap_or_default();
