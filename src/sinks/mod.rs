@@ -9,6 +9,7 @@
 pub mod modbus;
 pub mod net;
 pub mod prom;
+pub mod prom_pb;
 pub mod queue;
 pub mod serial;
 pub mod source;
