@@ -47,7 +47,7 @@ use std::time::Duration;
 use prost::Message as _;
 
 use super::prom_pb as pb;
-use super::{Sink, Tick};
+use super::{LinkStats, Sink, Tick};
 use crate::bpf::limits::HIST_MAX_LOG2;
 use crate::hist::{bucket_index, Hist};
 use crate::promhist::{self, SPAN};
@@ -184,6 +184,9 @@ pub struct Snapshot {
     /// `lines[..n]` are in use (the rest keep their buffers).
     pub lines: Vec<Line>,
     pub n: usize,
+    /// The other outputs' link trouble, by output position (None: an
+    /// output without a link to report on).
+    pub links: Vec<(String, Option<LinkStats>)>,
 }
 
 /// Scratch of `Snapshot::fill`, kept between intervals (sized to the
@@ -477,6 +480,8 @@ enum Labels<'a> {
     Line(&'a Line),
     /// `latmon_info`'s.
     Info(&'a Snapshot),
+    /// `output` of a link.
+    Output(&'a str),
 }
 
 /// Where the exposition is written: the text format or protobuf. One
@@ -540,6 +545,20 @@ fn expose(s: &Snapshot, out: &mut impl Exposition) {
     out.sample(Labels::None, f64::from(u8::from(s.degraded)));
     out.family("latmon_resident_memory_bytes", Gauge, "latmon's resident set size.");
     out.sample(Labels::None, s.rss_bytes as f64);
+    if s.links.iter().any(|l| l.1.is_some()) {
+        out.family("latmon_output_dropped_total", Counter, "Records (frames, lines) the output dropped since start: its link was slower than the summaries, or down.");
+        for (name, st) in &s.links {
+            if let Some(st) = st {
+                out.sample(Labels::Output(name), st.dropped as f64);
+            }
+        }
+        out.family("latmon_output_errors_total", Counter, "Damaged or malformed requests the output received since start (Modbus).");
+        for (name, st) in &s.links {
+            if let Some(st) = st {
+                out.sample(Labels::Output(name), st.errors as f64);
+            }
+        }
+    }
     if s.lines().iter().any(|l| l.folded.is_some()) {
         out.family("latmon_series_folded", Gauge, "Series of the family summed into its FAMILY:folded line (beyond the per-family series limit).");
         for l in s.lines() {
@@ -575,6 +594,9 @@ impl Text<'_> {
                     let _ = write!(s, ",le=\"{le}\"");
                 }
                 s.push('}');
+            }
+            Labels::Output(o) => {
+                let _ = write!(s, "{{output=\"{}\"}}", Esc(o));
             }
             Labels::Info(i) => {
                 let _ = write!(
@@ -656,6 +678,7 @@ fn labels_pb(labels: Labels<'_>) -> Vec<pb::LabelPair> {
     match labels {
         Labels::None => Vec::new(),
         Labels::Line(l) => vec![pair("probe", &l.probe), pair("kind", &l.kind), pair("attach", &l.attach)],
+        Labels::Output(o) => vec![pair("output", o)],
         Labels::Info(i) => vec![
             pair("version", env!("CARGO_PKG_VERSION")),
             pair("kernel", &i.kernel),
@@ -760,9 +783,33 @@ impl Sink for Prom {
     fn emit(&mut self, t: &Tick<'_>) {
         self.snap.fill(t, self.series, &mut self.grouping);
         match self.slot.try_lock() {
-            Ok(mut s) => std::mem::swap(&mut *s, &mut self.snap),
+            Ok(mut s) => {
+                std::mem::swap(&mut *s, &mut self.snap);
+                // Link stats arrive between emits (`see_link`) into the
+                // snapshot the agent holds: carry them over.
+                let (from, to) = (&s.links, &mut self.snap.links);
+                to.resize_with(from.len(), || (String::new(), None));
+                for ((tn, ts), (fnm, fs)) in to.iter_mut().zip(from) {
+                    if tn != fnm {
+                        copy_str(tn, fnm);
+                    }
+                    *ts = *fs;
+                }
+            }
             Err(_) => self.skipped += 1,
         }
+    }
+
+    fn see_link(&mut self, index: usize, name: &str, stats: LinkStats) {
+        let links = &mut self.snap.links;
+        if links.len() <= index {
+            links.resize_with(index + 1, || (String::new(), None));
+        }
+        let (n, s) = &mut links[index];
+        if n != name {
+            copy_str(n, name);
+        }
+        *s = Some(stats);
     }
 
     fn close(&mut self, _timeout: Duration) {
@@ -1009,5 +1056,48 @@ mod tests {
         let want: Vec<(i32, u64)> = (0..SPAN).filter(|&k| counts[k] > 0).map(|k| (k as i32 + promhist::INDEX_MIN, counts[k])).collect();
         assert_eq!(want.iter().map(|w| w.1).sum::<u64>(), 6, "every non-zero event in a native bucket");
         assert_eq!(got, want);
+    }
+
+    /// A sink that reports link stats (as a queue-based output does).
+    struct Reporting(LinkStats);
+
+    impl Sink for Reporting {
+        fn name(&self) -> &str {
+            "serial:/dev/ttyS1@115200"
+        }
+        fn emit(&mut self, _: &Tick<'_>) {}
+        fn close(&mut self, _: Duration) {}
+        fn link_stats(&self) -> Option<LinkStats> {
+            Some(self.0)
+        }
+    }
+
+    #[test]
+    fn every_outputs_link_trouble_is_shown() {
+        let (session, report, totals) = tick_of(&["runq"], 1_000);
+        let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0] };
+        let mut sinks: Vec<Box<dyn Sink>> =
+            vec![Box::new(Reporting(LinkStats { dropped: 7, errors: 0 })), Box::new(open("127.0.0.1:0").unwrap()), Box::new(Reporting(LinkStats { dropped: 0, errors: 3 }))];
+        let addr = {
+            // The Prom sink, to read what it published.
+            let p: &dyn Sink = &*sinks[1];
+            p.name().trim_start_matches(SCHEME).to_string()
+        };
+        for _ in 0..3 {
+            crate::sinks::share_link_stats(&mut sinks);
+            for s in sinks.iter_mut() {
+                s.emit(&t);
+            }
+        }
+        let mut c = TcpStream::connect(&addr).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut text = String::new();
+        c.read_to_string(&mut text).unwrap();
+        for s in sinks.iter_mut() {
+            s.close(Duration::from_secs(1));
+        }
+        assert!(text.contains("latmon_output_dropped_total{output=\"serial:/dev/ttyS1@115200\"} 7"), "{text}");
+        assert!(text.contains("latmon_output_errors_total{output=\"serial:/dev/ttyS1@115200\"} 3"), "{text}");
+        assert_eq!(text.matches("latmon_output_dropped_total{").count(), 2, "two outputs with links; not the Prometheus one");
     }
 }
