@@ -54,7 +54,9 @@ impl Prometheus {
             &cfg,
             format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: latmon\n    static_configs:\n      - targets: ['{target}']\n"
+                 rule_files: ['{}']\n\
+                 scrape_configs:\n  - job_name: latmon\n    static_configs:\n      - targets: ['{target}']\n",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/prometheus-rules.yml").display()
             ),
         )
         .unwrap();
@@ -294,6 +296,14 @@ fn prometheus_native_histograms_keep_latmons_resolution() {
         if pct(pn, pl).abs() > 12.5 {
             failures.push(format!("p{}: native {pn:.0} vs latmon {pl:.0} ns", q * 100.0));
         }
+    }
+    // The fleet rules (docs/prometheus-rules.yml) record on both servers:
+    // from the native histogram on one, the classic buckets on the other.
+    for (p, what) in [(&native, "native"), (&classic, "classic")] {
+        let rec = p.scalar("latmon:latency_seconds:p99_1m{probe=\"work\"}", Some(end));
+        let events = p.scalar("latmon:events:rate1m{probe=\"work\"}", Some(end));
+        eprintln!("FIGURES {what} server, recording rules at the end: latmon:latency_seconds:p99_1m {rec:?} s, latmon:events:rate1m {events:?}/s");
+        assert!(rec.is_some_and(|v| v > 0.0) && events.is_some_and(|v| v > 0.0), "{what}: recording rules produce nothing: {}", p.log());
     }
     eprintln!("FIGURES counts: window {} (latmon) = {} (native) = {} (classic); total {n_end} / {c_end}", ours.count, n_end - n_gap, c_end - c_gap);
     assert!(failures.is_empty(), "native quantiles off by more than latmon's bucket error: {failures:?}");
