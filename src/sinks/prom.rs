@@ -164,6 +164,39 @@ pub struct Line {
     pub folded: Option<u32>,
 }
 
+impl Line {
+    /// An empty line named `probe` (`probe:suffix` when `suffix` is set).
+    fn reset(&mut self, probe: &str, suffix: &str, kind: &str, attach: &str) {
+        copy_str(&mut self.probe, probe);
+        if !suffix.is_empty() {
+            self.probe.push(':');
+            self.probe.push_str(suffix);
+        }
+        copy_str(&mut self.kind, kind);
+        copy_str(&mut self.attach, attach);
+        self.hist = Hist::default();
+        (self.bpf_missed, self.read_errors, self.bpf_runs, self.bpf_run_ns) = (0, 0, 0, 0);
+        (self.up, self.detached, self.bpf_ns_per_event, self.events_per_s, self.bpf_cpu_percent) = (true, false, 0, 0, 0.0);
+        self.folded = None;
+    }
+
+    /// Add probe `i`'s state: its histogram merged, counters and rates
+    /// summed, up only if all are, detached if any is.
+    fn add(&mut self, t: &Tick<'_>, i: usize) {
+        let rp = t.report.probes.get(i);
+        self.hist.merge(&t.totals[i]);
+        self.bpf_missed += rp.map_or(0, |p| p.total_bpf_missed);
+        self.read_errors += t.read_errors.get(i).copied().unwrap_or(0);
+        self.bpf_runs += rp.map_or(0, |p| p.total_bpf_runs);
+        self.bpf_run_ns += rp.map_or(0, |p| p.total_bpf_run_time_ns);
+        self.up &= rp.is_some_and(|p| p.state == ProbeState::Running);
+        self.detached |= rp.is_some_and(|p| p.state == ProbeState::DetachedOverBudget);
+        self.bpf_ns_per_event += rp.map_or(0, |p| p.bpf_ns_per_event);
+        self.events_per_s += rp.map_or(0, |p| p.events_per_s);
+        self.bpf_cpu_percent += rp.map_or(0.0, |p| p.bpf_cpu_percent);
+    }
+}
+
 /// What one scrape shows (filled on the agent thread, rendered on the
 /// server thread).
 #[derive(Clone, Debug, Default)]
@@ -250,59 +283,25 @@ impl Snapshot {
             let fam = (0..i).find(|&j| g.family[j] == NONE && is_series_of(t, i, j)).unwrap_or(NONE);
             g.family[i] = fam;
             let p = &ses.probes[i];
-            let rp = r.probes.get(i);
-            if fam != NONE {
+            let folded = fam != NONE && {
                 g.series[fam] += 1;
-                if g.series[fam] > limit {
-                    // Past the limit: summed into the family's folded line.
-                    if g.folded_line[fam] == NONE {
-                        g.folded_line[fam] = self.n;
-                        let fname = &ses.probes[fam].name;
-                        let l = self.line();
-                        l.probe.clear();
-                        let _ = write!(l.probe, "{fname}:{FOLDED}");
-                        copy_str(&mut l.kind, &p.kind);
-                        copy_str(&mut l.attach, &p.attach);
-                        l.hist = Hist::default();
-                        (l.bpf_missed, l.read_errors, l.bpf_runs, l.bpf_run_ns) = (0, 0, 0, 0);
-                        (l.up, l.detached, l.bpf_ns_per_event, l.events_per_s, l.bpf_cpu_percent) = (true, false, 0, 0, 0.0);
-                        l.folded = None;
-                    }
-                    let l = &mut self.lines[g.folded_line[fam]];
-                    l.hist.merge(&t.totals[i]);
-                    l.bpf_missed += rp.map_or(0, |p| p.total_bpf_missed);
-                    l.read_errors += t.read_errors.get(i).copied().unwrap_or(0);
-                    l.bpf_runs += rp.map_or(0, |p| p.total_bpf_runs);
-                    l.bpf_run_ns += rp.map_or(0, |p| p.total_bpf_run_time_ns);
-                    l.up &= rp.is_some_and(|p| p.state == ProbeState::Running);
-                    l.detached |= rp.is_some_and(|p| p.state == ProbeState::DetachedOverBudget);
-                    l.bpf_ns_per_event += rp.map_or(0, |p| p.bpf_ns_per_event);
-                    l.events_per_s += rp.map_or(0, |p| p.events_per_s);
-                    l.bpf_cpu_percent += rp.map_or(0.0, |p| p.bpf_cpu_percent);
-                    g.line[i] = g.folded_line[fam];
-                    let fl = g.line[fam];
-                    self.lines[fl].folded = Some(g.series[fam] - limit);
-                    continue;
-                }
+                g.series[fam] > limit
+            };
+            if fam != NONE {
                 let fl = g.line[fam];
-                self.lines[fl].folded.get_or_insert(0);
+                self.lines[fl].folded = Some(g.series[fam].saturating_sub(limit));
             }
-            g.line[i] = self.n;
-            let l = self.line();
-            copy_str(&mut l.probe, &p.name);
-            copy_str(&mut l.kind, &p.kind);
-            copy_str(&mut l.attach, &p.attach);
-            l.hist.clone_from(&t.totals[i]);
-            l.bpf_missed = rp.map_or(0, |p| p.total_bpf_missed);
-            l.read_errors = t.read_errors.get(i).copied().unwrap_or(0);
-            l.bpf_runs = rp.map_or(0, |p| p.total_bpf_runs);
-            l.bpf_run_ns = rp.map_or(0, |p| p.total_bpf_run_time_ns);
-            l.up = rp.is_some_and(|p| p.state == ProbeState::Running);
-            l.detached = rp.is_some_and(|p| p.state == ProbeState::DetachedOverBudget);
-            l.bpf_ns_per_event = rp.map_or(0, |p| p.bpf_ns_per_event);
-            l.events_per_s = rp.map_or(0, |p| p.events_per_s);
-            l.bpf_cpu_percent = rp.map_or(0.0, |p| p.bpf_cpu_percent);
-            l.folded = None;
+            if !folded {
+                g.line[i] = self.n;
+                self.line().reset(&p.name, "", &p.kind, &p.attach);
+            } else if g.folded_line[fam] == NONE {
+                // The first series past the limit starts the folded line.
+                g.folded_line[fam] = self.n;
+                let fname = &ses.probes[fam].name;
+                self.line().reset(fname, FOLDED, &p.kind, &p.attach);
+            }
+            let at = if folded { g.folded_line[fam] } else { g.line[i] };
+            self.lines[at].add(t, i);
         }
     }
 
@@ -742,8 +741,12 @@ impl Exposition for Proto<'_> {
         let zero = self.map.fill(h, self.counts);
         let (mut spans, mut deltas) = (Vec::new(), Vec::new());
         promhist::sparse(self.counts, &mut spans, &mut deltas);
+        // The native count is the buckets' sum (latmon's count in any
+        // consistent read): a Prometheus that validates native histograms
+        // rejects a count that differs from its buckets.
+        let n = zero + self.counts.iter().sum::<u64>();
         let hist = pb::Histogram {
-            sample_count: Some(h.count),
+            sample_count: Some(n),
             sample_sum: Some(secs(h.sum_ns)),
             bucket,
             schema: Some(promhist::SCHEMA),
