@@ -40,6 +40,18 @@ impl Drop for Prometheus {
     }
 }
 
+/// latmon, killed if the test fails before it stops it.
+struct Latmon(Option<Child>);
+
+impl Drop for Latmon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -219,6 +231,7 @@ fn prometheus_native_histograms_keep_latmons_resolution() {
     let probe = format!("ufunc:{}:lm_work,name=work", lm_target().display());
     let (latmon, stderr) =
         start_run_logged(&["--probe", &probe, "--interval", "250ms", "--format", "json", "--output", "-", "--output", "prom://127.0.0.1:0"], &[]);
+    let mut latmon = Latmon(Some(latmon));
     let target = prom_addr(&stderr);
 
     // What latmon answers to whom (before any server scrapes).
@@ -252,7 +265,7 @@ fn prometheus_native_histograms_keep_latmons_resolution() {
     classic.wait_for(count_c, 1300.0);
     std::thread::sleep(Duration::from_millis(2500));
     let end = unix_now();
-    let (status, out) = stop(latmon);
+    let (status, out) = stop(latmon.0.take().unwrap());
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
 
