@@ -12,7 +12,7 @@
 //!   nanoseconds. A power of two of nanoseconds is not one of seconds
 //!   (1 ns = 2^-29.897 s), so not even the octave edges line up.
 //!
-//! Every latmon bucket `[lo, hi)` with `hi - lo <= 2^33` overlaps at most 3
+//! Every bounded latmon bucket `[lo, hi)` overlaps at most 3
 //! schema-3 buckets (a latmon bucket is at most 12.5 % wide, a schema-3
 //! bucket 9.05 %: it can cover one whole and two partial ones). Its count
 //! is split over them in proportion to the *integer nanoseconds* of
