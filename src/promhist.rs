@@ -77,13 +77,18 @@ pub struct Map {
     parts: Vec<[Part; 3]>,
 }
 
+/// 2^(j/8) for j = 0..8: schema 3's bounds inside a power of two. Literal
+/// (what `exp2` gives, correctly rounded) so that the product needs no
+/// libm: the native x86_64 build links nothing but libc
+/// (tests/cli.rs `libbpf_libelf_and_zlib_are_linked_statically`).
+const OCTAVE: [f64; 8] =
+    [1.0, 1.090_507_732_665_257_7, 1.189_207_115_002_721, 1.296_839_554_651_009_6, 1.414_213_562_373_095_1, 1.542_210_825_407_940_7, 1.681_792_830_507_429, 1.834_008_086_409_342_4];
+
 /// Upper bound of schema-3 bucket `i`, in nanoseconds: 1e9 * 2^(i/8).
 /// The power of two is exact (powi) and so is the factor for `i % 8 == 0`,
 /// so octave edges of seconds (1 s, 0.5 s, ...) are exact.
 pub fn upper_ns(i: i32) -> f64 {
-    let j = i.rem_euclid(8);
-    let frac = if j == 0 { 1.0 } else { (f64::from(j) / 8.0).exp2() };
-    1e9 * 2f64.powi(i.div_euclid(8)) * frac
+    1e9 * 2f64.powi(i.div_euclid(8)) * OCTAVE[i.rem_euclid(8) as usize]
 }
 
 /// Upper bound of schema-3 bucket `i` in seconds (its `le`).
@@ -94,7 +99,9 @@ pub fn upper_s(i: i32) -> f64 {
 /// Schema-3 bucket of `n` ns, n >= 1: the smallest `i` with `n <= upper(i)`.
 pub fn index_of_ns(n: u64) -> i32 {
     let v = n as f64;
-    let mut i = (8.0 * (v / 1e9).log2()).ceil() as i32;
+    // 2^30 ns is about 1 s (index 0): a guess within 9 of the answer.
+    let msb = 63 - n.max(1).leading_zeros() as i32;
+    let mut i = 8 * (msb - 30);
     while v > upper_ns(i) {
         i += 1;
     }
@@ -104,9 +111,9 @@ pub fn index_of_ns(n: u64) -> i32 {
     i
 }
 
-/// Integers n <= x, for x >= 0.
+/// Integers n <= x, for x >= 0 (truncation is the floor there).
 fn ints_upto(x: f64) -> u64 {
-    x.floor() as u64
+    x as u64
 }
 
 impl Default for Map {
@@ -228,6 +235,14 @@ mod tests {
         let mut out = Box::new([0u64; SPAN]);
         let zero = map.fill(h, &mut out);
         (zero, out)
+    }
+
+    #[test]
+    fn octave_table_is_exp2() {
+        for (j, &f) in OCTAVE.iter().enumerate() {
+            let e = (j as f64 / 8.0).exp2();
+            assert!((f - e).abs() <= e * f64::EPSILON, "2^({j}/8): {f} vs {e}");
+        }
     }
 
     #[test]
