@@ -411,6 +411,7 @@ impl Agent {
         }
         self.report.agent.rss_bytes = self.rss_bytes();
         let tick = Tick { session: &self.session, report: &self.report, totals: &self.totals, read_errors: &self.read_errors };
+        crate::sinks::share_link_stats(sinks);
         for s in sinks.iter_mut() {
             s.emit(&tick);
         }

@@ -14,6 +14,7 @@ pub mod modbus_map;
 pub mod hygiene;
 pub mod privs;
 pub mod probes;
+pub mod promhist;
 pub mod sinks;
 pub mod summary;
 pub mod tpformat;

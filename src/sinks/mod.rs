@@ -9,6 +9,7 @@
 pub mod modbus;
 pub mod net;
 pub mod prom;
+pub mod prom_pb;
 pub mod queue;
 pub mod serial;
 pub mod source;
@@ -71,6 +72,18 @@ pub struct Tick<'a> {
     pub read_errors: &'a [u64],
 }
 
+/// An output link's trouble since start (the Prometheus output shows
+/// every output's as `latmon_output_dropped_total` and
+/// `latmon_output_errors_total`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Records (frames, lines) dropped: the link was slower than the
+    /// summaries, or down.
+    pub dropped: u64,
+    /// Damaged or malformed requests received (Modbus).
+    pub errors: u64,
+}
+
 /// A destination for interval summaries.
 pub trait Sink: Send {
     fn name(&self) -> &str;
@@ -78,6 +91,27 @@ pub trait Sink: Send {
     fn emit(&mut self, t: &Tick<'_>);
     /// Flush what is queued (waiting at most `timeout`) and stop.
     fn close(&mut self, timeout: Duration);
+    /// This output's link trouble since start; None when it has no link
+    /// of its own to report on.
+    fn link_stats(&self) -> Option<LinkStats> {
+        None
+    }
+    /// Output `index` (named `name`) reports `stats`: called for every
+    /// reporting output before each `emit`. Ignored unless the output
+    /// shows them.
+    fn see_link(&mut self, _index: usize, _name: &str, _stats: LinkStats) {}
+}
+
+/// Show every output's link stats to every other output (before `emit`).
+pub fn share_link_stats(sinks: &mut [Box<dyn Sink>]) {
+    for k in 0..sinks.len() {
+        let Some(st) = sinks[k].link_stats() else { continue };
+        let (before, rest) = sinks.split_at_mut(k);
+        let Some((me, after)) = rest.split_first_mut() else { continue };
+        for s in before.iter_mut().chain(after.iter_mut()) {
+            s.see_link(k, me.name(), st);
+        }
+    }
 }
 
 /// Hello (and Status) go out at least this often...
@@ -506,6 +540,10 @@ impl Output {
 impl Sink for Output {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn link_stats(&self) -> Option<LinkStats> {
+        Some(LinkStats { dropped: self.q.dropped().0, errors: 0 })
     }
 
     fn emit(&mut self, t: &Tick<'_>) {

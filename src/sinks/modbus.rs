@@ -138,6 +138,10 @@ impl Sink for ModbusOutput {
         &self.name
     }
 
+    fn link_stats(&self) -> Option<super::LinkStats> {
+        Some(super::LinkStats { dropped: 0, errors: self.shared.bad_requests.load(Ordering::Relaxed) })
+    }
+
     fn emit(&mut self, t: &Tick<'_>) {
         self.agent.over_budget = t.report.over_budget_alarm();
         self.agent.bad_requests = self.shared.bad_requests.load(Ordering::Relaxed);

@@ -1,22 +1,39 @@
 // SPDX-License-Identifier: MIT
-//! `--output prom://[HOST]:PORT`: the Prometheus text exposition format
-//! (version 0.0.4, which every Prometheus-compatible scraper reads),
-//! served over HTTP at `GET /metrics` by one small blocking server thread.
+//! `--output prom://[HOST]:PORT[,series=N]`: Prometheus metrics served over
+//! HTTP at `GET /metrics` by one small blocking server thread, in the
+//! format the scraper asks for (content negotiation on `Accept`):
 //!
-//! Every interval the agent thread renders the whole exposition into a
-//! buffer it keeps (no allocation once grown) and copies it into the slot
-//! the server thread serves from, taking the lock only if it is free: a
-//! scrape in progress never delays the agent (that interval's update is
-//! skipped, the next one lands). Scrapes are served one at a time with
+//! - the protobuf exposition (`application/vnd.google.protobuf;
+//!   proto=io.prometheus.client.MetricFamily; encoding=delimited`, what a
+//!   Prometheus started with `--enable-feature=native-histograms` asks for
+//!   first): every histogram both as a *native* histogram of schema 3
+//!   (src/promhist.rs: latmon's buckets mapped onto 8 per power of two, no
+//!   resolution lost to the scrape) and with the classic `le` buckets;
+//! - the text format (version 0.0.4, which every Prometheus-compatible
+//!   scraper reads) to everyone else: classic `le` buckets only.
+//!
+//! Every interval the agent thread copies what it shows into a snapshot
+//! whose buffers it keeps (no allocation once grown) and swaps it into the
+//! slot the server thread renders from, taking the lock only if it is free:
+//! a scrape in progress never delays the agent (that interval's update is
+//! skipped and counted, the next one lands). The server thread renders each
+//! scrape in the format asked for. Scrapes are served one at a time with
 //! 2 s socket timeouts; a slow client delays only other scrapes.
 //!
-//! Histograms: `latmon_latency_seconds` with cumulative `le` buckets at
-//! powers of two of nanoseconds, 2^8 ns (256 ns) to 2^36 ns (68.7 s), plus
-//! `+Inf`: 30 series per probe, whatever the data. Each is an exact sum of
-//! latmon's log-linear buckets (every power of two is a bucket edge). As
-//! latmon's buckets are `[lo, hi)`, a latency of exactly 2^k ns counts in
-//! the next bound up. Counts and sums are cumulative since the probe
-//! started (Prometheus derives rates). See docs/agent.md for every metric.
+//! Classic histograms: `latmon_latency_seconds` with cumulative `le`
+//! buckets at powers of two of nanoseconds, 2^8 ns (256 ns) to 2^36 ns
+//! (68.7 s), plus `+Inf`: 30 series per probe line, whatever the data. Each
+//! is an exact sum of latmon's log-linear buckets (every power of two is a
+//! bucket edge). As latmon's buckets are `[lo, hi)`, a latency of exactly
+//! 2^k ns counts in the next bound up. Counts and sums are cumulative since
+//! the probe started (Prometheus derives rates).
+//!
+//! Series bound: a family (syscall: up to 127 series) shows its first
+//! `series` series (default [`SERIES_PER_FAMILY`], in the order latmon
+//! found them, which never changes) as lines of their own; the rest are
+//! summed into one line `probe="FAMILY:folded"` and counted in
+//! `latmon_series_folded`. See docs/prometheus.md for every metric and
+//! the series count per probe.
 
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
@@ -27,9 +44,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::{Sink, Tick};
+use prost::Message as _;
+
+use super::prom_pb as pb;
+use super::{LinkStats, Sink, Tick};
 use crate::bpf::limits::HIST_MAX_LOG2;
 use crate::hist::{bucket_index, Hist};
+use crate::promhist::{self, SPAN};
 use crate::summary::ProbeState;
 
 /// The SINK prefix.
@@ -40,6 +61,14 @@ pub const LE_MIN_LOG2: usize = 8;
 pub const LE_MAX_LOG2: usize = HIST_MAX_LOG2;
 /// Content type of the text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// Content type of the protobuf format.
+pub const CONTENT_TYPE_PROTOBUF: &str = "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited";
+/// Series of one family shown as lines of their own by default (`series=`).
+pub const SERIES_PER_FAMILY: u32 = 16;
+/// Largest `series=` accepted.
+pub const SERIES_PER_FAMILY_MAX: u32 = 512;
+/// Label suffix of the line a family's folded series are summed into.
+pub const FOLDED: &str = "folded";
 /// Socket timeouts per scrape.
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the server thread looks at its stop flag.
@@ -62,11 +91,238 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
     Ok(SocketAddr::new(ip, port))
 }
 
-/// The Prometheus output: renders on the agent thread, serves on its own.
+/// `ADDR[,series=N]`: the address and the series shown per family.
+pub fn parse_word(word: &str) -> Result<(SocketAddr, u32), String> {
+    let mut parts = word.split(',');
+    let addr = parse_addr(parts.next().unwrap_or(""))?;
+    let mut series = SERIES_PER_FAMILY;
+    for opt in parts {
+        let bad = || format!("{SCHEME}{word}: option {opt:?}: expected series=N with N 0..={SERIES_PER_FAMILY_MAX}");
+        let n = opt.strip_prefix("series=").ok_or_else(bad)?;
+        series = n.parse().ok().filter(|&n| n <= SERIES_PER_FAMILY_MAX).ok_or_else(bad)?;
+    }
+    Ok((addr, series))
+}
+
+/// The format a request's `Accept` header asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Protobuf,
+}
+
+/// Content negotiation: protobuf when `Accept` offers the delimited
+/// `io.prometheus.client.MetricFamily` stream with a quality at least that
+/// of any text type latmon serves (`text/plain`, `text/*`, `*/*`); text
+/// otherwise (no header, OpenMetrics only, `q=0`, ...).
+pub fn negotiate(accept: Option<&str>) -> Format {
+    let Some(accept) = accept else { return Format::Text };
+    let (mut pb_q, mut text_q) = (0.0f64, 0.0f64);
+    for range in accept.split(',') {
+        let mut params = range.split(';').map(str::trim);
+        let media = params.next().unwrap_or("").to_ascii_lowercase();
+        let (mut q, mut proto, mut delimited) = (1.0f64, false, false);
+        for p in params {
+            let Some((k, v)) = p.split_once('=') else { continue };
+            let v = v.trim().trim_matches('"');
+            match k.trim().to_ascii_lowercase().as_str() {
+                "q" => q = v.parse().unwrap_or(0.0),
+                "proto" => proto = v == "io.prometheus.client.MetricFamily",
+                "encoding" => delimited = v == "delimited",
+                _ => {}
+            }
+        }
+        match media.as_str() {
+            "application/vnd.google.protobuf" if proto && delimited => pb_q = pb_q.max(q),
+            "text/plain" | "text/*" | "*/*" => text_q = text_q.max(q),
+            _ => {}
+        }
+    }
+    if pb_q > 0.0 && pb_q >= text_q { Format::Protobuf } else { Format::Text }
+}
+
+/// One line of the exposition: a probe, or the sum of a family's series
+/// past the limit.
+#[derive(Clone, Debug, Default)]
+pub struct Line {
+    pub probe: String,
+    pub kind: String,
+    pub attach: String,
+    /// Cumulative since the probe started (drops and alerts in it too).
+    pub hist: Hist,
+    pub bpf_missed: u64,
+    pub read_errors: u64,
+    pub bpf_runs: u64,
+    pub bpf_run_ns: u64,
+    pub up: bool,
+    pub detached: bool,
+    pub bpf_ns_per_event: u64,
+    pub events_per_s: u64,
+    pub bpf_cpu_percent: f64,
+    /// A family line: how many of its series are folded (None: not a
+    /// family with series).
+    pub folded: Option<u32>,
+}
+
+impl Line {
+    /// An empty line named `probe` (`probe:suffix` when `suffix` is set).
+    fn reset(&mut self, probe: &str, suffix: &str, kind: &str, attach: &str) {
+        copy_str(&mut self.probe, probe);
+        if !suffix.is_empty() {
+            self.probe.push(':');
+            self.probe.push_str(suffix);
+        }
+        copy_str(&mut self.kind, kind);
+        copy_str(&mut self.attach, attach);
+        self.hist = Hist::default();
+        (self.bpf_missed, self.read_errors, self.bpf_runs, self.bpf_run_ns) = (0, 0, 0, 0);
+        (self.up, self.detached, self.bpf_ns_per_event, self.events_per_s, self.bpf_cpu_percent) = (true, false, 0, 0, 0.0);
+        self.folded = None;
+    }
+
+    /// Add probe `i`'s state: its histogram merged, counters and rates
+    /// summed, up only if all are, detached if any is.
+    fn add(&mut self, t: &Tick<'_>, i: usize) {
+        let rp = t.report.probes.get(i);
+        self.hist.merge(&t.totals[i]);
+        self.bpf_missed += rp.map_or(0, |p| p.total_bpf_missed);
+        self.read_errors += t.read_errors.get(i).copied().unwrap_or(0);
+        self.bpf_runs += rp.map_or(0, |p| p.total_bpf_runs);
+        self.bpf_run_ns += rp.map_or(0, |p| p.total_bpf_run_time_ns);
+        self.up &= rp.is_some_and(|p| p.state == ProbeState::Running);
+        self.detached |= rp.is_some_and(|p| p.state == ProbeState::DetachedOverBudget);
+        self.bpf_ns_per_event += rp.map_or(0, |p| p.bpf_ns_per_event);
+        self.events_per_s += rp.map_or(0, |p| p.events_per_s);
+        self.bpf_cpu_percent += rp.map_or(0.0, |p| p.bpf_cpu_percent);
+    }
+}
+
+/// What one scrape shows (filled on the agent thread, rendered on the
+/// server thread).
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub kernel: String,
+    pub board: String,
+    pub boot_id: u32,
+    pub uptime_ns: u64,
+    pub interval_ns: u64,
+    pub seq: u64,
+    pub bpf_cpu_percent: f64,
+    pub cost_measured: bool,
+    pub online_cpus: u32,
+    pub over_budget: bool,
+    pub over_budget_intervals: u32,
+    pub degraded: bool,
+    pub rss_bytes: u64,
+    /// `lines[..n]` are in use (the rest keep their buffers).
+    pub lines: Vec<Line>,
+    pub n: usize,
+    /// The other outputs' link trouble, by output position (None: an
+    /// output without a link to report on).
+    pub links: Vec<(String, Option<LinkStats>)>,
+}
+
+/// Scratch of `Snapshot::fill`, kept between intervals (sized to the
+/// probe count; grows only when a family finds a new series).
+#[derive(Default)]
+struct Grouping {
+    /// Per probe: the line it is shown on.
+    line: Vec<usize>,
+    /// Per probe: its family line's probe index, or `usize::MAX`.
+    family: Vec<usize>,
+    /// Per family probe: series seen so far, and its folded line.
+    series: Vec<u32>,
+    folded_line: Vec<usize>,
+}
+
+const NONE: usize = usize::MAX;
+
+/// `i` is a series of `j`: same kind and named `NAME_OF_J:LABEL`.
+fn is_series_of(t: &Tick<'_>, i: usize, j: usize) -> bool {
+    let (a, b) = (&t.session.probes[i], &t.session.probes[j]);
+    a.kind == b.kind && a.name.len() > b.name.len() + 1 && a.name.starts_with(&b.name) && a.name.as_bytes()[b.name.len()] == b':'
+}
+
+impl Snapshot {
+    fn line(&mut self) -> &mut Line {
+        if self.n == self.lines.len() {
+            self.lines.push(Line::default());
+        }
+        self.n += 1;
+        &mut self.lines[self.n - 1]
+    }
+
+    /// Copy one interval's state in, folding each family's series past
+    /// `limit` into one line. No allocation once the buffers have grown.
+    fn fill(&mut self, t: &Tick<'_>, limit: u32, g: &mut Grouping) {
+        let r = t.report;
+        let a = &r.agent;
+        let ses = t.session;
+        copy_str(&mut self.kernel, &ses.kernel);
+        copy_str(&mut self.board, &ses.board);
+        self.boot_id = ses.boot_id;
+        self.uptime_ns = r.time_ns.saturating_sub(ses.start_ns);
+        self.interval_ns = r.interval_ns;
+        self.seq = r.seq;
+        self.bpf_cpu_percent = a.bpf_cpu_percent;
+        self.cost_measured = a.cost_measured;
+        self.online_cpus = a.online_cpus;
+        self.over_budget = a.over_budget;
+        self.over_budget_intervals = a.over_budget_intervals;
+        self.degraded = a.degraded;
+        self.rss_bytes = a.rss_bytes;
+        self.n = 0;
+        let n = t.totals.len().min(ses.probes.len());
+        for v in [&mut g.line, &mut g.family, &mut g.folded_line] {
+            v.clear();
+            v.resize(n, NONE);
+        }
+        g.series.clear();
+        g.series.resize(n, 0);
+        for i in 0..n {
+            let fam = (0..i).find(|&j| g.family[j] == NONE && is_series_of(t, i, j)).unwrap_or(NONE);
+            g.family[i] = fam;
+            let p = &ses.probes[i];
+            let folded = fam != NONE && {
+                g.series[fam] += 1;
+                g.series[fam] > limit
+            };
+            if fam != NONE {
+                let fl = g.line[fam];
+                self.lines[fl].folded = Some(g.series[fam].saturating_sub(limit));
+            }
+            if !folded {
+                g.line[i] = self.n;
+                self.line().reset(&p.name, "", &p.kind, &p.attach);
+            } else if g.folded_line[fam] == NONE {
+                // The first series past the limit starts the folded line.
+                g.folded_line[fam] = self.n;
+                let fname = &ses.probes[fam].name;
+                self.line().reset(fname, FOLDED, &p.kind, &p.attach);
+            }
+            let at = if folded { g.folded_line[fam] } else { g.line[i] };
+            self.lines[at].add(t, i);
+        }
+    }
+
+    pub fn lines(&self) -> &[Line] {
+        &self.lines[..self.n]
+    }
+}
+
+fn copy_str(to: &mut String, from: &str) {
+    to.clear();
+    to.push_str(from);
+}
+
+/// The Prometheus output: snapshots on the agent thread, renders and
+/// serves on its own.
 pub struct Prom {
     name: String,
-    buf: String,
-    slot: Arc<Mutex<Vec<u8>>>,
+    snap: Snapshot,
+    grouping: Grouping,
+    series: u32,
+    slot: Arc<Mutex<Snapshot>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     local: SocketAddr,
@@ -82,22 +338,30 @@ impl Prom {
 }
 
 /// Bind now (mistakes fail at startup) and start the server thread.
-pub fn open(addr: &str) -> Result<Prom, String> {
-    let sa = parse_addr(addr)?;
-    let listener = TcpListener::bind(sa).map_err(|e| format!("output {SCHEME}{addr}: listen: {e}"))?;
+pub fn open(word: &str) -> Result<Prom, String> {
+    let (sa, series) = parse_word(word)?;
+    let listener = TcpListener::bind(sa).map_err(|e| format!("output {SCHEME}{word}: listen: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     let name = format!("{SCHEME}{local}");
     log::info!("output {name}: serving Prometheus metrics at http://{local}/metrics");
-    let slot = Arc::new(Mutex::new(Vec::with_capacity(64 * 1024)));
+    let slot = Arc::new(Mutex::new(Snapshot::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let (sl, st, n) = (Arc::clone(&slot), Arc::clone(&stop), name.clone());
     let thread = super::spawn_blocked("latmon-prom", move || serve(&listener, &sl, &st, &n))
         .map_err(|e| format!("output {name}: {e}"))?;
-    Ok(Prom { name, buf: String::with_capacity(64 * 1024), slot, stop, thread: Some(thread), local, skipped: 0 })
+    Ok(Prom { name, snap: Snapshot::default(), grouping: Grouping::default(), series, slot, stop, thread: Some(thread), local, skipped: 0 })
 }
 
-fn serve(l: &TcpListener, slot: &Mutex<Vec<u8>>, stop: &AtomicBool, name: &str) {
-    let mut body = Vec::with_capacity(64 * 1024);
+/// The server thread's buffers.
+struct Server {
+    map: promhist::Map,
+    text: String,
+    body: Vec<u8>,
+    counts: Box<[u64; SPAN]>,
+}
+
+fn serve(l: &TcpListener, slot: &Mutex<Snapshot>, stop: &AtomicBool, name: &str) {
+    let mut sv = Server { map: promhist::Map::new(), text: String::with_capacity(64 * 1024), body: Vec::with_capacity(64 * 1024), counts: Box::new([0; SPAN]) };
     while !stop.load(Ordering::Relaxed) {
         let mut fds = [nix::poll::PollFd::new(l.as_fd(), nix::poll::PollFlags::POLLIN)];
         match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ACCEPT_POLL_MS)) {
@@ -105,14 +369,22 @@ fn serve(l: &TcpListener, slot: &Mutex<Vec<u8>>, stop: &AtomicBool, name: &str) 
             _ => continue,
         }
         let Ok((mut c, peer)) = l.accept() else { continue };
-        if let Err(e) = answer(&mut c, slot, &mut body) {
+        if let Err(e) = answer(&mut c, slot, &mut sv) {
             log::debug!("output {name}: client {peer}: {e}");
         }
     }
 }
 
+/// The value of header `name` (case-insensitive) in a request head.
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
 /// Read one request, answer it, close.
-fn answer(c: &mut TcpStream, slot: &Mutex<Vec<u8>>, body: &mut Vec<u8>) -> io::Result<()> {
+fn answer(c: &mut TcpStream, slot: &Mutex<Snapshot>, sv: &mut Server) -> io::Result<()> {
     c.set_read_timeout(Some(IO_TIMEOUT))?;
     c.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut req = [0u8; MAX_REQUEST];
@@ -128,26 +400,32 @@ fn answer(c: &mut TcpStream, slot: &Mutex<Vec<u8>>, body: &mut Vec<u8>) -> io::R
     let mut parts = head.lines().next().unwrap_or("").split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
+    let body = &mut sv.body;
+    body.clear();
     let (status, ctype): (&str, &str) = match (method, path) {
         ("GET" | "HEAD", "/metrics") => {
-            body.clear();
+            let format = negotiate(header(&head, "accept"));
             if let Ok(s) = slot.lock() {
-                body.extend_from_slice(&s);
+                match format {
+                    Format::Text => {
+                        sv.text.clear();
+                        render_text(&mut sv.text, &s);
+                        body.extend_from_slice(sv.text.as_bytes());
+                    }
+                    Format::Protobuf => render_protobuf(body, &s, &sv.map, &mut sv.counts),
+                }
             }
-            ("200 OK", CONTENT_TYPE)
+            ("200 OK", if format == Format::Protobuf { CONTENT_TYPE_PROTOBUF } else { CONTENT_TYPE })
         }
         ("GET" | "HEAD", "/") => {
-            body.clear();
             body.extend_from_slice(b"latmon: Prometheus metrics at /metrics\n");
             ("200 OK", "text/plain; charset=utf-8")
         }
         ("GET" | "HEAD", _) => {
-            body.clear();
             body.extend_from_slice(b"not found: latmon serves /metrics\n");
             ("404 Not Found", "text/plain; charset=utf-8")
         }
         _ => {
-            body.clear();
             body.extend_from_slice(b"only GET /metrics\n");
             ("405 Method Not Allowed", "text/plain; charset=utf-8")
         }
@@ -180,132 +458,324 @@ impl std::fmt::Display for Esc<'_> {
     }
 }
 
-/// Seconds from ns, as the text format's float.
+/// Seconds from ns, as the exposition's float.
 fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-/// `# HELP` and `# TYPE` lines.
-fn head(s: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(s, "# HELP {name} {help}");
-    let _ = writeln!(s, "# TYPE {name} {kind}");
+/// A metric family's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
 }
 
-/// Render the whole exposition for one interval into `s` (appending; no
-/// allocation once `s` has room).
-pub fn render(s: &mut String, t: &Tick<'_>) {
-    let r = t.report;
-    let a = &r.agent;
-    let ses = t.session;
-    let labels = |s: &mut String, i: usize| {
-        let p = &ses.probes[i];
-        let _ = write!(s, "probe=\"{}\",kind=\"{}\",attach=\"{}\"", Esc(&p.name), Esc(&p.kind), Esc(&p.attach));
-    };
-    head(s, "latmon_info", "gauge", "latmon version, kernel and board (always 1).");
-    let _ = writeln!(
-        s,
-        "latmon_info{{version=\"{}\",kernel=\"{}\",board=\"{}\",boot_id=\"{:08x}\"}} 1",
-        env!("CARGO_PKG_VERSION"),
-        Esc(&ses.kernel),
-        Esc(&ses.board),
-        ses.boot_id
-    );
-    head(s, "latmon_uptime_seconds", "gauge", "Time since latmon started counting.");
-    let _ = writeln!(s, "latmon_uptime_seconds {}", secs(r.time_ns.saturating_sub(ses.start_ns)));
-    head(s, "latmon_interval_seconds", "gauge", "Length of the last summary interval.");
-    let _ = writeln!(s, "latmon_interval_seconds {}", secs(r.interval_ns));
-    head(s, "latmon_summaries_total", "counter", "Summary intervals completed.");
-    let _ = writeln!(s, "latmon_summaries_total {}", r.seq);
+/// The labels of a sample.
+#[derive(Clone, Copy)]
+enum Labels<'a> {
+    None,
+    /// `probe`, `kind`, `attach` of a line.
+    Line(&'a Line),
+    /// `latmon_info`'s.
+    Info(&'a Snapshot),
+    /// `output` of a link.
+    Output(&'a str),
+}
 
-    head(s, "latmon_latency_seconds", "histogram", "Latency measured by each probe since it started.");
-    for (i, h) in t.totals.iter().enumerate().take(ses.probes.len()) {
+/// Where the exposition is written: the text format or protobuf. One
+/// description of the metrics (`expose`) drives both.
+trait Exposition {
+    fn family(&mut self, name: &'static str, kind: Kind, help: &'static str);
+    fn sample(&mut self, labels: Labels<'_>, v: f64);
+    fn histogram(&mut self, line: &Line);
+}
+
+/// Every metric, in order.
+fn expose(s: &Snapshot, out: &mut impl Exposition) {
+    use Kind::{Counter, Gauge};
+    out.family("latmon_info", Gauge, "latmon version, kernel and board (always 1).");
+    out.sample(Labels::Info(s), 1.0);
+    out.family("latmon_uptime_seconds", Gauge, "Time since latmon started counting.");
+    out.sample(Labels::None, secs(s.uptime_ns));
+    out.family("latmon_interval_seconds", Gauge, "Length of the last summary interval.");
+    out.sample(Labels::None, secs(s.interval_ns));
+    out.family("latmon_summaries_total", Counter, "Summary intervals completed.");
+    out.sample(Labels::None, s.seq as f64);
+
+    out.family("latmon_latency_seconds", Kind::Histogram, "Latency measured by each probe since it started.");
+    for l in s.lines() {
+        out.histogram(l);
+    }
+    lines(out, s, "latmon_probe_drops_total", Counter, "Events the probe lost (full maps, clock anomalies).", |l| l.hist.drops as f64);
+    lines(out, s, "latmon_probe_alerts_total", Counter, "Events above the probe's alert threshold.", |l| l.hist.alerts as f64);
+    lines(out, s, "latmon_probe_alert_records_dropped_total", Counter, "Alert records that never reached latmon (rate limit, full buffer).", |l| {
+        l.hist.alerts_dropped as f64
+    });
+    lines(out, s, "latmon_probe_bpf_missed_total", Counter, "Runs of the probe's BPF programs the kernel skipped (recursion_misses): events it never saw.", |l| {
+        l.bpf_missed as f64
+    });
+    lines(out, s, "latmon_probe_read_errors_total", Counter, "Failed reads of the probe's maps.", |l| l.read_errors as f64);
+    lines(out, s, "latmon_probe_up", Gauge, "1 while the probe is attached, 0 once detached (see latmon_probe_detached_over_budget).", |l| {
+        f64::from(u8::from(l.up))
+    });
+    lines(out, s, "latmon_probe_detached_over_budget", Gauge, "1 when latmon detached the probe because its own cost broke overhead_budget.", |l| {
+        f64::from(u8::from(l.detached))
+    });
+    lines(out, s, "latmon_probe_bpf_runs_total", Counter, "Runs of the probe's BPF programs (kernel events it hooked); latmon's own cost.", |l| l.bpf_runs as f64);
+    lines(out, s, "latmon_probe_bpf_run_seconds_total", Counter, "Time spent in the probe's BPF programs; latmon's own cost.", |l| secs(l.bpf_run_ns));
+    lines(out, s, "latmon_probe_bpf_seconds_per_event", Gauge, "BPF time per hooked event over the last interval.", |l| secs(l.bpf_ns_per_event));
+    lines(out, s, "latmon_probe_bpf_events_per_second", Gauge, "Hooked events per second over the last interval.", |l| l.events_per_s as f64);
+    lines(out, s, "latmon_probe_bpf_cpu_ratio", Gauge, "Share of the machine's CPU capacity the probe's BPF took over the last interval (0..1).", |l| {
+        l.bpf_cpu_percent / 100.0
+    });
+
+    out.family("latmon_bpf_cpu_ratio", Gauge, "Share of the machine's CPU capacity all of latmon's BPF programs took over the last interval (0..1).");
+    out.sample(Labels::None, s.bpf_cpu_percent / 100.0);
+    out.family("latmon_cost_measured", Gauge, "1 when BPF run-time statistics are on and the cost metrics mean something.");
+    out.sample(Labels::None, f64::from(u8::from(s.cost_measured)));
+    out.family("latmon_online_cpus", Gauge, "CPUs the CPU ratios are relative to.");
+    out.sample(Labels::None, f64::from(s.online_cpus));
+    out.family("latmon_over_budget", Gauge, "1 when the last interval broke overhead_budget.");
+    out.sample(Labels::None, f64::from(u8::from(s.over_budget)));
+    out.family("latmon_over_budget_intervals", Gauge, "Consecutive intervals over budget so far.");
+    out.sample(Labels::None, f64::from(s.over_budget_intervals));
+    out.family("latmon_degraded", Gauge, "1 when a probe was detached over budget.");
+    out.sample(Labels::None, f64::from(u8::from(s.degraded)));
+    out.family("latmon_resident_memory_bytes", Gauge, "latmon's resident set size.");
+    out.sample(Labels::None, s.rss_bytes as f64);
+    if s.links.iter().any(|l| l.1.is_some()) {
+        out.family("latmon_output_dropped_total", Counter, "Records (frames, lines) the output dropped since start: its link was slower than the summaries, or down.");
+        for (name, st) in &s.links {
+            if let Some(st) = st {
+                out.sample(Labels::Output(name), st.dropped as f64);
+            }
+        }
+        out.family("latmon_output_errors_total", Counter, "Damaged or malformed requests the output received since start (Modbus).");
+        for (name, st) in &s.links {
+            if let Some(st) = st {
+                out.sample(Labels::Output(name), st.errors as f64);
+            }
+        }
+    }
+    if s.lines().iter().any(|l| l.folded.is_some()) {
+        out.family("latmon_series_folded", Gauge, "Series of the family summed into its FAMILY:folded line (beyond the per-family series limit).");
+        for l in s.lines() {
+            if let Some(n) = l.folded {
+                out.sample(Labels::Line(l), f64::from(n));
+            }
+        }
+    }
+}
+
+/// A family with one sample per line.
+fn lines(out: &mut impl Exposition, s: &Snapshot, name: &'static str, kind: Kind, help: &'static str, v: impl Fn(&Line) -> f64) {
+    out.family(name, kind, help);
+    for l in s.lines() {
+        out.sample(Labels::Line(l), v(l));
+    }
+}
+
+/// The text format into a `String`.
+struct Text<'a> {
+    s: &'a mut String,
+    name: &'static str,
+}
+
+impl Text<'_> {
+    fn labels(&mut self, labels: Labels<'_>, le: Option<&dyn std::fmt::Display>) {
+        let s = &mut *self.s;
+        match labels {
+            Labels::None => {}
+            Labels::Line(l) => {
+                let _ = write!(s, "{{probe=\"{}\",kind=\"{}\",attach=\"{}\"", Esc(&l.probe), Esc(&l.kind), Esc(&l.attach));
+                if let Some(le) = le {
+                    let _ = write!(s, ",le=\"{le}\"");
+                }
+                s.push('}');
+            }
+            Labels::Output(o) => {
+                let _ = write!(s, "{{output=\"{}\"}}", Esc(o));
+            }
+            Labels::Info(i) => {
+                let _ = write!(
+                    s,
+                    "{{version=\"{}\",kernel=\"{}\",board=\"{}\",boot_id=\"{:08x}\"}}",
+                    env!("CARGO_PKG_VERSION"),
+                    Esc(&i.kernel),
+                    Esc(&i.board),
+                    i.boot_id
+                );
+            }
+        }
+    }
+}
+
+impl Exposition for Text<'_> {
+    fn family(&mut self, name: &'static str, kind: Kind, help: &'static str) {
+        self.name = name;
+        let kind = match kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        };
+        let _ = writeln!(self.s, "# HELP {name} {help}");
+        let _ = writeln!(self.s, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, labels: Labels<'_>, v: f64) {
+        self.s.push_str(self.name);
+        self.labels(labels, None);
+        let _ = writeln!(self.s, " {v}");
+    }
+
+    fn histogram(&mut self, l: &Line) {
+        let name = self.name;
+        let h = &l.hist;
         let mut cum = 0u64;
         let mut from = 0usize;
         for k in LE_MIN_LOG2..=LE_MAX_LOG2 {
             let upto = bucket_index(1u64 << k);
             cum += h.slots[from..upto].iter().sum::<u64>();
             from = upto;
-            s.push_str("latmon_latency_seconds_bucket{");
-            labels(s, i);
-            let _ = writeln!(s, ",le=\"{}\"}} {cum}", secs(1u64 << k));
+            let _ = write!(self.s, "{name}_bucket");
+            self.labels(Labels::Line(l), Some(&secs(1u64 << k)));
+            let _ = writeln!(self.s, " {cum}");
         }
-        s.push_str("latmon_latency_seconds_bucket{");
-        labels(s, i);
-        let _ = writeln!(s, ",le=\"+Inf\"}} {}", h.count);
-        s.push_str("latmon_latency_seconds_sum{");
-        labels(s, i);
-        let _ = writeln!(s, "}} {}", secs(h.sum_ns));
-        s.push_str("latmon_latency_seconds_count{");
-        labels(s, i);
-        let _ = writeln!(s, "}} {}", h.count);
-    }
-
-    counter(s, t, "latmon_probe_drops_total", "Events the probe lost (full maps, clock anomalies).", |_, h| h.drops as f64);
-    counter(s, t, "latmon_probe_alerts_total", "Events above the probe's alert threshold.", |_, h| h.alerts as f64);
-    counter(s, t, "latmon_probe_alert_records_dropped_total", "Alert records that never reached latmon (rate limit, full buffer).", |_, h| {
-        h.alerts_dropped as f64
-    });
-    counter(s, t, "latmon_probe_bpf_missed_total", "Runs of the probe's BPF programs the kernel skipped (recursion_misses): events it never saw.", |i, _| {
-        r.probes.get(i).map_or(0.0, |p| p.total_bpf_missed as f64)
-    });
-    counter(s, t, "latmon_probe_read_errors_total", "Failed reads of the probe's maps.", |i, _| {
-        t.read_errors.get(i).copied().unwrap_or(0) as f64
-    });
-    gauge(s, t, "latmon_probe_up", "1 while the probe is attached, 0 once detached (see latmon_probe_detached_over_budget).", |i| {
-        f64::from(u8::from(r.probes.get(i).is_some_and(|p| p.state == ProbeState::Running)))
-    });
-    gauge(s, t, "latmon_probe_detached_over_budget", "1 when latmon detached the probe because its own cost broke overhead_budget.", |i| {
-        f64::from(u8::from(r.probes.get(i).is_some_and(|p| p.state == ProbeState::DetachedOverBudget)))
-    });
-    counter(s, t, "latmon_probe_bpf_runs_total", "Runs of the probe's BPF programs (kernel events it hooked); latmon's own cost.", |i, _| {
-        r.probes.get(i).map_or(0.0, |p| p.total_bpf_runs as f64)
-    });
-    counter(s, t, "latmon_probe_bpf_run_seconds_total", "Time spent in the probe's BPF programs; latmon's own cost.", |i, _| {
-        r.probes.get(i).map_or(0.0, |p| secs(p.total_bpf_run_time_ns))
-    });
-    gauge(s, t, "latmon_probe_bpf_seconds_per_event", "BPF time per hooked event over the last interval.", |i| {
-        r.probes.get(i).map_or(0.0, |p| secs(p.bpf_ns_per_event))
-    });
-    gauge(s, t, "latmon_probe_bpf_events_per_second", "Hooked events per second over the last interval.", |i| {
-        r.probes.get(i).map_or(0.0, |p| p.events_per_s as f64)
-    });
-    gauge(s, t, "latmon_probe_bpf_cpu_ratio", "Share of the machine's CPU capacity the probe's BPF took over the last interval (0..1).", |i| {
-        r.probes.get(i).map_or(0.0, |p| p.bpf_cpu_percent / 100.0)
-    });
-
-    head(s, "latmon_bpf_cpu_ratio", "gauge", "Share of the machine's CPU capacity all of latmon's BPF programs took over the last interval (0..1).");
-    let _ = writeln!(s, "latmon_bpf_cpu_ratio {}", a.bpf_cpu_percent / 100.0);
-    head(s, "latmon_cost_measured", "gauge", "1 when BPF run-time statistics are on and the cost metrics mean something.");
-    let _ = writeln!(s, "latmon_cost_measured {}", u8::from(a.cost_measured));
-    head(s, "latmon_online_cpus", "gauge", "CPUs the CPU ratios are relative to.");
-    let _ = writeln!(s, "latmon_online_cpus {}", a.online_cpus);
-    head(s, "latmon_over_budget", "gauge", "1 when the last interval broke overhead_budget.");
-    let _ = writeln!(s, "latmon_over_budget {}", u8::from(a.over_budget));
-    head(s, "latmon_over_budget_intervals", "gauge", "Consecutive intervals over budget so far.");
-    let _ = writeln!(s, "latmon_over_budget_intervals {}", a.over_budget_intervals);
-    head(s, "latmon_degraded", "gauge", "1 when a probe was detached over budget.");
-    let _ = writeln!(s, "latmon_degraded {}", u8::from(a.degraded));
-    head(s, "latmon_resident_memory_bytes", "gauge", "latmon's resident set size.");
-    let _ = writeln!(s, "latmon_resident_memory_bytes {}", a.rss_bytes);
-}
-
-fn counter(s: &mut String, t: &Tick<'_>, name: &str, help: &str, v: impl Fn(usize, &Hist) -> f64) {
-    head(s, name, "counter", help);
-    for (i, h) in t.totals.iter().enumerate().take(t.session.probes.len()) {
-        series(s, t, name, i, v(i, h));
+        let _ = write!(self.s, "{name}_bucket");
+        self.labels(Labels::Line(l), Some(&"+Inf"));
+        let _ = writeln!(self.s, " {}", h.count);
+        let _ = write!(self.s, "{name}_sum");
+        self.labels(Labels::Line(l), None);
+        let _ = writeln!(self.s, " {}", secs(h.sum_ns));
+        let _ = write!(self.s, "{name}_count");
+        self.labels(Labels::Line(l), None);
+        let _ = writeln!(self.s, " {}", h.count);
     }
 }
 
-fn gauge(s: &mut String, t: &Tick<'_>, name: &str, help: &str, v: impl Fn(usize) -> f64) {
-    head(s, name, "gauge", help);
-    for i in 0..t.session.probes.len() {
-        series(s, t, name, i, v(i));
+/// The text exposition of a snapshot (appending to `s`).
+pub fn render_text(s: &mut String, snap: &Snapshot) {
+    expose(snap, &mut Text { s, name: "" });
+}
+
+/// The protobuf exposition: `MetricFamily` messages, each encoded
+/// length-delimited into `out` when the next one starts.
+struct Proto<'a> {
+    out: &'a mut Vec<u8>,
+    map: &'a promhist::Map,
+    counts: &'a mut [u64; SPAN],
+    family: Option<pb::MetricFamily>,
+    kind: Kind,
+}
+
+fn pair(name: &str, value: &str) -> pb::LabelPair {
+    pb::LabelPair { name: Some(name.into()), value: Some(value.into()) }
+}
+
+fn labels_pb(labels: Labels<'_>) -> Vec<pb::LabelPair> {
+    match labels {
+        Labels::None => Vec::new(),
+        Labels::Line(l) => vec![pair("probe", &l.probe), pair("kind", &l.kind), pair("attach", &l.attach)],
+        Labels::Output(o) => vec![pair("output", o)],
+        Labels::Info(i) => vec![
+            pair("version", env!("CARGO_PKG_VERSION")),
+            pair("kernel", &i.kernel),
+            pair("board", &i.board),
+            pair("boot_id", &format!("{:08x}", i.boot_id)),
+        ],
     }
 }
 
-fn series(s: &mut String, t: &Tick<'_>, name: &str, i: usize, v: f64) {
-    let p = &t.session.probes[i];
-    let _ = writeln!(s, "{name}{{probe=\"{}\",kind=\"{}\",attach=\"{}\"}} {v}", Esc(&p.name), Esc(&p.kind), Esc(&p.attach));
+impl Proto<'_> {
+    fn flush(&mut self) {
+        if let Some(f) = self.family.take() {
+            // A family without samples is left out (the text format shows
+            // its HELP/TYPE lines alone).
+            if !f.metric.is_empty() {
+                // Encoding into a Vec cannot run out of room.
+                let _ = f.encode_length_delimited(self.out);
+            }
+        }
+    }
+
+    fn push(&mut self, m: pb::Metric) {
+        if let Some(f) = self.family.as_mut() {
+            f.metric.push(m);
+        }
+    }
+}
+
+impl Exposition for Proto<'_> {
+    fn family(&mut self, name: &'static str, kind: Kind, help: &'static str) {
+        self.flush();
+        self.kind = kind;
+        let t = match kind {
+            Kind::Counter => pb::MetricType::Counter,
+            Kind::Gauge => pb::MetricType::Gauge,
+            Kind::Histogram => pb::MetricType::Histogram,
+        };
+        self.family = Some(pb::MetricFamily { name: Some(name.into()), help: Some(help.into()), r#type: Some(t as i32), metric: Vec::new() });
+    }
+
+    fn sample(&mut self, labels: Labels<'_>, v: f64) {
+        let mut m = pb::Metric { label: labels_pb(labels), ..Default::default() };
+        match self.kind {
+            Kind::Counter => m.counter = Some(pb::Counter { value: Some(v) }),
+            _ => m.gauge = Some(pb::Gauge { value: Some(v) }),
+        }
+        self.push(m);
+    }
+
+    fn histogram(&mut self, l: &Line) {
+        let h = &l.hist;
+        let mut bucket = Vec::with_capacity(LE_MAX_LOG2 - LE_MIN_LOG2 + 1);
+        let (mut cum, mut from) = (0u64, 0usize);
+        for k in LE_MIN_LOG2..=LE_MAX_LOG2 {
+            let upto = bucket_index(1u64 << k);
+            cum += h.slots[from..upto].iter().sum::<u64>();
+            from = upto;
+            bucket.push(pb::Bucket { cumulative_count: Some(cum), upper_bound: Some(secs(1u64 << k)) });
+        }
+        self.counts.fill(0);
+        let zero = self.map.fill(h, self.counts);
+        let (mut spans, mut deltas) = (Vec::new(), Vec::new());
+        promhist::sparse(self.counts, &mut spans, &mut deltas);
+        // The native count is the buckets' sum (latmon's count in any
+        // consistent read): a Prometheus that validates native histograms
+        // rejects a count that differs from its buckets.
+        let n = zero + self.counts.iter().sum::<u64>();
+        let hist = pb::Histogram {
+            sample_count: Some(n),
+            sample_sum: Some(secs(h.sum_ns)),
+            bucket,
+            schema: Some(promhist::SCHEMA),
+            zero_threshold: Some(promhist::ZERO_THRESHOLD_S),
+            zero_count: Some(zero),
+            positive_span: spans.into_iter().map(|(o, n)| pb::BucketSpan { offset: Some(o), length: Some(n) }).collect(),
+            positive_delta: deltas,
+        };
+        self.push(pb::Metric { label: labels_pb(Labels::Line(l)), histogram: Some(hist), ..Default::default() });
+    }
+}
+
+/// The protobuf exposition of a snapshot (appending to `out`).
+pub fn render_protobuf(out: &mut Vec<u8>, snap: &Snapshot, map: &promhist::Map, counts: &mut [u64; SPAN]) {
+    let mut p = Proto { out, map, counts, family: None, kind: Kind::Gauge };
+    expose(snap, &mut p);
+    p.flush();
+}
+
+/// Fill a fresh snapshot from one interval (tests, and `render`).
+pub fn snapshot(t: &Tick<'_>, series: u32) -> Snapshot {
+    let mut s = Snapshot::default();
+    s.fill(t, series, &mut Grouping::default());
+    s
+}
+
+/// The text exposition for one interval (appending to `s`).
+pub fn render(s: &mut String, t: &Tick<'_>) {
+    render_text(s, &snapshot(t, SERIES_PER_FAMILY));
 }
 
 impl Sink for Prom {
@@ -314,15 +784,35 @@ impl Sink for Prom {
     }
 
     fn emit(&mut self, t: &Tick<'_>) {
-        self.buf.clear();
-        render(&mut self.buf, t);
+        self.snap.fill(t, self.series, &mut self.grouping);
         match self.slot.try_lock() {
             Ok(mut s) => {
-                s.clear();
-                s.extend_from_slice(self.buf.as_bytes());
+                std::mem::swap(&mut *s, &mut self.snap);
+                // Link stats arrive between emits (`see_link`) into the
+                // snapshot the agent holds: carry them over.
+                let (from, to) = (&s.links, &mut self.snap.links);
+                to.resize_with(from.len(), || (String::new(), None));
+                for ((tn, ts), (fnm, fs)) in to.iter_mut().zip(from) {
+                    if tn != fnm {
+                        copy_str(tn, fnm);
+                    }
+                    *ts = *fs;
+                }
             }
             Err(_) => self.skipped += 1,
         }
+    }
+
+    fn see_link(&mut self, index: usize, name: &str, stats: LinkStats) {
+        let links = &mut self.snap.links;
+        if links.len() <= index {
+            links.resize_with(index + 1, || (String::new(), None));
+        }
+        let (n, s) = &mut links[index];
+        if n != name {
+            copy_str(n, name);
+        }
+        *s = Some(stats);
     }
 
     fn close(&mut self, _timeout: Duration) {
@@ -397,5 +887,220 @@ mod tests {
         assert_eq!(les, LE_MAX_LOG2 - LE_MIN_LOG2 + 2);
         assert!(s.contains("latmon_latency_seconds_count{probe=\"a\\\"b\",kind=\"runq\",attach=\"tp_btf\"} 8"));
         assert!(s.contains("latmon_summaries_total 3"));
+    }
+
+    fn info(name: &str, kind: &str) -> ProbeInfo {
+        ProbeInfo { name: name.into(), kind: kind.into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() }
+    }
+
+    /// A session of `names` (kind from the name's first word) with `v`
+    /// ns recorded `k + 1` times in the k-th probe.
+    fn tick_of(names: &[&str], v: u64) -> (Session, IntervalReport, Vec<Hist>) {
+        let probes: Vec<ProbeInfo> = names.iter().map(|n| info(n, n.split(':').next().unwrap())).collect();
+        let totals: Vec<Hist> = (0..names.len())
+            .map(|k| {
+                let mut h = Hist::default();
+                for _ in 0..=k {
+                    h.record(v);
+                }
+                h.drops = 1;
+                h
+            })
+            .collect();
+        let report = IntervalReport {
+            seq: 1,
+            probes: probes.iter().zip(&totals).map(|(p, h)| ProbeReport::new(p, &Hist::default(), h)).collect(),
+            ..Default::default()
+        };
+        let session = Session { board: "b".into(), kernel: "k".into(), boot_id: 1, start_ns: 0, interval_ns: 1, probes, failed: Vec::new() };
+        (session, report, totals)
+    }
+
+    #[test]
+    fn accept_header_negotiation() {
+        // What Prometheus 2.42 sends with --enable-feature=native-histograms.
+        let prom = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        assert_eq!(negotiate(Some(prom)), Format::Protobuf);
+        // Without it (and everyone else).
+        assert_eq!(negotiate(Some("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")), Format::Text);
+        assert_eq!(negotiate(None), Format::Text);
+        assert_eq!(negotiate(Some("text/plain")), Format::Text);
+        assert_eq!(negotiate(Some("*/*")), Format::Text);
+        // Protobuf only when it is the delimited MetricFamily stream, q > 0,
+        // and not below the text types.
+        assert_eq!(negotiate(Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text")), Format::Text);
+        assert_eq!(negotiate(Some("application/vnd.google.protobuf;encoding=delimited")), Format::Text);
+        assert_eq!(negotiate(Some("application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited; q=0")), Format::Text);
+        assert_eq!(negotiate(Some("text/plain;q=0.9, application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.5")), Format::Text);
+        assert_eq!(negotiate(Some("Application/Vnd.Google.Protobuf; proto=\"io.prometheus.client.MetricFamily\"; encoding=delimited")), Format::Protobuf);
+        assert_eq!(header("GET /metrics HTTP/1.1\r\nHost: x\r\naccept: a/b\r\n", "Accept"), Some("a/b"));
+        assert_eq!(header("GET /metrics HTTP/1.1\r\nHost: x\r\n", "Accept"), None);
+    }
+
+    #[test]
+    fn sink_options() {
+        assert_eq!(parse_word(":9477").unwrap().1, SERIES_PER_FAMILY);
+        assert_eq!(parse_word(":9477,series=4").unwrap().1, 4);
+        assert_eq!(parse_word(":9477,series=0").unwrap().1, 0);
+        for bad in [":9477,series=", ":9477,series=513", ":9477,series=-1", ":9477,x=1", ":9477,"] {
+            let e = parse_word(bad).unwrap_err();
+            assert!(e.contains("series=N"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_family_past_its_series_limit_folds_the_rest_into_one_counted_line() {
+        // The family "syscall" with 6 series, a probe of another kind with a
+        // colon in its name, and a probe after the series.
+        let names = ["syscall", "syscall:read", "runq:x", "syscall:write", "syscall:a", "syscall:b", "syscall:c", "syscall:d", "runq"];
+        let (session, report, totals) = tick_of(&names, 5_000);
+        let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0, 0, 0, 0, 0, 0, 0, 0] };
+        let snap = snapshot(&t, 3);
+        let shown: Vec<&str> = snap.lines().iter().map(|l| l.probe.as_str()).collect();
+        assert_eq!(shown, ["syscall", "syscall:read", "runq:x", "syscall:write", "syscall:a", "syscall:folded", "runq"]);
+        let folded = &snap.lines()[5];
+        // syscall:b, :c, :d are probes 5, 6, 7: 6 + 7 + 8 events.
+        assert_eq!((folded.hist.count, folded.hist.drops, folded.kind.as_str()), (21, 3, "syscall"));
+        assert_eq!(folded.hist.slots.iter().sum::<u64>(), 21);
+        assert_eq!(snap.lines()[0].folded, Some(3));
+        assert!(snap.lines()[1..].iter().all(|l| l.folded.is_none()));
+        let mut text = String::new();
+        render_text(&mut text, &snap);
+        assert!(text.contains("latmon_series_folded{probe=\"syscall\",kind=\"syscall\",attach=\"tp_btf\"} 3"), "{text}");
+        assert!(text.contains("latmon_latency_seconds_count{probe=\"syscall:folded\",kind=\"syscall\",attach=\"tp_btf\"} 21"));
+        assert!(text.contains("latmon_probe_drops_total{probe=\"syscall:folded\",kind=\"syscall\",attach=\"tp_btf\"} 3"));
+        // The bound: 128 series of one family show as limit + 2 lines.
+        let many: Vec<String> = std::iter::once("syscall".to_string()).chain((0..127).map(|k| format!("syscall:s{k}"))).collect();
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        let (session, report, totals) = tick_of(&refs, 1_000);
+        let errs = vec![0u64; refs.len()];
+        let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &errs };
+        let snap = snapshot(&t, SERIES_PER_FAMILY);
+        assert_eq!(snap.lines().len(), SERIES_PER_FAMILY as usize + 2);
+        assert_eq!(snap.lines()[0].folded, Some(127 - SERIES_PER_FAMILY));
+        let all: u64 = totals[1..].iter().map(|h| h.count).sum();
+        assert_eq!(snap.lines()[1..].iter().map(|l| l.hist.count).sum::<u64>(), all, "nothing lost in the fold");
+        // Under the limit nothing is folded; a family says so (0).
+        let (session, report, totals) = tick_of(&["syscall", "syscall:read"], 1_000);
+        let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0] };
+        let mut text = String::new();
+        render(&mut text, &t);
+        assert!(text.contains("latmon_series_folded{probe=\"syscall\",kind=\"syscall\",attach=\"tp_btf\"} 0"), "{text}");
+    }
+
+    #[test]
+    fn the_snapshot_is_reused_without_allocating_new_lines() {
+        let (session, report, totals) = tick_of(&["runq", "syscall", "syscall:read"], 1_000);
+        let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0, 0] };
+        let (mut snap, mut g) = (Snapshot::default(), Grouping::default());
+        snap.fill(&t, 16, &mut g);
+        let cap = (snap.lines.capacity(), snap.lines[2].probe.capacity());
+        snap.fill(&t, 16, &mut g);
+        assert_eq!((snap.lines.capacity(), snap.lines[2].probe.capacity()), cap);
+        assert_eq!(snap.lines().len(), 3);
+    }
+
+    #[test]
+    fn protobuf_has_the_same_metrics_with_native_and_classic_buckets() {
+        let mut h = Hist::default();
+        for v in [0u64, 3, 100, 1_000, 1_024, 5_000_000, 100_000_000_000] {
+            h.record(v);
+        }
+        let (session, mut report, _) = tick_of(&["runq"], 1);
+        report.agent.degraded = true;
+        let totals = [h.clone()];
+        let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[2] };
+        let snap = snapshot(&t, SERIES_PER_FAMILY);
+        let mut text = String::new();
+        render_text(&mut text, &snap);
+        let (map, mut counts) = (promhist::Map::new(), Box::new([0u64; SPAN]));
+        let mut buf = Vec::new();
+        render_protobuf(&mut buf, &snap, &map, &mut counts);
+        let mut rd = &buf[..];
+        let mut fams = Vec::new();
+        while !rd.is_empty() {
+            fams.push(pb::MetricFamily::decode_length_delimited(&mut rd).expect("a delimited MetricFamily"));
+        }
+        // The same families, in the same order, as the text's TYPE lines.
+        let text_names: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
+        let pb_names: Vec<&str> = fams.iter().map(|f| f.name.as_deref().unwrap()).collect();
+        assert_eq!(pb_names, text_names);
+        let fam = |n: &str| fams.iter().find(|f| f.name.as_deref() == Some(n)).unwrap();
+        assert_eq!(fam("latmon_degraded").metric[0].gauge.as_ref().unwrap().value, Some(1.0));
+        let re = &fam("latmon_probe_read_errors_total");
+        assert_eq!(re.r#type, Some(pb::MetricType::Counter as i32));
+        assert_eq!(re.metric[0].counter.as_ref().unwrap().value, Some(2.0));
+        let labels: Vec<(String, String)> = re.metric[0].label.iter().map(|p| (p.name.clone().unwrap(), p.value.clone().unwrap())).collect();
+        assert_eq!(labels, [("probe".into(), "runq".into()), ("kind".into(), "runq".into()), ("attach".into(), "tp_btf".into())]);
+        let hist = fam("latmon_latency_seconds").metric[0].histogram.clone().unwrap();
+        assert_eq!((hist.sample_count, hist.schema, hist.zero_count), (Some(7), Some(3), Some(1)));
+        assert!(hist.zero_threshold.unwrap() > 0.0 && hist.zero_threshold.unwrap() < 1e-9);
+        // Classic buckets as in the text (without +Inf, which is implied).
+        assert_eq!(hist.bucket.len(), LE_MAX_LOG2 - LE_MIN_LOG2 + 1);
+        for b in &hist.bucket {
+            let le = format!("le=\"{}\"}} {}", b.upper_bound.unwrap(), b.cumulative_count.unwrap());
+            assert!(text.lines().any(|l| l.starts_with("latmon_latency_seconds_bucket{probe=\"runq\"") && l.ends_with(&le)), "{le}");
+        }
+        // Native buckets: decode spans and deltas back into counts.
+        let mut got = vec![];
+        let (mut idx, mut count) = (0i32, 0i64);
+        let mut d = hist.positive_delta.iter();
+        for (k, s) in hist.positive_span.iter().enumerate() {
+            idx += s.offset.unwrap() + if k == 0 { 0 } else { 1 };
+            for j in 0..s.length.unwrap() {
+                count += d.next().unwrap();
+                got.push((idx + j as i32, count as u64));
+            }
+            idx += s.length.unwrap() as i32 - 1;
+        }
+        assert!(d.next().is_none());
+        counts.fill(0);
+        assert_eq!(map.fill(&h, &mut counts), 1);
+        let want: Vec<(i32, u64)> = (0..SPAN).filter(|&k| counts[k] > 0).map(|k| (k as i32 + promhist::INDEX_MIN, counts[k])).collect();
+        assert_eq!(want.iter().map(|w| w.1).sum::<u64>(), 6, "every non-zero event in a native bucket");
+        assert_eq!(got, want);
+    }
+
+    /// A sink that reports link stats (as a queue-based output does).
+    struct Reporting(LinkStats);
+
+    impl Sink for Reporting {
+        fn name(&self) -> &str {
+            "serial:/dev/ttyS1@115200"
+        }
+        fn emit(&mut self, _: &Tick<'_>) {}
+        fn close(&mut self, _: Duration) {}
+        fn link_stats(&self) -> Option<LinkStats> {
+            Some(self.0)
+        }
+    }
+
+    #[test]
+    fn every_outputs_link_trouble_is_shown() {
+        let (session, report, totals) = tick_of(&["runq"], 1_000);
+        let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0] };
+        let mut sinks: Vec<Box<dyn Sink>> =
+            vec![Box::new(Reporting(LinkStats { dropped: 7, errors: 0 })), Box::new(open("127.0.0.1:0").unwrap()), Box::new(Reporting(LinkStats { dropped: 0, errors: 3 }))];
+        let addr = {
+            // The Prom sink, to read what it published.
+            let p: &dyn Sink = &*sinks[1];
+            p.name().trim_start_matches(SCHEME).to_string()
+        };
+        for _ in 0..3 {
+            crate::sinks::share_link_stats(&mut sinks);
+            for s in sinks.iter_mut() {
+                s.emit(&t);
+            }
+        }
+        let mut c = TcpStream::connect(&addr).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut text = String::new();
+        c.read_to_string(&mut text).unwrap();
+        for s in sinks.iter_mut() {
+            s.close(Duration::from_secs(1));
+        }
+        assert!(text.contains("latmon_output_dropped_total{output=\"serial:/dev/ttyS1@115200\"} 7"), "{text}");
+        assert!(text.contains("latmon_output_errors_total{output=\"serial:/dev/ttyS1@115200\"} 3"), "{text}");
+        assert_eq!(text.matches("latmon_output_dropped_total{").count(), 2, "two outputs with links; not the Prometheus one");
     }
 }

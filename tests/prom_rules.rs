@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+//! The fleet rules (docs/prometheus-rules.yml) pass `promtool check
+//! rules` and `promtool test rules` on the synthetic series of
+//! tests/prometheus/rules-test.yml; and the unit tests catch a broken
+//! rule (mutants of the rules file must fail them). The text exposition
+//! with what a live run rarely shows (a folded family, link counters)
+//! passes `promtool check metrics`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use latmon::hist::Hist;
+use latmon::sinks::prom::{render_text, snapshot};
+use latmon::sinks::{LinkStats, Session, Tick};
+use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
+
+/// `promtool ARGS`: (success, what it said).
+fn promtool(args: &[&str]) -> (bool, String) {
+    let out = Command::new("promtool").args(args).output().expect("promtool (Debian package prometheus; scripts/install-deps.sh)");
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn rules_pass_promtool_check_and_their_unit_tests() {
+    let rules = repo("docs/prometheus-rules.yml");
+    let (ok, said) = promtool(&["check", "rules", rules.to_str().unwrap()]);
+    eprintln!("FIGURES promtool check rules: {}", said.trim());
+    assert!(ok && said.contains("SUCCESS: 12 rules found"), "{said}");
+    let tests = repo("tests/prometheus/rules-test.yml");
+    let (ok, said) = promtool(&["test", "rules", tests.to_str().unwrap()]);
+    eprintln!("FIGURES promtool test rules: {}", said.trim());
+    assert!(ok && said.contains("SUCCESS"), "{said}");
+}
+
+#[test]
+fn the_rule_tests_catch_a_broken_rule() {
+    let rules = std::fs::read_to_string(repo("docs/prometheus-rules.yml")).unwrap();
+    let tests = std::fs::read_to_string(repo("tests/prometheus/rules-test.yml")).unwrap();
+    let dir = std::env::temp_dir().join(format!("latmon-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("rules-test.yml"), tests.replace("../../docs/prometheus-rules.yml", "mutant.yml")).unwrap();
+    let mutants = [
+        ("the deadline", "{kind=\"timer\"} > 0.001", "{kind=\"timer\"} > 0.002"),
+        ("the timer's 5 min", "> 0.001\n        for: 5m", "> 0.001\n        for: 1m"),
+        ("the degraded state", "latmon_degraded == 1", "latmon_degraded == 0"),
+        ("kernel-skipped runs", "increase(latmon_probe_bpf_missed_total[5m]) > 0", "increase(latmon_probe_bpf_missed_total[30m]) > 0"),
+        ("link errors", "or increase(latmon_output_errors_total[10m]) > 0", ""),
+        ("the classic quantile branch", "sum by (job, instance, probe, kind, attach, le) (rate(latmon_latency_seconds_bucket[1m])))", "sum by (job, instance, probe, kind, attach, le) (rate(latmon_latency_seconds_bucket[1m]))) * 2"),
+    ];
+    for (what, from, to) in mutants {
+        assert!(rules.contains(from), "mutant {what}: {from:?} not in the rules");
+        std::fs::write(dir.join("mutant.yml"), rules.replacen(from, to, 1)).unwrap();
+        let (ok, said) = promtool(&["test", "rules", dir.join("rules-test.yml").to_str().unwrap()]);
+        assert!(!ok && said.contains("FAILED"), "a broken rule ({what}) passed the tests: {said}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_folded_family_and_link_counters_pass_promtool_check_metrics() {
+    let info = |name: &str| ProbeInfo { name: name.into(), kind: "syscall".into(), attach: "raw_tp".into(), mode: String::new(), btf_mode: String::new() };
+    let probes: Vec<ProbeInfo> = std::iter::once(info("sys")).chain((0..40).map(|k| info(&format!("sys:call{k}")))).collect();
+    let totals: Vec<Hist> = (0..probes.len())
+        .map(|k| {
+            let mut h = Hist::default();
+            for v in 0..50u64 {
+                h.record(1_000 + v * 997 * (k as u64 + 1));
+            }
+            h
+        })
+        .collect();
+    let report = IntervalReport {
+        seq: 9,
+        probes: probes.iter().zip(&totals).map(|(p, h)| ProbeReport::new(p, &Hist::default(), h)).collect(),
+        ..Default::default()
+    };
+    let session = Session { board: "b".into(), kernel: "6.18".into(), boot_id: 7, start_ns: 0, interval_ns: 1, probes, failed: Vec::new() };
+    let errors = vec![0u64; totals.len()];
+    let mut snap = snapshot(&Tick { session: &session, report: &report, totals: &totals, read_errors: &errors }, 16);
+    snap.links = vec![("serial:/dev/ttyS1@115200".into(), Some(LinkStats { dropped: 4, errors: 0 })), (String::new(), None), ("modbus-tcp://0.0.0.0:502".into(), Some(LinkStats { dropped: 0, errors: 2 }))];
+    let mut text = String::new();
+    render_text(&mut text, &snap);
+    assert!(text.contains("latmon_series_folded{probe=\"sys\",kind=\"syscall\",attach=\"raw_tp\"} 24"), "{text}");
+    assert!(text.contains("latmon_output_errors_total{output=\"modbus-tcp://0.0.0.0:502\"} 2"));
+    let mut p = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("promtool");
+    p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
+    let lines = text.lines().filter(|l| l.starts_with("latmon_latency_seconds_count{")).count();
+    assert_eq!(lines, 18, "family line + 16 series + folded");
+}
