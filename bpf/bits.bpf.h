@@ -6,7 +6,7 @@
 #include "latmon.h"
 
 /* floor(log2(v)) for v > 0, as a branchless shift cascade: clang 14 spins
- * forever on __builtin_clzll for the BPF target (see findings.md). */
+ * forever on __builtin_clzll for the BPF target (seen with Debian's clang 14). */
 static __always_inline __u32 latmon_log2_u32(__u32 v)
 {
 	__u32 r, s;

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # qemu-system-{arm,aarch64,x86_64} for the virtual boards. They must come from
 # bookworm-backports: the machine carries qemu-utils 10 from there and
-# bookworm's qemu 7.2 conflicts with it (targets.md). The backports suite is
+# bookworm's qemu 7.2 conflicts with it. The backports suite is
 # added to the Debian source already configured (its URIs read at run time).
 set -uo pipefail
 export DEBIAN_FRONTEND=noninteractive

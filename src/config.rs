@@ -375,7 +375,7 @@ pub const DEFAULT_BUDGET_INTERVALS: u32 = 3;
 pub const DEFAULT_NICE: i32 = 10;
 
 /// The built-in default: what runs with no config and no --probe.
-/// Run-queue, syscall and IRQ latency (architecture.md): each works on any
+/// Run-queue, syscall and IRQ latency (docs/architecture.md): each works on any
 /// kernel with BTF and tracepoints, and costs about 0.1-0.2 us per event
 /// (docs/probes.md).
 pub const DEFAULT_PROBES: &[&str] = &["runq", "syscall", "irq"];

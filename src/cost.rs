@@ -8,7 +8,7 @@
 //! the returned fd (a reference count: the global sysctl
 //! `kernel.bpf_stats_enabled` is not touched; the kernel drops the count
 //! when the fd closes, also when latmon dies). The counts include the
-//! statistics' own two clock reads (~20 ns per run on x86; findings.md).
+//! statistics' own two clock reads (~20 ns per run on the x86 development VM).
 //!
 //! Definitions (docs/agent.md):
 //! - an *event* is one run of one of the probe's BPF programs (one kernel

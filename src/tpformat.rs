@@ -223,7 +223,7 @@ print fmt: \"prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s%s ==> next_comm
 
     /// Synthetic: a 32-bit kernel with PREEMPT_RT's extra common field -
     /// `long` is 4 bytes and every offset moves (the layout a hand-written
-    /// struct gets wrong; see design/targets.md).
+    /// struct gets wrong: armv7 boards run such kernels).
     const SCHED_SWITCH_ARM32_RT: &str = "name: sched_switch
 ID: 280
 format:
