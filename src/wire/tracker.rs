@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: MIT
+//! The receiver: probe table and last cumulative snapshot per probe, from
+//! which every Summary yields interval deltas.
+
+use super::*;
+use crate::hist::{Hist, BUCKETS};
+use crate::summary::{AlertRecord, IntervalReport, ProbeInfo, ProbeReport};
+
+/// What a received frame means, for display or JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Hello(Hello),
+    /// Interval deltas derived from cumulative counts, in the same shape as
+    /// `latmon run` produces (`probes` holds those completed by this frame;
+    /// `ids` their probe ids, in the same order).
+    Summary { boot_id: u32, report: IntervalReport, ids: Vec<u16> },
+    Alert(AlertRecord),
+    Status(Status),
+    Unknown { kind: u8 },
+}
+
+#[derive(Default)]
+pub(super) struct Track {
+    info: Option<ProbeInfo>,
+    scheme_ok: bool,
+    /// Last complete cumulative snapshot and its time (None: none yet).
+    prev: Option<Box<(Hist, u64)>>,
+    /// A snapshot being assembled from split entries: seq, next bucket.
+    pending: Option<Box<(u64, u16, Hist)>>,
+}
+
+/// Receiver state: the probe table from Hello and the last cumulative
+/// histogram per probe, from which every Summary yields interval deltas.
+/// Pure; feed it decoded frames in stream order.
+#[derive(Default)]
+pub struct Tracker {
+    pub hello: Option<Hello>,
+    boot_id: Option<u32>,
+    last_seq: Option<u64>,
+    pub(super) tracks: Vec<Track>,
+    /// Summaries never seen (gaps in seq).
+    pub summaries_lost: u64,
+    /// Probe entries dropped because the other parts of a split probe
+    /// were lost.
+    pub partial_dropped: u64,
+    /// Times the sender restarted (new boot id): counts restart at zero.
+    pub restarts: u64,
+    /// Probe entries skipped because the bucket scheme is not ours.
+    pub scheme_mismatch: u64,
+    /// The last Status received.
+    pub status: Option<Status>,
+    /// Probe entries ignored because their id is `MAX_PROBES` or more.
+    pub ignored_entries: u64,
+}
+
+impl Tracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn new_boot(&mut self, boot_id: u32) {
+        if self.boot_id.is_some_and(|b| b != boot_id) {
+            self.restarts += 1;
+            self.last_seq = None;
+            for t in &mut self.tracks {
+                t.prev = None;
+                t.pending = None;
+            }
+            if self.hello.as_ref().is_some_and(|h| h.boot_id != boot_id) {
+                self.hello = None;
+                for t in &mut self.tracks {
+                    t.info = None;
+                }
+            }
+        }
+        self.boot_id = Some(boot_id);
+    }
+
+    fn track(&mut self, id: u16) -> &mut Track {
+        let i = id as usize;
+        if self.tracks.len() <= i {
+            self.tracks.resize_with(i + 1, || Track { scheme_ok: true, ..Track::default() });
+        }
+        &mut self.tracks[i]
+    }
+
+    /// Name of probe `id` (`#id` until a Hello names it).
+    pub fn probe_name(&self, id: u16) -> String {
+        self.tracks
+            .get(id as usize)
+            .and_then(|t| t.info.as_ref())
+            .map_or_else(|| format!("#{id}"), |i| i.name.clone())
+    }
+
+    /// The cumulative snapshot of probe `id` (for since-start views).
+    pub fn totals(&self, id: u16) -> Option<&Hist> {
+        self.tracks.get(id as usize).and_then(|t| t.prev.as_deref()).map(|(h, _)| h)
+    }
+
+    fn info(&self, id: u16) -> ProbeInfo {
+        self.tracks.get(id as usize).and_then(|t| t.info.clone()).unwrap_or_else(|| ProbeInfo {
+            name: format!("#{id}"),
+            kind: String::new(),
+            attach: String::new(),
+            mode: String::new(),
+            btf_mode: String::new(),
+        })
+    }
+
+    pub fn on_frame(&mut self, f: Frame) -> Event {
+        match f {
+            Frame::Hello(h) => {
+                self.new_boot(h.boot_id);
+                for d in &h.probes {
+                    if d.id as usize >= MAX_PROBES {
+                        self.ignored_entries += 1;
+                        continue;
+                    }
+                    let ok = d.scheme == BucketScheme::LATMON;
+                    let t = self.track(d.id);
+                    t.scheme_ok = ok;
+                    t.info = Some(ProbeInfo {
+                        name: d.name.clone(),
+                        kind: d.kind.clone(),
+                        attach: d.attach.clone(),
+                        mode: d.mode.clone(),
+                        // Not on the wire (yet): Hello predates it.
+                        btf_mode: String::new(),
+                    });
+                }
+                // Keep the union of probe table parts.
+                match &mut self.hello {
+                    Some(old) if old.boot_id == h.boot_id => {
+                        let probes = std::mem::take(&mut old.probes);
+                        *old = Hello { probes, ..h.clone() };
+                        for d in &h.probes {
+                            match old.probes.iter_mut().find(|p| p.id == d.id) {
+                                Some(p) => *p = d.clone(),
+                                None => old.probes.push(d.clone()),
+                            }
+                        }
+                        old.probes.sort_by_key(|p| p.id);
+                    }
+                    _ => self.hello = Some(h.clone()),
+                }
+                Event::Hello(h)
+            }
+            Frame::Summary(s) => self.on_summary(s),
+            Frame::Alert(a) => {
+                self.new_boot(a.boot_id);
+                Event::Alert(AlertRecord {
+                    probe: self.probe_name(a.probe),
+                    pid: a.pid,
+                    tid: a.tid,
+                    comm: a.comm,
+                    cpu: a.cpu,
+                    latency_ns: a.latency_ns,
+                    time_ns: a.time_ns,
+                })
+            }
+            Frame::Status(s) => {
+                self.new_boot(s.boot_id);
+                self.status = Some(s.clone());
+                Event::Status(s)
+            }
+            Frame::Unknown { kind, .. } => Event::Unknown { kind },
+        }
+    }
+
+    fn on_summary(&mut self, s: Summary) -> Event {
+        self.new_boot(s.boot_id);
+        match self.last_seq {
+            Some(l) if s.seq > l + 1 => self.summaries_lost += s.seq - l - 1,
+            Some(l) if s.seq < l => {
+                // Same boot id but counting again from the start.
+                self.restarts += 1;
+                for t in &mut self.tracks {
+                    t.prev = None;
+                    t.pending = None;
+                }
+            }
+            _ => {}
+        }
+        self.last_seq = Some(s.seq);
+        let start_ns = self.hello.as_ref().map(|h| h.start_ns);
+        let mut report = IntervalReport {
+            seq: s.seq,
+            time_ns: s.time_ns,
+            interval_ns: 0,
+            last: s.last,
+            probes: Vec::with_capacity(s.probes.len()),
+            alert_records: Vec::new(),
+            agent: Default::default(),
+        };
+        let mut since: Option<u64> = None;
+        let mut ids = Vec::with_capacity(s.probes.len());
+        for e in s.probes {
+            let id = e.id;
+            if id as usize >= MAX_PROBES {
+                self.ignored_entries += 1;
+                continue;
+            }
+            let t = self.track(id);
+            let (scheme_ok, pending) = (t.scheme_ok, t.pending.take());
+            if !scheme_ok {
+                self.scheme_mismatch += 1;
+                continue;
+            }
+            let mut h = match pending.map(|b| *b) {
+                Some((seq, next, h)) if seq == s.seq && next == e.first_bucket => h,
+                stale => {
+                    if stale.is_some() {
+                        self.partial_dropped += 1;
+                    }
+                    if e.first_bucket != 0 {
+                        // The earlier parts of this probe were lost.
+                        self.partial_dropped += 1;
+                        continue;
+                    }
+                    Hist::default()
+                }
+            };
+            h.count = e.count;
+            h.sum_ns = e.sum_ns;
+            h.min_ns = e.min_ns;
+            h.max_ns = e.max_ns;
+            h.drops = e.drops;
+            h.alerts = e.alerts;
+            for (i, c) in e.buckets {
+                h.slots[i as usize] = c;
+            }
+            let t = self.track(id);
+            if (e.end_bucket as usize) < BUCKETS {
+                t.pending = Some(Box::new((s.seq, e.end_bucket, h)));
+                continue;
+            }
+            let (prev, prev_time) = t.prev.take().map_or((Hist::default(), start_ns.unwrap_or(s.time_ns)), |b| *b);
+            since = Some(since.map_or(prev_time, |p: u64| p.min(prev_time)));
+            let r = ProbeReport::new(&self.info(id), &prev, &h);
+            self.track(id).prev = Some(Box::new((h, s.time_ns)));
+            report.probes.push(r);
+            ids.push(id);
+        }
+        report.interval_ns = since.map_or(0, |p| s.time_ns.saturating_sub(p));
+        Event::Summary { boot_id: s.boot_id, report, ids }
+    }
+}
