@@ -30,8 +30,27 @@ struct SummaryLine<'a> {
     #[serde(rename = "type")]
     ty: &'static str,
     boot_id: u32,
+    /// From a keyframe (cumulative) or a delta frame.
+    keyframe: bool,
+    /// Wire bucket merge (0: full resolution).
+    merge: u8,
+    /// Probes whose totals here are lower bounds (a delta was lost; exact
+    /// again at their next keyframe).
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    inexact: &'a [String],
     #[serde(flatten)]
     report: &'a IntervalReport,
+}
+
+#[derive(Serialize)]
+struct LostLine {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    /// The last summary received before the loss, and the one the next
+    /// summary built on: the intervals after the first through the second
+    /// are lost (their counts are in the next keyframes).
+    after_seq: u64,
+    through_seq: u64,
 }
 
 #[derive(Serialize)]
@@ -55,9 +74,12 @@ struct UnknownLine {
 pub fn json_line(r: &Result<Event, FrameError>) -> String {
     let res = match r {
         Ok(Event::Hello(h)) => serde_json::to_string(&Tagged::<Hello> { ty: "hello", body: h }),
-        Ok(Event::Summary { boot_id, report, .. }) => {
-            serde_json::to_string(&SummaryLine { ty: "summary", boot_id: *boot_id, report })
+        Ok(Event::Summary { boot_id, report, ids, keyframe, merge, inexact }) => {
+            let names: Vec<String> =
+                ids.iter().zip(&report.probes).filter(|(id, _)| inexact.contains(id)).map(|(_, p)| p.name.clone()).collect();
+            serde_json::to_string(&SummaryLine { ty: "summary", boot_id: *boot_id, keyframe: *keyframe, merge: *merge, inexact: &names, report })
         }
+        Ok(Event::Request(r)) => serde_json::to_string(&Tagged::<crate::wire::Request> { ty: "request", body: r }),
         Ok(Event::Alert(a)) => serde_json::to_string(&Tagged::<AlertRecord> { ty: "alert", body: a }),
         Ok(Event::Status(s)) => serde_json::to_string(&Tagged::<Status> { ty: "status", body: s }),
         Ok(Event::Unknown { kind }) => serde_json::to_string(&UnknownLine { ty: "unknown", kind: *kind }),
@@ -69,15 +91,48 @@ pub fn json_line(r: &Result<Event, FrameError>) -> String {
 /// One line of link statistics for stderr.
 pub fn link_line(s: &LinkStats, t: &Tracker) -> String {
     format!(
-        "link: {} bytes, {} frames good, {} CRC errors, {} resyncs, {} other errors, {} unknown kinds, {} summaries lost",
+        "link: {} bytes, {} frames good, {} CRC errors, {} resyncs, {} other errors, {} unknown kinds, {} summaries lost, {} summaries ({} deltas), {} probes with inexact totals{}",
         s.bytes,
         s.frames_good,
         s.crc_errors,
         s.resyncs,
         s.errors() - s.crc_errors,
         s.unknown_kinds,
-        t.summaries_lost
+        t.summaries_lost,
+        t.summaries,
+        t.deltas,
+        t.inexact_probes(),
+        budget_words(t).map_or(String::new(), |w| format!(", {w}"))
     )
+}
+
+/// The link's budget, use and degradation step from the last Status, in
+/// words (None: an unlimited output or no Status yet).
+pub fn budget_words(t: &Tracker) -> Option<String> {
+    let l = t.status.as_ref()?.link;
+    if l.budget_bps == 0 {
+        return None;
+    }
+    let step = crate::wire::Step::from_byte(l.step);
+    let mut w = format!("budget {} B/s, using {} B/s, keyframes every {:.0} s", l.budget_bps, l.used_bps, f64::from(l.keyframe_ms) / 1000.0);
+    if step != crate::wire::Step::None {
+        let _ = write!(
+            w,
+            ", DEGRADED step {} ({}): {} buckets per power of two, {} series rolled up, link interval {}",
+            l.step,
+            step.name(),
+            8 >> l.merge.min(3),
+            l.rolled,
+            fmt_ns(u64::from(l.interval_ms) * 1_000_000)
+        );
+    }
+    if l.alerts_shed > 0 {
+        let _ = write!(w, ", {} alerts shed over their share", l.alerts_shed);
+    }
+    if l.intervals_folded > 0 {
+        let _ = write!(w, ", {} intervals folded into the next", l.intervals_folded);
+    }
+    Some(w)
 }
 
 /// `latmon decode SOURCE`: a JSON line per frame on stdout until the
@@ -97,7 +152,13 @@ pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
         match src.read(&mut buf) {
             Got::Data(n) => {
                 dec.feed(&buf[..n], &mut |r| {
+                    let lost_before = tracker.summaries_lost;
                     let ev = r.map(|f| tracker.on_frame(f));
+                    if let (true, Some((after_seq, through_seq))) = (tracker.summaries_lost > lost_before, tracker.last_lost) {
+                        let l = LostLine { ty: "lost", after_seq, through_seq };
+                        lines.push_str(&serde_json::to_string(&l).unwrap_or_default());
+                        lines.push('\n');
+                    }
                     lines.push_str(&json_line(&ev));
                     lines.push('\n');
                 });
@@ -203,6 +264,18 @@ impl View {
             if clients > 0 { format!("  clients {clients}") } else { String::new() },
             if t.restarts > 0 { format!("  agent restarts {}", t.restarts) } else { String::new() }
         );
+        if let Some(w) = budget_words(t) {
+            let _ = writeln!(s, "link  {w}");
+        }
+        if t.summaries_lost > 0 || t.inexact_probes() > 0 {
+            let _ = writeln!(
+                s,
+                "link  deltas lost: {} runs{}; {} probes with totals behind until their next keyframe",
+                t.summaries_lost,
+                t.last_lost.map_or(String::new(), |(a, b)| format!(" (last: after seq {a} through {b})")),
+                t.inexact_probes()
+            );
+        }
         if let Some(st) = &t.status {
             if st.flags & crate::wire::STATUS_COST_MEASURED != 0 {
                 let _ = write!(s, "agent cost  BPF {:.3}% CPU", f64::from(st.bpf_cpu_ppm) / 10_000.0);
@@ -447,6 +520,7 @@ mod tests {
             bpf_cpu_ppm: 0,
             detached: Vec::new(),
             missed: vec![crate::wire::ProbeMissed { id: 0, missed: 92 }],
+            link: Default::default(),
         }));
         v.on_event(&ev);
         let s = v.render("serial:/dev/ttyUSB0@115200", &link, &t, Some(Duration::from_millis(300)));

@@ -215,6 +215,8 @@ pub fn decode_payload(p: &[u8]) -> Result<Frame, FrameError> {
         Kind::Summary => Frame::Summary(body_of(body).map_err(bad)?),
         Kind::Alert => Frame::Alert(body_of(body).map_err(bad)?),
         Kind::Status => Frame::Status(body_of(body).map_err(bad)?),
+        Kind::Delta => Frame::Delta(body_of(body).map_err(bad)?),
+        Kind::Request => Frame::Request(body_of(body).map_err(bad)?),
     })
 }
 

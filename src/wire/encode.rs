@@ -35,27 +35,66 @@ impl std::error::Error for EncodeError {}
 
 #[derive(Clone, Copy, Debug)]
 struct Part {
-    probe: u16,
+    /// Position in the [`Entries`].
+    entry: u16,
     first: u16,
     end: u16,
 }
 
+/// The histograms a summary carries: all of `hists` (wire id = index), or
+/// the entries `sel` of `hists` with the wire ids `ids[sel[k]]`.
+#[derive(Clone, Copy)]
+pub struct Entries<'a> {
+    hists: &'a [Hist],
+    ids: Option<&'a [u16]>,
+    sel: Option<&'a [u16]>,
+}
+
+impl<'a> Entries<'a> {
+    /// Every histogram, its index its id.
+    pub fn all(hists: &'a [Hist]) -> Self {
+        Entries { hists, ids: None, sel: None }
+    }
+
+    /// The histograms `hists[sel[k]]`, with wire ids `ids[sel[k]]`
+    /// (`ids.len() == hists.len()`; `sel` ascending by id).
+    pub fn select(hists: &'a [Hist], ids: &'a [u16], sel: &'a [u16]) -> Self {
+        Entries { hists, ids: Some(ids), sel: Some(sel) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.sel.map_or(self.hists.len(), <[u16]>::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Wire id and histogram of entry `k`.
+    fn get(&self, k: usize) -> (u16, &'a Hist) {
+        let i = self.sel.map_or(k, |s| s[k] as usize);
+        (self.ids.map_or(i as u16, |ids| ids[i]), &self.hists[i])
+    }
+}
+
 struct PartsRef<'a> {
     parts: &'a [Part],
-    hists: &'a [Hist],
+    entries: Entries<'a>,
 }
 
 impl Serialize for PartsRef<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(self.parts.len()))?;
         for p in self.parts {
-            seq.serialize_element(&PartRef { part: *p, hist: &self.hists[p.probe as usize] })?;
+            let (id, hist) = self.entries.get(p.entry as usize);
+            seq.serialize_element(&PartRef { id, part: *p, hist })?;
         }
         seq.end()
     }
 }
 
 struct PartRef<'a> {
+    id: u16,
     part: Part,
     hist: &'a Hist,
 }
@@ -70,16 +109,49 @@ impl Serialize for PartRef<'_> {
             .filter(|(_, &c)| c > 0)
             .map(move |(i, &c)| ((i + p.first as usize) as u16, c));
         let n = h.slots[range].iter().filter(|&&c| c > 0).count();
-        ser_probe(s, [p.probe as u64, h.count, h.sum_ns, h.min_ns, h.max_ns, h.drops, h.alerts], p.first, p.end, n, it)
+        ser_probe(s, [self.id as u64, h.count, h.sum_ns, h.min_ns, h.max_ns, h.drops, h.alerts], p.first, p.end, n, it)
     }
 }
 
-#[derive(Serialize)]
+/// Summary (kind 2) body from borrowed parts; the revision 3 fields only
+/// when not zero (so a revision 2 summary keeps its bytes).
 struct SummaryRef<'a> {
     seq: u64,
     boot_id: u32,
     time_ns: u64,
     last: bool,
+    probes: PartsRef<'a>,
+    link: LinkHeader,
+}
+
+impl Serialize for SummaryRef<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(7)?;
+        t.serialize_element(&self.seq)?;
+        t.serialize_element(&self.boot_id)?;
+        t.serialize_element(&self.time_ns)?;
+        t.serialize_element(&self.last)?;
+        t.serialize_element(&self.probes)?;
+        if self.link != LinkHeader::default() {
+            t.serialize_element(&self.link.merge)?;
+            t.serialize_element(&self.link.base_seq)?;
+        }
+        t.end()
+    }
+}
+
+/// Delta (kind 5) body from borrowed parts.
+#[derive(Serialize)]
+struct DeltaRef<'a> {
+    seq: u64,
+    base_seq: u64,
+    boot_id: u32,
+    time_ns: u64,
+    last: bool,
+    merge: u8,
+    first_id: u16,
+    end_id: u16,
     probes: PartsRef<'a>,
 }
 
@@ -92,6 +164,25 @@ pub struct SummaryHeader {
     pub last: bool,
 }
 
+/// The revision 3 summary fields of a budgeted link.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkHeader {
+    /// Wire bucket merge of the histograms (they are already coarsened).
+    pub merge: u8,
+    /// Seq of this link's previous summary.
+    pub base_seq: u64,
+}
+
+/// What one packing run produces: keyframes, or deltas covering the ids
+/// `0..cover_end`.
+#[derive(Clone, Copy)]
+struct Head {
+    kind: Kind,
+    h: SummaryHeader,
+    link: LinkHeader,
+    cover_end: u16,
+}
+
 /// Builds frames into buffers allocated once. Every method calls `out` once
 /// per finished frame (delimiter included) and returns the frame count.
 pub struct Encoder {
@@ -99,6 +190,8 @@ pub struct Encoder {
     frame: Box<[u8]>,
     plan: Vec<Part>,
     budget: usize,
+    /// Delta packing: the first id the next frame covers.
+    cover_from: u16,
 }
 
 impl Default for Encoder {
@@ -120,6 +213,7 @@ impl Encoder {
             frame: vec![0; MAX_ENCODED].into_boxed_slice(),
             plan: Vec::with_capacity(64),
             budget: payload_budget.clamp(FRAME_OVERHEAD + 64, MAX_PAYLOAD),
+            cover_from: 0,
         }
     }
 
@@ -228,6 +322,7 @@ impl Encoder {
                     bpf_cpu_ppm: s.bpf_cpu_ppm,
                     detached: &s.detached,
                     missed,
+                    link: TrailingLink(&s.link),
                 };
                 e.put(Kind::Status, &body, limit)
             },
@@ -264,19 +359,50 @@ impl Encoder {
     /// next one (same seq, next bucket range). Allocation-free once the
     /// plan vector has grown to the number of probes.
     pub fn summary(&mut self, h: SummaryHeader, hists: &[Hist], out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
+        self.entries(Head { kind: Kind::Summary, h, link: LinkHeader::default(), cover_end: 0 }, Entries::all(hists), out)
+    }
+
+    /// Keyframe (Summary) frames of a budgeted link: the cumulative state
+    /// of `entries`, already coarsened to `link.merge`.
+    pub fn keyframe(&mut self, h: SummaryHeader, link: LinkHeader, entries: Entries<'_>, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
+        self.entries(Head { kind: Kind::Summary, h, link, cover_end: 0 }, entries, out)
+    }
+
+    /// Delta frames: the interval histograms `entries` (ascending ids),
+    /// the frames together covering ids `0..cover_end` (at least one frame,
+    /// so a receiver learns of an interval without events too).
+    pub fn delta(
+        &mut self,
+        h: SummaryHeader,
+        link: LinkHeader,
+        entries: Entries<'_>,
+        cover_end: u16,
+        out: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize, EncodeError> {
+        self.cover_from = 0;
+        self.entries(Head { kind: Kind::Delta, h, link, cover_end }, entries, out)
+    }
+
+    fn entries(&mut self, head: Head, entries: Entries<'_>, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
+        let h = head.h;
         // Upper bounds of the serialized sizes (exact except the marked +1s).
-        let frame_head = FRAME_OVERHEAD
+        let mut frame_head = FRAME_OVERHEAD
             + varint_len(h.seq)
             + varint_len(h.boot_id as u64)
             + varint_len(h.time_ns)
             + 1
             + 3; // entry count (<= 3 bytes)
+        match head.kind {
+            Kind::Delta => frame_head += varint_len(head.link.base_seq) + 1 + 3 + 3,
+            _ if head.link != LinkHeader::default() => frame_head += 1 + varint_len(head.link.base_seq),
+            _ => {}
+        }
         let budget = self.budget;
         let mut frames = 0;
         let mut used = frame_head;
         self.plan.clear();
-        for (id, hist) in hists.iter().enumerate() {
-            let id = id as u16;
+        for k in 0..entries.len() {
+            let (id, hist) = entries.get(k);
             let entry_head = varint_len(id as u64)
                 + [hist.count, hist.sum_ns, hist.min_ns, hist.max_ns, hist.drops, hist.alerts]
                     .iter()
@@ -306,39 +432,71 @@ impl Encoder {
                 }
                 let no_room = used + entry_head > budget || (added == 0 && end < BUCKETS);
                 if no_room && !self.plan.is_empty() {
-                    frames += self.flush_summary(h, hists, out)?;
+                    frames += self.flush_summary(head, entries, false, out)?;
                     used = frame_head;
                     continue;
                 }
-                self.plan.push(Part { probe: id, first: first as u16, end: end as u16 });
+                self.plan.push(Part { entry: k as u16, first: first as u16, end: end as u16 });
                 used += size;
                 if end == BUCKETS {
                     break;
                 }
-                frames += self.flush_summary(h, hists, out)?;
+                frames += self.flush_summary(head, entries, false, out)?;
                 used = frame_head;
                 first = end;
             }
         }
-        if !self.plan.is_empty() || frames == 0 {
-            frames += self.flush_summary(h, hists, out)?;
+        if !self.plan.is_empty() || frames == 0 || (head.kind == Kind::Delta && self.cover_from < head.cover_end) {
+            frames += self.flush_summary(head, entries, true, out)?;
         }
         Ok(frames)
     }
 
-    fn flush_summary(&mut self, h: SummaryHeader, hists: &[Hist], out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
+    fn flush_summary(&mut self, head: Head, entries: Entries<'_>, final_frame: bool, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
         let plan = std::mem::take(&mut self.plan);
-        let body = SummaryRef {
-            seq: h.seq,
-            boot_id: h.boot_id,
-            time_ns: h.time_ns,
-            last: h.last,
-            probes: PartsRef { parts: &plan, hists },
+        let h = head.h;
+        let probes = PartsRef { parts: &plan, entries };
+        let res = match head.kind {
+            Kind::Delta => {
+                // Ids up to the last entry (or, when it continues in the
+                // next frame, before it); the final frame up to cover_end.
+                let (last_id, complete) = plan.last().map_or((None, true), |p| (Some(entries.get(p.entry as usize).0), p.end as usize == BUCKETS));
+                let end_id = match (final_frame, last_id) {
+                    (true, _) | (_, None) => head.cover_end.max(last_id.map_or(0, |i| i.saturating_add(1))),
+                    (false, Some(i)) => i.saturating_add(1),
+                };
+                let body = DeltaRef {
+                    seq: h.seq,
+                    base_seq: head.link.base_seq,
+                    boot_id: h.boot_id,
+                    time_ns: h.time_ns,
+                    last: h.last,
+                    merge: head.link.merge,
+                    first_id: self.cover_from.min(end_id),
+                    end_id,
+                    probes,
+                };
+                self.cover_from = match last_id {
+                    Some(i) if !complete => i,
+                    _ => end_id,
+                };
+                self.put(Kind::Delta, &body, MAX_PAYLOAD)
+            }
+            _ => {
+                let body = SummaryRef { seq: h.seq, boot_id: h.boot_id, time_ns: h.time_ns, last: h.last, probes, link: head.link };
+                self.put(Kind::Summary, &body, MAX_PAYLOAD)
+            }
         };
-        let res = self.put(Kind::Summary, &body, MAX_PAYLOAD);
         self.plan = plan;
         self.plan.clear();
-        let n = res?.ok_or(EncodeError::TooLarge { kind: Kind::Summary })?;
+        let n = res?.ok_or(EncodeError::TooLarge { kind: head.kind })?;
+        self.seal(n, out);
+        Ok(1)
+    }
+
+    /// One Request frame (receiver side).
+    pub fn request(&mut self, r: &Request, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
+        let n = self.put(Kind::Request, r, MAX_PAYLOAD)?.ok_or(EncodeError::TooLarge { kind: Kind::Request })?;
         self.seal(n, out);
         Ok(1)
     }
@@ -383,6 +541,12 @@ pub fn encode_to_vec(f: &Frame) -> Result<Vec<u8>, EncodeError> {
             enc.seal(n, &mut out);
             1
         }
+        Frame::Delta(d) => {
+            let n = enc.put(Kind::Delta, d, MAX_PAYLOAD)?.ok_or(EncodeError::TooLarge { kind: Kind::Delta })?;
+            enc.seal(n, &mut out);
+            1
+        }
+        Frame::Request(r) => enc.request(r, &mut out)?,
         Frame::Unknown { .. } => 0,
     };
     Ok(v)

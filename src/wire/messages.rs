@@ -8,7 +8,7 @@ use serde::ser::{SerializeSeq, SerializeTuple};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::bpf::limits::{HIST_MAX_LOG2, HIST_SUB_BITS};
-use crate::hist::BUCKETS;
+use crate::hist::{Hist, BUCKETS};
 
 /// How a probe's histogram buckets map to nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,8 +88,10 @@ pub struct ProbeCounts {
     pub buckets: Vec<(u16, u64)>,
 }
 
-/// Cumulative counts of every probe (or a part of them) at one instant.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Cumulative counts of every probe (or a part of them) at one instant: a
+/// keyframe. On a budgeted link the agent keyframes a rolling part of the
+/// probes each interval and sends [`Delta`]s for the rest.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Summary {
     pub seq: u64,
     pub boot_id: u32,
@@ -98,7 +100,86 @@ pub struct Summary {
     /// The agent's final summary (flushed at exit).
     pub last: bool,
     pub probes: Vec<ProbeCounts>,
+    /// Revision 3: wire bucket merge (0: full resolution; 1, 2, 3: 4, 2, 1
+    /// buckets per power of two, see [`coarsen`]).
+    pub merge: u8,
+    /// Revision 3: the seq of this link's previous summary (0: not said;
+    /// older senders, where a seq gap means summaries were lost).
+    pub base_seq: u64,
 }
+
+impl Serialize for Summary {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut t = s.serialize_tuple(7)?;
+        t.serialize_element(&self.seq)?;
+        t.serialize_element(&self.boot_id)?;
+        t.serialize_element(&self.time_ns)?;
+        t.serialize_element(&self.last)?;
+        t.serialize_element(&self.probes)?;
+        // Trailing zero fields are left out: a receiver reads them as 0.
+        if self.merge != 0 || self.base_seq != 0 {
+            t.serialize_element(&self.merge)?;
+            t.serialize_element(&self.base_seq)?;
+        }
+        t.end()
+    }
+}
+
+/// What changed in one interval (kind 5, revision 3), for the probes with
+/// ids `first_id..end_id`: each entry's count, sum, drops, alerts and
+/// buckets are the interval's, min/max the interval's extremes (exact when
+/// they moved the cumulative ones). A probe of the range without an entry
+/// had no events. Applies on top of the state as of `base_seq`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delta {
+    pub seq: u64,
+    /// The seq of this link's previous summary: the state this applies to.
+    pub base_seq: u64,
+    pub boot_id: u32,
+    pub time_ns: u64,
+    pub last: bool,
+    pub merge: u8,
+    pub first_id: u16,
+    pub end_id: u16,
+    pub probes: Vec<ProbeCounts>,
+}
+
+/// A receiver asks the agent for something (kind 6, revision 3; sent
+/// towards the agent on a two-way link such as a serial line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// [`REQUEST_HELLO`]: send the whole probe table now.
+    pub what: u8,
+}
+
+/// `Request::what`: the full Hello (probe table) and a Status.
+pub const REQUEST_HELLO: u8 = 1;
+
+/// Merge wire buckets in place: with `merge` m, the counts of each group of
+/// 2^m neighbouring sub-buckets of a power of two are carried at the
+/// group's highest index (so percentiles read from them are upper bounds;
+/// an older receiver still reads a valid histogram). Totals are unchanged.
+pub fn coarsen(h: &mut Hist, merge: u8) {
+    let mask = (1usize << merge.min(MAX_MERGE)) - 1;
+    if mask == 0 {
+        return;
+    }
+    for i in 0..BUCKETS {
+        let j = (i | mask).min(BUCKETS - 1);
+        if j != i && h.slots[i] != 0 {
+            h.slots[j] += h.slots[i];
+            h.slots[i] = 0;
+        }
+    }
+}
+
+/// `ProbeDesc::mode` of a series a budgeted link rolled up into its
+/// family's `FAMILY:other` entry (sent as a table update): the series is
+/// no longer carried on its own.
+pub const ROLLED_MODE_PREFIX: &str = "rolled up into ";
+
+/// Coarsest merge: one bucket per power of two (sub_bits 3 = 8 buckets).
+pub const MAX_MERGE: u8 = 3;
 
 /// A latency above a probe's threshold (mirrors `summary::AlertRecord`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,6 +260,86 @@ pub struct Status {
     /// Revision 2: the probes of this part (ids within its `probes`) whose
     /// programs the kernel skipped, by id; only those with misses.
     pub missed: Vec<ProbeMissed>,
+    /// Revision 3: this output's byte budget and how it fits it.
+    pub link: LinkHealth,
+}
+
+/// The degradation steps of a budgeted link, in the order they are taken.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Step {
+    /// Full resolution, the agent's interval.
+    #[default]
+    None = 0,
+    /// Coarser wire buckets (`LinkHealth::merge`).
+    CoarseBuckets = 1,
+    /// Quiet series rolled up into `FAMILY:other` (and coarse buckets).
+    RollUp = 2,
+    /// This link's summaries cover several agent intervals (and the above).
+    LongerInterval = 3,
+}
+
+impl Step {
+    pub fn from_byte(b: u8) -> Step {
+        match b {
+            0 => Step::None,
+            1 => Step::CoarseBuckets,
+            2 => Step::RollUp,
+            _ => Step::LongerInterval,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::None => "none",
+            Step::CoarseBuckets => "coarse buckets",
+            Step::RollUp => "roll-up",
+            Step::LongerInterval => "longer interval",
+        }
+    }
+}
+
+/// A link's budget and use, in Status (revision 3). All zero: unlimited
+/// output, nothing to say (left out on the wire).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkHealth {
+    /// Bytes per second this output may use (0: unlimited).
+    pub budget_bps: u32,
+    /// Bytes per second it queued over the last [`USE_WINDOW_NS`].
+    pub used_bps: u32,
+    /// [`Step`] as a byte.
+    pub step: u8,
+    /// Wire bucket merge (see [`coarsen`]).
+    pub merge: u8,
+    /// Series rolled up into `FAMILY:other` entries.
+    pub rolled: u16,
+    /// This link's summary interval (agent intervals per summary times the
+    /// agent's interval), milliseconds.
+    pub interval_ms: u32,
+    /// Every probe's cumulative state goes out at least this often, ms.
+    pub keyframe_ms: u32,
+    /// Alert records not sent because alerts used up their share of the
+    /// budget, since start.
+    pub alerts_shed: u64,
+    /// Agent intervals whose summary was folded into the next one (budget
+    /// credit exhausted), since start: their counts are in the next delta.
+    pub intervals_folded: u64,
+}
+
+/// The window over which `LinkHealth::used_bps` is measured.
+pub const USE_WINDOW_NS: u64 = 10_000_000_000;
+
+/// Serializes as nothing when all zero (revision 2 bytes unchanged).
+pub(crate) struct TrailingLink<'a>(pub(crate) &'a LinkHealth);
+
+impl Serialize for TrailingLink<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if *self.0 == LinkHealth::default() {
+            s.serialize_tuple(0)?.end()
+        } else {
+            self.0.serialize(s)
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -195,6 +356,7 @@ pub(crate) struct StatusRef<'a> {
     pub(crate) bpf_cpu_ppm: u32,
     pub(crate) detached: &'a [u16],
     pub(crate) missed: &'a [ProbeMissed],
+    pub(crate) link: TrailingLink<'a>,
 }
 
 /// A decoded frame.
@@ -204,6 +366,8 @@ pub enum Frame {
     Summary(Summary),
     Alert(Alert),
     Status(Status),
+    Delta(Delta),
+    Request(Request),
     /// A kind this receiver does not know (a newer sender); skipped.
     Unknown { kind: u8, len: usize },
 }

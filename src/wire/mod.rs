@@ -37,7 +37,9 @@ pub const PROTOCOL_VERSION: u8 = 1;
 /// incremented whenever fields are appended to a message.
 /// Revision 1 appended `flags`, `bpf_cpu_ppm` and `detached` to Status;
 /// revision 2 appended `missed`.
-pub const PROTOCOL_REVISION: u8 = 2;
+/// Revision 3 added Delta and Request, appended `merge` and `base_seq` to
+/// Summary and `link` to Status.
+pub const PROTOCOL_REVISION: u8 = 3;
 /// The frame delimiter.
 pub const DELIMITER: u8 = 0x00;
 /// Largest frame the encoder produces, on the wire, delimiter included
@@ -79,6 +81,8 @@ pub enum Kind {
     Summary = 2,
     Alert = 3,
     Status = 4,
+    Delta = 5,
+    Request = 6,
 }
 
 impl Kind {
@@ -88,6 +92,8 @@ impl Kind {
             2 => Kind::Summary,
             3 => Kind::Alert,
             4 => Kind::Status,
+            5 => Kind::Delta,
+            6 => Kind::Request,
             _ => return None,
         })
     }
@@ -98,6 +104,8 @@ impl Kind {
             Kind::Summary => "summary",
             Kind::Alert => "alert",
             Kind::Status => "status",
+            Kind::Delta => "delta",
+            Kind::Request => "request",
         }
     }
 }

@@ -375,6 +375,8 @@ fn golden() -> Vec<(&'static str, Frame)> {
                     end_bucket: BUCKETS as u16,
                     buckets,
                 }],
+                merge: 0,
+                base_seq: 0,
             }),
         ),
         (
@@ -405,6 +407,7 @@ fn golden() -> Vec<(&'static str, Frame)> {
                 bpf_cpu_ppm: 12_500,
                 detached: vec![1],
                 missed: vec![ProbeMissed { id: 0, missed: 92 }],
+                link: LinkHealth::default(),
             }),
         ),
     ]
@@ -505,6 +508,8 @@ fn absurd_probe_ids_are_ignored_not_allocated() {
             end_bucket: BUCKETS as u16,
             buckets: vec![(1, 1)],
         }],
+        merge: 0,
+        base_seq: 0,
     };
     match t.on_frame(Frame::Summary(s)) {
         Event::Summary { report, ids, .. } => assert!(report.probes.is_empty() && ids.is_empty()),

@@ -13,9 +13,15 @@ pub enum Event {
     /// Interval deltas derived from cumulative counts, in the same shape as
     /// `latmon run` produces (`probes` holds those completed by this frame;
     /// `ids` their probe ids, in the same order).
-    Summary { boot_id: u32, report: IntervalReport, ids: Vec<u16> },
+    /// `keyframe`: from a Summary (cumulative) frame, else from a Delta;
+    /// `merge`: the wire bucket merge; `inexact`: ids (of `ids`) whose
+    /// totals are lower bounds, an earlier delta having been lost (exact
+    /// again at their next keyframe).
+    Summary { boot_id: u32, report: IntervalReport, ids: Vec<u16>, keyframe: bool, merge: u8, inexact: Vec<u16> },
     Alert(AlertRecord),
     Status(Status),
+    /// A receiver's request (seen when reading the agent's side of a link).
+    Request(Request),
     Unknown { kind: u8 },
 }
 
@@ -27,6 +33,11 @@ pub(super) struct Track {
     prev: Option<Box<(Hist, u64)>>,
     /// A snapshot being assembled from split entries: seq, next bucket.
     pending: Option<Box<(u64, u16, Hist)>>,
+    /// The seq `prev` is the state as of (0: none).
+    seen_seq: u64,
+    /// A delta could not be applied (its base was lost): `prev` is behind
+    /// until the next keyframe of this probe.
+    stale: bool,
 }
 
 /// Receiver state: the probe table from Hello and the last cumulative
@@ -51,6 +62,16 @@ pub struct Tracker {
     pub status: Option<Status>,
     /// Probe entries ignored because their id is `MAX_PROBES` or more.
     pub ignored_entries: u64,
+    /// Delta entries (or quiet probes of a delta's range) that arrived
+    /// without the state they apply to: interval shown, totals inexact.
+    pub deltas_unusable: u64,
+    /// The last run of lost summaries: (last seq received before, seq
+    /// that the next summary built on); `summaries_lost` counts the runs
+    /// of a revision 3 sender (each at least one interval).
+    pub last_lost: Option<(u64, u64)>,
+    /// Summaries (kind 2 and 5) received, and how many were deltas.
+    pub summaries: u64,
+    pub deltas: u64,
 }
 
 impl Tracker {
@@ -65,6 +86,8 @@ impl Tracker {
             for t in &mut self.tracks {
                 t.prev = None;
                 t.pending = None;
+                t.seen_seq = 0;
+                t.stale = false;
             }
             if self.hello.as_ref().is_some_and(|h| h.boot_id != boot_id) {
                 self.hello = None;
@@ -163,25 +186,161 @@ impl Tracker {
                 self.status = Some(s.clone());
                 Event::Status(s)
             }
+            Frame::Delta(d) => self.on_delta(d),
+            Frame::Request(r) => Event::Request(r),
             Frame::Unknown { kind, .. } => Event::Unknown { kind },
         }
     }
 
-    fn on_summary(&mut self, s: Summary) -> Event {
-        self.new_boot(s.boot_id);
+    /// Probes whose totals are behind (a delta was lost; exact again at
+    /// their next keyframe).
+    pub fn inexact_probes(&self) -> usize {
+        self.tracks.iter().filter(|t| t.stale).count()
+    }
+
+    /// Whether probe `id`'s totals are behind.
+    pub fn is_inexact(&self, id: u16) -> bool {
+        self.tracks.get(id as usize).is_some_and(|t| t.stale)
+    }
+
+    /// A frame of summary `seq` arrived: count what was lost before it.
+    /// `base_seq` (revision 3) names the summary it builds on; without it
+    /// a gap in seq is the loss.
+    fn on_tick(&mut self, seq: u64, base_seq: u64) {
         match self.last_seq {
-            Some(l) if s.seq > l + 1 => self.summaries_lost += s.seq - l - 1,
-            Some(l) if s.seq < l => {
+            Some(l) if seq == l => return, // another frame of the same summary
+            Some(l) if seq < l => {
                 // Same boot id but counting again from the start.
                 self.restarts += 1;
                 for t in &mut self.tracks {
                     t.prev = None;
                     t.pending = None;
+                    t.seen_seq = 0;
+                    t.stale = false;
                 }
             }
+            Some(l) if base_seq != 0 && base_seq > l => {
+                self.summaries_lost += 1;
+                self.last_lost = Some((l, base_seq));
+            }
+            Some(l) if base_seq == 0 && seq > l + 1 => self.summaries_lost += seq - l - 1,
             _ => {}
         }
-        self.last_seq = Some(s.seq);
+        self.last_seq = Some(seq);
+        self.summaries += 1;
+    }
+
+    /// Assemble one (possibly split) entry; Some when complete.
+    fn assemble(&mut self, seq: u64, e: ProbeCounts) -> Option<Hist> {
+        let t = self.track(e.id);
+        let pending = t.pending.take();
+        let mut h = match pending.map(|b| *b) {
+            Some((pseq, next, h)) if pseq == seq && next == e.first_bucket => h,
+            stale => {
+                if stale.is_some() {
+                    self.partial_dropped += 1;
+                }
+                if e.first_bucket != 0 {
+                    // The earlier parts of this probe were lost.
+                    self.partial_dropped += 1;
+                    return None;
+                }
+                Hist::default()
+            }
+        };
+        h.count = e.count;
+        h.sum_ns = e.sum_ns;
+        h.min_ns = e.min_ns;
+        h.max_ns = e.max_ns;
+        h.drops = e.drops;
+        h.alerts = e.alerts;
+        for (i, c) in e.buckets {
+            h.slots[i as usize] = c;
+        }
+        if (e.end_bucket as usize) < BUCKETS {
+            self.track(e.id).pending = Some(Box::new((seq, e.end_bucket, h)));
+            return None;
+        }
+        Some(h)
+    }
+
+    fn on_delta(&mut self, d: Delta) -> Event {
+        self.new_boot(d.boot_id);
+        self.on_tick(d.seq, d.base_seq);
+        self.deltas += 1;
+        let start_ns = self.hello.as_ref().map(|h| h.start_ns);
+        let mut report = IntervalReport {
+            seq: d.seq,
+            time_ns: d.time_ns,
+            interval_ns: 0,
+            last: d.last,
+            probes: Vec::new(),
+            alert_records: Vec::new(),
+            agent: Default::default(),
+        };
+        let (mut ids, mut inexact) = (Vec::new(), Vec::new());
+        let mut since: Option<u64> = None;
+        let end = (d.end_id as usize).min(MAX_PROBES);
+        let first = (d.first_id as usize).min(end);
+        // Entries by id (ascending on the wire; anything else is ignored).
+        let mut entries = d.probes.into_iter().peekable();
+        for id in first..end {
+            let mut got: Option<Hist> = None;
+            let mut partial = false;
+            while let Some(e) = entries.next_if(|e| (e.id as usize) <= id) {
+                if e.id as usize != id {
+                    continue;
+                }
+                if !self.track(e.id).scheme_ok {
+                    self.scheme_mismatch += 1;
+                    continue;
+                }
+                partial = e.end_bucket as usize != BUCKETS;
+                got = self.assemble(d.seq, e);
+                partial &= got.is_none();
+            }
+            if partial {
+                continue; // continues in the next frame
+            }
+            let known = self.tracks.get(id).is_some_and(|t| t.prev.is_some() || t.info.is_some());
+            if got.is_none() && !known {
+                continue; // a quiet id nobody announced yet
+            }
+            let rolled = self.tracks.get(id).and_then(|t| t.info.as_ref()).is_some_and(|i| i.mode.starts_with(ROLLED_MODE_PREFIX));
+            if got.is_none() && rolled {
+                continue; // carried by its family's `other` entry now
+            }
+            let id16 = id as u16;
+            let t = self.track(id16);
+            if t.seen_seq == d.seq {
+                continue; // keyframed in this summary already
+            }
+            let delta = got.unwrap_or_default();
+            let applies = !t.stale && t.prev.is_some() && t.seen_seq == d.base_seq;
+            let (prev, prev_time) = t.prev.as_deref().map_or((Hist::default(), start_ns.unwrap_or(d.time_ns)), |(h, t)| (h.clone(), *t));
+            let mut cur = prev.clone();
+            cur.merge(&delta);
+            since = Some(since.map_or(prev_time, |p: u64| p.min(prev_time)));
+            let r = ProbeReport::new(&self.info(id16), &prev, &cur);
+            let t = self.track(id16);
+            if applies {
+                t.prev = Some(Box::new((cur, d.time_ns)));
+                t.seen_seq = d.seq;
+            } else {
+                t.stale = true;
+                self.deltas_unusable += 1;
+                inexact.push(id16);
+            }
+            report.probes.push(r);
+            ids.push(id16);
+        }
+        report.interval_ns = since.map_or(0, |p| d.time_ns.saturating_sub(p));
+        Event::Summary { boot_id: d.boot_id, report, ids, keyframe: false, merge: d.merge, inexact }
+    }
+
+    fn on_summary(&mut self, s: Summary) -> Event {
+        self.new_boot(s.boot_id);
+        self.on_tick(s.seq, s.base_seq);
         let start_ns = self.hello.as_ref().map(|h| h.start_ns);
         let mut report = IntervalReport {
             seq: s.seq,
@@ -200,48 +359,24 @@ impl Tracker {
                 self.ignored_entries += 1;
                 continue;
             }
-            let t = self.track(id);
-            let (scheme_ok, pending) = (t.scheme_ok, t.pending.take());
-            if !scheme_ok {
+            if !self.track(id).scheme_ok {
+                self.track(id).pending = None;
                 self.scheme_mismatch += 1;
                 continue;
             }
-            let mut h = match pending.map(|b| *b) {
-                Some((seq, next, h)) if seq == s.seq && next == e.first_bucket => h,
-                stale => {
-                    if stale.is_some() {
-                        self.partial_dropped += 1;
-                    }
-                    if e.first_bucket != 0 {
-                        // The earlier parts of this probe were lost.
-                        self.partial_dropped += 1;
-                        continue;
-                    }
-                    Hist::default()
-                }
-            };
-            h.count = e.count;
-            h.sum_ns = e.sum_ns;
-            h.min_ns = e.min_ns;
-            h.max_ns = e.max_ns;
-            h.drops = e.drops;
-            h.alerts = e.alerts;
-            for (i, c) in e.buckets {
-                h.slots[i as usize] = c;
-            }
+            let Some(h) = self.assemble(s.seq, e) else { continue };
             let t = self.track(id);
-            if (e.end_bucket as usize) < BUCKETS {
-                t.pending = Some(Box::new((s.seq, e.end_bucket, h)));
-                continue;
-            }
             let (prev, prev_time) = t.prev.take().map_or((Hist::default(), start_ns.unwrap_or(s.time_ns)), |b| *b);
             since = Some(since.map_or(prev_time, |p: u64| p.min(prev_time)));
             let r = ProbeReport::new(&self.info(id), &prev, &h);
-            self.track(id).prev = Some(Box::new((h, s.time_ns)));
+            let t = self.track(id);
+            t.prev = Some(Box::new((h, s.time_ns)));
+            t.seen_seq = s.seq;
+            t.stale = false;
             report.probes.push(r);
             ids.push(id);
         }
         report.interval_ns = since.map_or(0, |p| s.time_ns.saturating_sub(p));
-        Event::Summary { boot_id: s.boot_id, report, ids }
+        Event::Summary { boot_id: s.boot_id, report, ids, keyframe: true, merge: s.merge, inexact: Vec::new() }
     }
 }

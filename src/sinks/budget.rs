@@ -1,0 +1,741 @@
+// SPDX-License-Identifier: MIT
+//! A frames output with a byte budget (serial lines by default; any output
+//! with `,budget=`): delta summaries with rolling keyframes, incremental
+//! probe-table updates, and the declared degradation order when the budget
+//! is still too small (docs/wire-format.md, "Budgeted links"):
+//!
+//! 1. coarser wire buckets (8 → 4 → 2 → 1 per power of two),
+//! 2. roll-up of quiet series into one `FAMILY:other` entry per family,
+//! 3. a longer summary interval for this link only.
+//!
+//! [`Pacer`] is the pure plan (token bucket, keyframe period, steps);
+//! [`BudgetedFrames`] applies it to the agent's cumulative histograms. Every
+//! buffer is sized when the probe set changes, never per interval.
+
+use crate::hist::Hist;
+#[cfg(test)]
+use crate::hist::BUCKETS;
+#[cfg(test)]
+use crate::summary::AlertRecord;
+use crate::wire::{
+    self, coarsen, varint_len, Encoder, Entries, Hello, LinkHeader, LinkHealth, ProbeDesc, Step, SummaryHeader, MAX_MERGE,
+    MAX_PROBES, USE_WINDOW_NS,
+};
+
+use super::queue::Queue;
+use super::Tick;
+
+/// Every probe's cumulative state goes out at least this often.
+pub const KEYFRAME_MAX_NS: u64 = 60_000_000_000;
+/// ...and, on a roomy link, not more often than this.
+pub const KEYFRAME_MIN_NS: u64 = 10_000_000_000;
+/// Alerts may use this share of the budget before they are shed (counted).
+pub const ALERT_SHARE_PERCENT: u64 = 25;
+/// The plan uses at most this share of the budget (Hello, Status and
+/// estimate errors live in the rest).
+pub const PLAN_PERCENT: u64 = 85;
+/// Series of a family kept by the roll-up (the busiest, by interval count).
+pub const ROLLUP_KEEP: usize = 8;
+/// Longest link interval, in agent intervals.
+pub const MAX_STRIDE: u32 = 64;
+/// Agent intervals between two degradation steps (the estimate settles).
+const STEP_SETTLE_TICKS: u32 = 3;
+/// The credit a link may save up: this much time of its budget.
+const CREDIT_CAP_NS: u64 = 2_000_000_000;
+/// The full Hello of a budgeted link goes out at least this often, and
+/// not more often than its bytes fit [`HELLO_SHARE_PERCENT`] of the budget.
+pub const HELLO_MAX_PERIOD_NS: u64 = 300_000_000_000;
+pub const HELLO_SHARE_PERCENT: u64 = 5;
+/// `ProbeDesc::mode` of a series that is rolled up (a table update says so).
+pub use crate::wire::ROLLED_MODE_PREFIX;
+
+/// Wire id of the `FAMILY:other` entry of the `k`-th family: counted down
+/// from the top of the id space, so it never meets an agent probe id.
+pub fn other_id(k: usize) -> u16 {
+    (MAX_PROBES - 1 - k) as u16
+}
+
+/// The pure budget plan of one link.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    pub budget_bps: u64,
+    /// Bytes the link may still send now (negative: in debt).
+    credit: i64,
+    alert_credit: i64,
+    last_ns: Option<u64>,
+    pub merge: u8,
+    pub rolled: bool,
+    /// Agent intervals per link summary.
+    pub stride: u32,
+    pub keyframe_ns: u64,
+    /// Accumulated keyframe work (entries × ns) not yet sent.
+    key_acc: u128,
+    win_start_ns: u64,
+    win_bytes: u64,
+    pub used_bps: u64,
+    pub alerts_shed: u64,
+    pub folded: u64,
+    since_change: u32,
+    /// Smoothed summary bytes per second (deltas and keys).
+    delta_bps: u64,
+    alert_bps: u64,
+    win_alert_bytes: u64,
+}
+
+impl Pacer {
+    pub fn new(budget_bps: u64) -> Self {
+        Pacer {
+            budget_bps: budget_bps.max(1),
+            credit: 0,
+            alert_credit: 0,
+            last_ns: None,
+            merge: 0,
+            rolled: false,
+            stride: 1,
+            keyframe_ns: KEYFRAME_MIN_NS,
+            key_acc: 0,
+            win_start_ns: 0,
+            win_bytes: 0,
+            used_bps: 0,
+            alerts_shed: 0,
+            folded: 0,
+            since_change: 0,
+            delta_bps: 0,
+            alert_bps: 0,
+            win_alert_bytes: 0,
+        }
+    }
+
+    /// The link's current degradation step.
+    pub fn step(&self) -> Step {
+        if self.stride > 1 {
+            Step::LongerInterval
+        } else if self.rolled {
+            Step::RollUp
+        } else if self.merge > 0 {
+            Step::CoarseBuckets
+        } else {
+            Step::None
+        }
+    }
+
+    /// Time passes: credit accrues at the budget.
+    pub fn refill(&mut self, now_ns: u64) {
+        let dt = self.last_ns.map_or(0, |l| now_ns.saturating_sub(l));
+        self.last_ns = Some(now_ns);
+        let cap = (self.budget_bps as u128 * CREDIT_CAP_NS as u128 / 1_000_000_000) as i64;
+        let add = (self.budget_bps as u128 * dt as u128 / 1_000_000_000).min(i64::MAX as u128) as i64;
+        self.credit = self.credit.saturating_add(add).min(cap.max(1));
+        let acap = cap * ALERT_SHARE_PERCENT as i64 / 100;
+        self.alert_credit = self.alert_credit.saturating_add(add * ALERT_SHARE_PERCENT as i64 / 100).min(acap.max(1));
+        if now_ns.saturating_sub(self.win_start_ns) >= USE_WINDOW_NS {
+            let w = now_ns - self.win_start_ns;
+            self.used_bps = (self.win_bytes as u128 * 1_000_000_000 / w as u128) as u64;
+            self.alert_bps = (self.win_alert_bytes as u128 * 1_000_000_000 / w as u128) as u64;
+            self.win_start_ns = now_ns;
+            self.win_bytes = 0;
+            self.win_alert_bytes = 0;
+        }
+    }
+
+    /// Bytes queued for the link (any kind).
+    pub fn charge(&mut self, bytes: usize) {
+        self.credit = self.credit.saturating_sub(bytes as i64);
+        self.win_bytes += bytes as u64;
+    }
+
+    /// Whether an alert frame of `bytes` may go (within the alerts' share;
+    /// alerts go before this interval's summary). The caller charges it.
+    pub fn alert(&mut self, bytes: usize) -> bool {
+        if self.alert_credit < bytes as i64 {
+            self.alerts_shed += 1;
+            return false;
+        }
+        self.alert_credit -= bytes as i64;
+        self.win_alert_bytes += bytes as u64;
+        true
+    }
+
+    /// Whether this agent interval ends a link summary: every `stride`-th,
+    /// and only while the link is not in debt (else it is folded into the
+    /// next one: its counts travel in the next delta).
+    pub fn summary_due(&mut self, tick: u64, last: bool) -> bool {
+        if last {
+            return true;
+        }
+        if tick % self.stride as u64 != 0 {
+            return false;
+        }
+        if self.credit < 0 {
+            self.folded += 1;
+            return false;
+        }
+        true
+    }
+
+    /// How many of `entries` wire entries get a keyframe in a link
+    /// summary covering `dt_ns`: each one once per `keyframe_ns`.
+    pub fn keys_due(&mut self, entries: usize, dt_ns: u64) -> usize {
+        self.key_acc += entries as u128 * dt_ns as u128;
+        let k = (self.key_acc / self.keyframe_ns.max(1) as u128) as usize;
+        self.key_acc -= k as u128 * self.keyframe_ns.max(1) as u128;
+        k.min(entries)
+    }
+
+    /// After a link summary: `full_key_bytes` (what keyframing every entry
+    /// would cost now), `summary_bytes` just sent over `dt_ns`, and the
+    /// Hello's cost per second. Sets the keyframe period; takes the next
+    /// degradation step when the plan does not fit. Returns true when the
+    /// step changed. `can_roll`: the link has series to roll up.
+    pub fn adapt(&mut self, full_key_bytes: u64, summary_bytes: u64, dt_ns: u64, hello_bps: u64, can_roll: bool) -> bool {
+        self.since_change = self.since_change.saturating_add(1);
+        let dt = dt_ns.max(1) as u128;
+        let now_bps = (summary_bytes as u128 * 1_000_000_000 / dt) as u64;
+        // Keys are part of the summary bytes: estimate the deltas alone as
+        // what is left after the keys' average share.
+        let key_bps_now = (full_key_bytes as u128 * 1_000_000_000 / self.keyframe_ns.max(1) as u128) as u64;
+        let delta_now = now_bps.saturating_sub(key_bps_now);
+        self.delta_bps = if self.delta_bps == 0 { delta_now } else { (self.delta_bps * 3 + delta_now) / 4 };
+        let plan = self.budget_bps * PLAN_PERCENT / 100;
+        let plan = plan.saturating_sub(self.alert_bps.min(self.budget_bps * ALERT_SHARE_PERCENT / 100)).saturating_sub(hello_bps);
+        let room = plan.saturating_sub(self.delta_bps);
+        let period = if room == 0 {
+            KEYFRAME_MAX_NS
+        } else {
+            (full_key_bytes as u128 * 1_000_000_000 / room as u128).min(u64::MAX as u128) as u64
+        };
+        let fits = room > 0 && period <= KEYFRAME_MAX_NS;
+        self.keyframe_ns = period.clamp(KEYFRAME_MIN_NS, KEYFRAME_MAX_NS);
+        if fits || self.since_change < STEP_SETTLE_TICKS {
+            return false;
+        }
+        self.since_change = 0;
+        if self.merge < MAX_MERGE {
+            self.merge += 1;
+        } else if can_roll && !self.rolled {
+            self.rolled = true;
+        } else if self.stride < MAX_STRIDE {
+            self.stride *= 2;
+        } else {
+            return false;
+        }
+        true
+    }
+
+    pub fn health(&self, interval_ns: u64, rolled: usize) -> LinkHealth {
+        LinkHealth {
+            budget_bps: self.budget_bps.min(u32::MAX as u64) as u32,
+            used_bps: self.used_bps.min(u32::MAX as u64) as u32,
+            step: self.step() as u8,
+            merge: self.merge,
+            rolled: rolled.min(u16::MAX as usize) as u16,
+            interval_ms: (interval_ns.saturating_mul(self.stride as u64) / 1_000_000).min(u32::MAX as u64) as u32,
+            keyframe_ms: (self.keyframe_ns / 1_000_000).min(u32::MAX as u64) as u32,
+            alerts_shed: self.alerts_shed,
+            intervals_folded: self.folded,
+        }
+    }
+}
+
+/// Serialized size of one keyframe entry (upper bound, as the encoder
+/// plans it).
+pub fn entry_bytes(id: u16, h: &Hist) -> usize {
+    let mut n = varint_len(id as u64)
+        + [h.count, h.sum_ns, h.min_ns, h.max_ns, h.drops, h.alerts].iter().map(|&v| varint_len(v)).sum::<usize>()
+        + 6;
+    let mut next = 0;
+    for (i, &c) in h.slots.iter().enumerate() {
+        if c > 0 {
+            n += varint_len((i - next) as u64) + varint_len(c);
+            next = i + 1;
+        }
+    }
+    n
+}
+
+/// A family with its series rolled up: its `other` wire entry and members.
+struct Family {
+    head: usize,
+    other: u16,
+    members: Vec<usize>,
+}
+
+/// The budgeted rendering state of one frames output.
+pub struct BudgetedFrames {
+    pub pacer: Pacer,
+    /// The probe count and boot id the plan is built for.
+    probes: usize,
+    boot_id: u32,
+    /// Wire entries: id per entry; the probe of an entry (usize::MAX for a
+    /// family's `other`); which entry each probe feeds.
+    ids: Vec<u16>,
+    src: Vec<usize>,
+    entry_of: Vec<usize>,
+    families: Vec<Family>,
+    /// The last cumulative state sent per entry (coarsened), and scratch
+    /// for this interval's key/delta histograms.
+    sent: Vec<Hist>,
+    wire: Vec<Hist>,
+    keys: Vec<u16>,
+    deltas: Vec<u16>,
+    cursor: usize,
+    /// Agent intervals seen, link seq of the last summary and its time.
+    ticks: u64,
+    base_seq: u64,
+    last_sent_ns: u64,
+    /// The full Hello last sent, and table rows not yet announced.
+    last_full_hello_ns: Option<u64>,
+    /// The whole table (built when it changes).
+    hello: Option<Hello>,
+    hello_bytes: usize,
+    announced: usize,
+    force_keys: bool,
+    pub hello_requested: bool,
+    last_step: Step,
+}
+
+impl BudgetedFrames {
+    pub fn new(budget_bps: u32) -> Self {
+        BudgetedFrames {
+            pacer: Pacer::new(budget_bps as u64),
+            probes: 0,
+            boot_id: 0,
+            ids: Vec::new(),
+            src: Vec::new(),
+            entry_of: Vec::new(),
+            families: Vec::new(),
+            sent: Vec::new(),
+            wire: Vec::new(),
+            keys: Vec::new(),
+            deltas: Vec::new(),
+            cursor: 0,
+            ticks: 0,
+            base_seq: 0,
+            last_sent_ns: 0,
+            last_full_hello_ns: None,
+            hello: None,
+            hello_bytes: 0,
+            announced: 0,
+            force_keys: true,
+            hello_requested: false,
+            last_step: Step::None,
+        }
+    }
+
+    /// Series rolled up into `other` entries.
+    pub fn rolled(&self) -> usize {
+        self.families.iter().map(|f| f.members.len()).sum()
+    }
+
+    pub fn health(&self, interval_ns: u64) -> LinkHealth {
+        self.pacer.health(interval_ns, self.rolled())
+    }
+
+    /// (Re)build the wire entries for the session's probes (allocates: at
+    /// start, when series are born, when the roll-up starts).
+    fn replan(&mut self, t: &Tick<'_>) {
+        let n = t.session.probes.len();
+        if t.session.boot_id != self.boot_id || n < self.probes {
+            // A new session: start over (the receiver does too).
+            *self = BudgetedFrames { pacer: Pacer::new(self.pacer.budget_bps), ..BudgetedFrames::new(0) };
+            self.boot_id = t.session.boot_id;
+        }
+        // New series of a rolled-up family join its `other`.
+        for p in self.probes..n {
+            if let Some(f) = self.families.iter_mut().find(|f| is_series_of(t, p, f.head)) {
+                f.members.push(p);
+            }
+        }
+        self.probes = n;
+        self.hello = None;
+        self.rebuild_entries();
+    }
+
+    fn rebuild_entries(&mut self) {
+        let n = self.probes;
+        let old: Vec<(u16, Hist)> = self.ids.iter().copied().zip(self.sent.drain(..)).collect();
+        self.ids.clear();
+        self.src.clear();
+        self.entry_of.clear();
+        self.entry_of.resize(n, usize::MAX);
+        let rolled: Vec<bool> = (0..n).map(|p| self.families.iter().any(|f| f.members.contains(&p))).collect();
+        for p in 0..n {
+            if !rolled[p] {
+                self.entry_of[p] = self.ids.len();
+                self.ids.push(p as u16);
+                self.src.push(p);
+            }
+        }
+        for f in &self.families {
+            for &m in &f.members {
+                self.entry_of[m] = self.ids.len();
+            }
+            self.ids.push(f.other);
+            self.src.push(usize::MAX);
+        }
+        // Keep what was sent for entries that stay; new ones start at 0
+        // (the receiver's state for an id it never saw).
+        self.sent = self.ids.iter().map(|id| old.iter().find(|(o, _)| o == id).map_or_else(Hist::default, |(_, h)| h.clone())).collect();
+        self.wire.resize_with(self.ids.len(), Hist::default);
+        self.keys = Vec::with_capacity(self.ids.len());
+        self.deltas = Vec::with_capacity(self.ids.len());
+    }
+
+    /// Start the roll-up: per family, keep the busiest [`ROLLUP_KEEP`]
+    /// series of the last interval, the rest feed `FAMILY:other`.
+    fn roll_up(&mut self, t: &Tick<'_>) {
+        let n = t.session.probes.len();
+        let heads: Vec<usize> = (0..n).filter(|&h| (0..n).any(|p| is_series_of(t, p, h))).collect();
+        for (k, &head) in heads.iter().enumerate() {
+            let mut series: Vec<usize> = (0..n).filter(|&p| is_series_of(t, p, head)).collect();
+            if series.len() <= ROLLUP_KEEP {
+                continue;
+            }
+            series.sort_by_key(|&p| std::cmp::Reverse(t.report.probes.get(p).map_or(0, |r| r.count)));
+            let members = series.split_off(ROLLUP_KEEP);
+            self.families.push(Family { head, other: other_id(k), members });
+        }
+        self.rebuild_entries();
+        self.hello = None;
+        // The receiver learns the new entries (and their members' fate)
+        // from their keyframes: send every entry whole once.
+        self.force_keys = true;
+    }
+
+    /// Table rows besides the agent's probes: the `other` entries, and the
+    /// rolled series marked as such.
+    fn extra_rows(families: &[Family], t: &Tick<'_>, rows: &mut Vec<ProbeDesc>) {
+        for f in families {
+            let head = &t.session.probes[f.head];
+            let name = format!("{}:other", head.name);
+            rows.push(ProbeDesc {
+                id: f.other,
+                name: name.clone(),
+                kind: head.kind.clone(),
+                attach: head.attach.clone(),
+                mode: format!("sum of {} rolled-up series", f.members.len()),
+                scheme: wire::BucketScheme::LATMON,
+            });
+            for &m in &f.members {
+                let p = &t.session.probes[m];
+                rows.push(ProbeDesc {
+                    id: m as u16,
+                    name: p.name.clone(),
+                    kind: p.kind.clone(),
+                    attach: p.attach.clone(),
+                    mode: format!("{ROLLED_MODE_PREFIX}{name}"),
+                    scheme: wire::BucketScheme::LATMON,
+                });
+            }
+        }
+    }
+
+    /// The whole table (agent probes, `other` entries).
+    fn full_hello_of(families: &[Family], t: &Tick<'_>) -> Hello {
+        let mut h = t.session.hello();
+        let mut extra = Vec::new();
+        Self::extra_rows(families, t, &mut extra);
+        for row in extra {
+            match h.probes.iter_mut().find(|p| p.id == row.id) {
+                Some(p) => *p = row,
+                None => h.probes.push(row),
+            }
+        }
+        h.probes.sort_by_key(|p| p.id);
+        // Rolled rows replace the agent's own rows of those series.
+        h.probe_count = h.probes.len().min(u16::MAX as usize) as u16;
+        h
+    }
+
+    /// Render one agent interval. `frames` collects (bytes, lens) per group
+    /// and hands each group to `q`.
+    pub fn render(&mut self, t: &Tick<'_>, q: &Queue, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>, flags_changed: bool, status: &mut dyn FnMut(&Tick<'_>, &mut Encoder, &mut Vec<u8>, &mut Vec<usize>, LinkHealth)) {
+        let r = t.report;
+        self.pacer.refill(r.time_ns);
+        let n = t.session.probes.len();
+        if n != self.probes || t.session.boot_id != self.boot_id {
+            let fresh = t.session.boot_id != self.boot_id || n < self.probes;
+            self.replan(t);
+            if fresh {
+                self.last_full_hello_ns = None;
+                self.announced = 0;
+            }
+        }
+        // Hello: the whole table at start, on request and on a timer whose
+        // period keeps it within its share; new rows as they appear.
+        let hello_period = self.hello_period();
+        let full_due = self.last_full_hello_ns.is_none_or(|l| r.time_ns.saturating_sub(l) >= hello_period) || self.hello_requested;
+        buf.clear();
+        lens.clear();
+        let group = |buf: &mut Vec<u8>, lens: &mut Vec<usize>, pacer: &mut Pacer| {
+            if !lens.is_empty() {
+                pacer.charge(buf.len());
+                q.push_group(buf, lens);
+            }
+            buf.clear();
+            lens.clear();
+        };
+        if full_due {
+            let hello = self.hello.get_or_insert_with(|| Self::full_hello_of(&self.families, t));
+            if let Err(e) = enc.hello(hello, &mut |f| {
+                buf.extend_from_slice(f);
+                lens.push(f.len());
+            }) {
+                log::warn!("hello frame: {e}");
+            }
+            self.hello_bytes = buf.len();
+            q.set_hello(buf);
+            self.last_full_hello_ns = Some(r.time_ns);
+            self.hello_requested = false;
+            self.announced = n;
+            status(t, enc, buf, lens, self.health(t.session.interval_ns));
+            group(buf, lens, &mut self.pacer);
+        } else if self.announced < n {
+            // Only the new rows: no Hello storm when series are born.
+            let mut hello = t.session.hello();
+            hello.probes.drain(..self.announced.min(hello.probes.len()));
+            hello.probe_count = n as u16;
+            if let Err(e) = enc.hello(&hello, &mut |f| {
+                buf.extend_from_slice(f);
+                lens.push(f.len());
+            }) {
+                log::warn!("hello frame: {e}");
+            }
+            self.announced = n;
+            group(buf, lens, &mut self.pacer);
+            // Receivers joining later get the whole table.
+            let full = self.hello.insert(Self::full_hello_of(&self.families, t));
+            let mut tmp = Vec::new();
+            let _ = enc.hello(full, &mut |f| tmp.extend_from_slice(f));
+            self.hello_bytes = tmp.len();
+            q.set_hello(&tmp);
+        } else if flags_changed || self.pacer.step() != self.last_step {
+            status(t, enc, buf, lens, self.health(t.session.interval_ns));
+            group(buf, lens, &mut self.pacer);
+        }
+        self.last_step = self.pacer.step();
+        // Alerts first, within their share.
+        for a in &r.alert_records {
+            let id = t.session.probes.iter().position(|p| p.name == a.probe).map_or(u16::MAX, |i| i as u16);
+            if enc.alert(t.session.boot_id, id, a, &mut |f| {
+                buf.extend_from_slice(f);
+                lens.push(f.len());
+            }).is_ok()
+            {
+                if self.pacer.alert(buf.len()) {
+                    group(buf, lens, &mut self.pacer);
+                } else {
+                    buf.clear();
+                    lens.clear();
+                }
+            }
+        }
+        self.ticks += 1;
+        if !self.pacer.summary_due(self.ticks, r.last) {
+            return;
+        }
+        let dt = r.time_ns.saturating_sub(if self.last_sent_ns == 0 { t.session.start_ns } else { self.last_sent_ns });
+        let bytes = self.summary(t, enc, buf, lens, dt);
+        self.pacer.charge(bytes);
+        q.push_group(buf, lens);
+        buf.clear();
+        lens.clear();
+        // Plan the next ones.
+        let full_key: u64 = self.ids.iter().zip(&self.sent).map(|(&id, h)| entry_bytes(id, h) as u64).sum();
+        let hello_bps = (self.hello_bytes as u128 * 1_000_000_000 / hello_period.max(1) as u128) as u64;
+        let can_roll = self.families.is_empty() && (0..n).any(|p| (0..n).any(|h| is_series_of(t, p, h)));
+        if self.pacer.adapt(full_key, bytes as u64, dt, hello_bps, can_roll) {
+            let step = self.pacer.step();
+            log::warn!(
+                "output budget {} B/s: taking degradation step {} ({}; merge {}, link interval {} agent intervals)",
+                self.pacer.budget_bps,
+                step as u8,
+                step.name(),
+                self.pacer.merge,
+                self.pacer.stride
+            );
+            if self.pacer.rolled && self.families.is_empty() {
+                self.roll_up(t);
+                self.last_full_hello_ns = None; // the table changed: all of it at the next interval
+            }
+            // Coarsen what was sent so deltas stay consistent with it.
+            for h in &mut self.sent {
+                coarsen(h, self.pacer.merge);
+            }
+        }
+    }
+
+    fn hello_period(&self) -> u64 {
+        let share = self.pacer.budget_bps * HELLO_SHARE_PERCENT / 100;
+        let p = (self.hello_bytes as u128 * 1_000_000_000 / share.max(1) as u128).min(u64::MAX as u128) as u64;
+        p.clamp(super::HELLO_PERIOD_NS, HELLO_MAX_PERIOD_NS)
+    }
+
+    /// Keyframes for a rolling part of the entries, deltas for the rest;
+    /// the frames into `buf`/`lens`. Returns the bytes.
+    fn summary(&mut self, t: &Tick<'_>, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>, dt: u64) -> usize {
+        let r = t.report;
+        let merge = self.pacer.merge;
+        // This interval's cumulative state per entry, coarsened.
+        for w in &mut self.wire {
+            *w = Hist::default();
+        }
+        for (p, tot) in t.totals.iter().enumerate() {
+            let Some(&e) = self.entry_of.get(p) else { continue };
+            if e == usize::MAX {
+                continue;
+            }
+            if self.src[e] == p {
+                self.wire[e].clone_from(tot);
+            } else {
+                self.wire[e].merge(tot);
+            }
+        }
+        let m = self.ids.len();
+        let all = self.force_keys || r.last;
+        let nkeys = if all { m } else { self.pacer.keys_due(m, dt) };
+        self.force_keys = false;
+        self.keys.clear();
+        for k in 0..nkeys {
+            self.keys.push(((self.cursor + k) % m.max(1)) as u16);
+        }
+        if !all {
+            self.cursor = (self.cursor + nkeys) % m.max(1);
+        }
+        self.keys.sort_unstable_by_key(|&e| self.ids[e as usize]);
+        self.deltas.clear();
+        for e in 0..m {
+            coarsen(&mut self.wire[e], merge);
+            if self.keys.binary_search_by_key(&self.ids[e], |&k| self.ids[k as usize]).is_ok() {
+                self.sent[e].clone_from(&self.wire[e]);
+                continue;
+            }
+            let d = self.wire[e].delta(&self.sent[e]);
+            std::mem::swap(&mut self.sent[e], &mut self.wire[e]);
+            self.wire[e] = d;
+            let w = &self.wire[e];
+            if w.count > 0 || w.drops > 0 || w.alerts > 0 {
+                self.deltas.push(e as u16);
+            }
+        }
+        // Deltas by ascending id (entries are in id order: probes, then
+        // the `other` ids counted down from the top, so reverse those).
+        let ids = &self.ids;
+        self.deltas.sort_unstable_by_key(|&e| ids[e as usize]);
+        let h = SummaryHeader { seq: r.seq, boot_id: t.session.boot_id, time_ns: r.time_ns, last: r.last };
+        let link = LinkHeader { merge, base_seq: self.base_seq };
+        let cover_end = self.ids.iter().map(|&i| i as usize + 1).max().unwrap_or(0).min(MAX_PROBES) as u16;
+        let mut out = |f: &[u8]| {
+            buf.extend_from_slice(f);
+            lens.push(f.len());
+        };
+        if !self.keys.is_empty() {
+            if let Err(e) = enc.keyframe(h, link, Entries::select(&self.sent, &self.ids, &self.keys), &mut out) {
+                log::warn!("summary frame: {e}");
+            }
+        }
+        if let Err(e) = enc.delta(h, link, Entries::select(&self.wire, &self.ids, &self.deltas), cover_end, &mut out) {
+            log::warn!("delta frame: {e}");
+        }
+        self.base_seq = r.seq;
+        self.last_sent_ns = r.time_ns;
+        buf.len()
+    }
+
+    /// The alert record check used by `render` (kept for the unit tests).
+    #[cfg(test)]
+    fn alert_ok(&mut self, a: &AlertRecord) -> bool {
+        self.pacer.alert(a.comm.len() + 40)
+    }
+}
+
+/// Whether probe `p` is a series of the family probe `head`: same kind,
+/// named `HEAD:LABEL`, appended after it.
+fn is_series_of(t: &Tick<'_>, p: usize, head: usize) -> bool {
+    if p <= head {
+        return false;
+    }
+    let (ps, hs) = (&t.session.probes[p], &t.session.probes[head]);
+    ps.kind == hs.kind
+        && ps.name.len() > hs.name.len() + 1
+        && ps.name.starts_with(hs.name.as_str())
+        && ps.name.as_bytes()[hs.name.len()] == b':'
+        && !ps.name[hs.name.len() + 1..].contains(':')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credit_follows_the_budget_and_folds_when_in_debt() {
+        let mut p = Pacer::new(1000);
+        p.refill(0);
+        p.refill(1_000_000_000);
+        assert!(p.summary_due(1, false));
+        p.charge(3000);
+        p.refill(2_000_000_000);
+        assert!(!p.summary_due(2, false), "in debt: folded into the next");
+        assert_eq!(p.folded, 1);
+        p.refill(4_000_000_000);
+        assert!(p.summary_due(3, false));
+        assert!(p.summary_due(4, true), "the final summary always goes");
+    }
+
+    #[test]
+    fn keyframes_cover_every_entry_once_per_period() {
+        let mut p = Pacer::new(1000);
+        p.keyframe_ns = 10_000_000_000;
+        let total: usize = (0..100).map(|_| p.keys_due(7, 1_000_000_000)).sum();
+        assert_eq!(total, 70, "7 entries, 100 s, one key per entry per 10 s");
+    }
+
+    #[test]
+    fn steps_are_taken_in_the_declared_order() {
+        let mut p = Pacer::new(480);
+        let mut seen = vec![p.step()];
+        for _ in 0..60 {
+            if p.adapt(200_000, 5_000, 1_000_000_000, 10, true) {
+                seen.push(p.step());
+            }
+        }
+        seen.dedup();
+        assert_eq!(seen, [Step::None, Step::CoarseBuckets, Step::RollUp, Step::LongerInterval]);
+        assert_eq!(p.merge, MAX_MERGE);
+        assert!(p.stride > 1);
+        // A link with room stays at full resolution, keyframes within 60 s.
+        let mut q = Pacer::new(5_760);
+        for _ in 0..20 {
+            assert!(!q.adapt(30_000, 1_500, 1_000_000_000, 50, true));
+        }
+        assert_eq!(q.step(), Step::None);
+        assert!(q.keyframe_ns <= KEYFRAME_MAX_NS && q.keyframe_ns >= KEYFRAME_MIN_NS);
+    }
+
+    #[test]
+    fn alerts_are_shed_beyond_their_share_and_counted() {
+        let mut f = BudgetedFrames::new(1000);
+        f.pacer.refill(0);
+        f.pacer.refill(2_000_000_000);
+        let a = AlertRecord { probe: "p".into(), pid: 1, tid: 1, comm: "c".into(), cpu: 0, latency_ns: 1, time_ns: 1 };
+        let sent = (0..100).filter(|_| f.alert_ok(&a)).count();
+        assert!(sent > 0 && sent < 100, "{sent}");
+        assert_eq!(f.pacer.alerts_shed, 100 - sent as u64);
+    }
+
+    #[test]
+    fn entry_bytes_matches_the_encoder() {
+        let mut h = Hist::default();
+        for v in [5u64, 300, 2_500, 2_600, 40_000, 1 << 30] {
+            h.record(v);
+        }
+        let mut enc = Encoder::new();
+        let mut frame = Vec::new();
+        let ids = [3u16];
+        enc.keyframe(SummaryHeader { seq: 1, boot_id: 1, time_ns: 1, last: false }, LinkHeader::default(), Entries::select(std::slice::from_ref(&h), &ids, &[0]), &mut |f| frame.extend_from_slice(f)).unwrap();
+        let est = entry_bytes(3, &h);
+        // The frame: est plus header, CRC, COBS; the estimate is an upper bound of the entry.
+        assert!(frame.len() > est && frame.len() < est + 30, "{} vs {est}", frame.len());
+        let _ = BUCKETS;
+    }
+}
