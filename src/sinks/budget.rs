@@ -277,6 +277,11 @@ pub struct BudgetedFrames {
     sent: Vec<Hist>,
     wire: Vec<Hist>,
     keys: Vec<u16>,
+    key_ids: Vec<u16>,
+    /// Entries never sent yet (their receiver state is zero), and the ids
+    /// of those this delta sends for the first time.
+    fresh: Vec<bool>,
+    born_ids: Vec<u16>,
     deltas: Vec<u16>,
     cursor: usize,
     /// Agent intervals seen, link seq of the last summary and its time.
@@ -307,6 +312,9 @@ impl BudgetedFrames {
             sent: Vec::new(),
             wire: Vec::new(),
             keys: Vec::new(),
+            key_ids: Vec::new(),
+            fresh: Vec::new(),
+            born_ids: Vec::new(),
             deltas: Vec::new(),
             cursor: 0,
             ticks: 0,
@@ -378,6 +386,10 @@ impl BudgetedFrames {
         self.sent = self.ids.iter().map(|id| old.iter().find(|(o, _)| o == id).map_or_else(Hist::default, |(_, h)| h.clone())).collect();
         self.wire.resize_with(self.ids.len(), Hist::default);
         self.keys = Vec::with_capacity(self.ids.len());
+        self.key_ids = Vec::with_capacity(self.ids.len());
+        self.born_ids = Vec::with_capacity(self.ids.len());
+        let old_fresh: Vec<(u16, bool)> = old.iter().map(|(id, _)| *id).zip(self.fresh.iter().copied()).collect();
+        self.fresh = self.ids.iter().map(|id| old_fresh.iter().find(|(o, _)| o == id).is_none_or(|(_, f)| *f)).collect();
         self.deltas = Vec::with_capacity(self.ids.len());
     }
 
@@ -492,9 +504,9 @@ impl BudgetedFrames {
             group(buf, lens, &mut self.pacer);
         } else if self.announced < n {
             // Only the new rows: no Hello storm when series are born.
-            let mut hello = t.session.hello();
-            hello.probes.drain(..self.announced.min(hello.probes.len()));
-            hello.probe_count = n as u16;
+            let mut hello = Self::full_hello_of(&self.families, t);
+            let from = self.announced as u16;
+            hello.probes.retain(|p| p.id >= from && (p.id as usize) < n);
             if let Err(e) = enc.hello(&hello, &mut |f| {
                 buf.extend_from_slice(f);
                 lens.push(f.len());
@@ -604,10 +616,12 @@ impl BudgetedFrames {
         }
         self.keys.sort_unstable_by_key(|&e| self.ids[e as usize]);
         self.deltas.clear();
+        self.born_ids.clear();
         for e in 0..m {
             coarsen(&mut self.wire[e], merge);
             if self.keys.binary_search_by_key(&self.ids[e], |&k| self.ids[k as usize]).is_ok() {
                 self.sent[e].clone_from(&self.wire[e]);
+                self.fresh[e] = false;
                 continue;
             }
             let d = self.wire[e].delta(&self.sent[e]);
@@ -616,12 +630,16 @@ impl BudgetedFrames {
             let w = &self.wire[e];
             if w.count > 0 || w.drops > 0 || w.alerts > 0 {
                 self.deltas.push(e as u16);
+                if std::mem::take(&mut self.fresh[e]) {
+                    self.born_ids.push(self.ids[e]);
+                }
             }
         }
         // Deltas by ascending id (entries are in id order: probes, then
         // the `other` ids counted down from the top, so reverse those).
         let ids = &self.ids;
         self.deltas.sort_unstable_by_key(|&e| ids[e as usize]);
+        self.born_ids.sort_unstable();
         let h = SummaryHeader { seq: r.seq, boot_id: t.session.boot_id, time_ns: r.time_ns, last: r.last };
         let link = LinkHeader { merge, base_seq: self.base_seq };
         let cover_end = self.ids.iter().map(|&i| i as usize + 1).max().unwrap_or(0).min(MAX_PROBES) as u16;
@@ -634,7 +652,9 @@ impl BudgetedFrames {
                 log::warn!("summary frame: {e}");
             }
         }
-        if let Err(e) = enc.delta(h, link, Entries::select(&self.wire, &self.ids, &self.deltas), cover_end, &mut out) {
+        self.key_ids.clear();
+        self.key_ids.extend(self.keys.iter().map(|&e| self.ids[e as usize]));
+        if let Err(e) = enc.delta(h, link, Entries::select(&self.wire, &self.ids, &self.deltas), cover_end, &self.key_ids, &self.born_ids, &mut out) {
             log::warn!("delta frame: {e}");
         }
         self.base_seq = r.seq;
@@ -737,5 +757,198 @@ mod tests {
         // The frame: est plus header, CRC, COBS; the estimate is an upper bound of the entry.
         assert!(frame.len() > est && frame.len() < est + 30, "{} vs {est}", frame.len());
         let _ = BUCKETS;
+    }
+
+    use crate::sinks::{queue::Pop, Session};
+    use crate::summary::{IntervalReport, ProbeInfo, ProbeReport};
+    use crate::wire::{Event, FrameDecoder, Tracker};
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    fn info(name: &str, kind: &str) -> ProbeInfo {
+        ProbeInfo { name: name.into(), kind: kind.into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() }
+    }
+
+    /// What one simulated run saw.
+    struct Run {
+        keyframe_checks: usize,
+        delta_checks: usize,
+        lost_runs: u64,
+        steps: Vec<Step>,
+        bytes: usize,
+        secs: u64,
+        final_exact: bool,
+    }
+
+    /// An agent with runq, a syscall family (its head sums the series) and
+    /// `series` series born over the first minute, busy for `secs`
+    /// one-second intervals, rendered by a budgeted frames output and
+    /// read back by a Tracker, with `drop_pct` % of frames lost. Checks
+    /// at every keyframe entry that the receiver's totals are the agent's
+    /// (coarsened to the wire merge; `other` entries against the sum of
+    /// their members), and at every delta entry without a loss behind it.
+    fn simulate(budget_bps: u32, series: usize, secs: u64, drop_pct: u64, seed: u64) -> Run {
+        let mut rng = Rng(seed);
+        let mut session = Session {
+            board: "b".into(),
+            kernel: "k".into(),
+            boot_id: 7,
+            start_ns: 0,
+            interval_ns: 1_000_000_000,
+            probes: vec![info("runq", "runq"), info("syscall", "syscall")],
+            failed: Vec::new(),
+        };
+        let mut totals = vec![Hist::default(); 2];
+        let mut prev = totals.clone();
+        let q = Queue::new(1 << 24);
+        let mut f = BudgetedFrames::new(budget_bps);
+        let mut enc = Encoder::new();
+        let (mut buf, mut lens) = (Vec::new(), Vec::new());
+        let mut status_slot = None;
+        let mut dec = FrameDecoder::new();
+        let mut tracker = Tracker::new();
+        let mut history: std::collections::BTreeMap<u64, Vec<Hist>> = Default::default();
+        let mut run = Run { keyframe_checks: 0, delta_checks: 0, lost_runs: 0, steps: vec![Step::None], bytes: 0, secs, final_exact: false };
+        let (mut data, mut dlens) = (Vec::new(), Vec::new());
+        for seq in 1..=secs {
+            // Series are born over the first minute.
+            let want = 2 + (series * seq.min(60) as usize) / 60;
+            while session.probes.len() < want {
+                let k = session.probes.len() - 2;
+                session.probes.push(info(&format!("syscall:s{k}"), "syscall"));
+                totals.push(Hist::default());
+                prev.push(Hist::default());
+            }
+            prev.clone_from(&totals);
+            for _ in 0..2_000 {
+                totals[0].record(500 + rng.next() % 200_000);
+            }
+            let n = totals.len();
+            for p in 2..n {
+                // A few busy series, most quiet.
+                let events = if p < 6 { 300 } else { rng.next() % 4 };
+                for _ in 0..events {
+                    let v = 200 + rng.next() % (1 << (8 + p % 20));
+                    totals[p].record(v);
+                    totals[1].record(v);
+                }
+            }
+            let report = IntervalReport {
+                seq,
+                time_ns: seq * 1_000_000_000,
+                interval_ns: 1_000_000_000,
+                last: seq == secs,
+                probes: (0..n).map(|p| ProbeReport::new(&session.probes[p], &prev[p], &totals[p])).collect(),
+                alert_records: Vec::new(),
+                agent: Default::default(),
+            };
+            history.insert(seq, totals.clone());
+            let tick = Tick { session: &session, report: &report, totals: &totals, read_errors: &vec![0; n] };
+            f.render(&tick, &q, &mut enc, &mut buf, &mut lens, false, &mut |t, enc, buf, lens, link| {
+                super::super::status_into(&mut status_slot, t, &q, enc, buf, lens, link);
+            });
+            if run.steps.last() != Some(&f.pacer.step()) {
+                run.steps.push(f.pacer.step());
+            }
+            if q.pop(&mut data, &mut dlens, std::time::Duration::ZERO) != Pop::Data {
+                continue; // folded into the next summary
+            }
+            run.bytes += data.len();
+            let mut at = 0;
+            for &l in &dlens {
+                let frame = &data[at..at + l];
+                at += l;
+                if drop_pct > 0 && rng.next() % 100 < drop_pct {
+                    continue;
+                }
+                dec.feed(frame, &mut |r| {
+                    let ev = tracker.on_frame(r.expect("clean frames"));
+                    let Event::Summary { report, ids, keyframe, merge, inexact, .. } = ev else { return };
+                    let agent = &history[&report.seq];
+                    for (p, &id) in report.probes.iter().zip(&ids) {
+                        if inexact.contains(&id) {
+                            continue;
+                        }
+                        let mut want = Hist::default();
+                        match f.families.iter().find(|fam| fam.other == id) {
+                            Some(fam) => fam.members.iter().for_each(|&m| want.merge(&agent[m])),
+                            None => want.clone_from(&agent[id as usize]),
+                        }
+                        coarsen(&mut want, merge);
+                        let got = tracker.totals(id).expect("a snapshot");
+                        assert_eq!((p.total_count, got.count, got.sum_ns, got.min_ns, got.max_ns), (want.count, want.count, want.sum_ns, want.min_ns, want.max_ns), "seq {} id {id}", report.seq);
+                        // Coarsening composes: the receiver's buckets (from
+                        // finer earlier frames) agree at this frame's merge.
+                        let mut g = got.clone();
+                        coarsen(&mut g, merge);
+                        assert_eq!(g.slots, want.slots, "seq {} id {id}: buckets", report.seq);
+                        if keyframe {
+                            run.keyframe_checks += 1;
+                        } else {
+                            run.delta_checks += 1;
+                        }
+                    }
+                });
+            }
+        }
+        run.lost_runs = tracker.summaries_lost + tracker.deltas_unusable;
+        // The final summary is a whole keyframe: every total exact again.
+        run.final_exact = tracker.inexact_probes() == 0 && (0..totals.len()).all(|p| {
+            let e = f.entry_of[p];
+            let id = f.ids[e];
+            let got = tracker.totals(id);
+            got.is_some_and(|g| {
+                let mut want = Hist::default();
+                match f.families.iter().find(|fam| fam.other == id) {
+                    Some(fam) => fam.members.iter().for_each(|&m| want.merge(&totals[m])),
+                    None => want.clone_from(&totals[p]),
+                }
+                coarsen(&mut want, f.pacer.merge);
+                let ok = g.count == want.count && g.sum_ns == want.sum_ns && g.slots == want.slots;
+                if !ok {
+                    eprintln!("probe {p} id {id}: {} vs {}", g.count, want.count);
+                }
+                ok
+            })
+        });
+        run
+    }
+
+    #[test]
+    fn deltas_and_keyframes_reconstruct_the_agents_totals() {
+        let r = simulate(5_760, 40, 300, 0, 1);
+        assert!(r.keyframe_checks > 100 && r.delta_checks > 1_000, "{} keys, {} deltas checked", r.keyframe_checks, r.delta_checks);
+        assert_eq!(r.lost_runs, 0);
+        assert!(r.final_exact);
+        assert_eq!(r.steps, [Step::None], "115200 baud has room for this");
+        let bps = r.bytes as u64 / r.secs;
+        assert!(bps <= 5_760, "{bps} B/s over the 5760 B/s budget");
+    }
+
+    #[test]
+    fn lost_frames_cost_resolution_until_the_next_keyframe_only() {
+        let r = simulate(5_760, 40, 300, 1, 2);
+        assert!(r.lost_runs > 0, "1 % of frames lost: some deltas missing, reported");
+        assert!(r.keyframe_checks > 100, "totals exact at keyframes: {}", r.keyframe_checks);
+        assert!(r.final_exact, "and exact at the end");
+    }
+
+    #[test]
+    fn a_small_budget_degrades_in_order_and_stays_exact() {
+        let r = simulate(480, 60, 400, 0, 3);
+        assert!(r.steps.len() > 1, "{:?}", r.steps);
+        assert!(r.steps.windows(2).all(|w| w[0] < w[1]), "declared order: {:?}", r.steps);
+        let bps = r.bytes as u64 / r.secs;
+        assert!(bps <= 480 * 11 / 10, "{bps} B/s over the 480 B/s budget");
+        assert!(r.final_exact);
+        eprintln!("9600 baud model: steps {:?}, {bps} B/s", r.steps);
     }
 }

@@ -153,6 +153,8 @@ struct DeltaRef<'a> {
     first_id: u16,
     end_id: u16,
     probes: PartsRef<'a>,
+    keyed: &'a [u16],
+    born: &'a [u16],
 }
 
 /// Summary fields besides the histograms.
@@ -176,11 +178,15 @@ pub struct LinkHeader {
 /// What one packing run produces: keyframes, or deltas covering the ids
 /// `0..cover_end`.
 #[derive(Clone, Copy)]
-struct Head {
+struct Head<'k> {
     kind: Kind,
     h: SummaryHeader,
     link: LinkHeader,
     cover_end: u16,
+    /// Delta: the ids keyframed in this summary, and the new entries
+    /// (ascending).
+    keyed: &'k [u16],
+    born: &'k [u16],
 }
 
 /// Builds frames into buffers allocated once. Every method calls `out` once
@@ -359,31 +365,35 @@ impl Encoder {
     /// next one (same seq, next bucket range). Allocation-free once the
     /// plan vector has grown to the number of probes.
     pub fn summary(&mut self, h: SummaryHeader, hists: &[Hist], out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
-        self.entries(Head { kind: Kind::Summary, h, link: LinkHeader::default(), cover_end: 0 }, Entries::all(hists), out)
+        self.entries(Head { kind: Kind::Summary, h, link: LinkHeader::default(), cover_end: 0, keyed: &[], born: &[] }, Entries::all(hists), out)
     }
 
     /// Keyframe (Summary) frames of a budgeted link: the cumulative state
     /// of `entries`, already coarsened to `link.merge`.
     pub fn keyframe(&mut self, h: SummaryHeader, link: LinkHeader, entries: Entries<'_>, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
-        self.entries(Head { kind: Kind::Summary, h, link, cover_end: 0 }, entries, out)
+        self.entries(Head { kind: Kind::Summary, h, link, cover_end: 0, keyed: &[], born: &[] }, entries, out)
     }
 
     /// Delta frames: the interval histograms `entries` (ascending ids),
     /// the frames together covering ids `0..cover_end` (at least one frame,
-    /// so a receiver learns of an interval without events too).
+    /// so a receiver learns of an interval without events too); `keyed`:
+    /// the ids sent as keyframes in this summary (ascending).
+    #[allow(clippy::too_many_arguments)]
     pub fn delta(
         &mut self,
         h: SummaryHeader,
         link: LinkHeader,
         entries: Entries<'_>,
         cover_end: u16,
+        keyed: &[u16],
+        born: &[u16],
         out: &mut dyn FnMut(&[u8]),
     ) -> Result<usize, EncodeError> {
         self.cover_from = 0;
-        self.entries(Head { kind: Kind::Delta, h, link, cover_end }, entries, out)
+        self.entries(Head { kind: Kind::Delta, h, link, cover_end, keyed, born }, entries, out)
     }
 
-    fn entries(&mut self, head: Head, entries: Entries<'_>, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
+    fn entries(&mut self, head: Head<'_>, entries: Entries<'_>, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
         let h = head.h;
         // Upper bounds of the serialized sizes (exact except the marked +1s).
         let mut frame_head = FRAME_OVERHEAD
@@ -393,7 +403,7 @@ impl Encoder {
             + 1
             + 3; // entry count (<= 3 bytes)
         match head.kind {
-            Kind::Delta => frame_head += varint_len(head.link.base_seq) + 1 + 3 + 3,
+            Kind::Delta => frame_head += varint_len(head.link.base_seq) + 1 + 3 + 3 + 3 + 3 + 3 * (head.keyed.len() + head.born.len()),
             _ if head.link != LinkHeader::default() => frame_head += 1 + varint_len(head.link.base_seq),
             _ => {}
         }
@@ -452,7 +462,7 @@ impl Encoder {
         Ok(frames)
     }
 
-    fn flush_summary(&mut self, head: Head, entries: Entries<'_>, final_frame: bool, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
+    fn flush_summary(&mut self, head: Head<'_>, entries: Entries<'_>, final_frame: bool, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
         let plan = std::mem::take(&mut self.plan);
         let h = head.h;
         let probes = PartsRef { parts: &plan, entries };
@@ -465,14 +475,21 @@ impl Encoder {
                     (true, _) | (_, None) => head.cover_end.max(last_id.map_or(0, |i| i.saturating_add(1))),
                     (false, Some(i)) => i.saturating_add(1),
                 };
+                let first_id = self.cover_from.min(end_id);
+                let lo = head.keyed.partition_point(|&k| k < first_id);
+                let hi = head.keyed.partition_point(|&k| k < end_id).max(lo);
+                let blo = head.born.partition_point(|&k| k < first_id);
+                let bhi = head.born.partition_point(|&k| k < end_id).max(blo);
                 let body = DeltaRef {
+                    born: &head.born[blo..bhi],
+                    keyed: &head.keyed[lo..hi],
                     seq: h.seq,
                     base_seq: head.link.base_seq,
                     boot_id: h.boot_id,
                     time_ns: h.time_ns,
                     last: h.last,
                     merge: head.link.merge,
-                    first_id: self.cover_from.min(end_id),
+                    first_id,
                     end_id,
                     probes,
                 };

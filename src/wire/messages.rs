@@ -142,6 +142,12 @@ pub struct Delta {
     pub first_id: u16,
     pub end_id: u16,
     pub probes: Vec<ProbeCounts>,
+    /// Ids of the range keyframed in this summary (their Summary frames
+    /// carry them): if one did not arrive, that probe's state is behind.
+    pub keyed: Vec<u16>,
+    /// Ids of the range that are new entries (series born since the last
+    /// summary): their state before this delta is zero.
+    pub born: Vec<u16>,
 }
 
 /// A receiver asks the agent for something (kind 6, revision 3; sent

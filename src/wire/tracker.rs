@@ -48,6 +48,9 @@ pub struct Tracker {
     pub hello: Option<Hello>,
     boot_id: Option<u32>,
     last_seq: Option<u64>,
+    /// time_ns of the last summary, and of the one before.
+    last_time_ns: u64,
+    prev_time_ns: u64,
     pub(super) tracks: Vec<Track>,
     /// Summaries never seen (gaps in seq).
     pub summaries_lost: u64,
@@ -266,7 +269,12 @@ impl Tracker {
 
     fn on_delta(&mut self, d: Delta) -> Event {
         self.new_boot(d.boot_id);
+        let prev_time = self.last_time_ns;
         self.on_tick(d.seq, d.base_seq);
+        if self.last_seq == Some(d.seq) && self.last_time_ns != d.time_ns {
+            self.last_time_ns = d.time_ns;
+            self.prev_time_ns = prev_time;
+        }
         self.deltas += 1;
         let start_ns = self.hello.as_ref().map(|h| h.start_ns);
         let mut report = IntervalReport {
@@ -286,7 +294,7 @@ impl Tracker {
         let mut entries = d.probes.into_iter().peekable();
         for id in first..end {
             let mut got: Option<Hist> = None;
-            let mut partial = false;
+            let (mut partial, mut broken) = (false, false);
             while let Some(e) = entries.next_if(|e| (e.id as usize) <= id) {
                 if e.id as usize != id {
                     continue;
@@ -295,16 +303,44 @@ impl Tracker {
                     self.scheme_mismatch += 1;
                     continue;
                 }
-                partial = e.end_bucket as usize != BUCKETS;
+                let ends = e.end_bucket as usize == BUCKETS;
                 got = self.assemble(d.seq, e);
-                partial &= got.is_none();
+                partial = !ends && got.is_none();
+                // The last part of an entry whose first parts were lost.
+                broken = ends && got.is_none();
             }
             if partial {
                 continue; // continues in the next frame
             }
-            let known = self.tracks.get(id).is_some_and(|t| t.prev.is_some() || t.info.is_some());
-            if got.is_none() && !known {
-                continue; // a quiet id nobody announced yet
+            if broken {
+                let t = self.track(id as u16);
+                if !t.stale {
+                    t.stale = true;
+                    self.deltas_unusable += 1;
+                }
+                continue;
+            }
+            let keyed = d.keyed.contains(&(id as u16));
+            if keyed && self.tracks.get(id).is_none_or(|t| t.seen_seq != d.seq) {
+                // Its keyframe in this summary was lost: behind until the next.
+                let t = self.track(id as u16);
+                let newly = !t.stale && t.prev.is_some();
+                t.stale = true;
+                self.deltas_unusable += newly as u64;
+                continue;
+            }
+            if got.is_none() && self.tracks.get(id).is_none_or(|t| t.prev.is_none()) {
+                continue; // quiet, and no state to keep up to date
+            }
+            if d.born.contains(&(id as u16)) {
+                // A new entry: the sender's state before this delta is
+                // zero (a series born since the last summary).
+                let (seq, time) = (d.base_seq, self.prev_time_ns);
+                let t = self.track(id as u16);
+                if t.prev.is_none() && !t.stale {
+                    t.prev = Some(Box::new((Hist::default(), time)));
+                    t.seen_seq = seq;
+                }
             }
             let rolled = self.tracks.get(id).and_then(|t| t.info.as_ref()).is_some_and(|i| i.mode.starts_with(ROLLED_MODE_PREFIX));
             if got.is_none() && rolled {
@@ -340,7 +376,12 @@ impl Tracker {
 
     fn on_summary(&mut self, s: Summary) -> Event {
         self.new_boot(s.boot_id);
+        let prev_time = self.last_time_ns;
         self.on_tick(s.seq, s.base_seq);
+        if self.last_time_ns != s.time_ns {
+            self.last_time_ns = s.time_ns;
+            self.prev_time_ns = prev_time;
+        }
         let start_ns = self.hello.as_ref().map(|h| h.start_ns);
         let mut report = IntervalReport {
             seq: s.seq,
