@@ -84,10 +84,13 @@ pub struct Pacer {
 
 impl Pacer {
     pub fn new(budget_bps: u64) -> Self {
+        let budget_bps = budget_bps.max(1);
+        // Start with a full bucket: the first Hello and keyframe go at once.
+        let cap = (budget_bps as u128 * CREDIT_CAP_NS as u128 / 1_000_000_000) as i64;
         Pacer {
-            budget_bps: budget_bps.max(1),
-            credit: 0,
-            alert_credit: 0,
+            budget_bps,
+            credit: cap,
+            alert_credit: cap * ALERT_SHARE_PERCENT as i64 / 100,
             last_ns: None,
             merge: 0,
             rolled: false,
@@ -464,6 +467,12 @@ impl BudgetedFrames {
     pub fn render(&mut self, t: &Tick<'_>, q: &Queue, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>, flags_changed: bool, status: &mut dyn FnMut(&Tick<'_>, &mut Encoder, &mut Vec<u8>, &mut Vec<usize>, LinkHealth)) {
         let r = t.report;
         self.pacer.refill(r.time_ns);
+        if q.take_resync() {
+            // The link was (re)opened: whoever listens there now gets the
+            // whole table and every probe's cumulative state at once.
+            self.force_keys = true;
+            self.hello_requested = true;
+        }
         let n = t.session.probes.len();
         if n != self.probes || t.session.boot_id != self.boot_id {
             let fresh = t.session.boot_id != self.boot_id || n < self.probes;
@@ -654,8 +663,11 @@ impl BudgetedFrames {
         }
         self.key_ids.clear();
         self.key_ids.extend(self.keys.iter().map(|&e| self.ids[e as usize]));
-        if let Err(e) = enc.delta(h, link, Entries::select(&self.wire, &self.ids, &self.deltas), cover_end, &self.key_ids, &self.born_ids, &mut out) {
-            log::warn!("delta frame: {e}");
+        // Everything keyframed (the first and the final summary): no delta.
+        if self.keys.len() < m || m == 0 {
+            if let Err(e) = enc.delta(h, link, Entries::select(&self.wire, &self.ids, &self.deltas), cover_end, &self.key_ids, &self.born_ids, &mut out) {
+                log::warn!("delta frame: {e}");
+            }
         }
         self.base_seq = r.seq;
         self.last_sent_ns = r.time_ns;
@@ -693,7 +705,7 @@ mod tests {
         p.refill(0);
         p.refill(1_000_000_000);
         assert!(p.summary_due(1, false));
-        p.charge(3000);
+        p.charge(5000);
         p.refill(2_000_000_000);
         assert!(!p.summary_due(2, false), "in debt: folded into the next");
         assert_eq!(p.folded, 1);

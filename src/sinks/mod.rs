@@ -244,6 +244,9 @@ fn stream_writer(
                             log::info!("output {name}: open");
                         }
                         send_hello = frames && late;
+                        if send_hello {
+                            q.request_resync();
+                        }
                         opened_before = true;
                         w = Some(x);
                         sync = frames;

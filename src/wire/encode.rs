@@ -192,8 +192,9 @@ struct Head<'k> {
 /// Builds frames into buffers allocated once. Every method calls `out` once
 /// per finished frame (delimiter included) and returns the frame count.
 pub struct Encoder {
-    payload: Box<[u8]>,
-    frame: Box<[u8]>,
+    /// Fixed-capacity buffers (`heapless`), filled to their capacity once.
+    payload: Box<heapless::Vec<u8, MAX_PAYLOAD>>,
+    frame: Box<heapless::Vec<u8, MAX_ENCODED>>,
     plan: Vec<Part>,
     budget: usize,
     /// Delta packing: the first id the next frame covers.
@@ -214,9 +215,13 @@ impl Encoder {
     /// An encoder packing payloads of up to `payload_budget` bytes
     /// (clamped to `FRAME_OVERHEAD + 64 ..= MAX_PAYLOAD`).
     pub fn with_budget(payload_budget: usize) -> Self {
+        let mut payload = Box::<heapless::Vec<u8, MAX_PAYLOAD>>::default();
+        let _ = payload.resize(MAX_PAYLOAD, 0);
+        let mut frame = Box::<heapless::Vec<u8, MAX_ENCODED>>::default();
+        let _ = frame.resize(MAX_ENCODED, 0);
         Encoder {
-            payload: vec![0; MAX_PAYLOAD].into_boxed_slice(),
-            frame: vec![0; MAX_ENCODED].into_boxed_slice(),
+            payload,
+            frame,
             plan: Vec::with_capacity(64),
             budget: payload_budget.clamp(FRAME_OVERHEAD + 64, MAX_PAYLOAD),
             cover_from: 0,
@@ -240,7 +245,7 @@ impl Encoder {
     fn seal(&mut self, n: usize, out: &mut dyn FnMut(&[u8])) {
         let crc = crate::crc32::hash(&self.payload[..n]);
         self.payload[n..n + 4].copy_from_slice(&crc.to_le_bytes());
-        let len = cobs::encode(&self.payload[..n + 4], &mut self.frame);
+        let len = cobs::encode(&self.payload[..n + 4], &mut self.frame[..]);
         self.frame[len] = DELIMITER;
         out(&self.frame[..=len]);
     }
