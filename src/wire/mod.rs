@@ -22,7 +22,7 @@ mod encode;
 mod messages;
 mod tracker;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use decode::*;
 pub use encode::*;

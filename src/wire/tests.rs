@@ -249,7 +249,7 @@ fn erfc(x: f64) -> f64 {
 
 /// Expected cumulative histogram of `n` events drawn from a mixture of
 /// log-normals [(weight, median_ns, sigma)].
-fn model_hist(n: u64, mix: &[(f64, f64, f64)]) -> Hist {
+pub(crate) fn model_hist(n: u64, mix: &[(f64, f64, f64)]) -> Hist {
     let cdf = |x: f64| -> f64 {
         if x <= 0.0 {
             return 0.0;
@@ -410,6 +410,87 @@ fn golden() -> Vec<(&'static str, Frame)> {
                 link: LinkHealth::default(),
             }),
         ),
+        (
+            "delta",
+            Frame::Delta(Delta {
+                seq: 3,
+                base_seq: 2,
+                boot_id: 0x1234_5678,
+                time_ns: 4_000_000_000,
+                last: false,
+                merge: 0,
+                first_id: 0,
+                end_id: 2,
+                probes: vec![ProbeCounts {
+                    id: 0,
+                    count: 2,
+                    sum_ns: 2_800,
+                    min_ns: 300,
+                    max_ns: 2_500,
+                    drops: 0,
+                    alerts: 0,
+                    first_bucket: 0,
+                    end_bucket: BUCKETS as u16,
+                    buckets: vec![(49, 1), (73, 1)],
+                }],
+                keyed: vec![1],
+                born: vec![],
+            }),
+        ),
+        (
+            "keyframe",
+            Frame::Summary(Summary {
+                seq: 5,
+                boot_id: 0x1234_5678,
+                time_ns: 6_000_000_000,
+                last: false,
+                probes: vec![ProbeCounts {
+                    id: 1,
+                    count: 4,
+                    sum_ns: 45_400,
+                    min_ns: 300,
+                    max_ns: 40_000,
+                    drops: 0,
+                    alerts: 1,
+                    first_bucket: 0,
+                    end_bucket: BUCKETS as u16,
+                    // 49, 73, 74, 105 with merge 1: each pair of
+                    // sub-buckets at its odd (upper) index.
+                    buckets: vec![(49, 1), (73, 1), (75, 1), (105, 1)],
+                }],
+                merge: 1,
+                base_seq: 4,
+            }),
+        ),
+        ("request", Frame::Request(Request { what: REQUEST_HELLO })),
+        (
+            "status-link",
+            Frame::Status(Status {
+                boot_id: 0x1234_5678,
+                time_ns: 3_000_000_000,
+                seq: 2,
+                uptime_ns: 2_000_000_000,
+                frames_dropped: 0,
+                bytes_dropped: 0,
+                clients: 0,
+                probes: vec![ProbeHealth { id: 0, read_errors: 0, run_count: 1000, run_time_ns: 92_000 }],
+                flags: STATUS_COST_MEASURED,
+                bpf_cpu_ppm: 12_500,
+                detached: vec![],
+                missed: vec![],
+                link: LinkHealth {
+                    budget_bps: 5_760,
+                    used_bps: 3_120,
+                    step: Step::CoarseBuckets as u8,
+                    merge: 1,
+                    rolled: 0,
+                    interval_ms: 1_000,
+                    keyframe_ms: 20_000,
+                    alerts_shed: 0,
+                    intervals_folded: 0,
+                },
+            }),
+        ),
     ]
 }
 
@@ -442,6 +523,18 @@ fn print_golden() {
         let n = cobs::decode_in_place(&mut p).unwrap();
         println!("{name} payload ({n} bytes):\n{}\n{name} frame ({} bytes):\n{}\n", hex(&p[..n]), frame.len(), hex(&frame));
     }
+}
+
+#[test]
+fn coarsen_carries_groups_at_their_upper_index() {
+    let mut h = hist(&[300, 2_500, 2_600, 40_000]);
+    coarsen(&mut h, 1);
+    let b: Vec<(usize, u64)> = h.slots.iter().enumerate().filter(|(_, &c)| c > 0).map(|(i, &c)| (i, c)).collect();
+    assert_eq!(b, [(49, 1), (73, 1), (75, 1), (105, 1)]);
+    coarsen(&mut h, 3);
+    let b: Vec<(usize, u64)> = h.slots.iter().enumerate().filter(|(_, &c)| c > 0).map(|(i, &c)| (i, c)).collect();
+    assert_eq!(b, [(55, 1), (79, 2), (111, 1)], "one bucket per power of two");
+    assert_eq!(h.count, 4, "totals unchanged");
 }
 
 #[test]
