@@ -963,4 +963,189 @@ mod tests {
         assert!(r.final_exact);
         eprintln!("9600 baud model: steps {:?}, {bps} B/s", r.steps);
     }
+
+    /// A probe of a modelled configuration: events per second, latency
+    /// median (ns) and spread, and its series (0: not a family).
+    struct ModelProbe {
+        rate: u64,
+        median: f64,
+        sigma: f64,
+        series: usize,
+    }
+
+    const fn mp(rate: u64, median: f64, sigma: f64, series: usize) -> ModelProbe {
+        ModelProbe { rate, median, sigma, series }
+    }
+
+    /// The modelled probe sets: the default (runq, syscall, irq) and the
+    /// real boards' configs (board-configs/), on a busy controller.
+    fn model_sets() -> Vec<(&'static str, Vec<ModelProbe>)> {
+        let runq = mp(20_000, 4_000.0, 0.8, 0);
+        let runq_ctrl = || mp(1_000, 3_000.0, 0.6, 0);
+        let irq = || mp(5_000, 2_000.0, 0.5, 12);
+        let timer_ctrl = || mp(1_000, 25_000.0, 0.4, 0);
+        let kfunc = || mp(1_000, 60_000.0, 0.3, 0);
+        vec![
+            ("default (runq, syscall, irq)", vec![mp(20_000, 4_000.0, 0.8, 0), mp(50_000, 1_500.0, 1.2, 40), irq()]),
+            ("beaglebone-black", vec![runq, runq_ctrl(), kfunc(), irq(), mp(3_000, 2_000.0, 1.0, 10)]),
+            ("imx8mp", vec![mp(20_000, 4_000.0, 0.8, 0), runq_ctrl(), kfunc(), timer_ctrl(), irq()]),
+            ("raspberrypi4-64-rt", vec![mp(20_000, 4_000.0, 0.8, 0), runq_ctrl(), kfunc(), timer_ctrl(), irq()]),
+            ("x86_64-generic", vec![mp(20_000, 4_000.0, 0.8, 0), runq_ctrl(), kfunc(), timer_ctrl(), irq()]),
+        ]
+    }
+
+    /// Histograms of a probe set after `secs` of events: (per probe id,
+    /// family head of each series or usize::MAX).
+    fn model_hists(set: &[ModelProbe], secs: u64) -> (Vec<Hist>, Vec<usize>) {
+        let mut hists = Vec::new();
+        let mut heads = Vec::new();
+        let mut series = Vec::new();
+        for p in set {
+            let mix = |m: f64| [(0.99, m, p.sigma), (0.01, m * 4.0, p.sigma + 0.5)];
+            if p.series == 0 {
+                hists.push(crate::wire::tests::model_hist(p.rate * secs, &mix(p.median)));
+                heads.push(usize::MAX);
+                continue;
+            }
+            // Zipf-like shares: a few busy series, a long quiet tail.
+            let norm: f64 = (1..=p.series).map(|k| 1.0 / k as f64).sum();
+            let head = hists.len();
+            let mut sum = Hist::default();
+            let mut mine = Vec::new();
+            for k in 1..=p.series {
+                let n = (p.rate as f64 * secs as f64 / k as f64 / norm).round() as u64;
+                let h = crate::wire::tests::model_hist(n, &mix(p.median * (1 + k % 5) as f64));
+                sum.merge(&h);
+                mine.push(h);
+            }
+            hists.push(sum);
+            heads.push(usize::MAX);
+            for h in mine {
+                series.push((head, h));
+            }
+        }
+        for (head, h) in series {
+            hists.push(h);
+            heads.push(head);
+        }
+        (hists, heads)
+    }
+
+    fn delta_bytes(hists: &[Hist], ids: &[u16]) -> usize {
+        let sel: Vec<u16> = (0..hists.len() as u16).filter(|&i| hists[i as usize].count > 0).collect();
+        let mut enc = Encoder::new();
+        let mut n = 0;
+        let h = SummaryHeader { seq: 86_400, boot_id: 0xdead_beef, time_ns: 90_000_000_000_000, last: false };
+        let cover = ids.iter().map(|&i| i + 1).max().unwrap_or(0);
+        enc.delta(h, LinkHeader { merge: 0, base_seq: 86_399 }, Entries::select(hists, ids, &sel), cover, &[], &[], &mut |f| n += f.len()).unwrap();
+        n
+    }
+
+    /// Wire entries under the plan: coarsened, families rolled up.
+    fn planned(hists: &[Hist], heads: &[usize], merge: u8, rolled: bool, interval: &[Hist]) -> (Vec<Hist>, Vec<u16>) {
+        let mut out: Vec<Hist> = Vec::new();
+        let mut ids = Vec::new();
+        let mut others: Vec<(usize, Hist)> = Vec::new();
+        let mut kept: std::collections::HashMap<usize, usize> = Default::default();
+        for (p, h) in hists.iter().enumerate() {
+            let head = heads[p];
+            if rolled && head != usize::MAX {
+                let k = kept.entry(head).or_default();
+                // Series are in share order: the first ROLLUP_KEEP are the busiest.
+                if *k >= ROLLUP_KEEP || interval[p].count == 0 {
+                    match others.iter_mut().find(|(hd, _)| *hd == head) {
+                        Some((_, o)) => o.merge(h),
+                        None => others.push((head, h.clone())),
+                    }
+                    continue;
+                }
+                *k += 1;
+            }
+            out.push(h.clone());
+            ids.push(p as u16);
+        }
+        for (k, (_, o)) in others.into_iter().enumerate() {
+            out.push(o);
+            ids.push(other_id(k));
+        }
+        for h in &mut out {
+            coarsen(h, merge);
+        }
+        (out, ids)
+    }
+
+    /// Bytes per second of the current cumulative encoding (a Summary of
+    /// every probe each second, Hello and Status every 10 s).
+    fn current_bps(hists: &[Hist], hello_bytes: usize) -> u64 {
+        let mut enc = Encoder::new();
+        let mut n = 0;
+        let h = SummaryHeader { seq: 86_400, boot_id: 0xdead_beef, time_ns: 90_000_000_000_000, last: false };
+        enc.summary(h, hists, &mut |f| n += f.len()).unwrap();
+        (n + (hello_bytes + 70) / 10) as u64
+    }
+
+    /// The budgeted plan for a probe set after `secs` of uptime: settles
+    /// the Pacer on the modelled sizes; (bytes per second, step, merge,
+    /// keyframe period s, link interval s).
+    fn budgeted_bps(set: &[ModelProbe], secs: u64, budget: u64, hello_bytes: usize) -> (u64, Step, u8, u64, u32) {
+        let (cum, heads) = model_hists(set, secs);
+        let has_families = heads.iter().any(|&h| h != usize::MAX);
+        let mut p = Pacer::new(budget);
+        let hello_period = ((hello_bytes as u128 * 1_000_000_000 / (budget * HELLO_SHARE_PERCENT / 100).max(1) as u128) as u64)
+            .clamp(super::super::HELLO_PERIOD_NS, HELLO_MAX_PERIOD_NS);
+        let hello_bps = (hello_bytes as u64 + 70) * 1_000_000_000 / hello_period;
+        let mut quiet = 0;
+        let mut bps = 0;
+        for _ in 0..100 {
+            let (interval, _) = model_hists(set, p.stride as u64);
+            let (keys, _) = planned(&cum, &heads, p.merge, p.rolled, &interval);
+            let (deltas, ids) = planned(&interval, &heads, p.merge, p.rolled, &interval);
+            let (_, key_ids) = planned(&cum, &heads, p.merge, p.rolled, &interval);
+            let full_key: u64 = keys.iter().zip(&key_ids).map(|(h, &id)| entry_bytes(id, h) as u64).sum();
+            let d = delta_bytes(&deltas, &ids) as u64;
+            let dt = p.stride as u64 * 1_000_000_000;
+            let per_tick = d + (full_key as u128 * dt as u128 / p.keyframe_ns as u128) as u64;
+            bps = (per_tick as u128 * 1_000_000_000 / dt as u128) as u64 + hello_bps;
+            if p.adapt(full_key, per_tick, dt, hello_bps, has_families) {
+                quiet = 0;
+            } else {
+                quiet += 1;
+                if quiet > STEP_SETTLE_TICKS + 2 {
+                    break;
+                }
+            }
+        }
+        (bps, p.step(), p.merge, p.keyframe_ns / 1_000_000_000, p.stride)
+    }
+
+    /// The bytes-per-second table of docs/wire-format.md (modelled; run
+    /// with --nocapture to print it). Every cell fits its budget.
+    #[test]
+    fn bytes_per_second_model_table() {
+        let bauds: [(u64, u64); 4] = [(9_600, 480), (19_200, 960), (115_200, 5_760), (1_000_000, 50_000)];
+        println!("| probe set | uptime | current (cumulative) B/s | 9600 (480 B/s) | 19200 (960 B/s) | 115200 (5 760 B/s) | 1 000 000 (50 000 B/s) |");
+        println!("|---|---|---|---|---|---|---|");
+        for (name, set) in model_sets() {
+            let (one, _) = model_hists(&set, 1);
+            // Hello: about 40 bytes a row.
+            let hello_bytes = 60 + 40 * one.len();
+            for (label, secs) in [("1 min", 60u64), ("1 h", 3_600), ("24 h", 86_400)] {
+                let (cum, _) = model_hists(&set, secs);
+                let cur = current_bps(&cum, hello_bytes);
+                let mut row = format!("| {name} | {label} | {cur} |");
+                for (_, budget) in bauds {
+                    let (bps, step, merge, key_s, stride) = budgeted_bps(&set, secs, budget, hello_bytes);
+                    assert!(bps <= budget, "{name} {label} at {budget} B/s: {bps} B/s");
+                    let how = match step {
+                        Step::None => format!("keys {key_s} s"),
+                        Step::CoarseBuckets => format!("step 1 (merge {merge}), keys {key_s} s"),
+                        Step::RollUp => format!("step 2 (merge {merge}, roll-up), keys {key_s} s"),
+                        Step::LongerInterval => format!("step 3 (merge {merge}, roll-up, {stride} s interval), keys {key_s} s"),
+                    };
+                    row.push_str(&format!(" {bps} ({how}) |"));
+                }
+                println!("{row}");
+            }
+        }
+    }
 }
