@@ -123,17 +123,24 @@ struct Paced {
 fn paced_run(baud: u32, extra: &[&str], config: Option<&str>, drop_per_mille: u64) -> Paced {
     let secs = secs();
     let (a, b) = (pty(), pty());
-    let decode = latmon()
-        .args(["decode", &format!("serial:{}@{baud}", b.path), "--duration", &format!("{}s", secs + 30)])
+    let mut decode = latmon()
+        .args(["decode", &format!("serial:{}@{baud}", b.path), "--duration", &format!("{}s", secs + 60)])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn decode");
+    // Read decode's lines as they come: a full pipe would stall it, then
+    // the tty, then the relay.
+    let mut dstdout = decode.stdout.take().unwrap();
+    let dreader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = dstdout.read_to_string(&mut s);
+        s
+    });
     std::thread::sleep(Duration::from_millis(500));
     let stop = Arc::new(AtomicBool::new(false));
     let bytes_per_s = baud as u64 / 10;
     let relay = paced_relay(a.master.try_clone().unwrap(), b.master.try_clone().unwrap(), bytes_per_s, drop_per_mille, stop.clone());
-    let mut load = stress(secs + 5);
     let out = format!("serial:{}@{baud}", a.path);
     let dur = format!("{secs}s");
     let mut args: Vec<&str> = Vec::new();
@@ -143,6 +150,9 @@ fn paced_run(baud: u32, extra: &[&str], config: Option<&str>, drop_per_mille: u6
     args.extend(["--duration", &dur, "--output", "-,format=json", "--output", &out]);
     args.extend(extra);
     let run = start_run(&args);
+    // The load starts once the probes are attached (attaching under load
+    // on a shared 2-CPU machine can take long).
+    let mut load = stress(secs);
     let (status, out) = finish(run);
     assert!(status.success(), "latmon run: {status}");
     // Let the line drain what is queued (at line rate: the final
@@ -152,7 +162,8 @@ fn paced_run(baud: u32, extra: &[&str], config: Option<&str>, drop_per_mille: u6
     let line = relay.join().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(decode.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-    let (_, dout) = finish(decode);
+    let _ = decode.wait();
+    let dout = dreader.join().unwrap();
     let _ = load.kill();
     let _ = load.wait();
     drop((a.slave, b.slave));
