@@ -489,3 +489,32 @@ fn signals_landing_on_a_serialport_thread_reach_the_agent() {
     assert!(status.success(), "SIGTERM on the RTU thread is a clean stop, not a kill: {status}");
     assert_eq!(json_lines(&out).last().unwrap()["last"], true, "the final summary was flushed");
 }
+
+#[test]
+fn a_receivers_request_gets_the_whole_table_and_keyframes() {
+    let mut a = pty();
+    let run = start_run(&["--probe", "runq", "--interval", "100ms", "--duration", "5s", "--output", &format!("serial:{}@115200", a.path)]);
+    let read_frames = |p: &mut Pty, wait: Duration| {
+        let mut d = FrameDecoder::new();
+        let mut frames = Vec::new();
+        let mut buf = [0u8; 4096];
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            let n = read_some(&mut p.master, &mut buf, Duration::from_millis(50));
+            d.feed(&buf[..n], &mut |r| frames.extend(r.ok()));
+        }
+        frames
+    };
+    // Past the first Hello and keyframe: deltas only (the next Hello and
+    // keyframe are 10 s away on this budgeted line).
+    let _ = read_frames(&mut a, Duration::from_millis(1500));
+    let quiet = read_frames(&mut a, Duration::from_millis(1000));
+    assert!(quiet.iter().all(|f| !matches!(f, Frame::Hello(_) | Frame::Summary(_))), "{quiet:?}");
+    // A receiver on the line asks (as `latmon view`/`decode` do when they open it).
+    a.master.write_all(&latmon::sinks::serial::hello_request()).unwrap();
+    let after = read_frames(&mut a, Duration::from_millis(1500));
+    let (status, _) = finish(run);
+    assert!(status.success());
+    assert!(after.iter().any(|f| matches!(f, Frame::Hello(h) if h.probes.len() == h.probe_count as usize)), "the whole table: {after:?}");
+    assert!(after.iter().any(|f| matches!(f, Frame::Summary(_))), "keyframes follow: {after:?}");
+}

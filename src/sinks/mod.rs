@@ -134,7 +134,16 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
             // Opened by the writer thread right away, and again whenever it
             // fails: an absent device is reported, never fatal.
             let n = name.clone();
-            let open = move || serial::open(&s, Duration::from_secs(1)).map(|p| Box::new(p) as Box<dyn Write + Send>);
+            let (qr, nr) = (q.clone(), name.clone());
+            let open = move || {
+                serial::open(&s, Duration::from_secs(1)).map(|p| {
+                    // Receivers may ask for the table over the same line.
+                    if frames {
+                        serial::watch_requests(&p, qr.clone(), &nr);
+                    }
+                    Box::new(p) as Box<dyn Write + Send>
+                })
+            };
             Box::new(move |q: &Queue| stream_writer(q, &n, frames, None, Some(Box::new(open))))
         }
         Endpoint::Tcp(addr) => {
@@ -470,6 +479,10 @@ impl FrameRender {
         // the timer.
         let new_session = self.hello.as_ref().is_some_and(|h| h.boot_id != t.session.boot_id || h.probe_count as usize > t.session.probes.len());
         if new_session {
+            self.hello = None;
+        }
+        if q.take_resync() {
+            // The link was (re)opened or a receiver asked: the whole table now.
             self.hello = None;
         }
         let grown = self.hello.as_ref().is_some_and(|h| (h.probe_count as usize) < t.session.probes.len());
