@@ -544,6 +544,80 @@ mod tests {
     }
 
     #[test]
+    fn screen_and_decode_show_the_budget_the_step_and_losses() {
+        let mut t = Tracker::new();
+        let v = View::default();
+        t.on_frame(Frame::Hello(hello()));
+        t.on_frame(Frame::Status(crate::wire::Status {
+            boot_id: 7,
+            time_ns: 0,
+            seq: 2,
+            uptime_ns: 0,
+            frames_dropped: 0,
+            bytes_dropped: 0,
+            clients: 0,
+            probes: Vec::new(),
+            flags: 0,
+            bpf_cpu_ppm: 0,
+            detached: Vec::new(),
+            missed: Vec::new(),
+            link: crate::wire::LinkHealth {
+                budget_bps: 480,
+                used_bps: 410,
+                step: 2,
+                merge: 3,
+                rolled: 31,
+                interval_ms: 1_000,
+                keyframe_ms: 60_000,
+                alerts_shed: 5,
+                intervals_folded: 0,
+            },
+        }));
+        let s = v.render("serial:/dev/ttyS1@9600", &LinkStats::default(), &t, None);
+        for needle in ["budget 480 B/s, using 410 B/s, keyframes every 60 s", "DEGRADED step 2 (roll-up): 1 buckets per power of two, 31 series rolled up", "5 alerts shed"] {
+            assert!(s.contains(needle), "{needle:?} missing in\n{s}");
+        }
+        assert!(link_line(&LinkStats::default(), &t).contains("budget 480 B/s"));
+        // A delta whose base never arrived: reported, totals marked inexact.
+        let d = crate::wire::Delta {
+            seq: 9,
+            base_seq: 8,
+            boot_id: 7,
+            time_ns: 9_000_000_000,
+            last: false,
+            merge: 0,
+            first_id: 0,
+            end_id: 1,
+            probes: Vec::new(),
+            keyed: Vec::new(),
+            born: Vec::new(),
+        };
+        let mut h = Hist::default();
+        summary_event(&mut t, 1, &[1_000], &mut h);
+        let ev = t.on_frame(Frame::Delta(crate::wire::Delta {
+            probes: vec![crate::wire::ProbeCounts {
+                id: 0,
+                count: 1,
+                sum_ns: 500,
+                min_ns: 500,
+                max_ns: 500,
+                drops: 0,
+                alerts: 0,
+                first_bucket: 0,
+                end_bucket: crate::hist::BUCKETS as u16,
+                buckets: vec![(crate::hist::bucket_index(500) as u16, 1)],
+            }],
+            ..d
+        }));
+        let line: serde_json::Value = serde_json::from_str(&json_line(&Ok(ev))).unwrap();
+        assert_eq!(line["keyframe"], false);
+        assert_eq!(line["inexact"][0], "runq", "{line}");
+        assert_eq!(t.summaries_lost, 1);
+        let s = v.render("serial:/dev/ttyS1@9600", &LinkStats::default(), &t, None);
+        assert!(s.contains("deltas lost: 1 runs (last: after seq 1 through 8); 1 probes with totals behind"), "{s}");
+    }
+
+    #[test]
     fn json_lines_use_run_field_names() {
         let mut t = Tracker::new();
         let line = json_line(&Ok(t.on_frame(Frame::Hello(hello()))));
