@@ -304,6 +304,8 @@ pub struct BudgetedFrames {
     hello_bytes: usize,
     announced: usize,
     force_keys: bool,
+    /// The session has family series (a roll-up can help).
+    has_series: bool,
     /// What keyframing every entry costs (bytes), as of the last summary.
     full_key_bytes: u64,
     pub hello_requested: bool,
@@ -336,6 +338,7 @@ impl BudgetedFrames {
             hello_bytes: 0,
             announced: 0,
             force_keys: true,
+            has_series: false,
             full_key_bytes: 0,
             hello_requested: false,
             last_step: Step::None,
@@ -368,6 +371,8 @@ impl BudgetedFrames {
         }
         self.probes = n;
         self.hello = None;
+        // Series are appended after their family, each named HEAD:LABEL.
+        self.has_series = (0..n).any(|p| (0..p).any(|h| is_series_of(t, p, h)));
         self.rebuild_entries();
     }
 
@@ -577,7 +582,7 @@ impl BudgetedFrames {
         let full_key: u64 = self.ids.iter().zip(&self.sent).map(|(&id, h)| entry_bytes(id, h) as u64).sum();
         self.full_key_bytes = full_key;
         let hello_bps = (self.hello_bytes as u128 * 1_000_000_000 / hello_period.max(1) as u128) as u64;
-        let can_roll = self.families.is_empty() && (0..n).any(|p| (0..n).any(|h| is_series_of(t, p, h)));
+        let can_roll = self.families.is_empty() && self.has_series;
         if self.pacer.adapt(full_key, bytes as u64, dt, hello_bps, can_roll) {
             let step = self.pacer.step();
             log::warn!(
