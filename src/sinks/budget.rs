@@ -147,6 +147,11 @@ impl Pacer {
         }
     }
 
+    /// Bytes the link may still send now (negative: in debt).
+    pub fn credit(&self) -> i64 {
+        self.credit
+    }
+
     /// Bytes queued for the link (any kind).
     pub fn charge(&mut self, bytes: usize) {
         self.credit = self.credit.saturating_sub(bytes as i64);
@@ -304,6 +309,9 @@ pub struct BudgetedFrames {
     hello_bytes: usize,
     announced: usize,
     force_keys: bool,
+    /// Entries owed a keyframe, and the delta bytes of the last summary.
+    key_backlog: usize,
+    last_delta_bytes: usize,
     /// The session has family series (a roll-up can help).
     has_series: bool,
     /// What keyframing every entry costs (bytes), as of the last summary.
@@ -337,7 +345,9 @@ impl BudgetedFrames {
             hello: None,
             hello_bytes: 0,
             announced: 0,
-            force_keys: true,
+            force_keys: false,
+            key_backlog: 0,
+            last_delta_bytes: 0,
             has_series: false,
             full_key_bytes: 0,
             hello_requested: false,
@@ -426,9 +436,7 @@ impl BudgetedFrames {
         }
         self.rebuild_entries();
         self.hello = None;
-        // The receiver learns the new entries (and their members' fate)
-        // from their keyframes: send every entry whole once.
-        self.force_keys = true;
+        // The `other` entries are new: their first deltas count from zero.
     }
 
     /// Table rows besides the agent's probes: the `other` entries, and the
@@ -631,23 +639,38 @@ impl BudgetedFrames {
             }
         }
         let m = self.ids.len();
-        // The final summary keyframes everything when that fits the flush
-        // at exit (about 2 s of the budget); else it is a normal one.
-        let all = self.force_keys || (r.last && self.full_key_bytes <= self.pacer.budget_bps * 2);
-        let nkeys = if all { m } else { self.pacer.keys_due(m, dt) };
-        self.force_keys = false;
-        self.keys.clear();
-        for k in 0..nkeys {
-            self.keys.push(((self.cursor + k) % m.max(1)) as u16);
+        for w in &mut self.wire {
+            coarsen(w, merge);
         }
-        if !all {
-            self.cursor = (self.cursor + nkeys) % m.max(1);
+        // Keyframes owed: each entry once per keyframe period (all of them
+        // after a resync), sent from a rolling cursor as far as the credit
+        // left after this interval's deltas allows, so a keyframe never
+        // bursts past the budget (new entries need none: their first delta
+        // counts from zero and says so).
+        let due = if self.force_keys { m } else { self.pacer.keys_due(m, dt) };
+        self.force_keys = false;
+        self.key_backlog = (self.key_backlog + due).min(m);
+        let mut allowance = self.pacer.credit() - self.last_delta_bytes as i64;
+        if r.last {
+            // The final summary may use what flushes at exit (about 2 s).
+            allowance = allowance.max(0) + 2 * self.pacer.budget_bps as i64;
+        }
+        self.keys.clear();
+        while self.key_backlog > 0 && m > 0 {
+            let e = self.cursor % m;
+            let b = entry_bytes(self.ids[e], &self.wire[e]) as i64;
+            if b > allowance {
+                break;
+            }
+            allowance -= b;
+            self.keys.push(e as u16);
+            self.cursor = (self.cursor + 1) % m;
+            self.key_backlog -= 1;
         }
         self.keys.sort_unstable_by_key(|&e| self.ids[e as usize]);
         self.deltas.clear();
         self.born_ids.clear();
         for e in 0..m {
-            coarsen(&mut self.wire[e], merge);
             if self.keys.binary_search_by_key(&self.ids[e], |&k| self.ids[k as usize]).is_ok() {
                 self.sent[e].clone_from(&self.wire[e]);
                 self.fresh[e] = false;
@@ -691,6 +714,8 @@ impl BudgetedFrames {
         }
         self.base_seq = r.seq;
         self.last_sent_ns = r.time_ns;
+        let key_bytes: usize = self.keys.iter().map(|&e| entry_bytes(self.ids[e as usize], &self.sent[e as usize])).sum();
+        self.last_delta_bytes = buf.len().saturating_sub(key_bytes);
         buf.len()
     }
 
