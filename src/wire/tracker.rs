@@ -335,7 +335,10 @@ impl Tracker {
             if d.born.contains(&(id as u16)) {
                 // A new entry: the sender's state before this delta is
                 // zero (a series born since the last summary).
-                let (seq, time) = (d.base_seq, self.prev_time_ns);
+                // As of the previous summary; the first one counts from
+                // the agent's start.
+                let time = if d.base_seq == 0 || self.prev_time_ns == 0 { start_ns.unwrap_or(self.prev_time_ns) } else { self.prev_time_ns };
+                let seq = d.base_seq;
                 let t = self.track(id as u16);
                 if t.prev.is_none() && !t.stale {
                     t.prev = Some(Box::new((Hist::default(), time)));
