@@ -257,6 +257,45 @@ struct CheckReport {
     /// The user latmon would drop to (`user`/`group`), resolved.
     #[serde(skip_serializing_if = "Option::is_none")]
     drop_to: Option<String>,
+    /// Each output and its byte budget.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    outputs: Vec<OutputPlan>,
+}
+
+#[derive(Serialize)]
+struct OutputPlan {
+    output: String,
+    format: String,
+    /// Bytes per second the output may use (None: unlimited).
+    budget_bps: Option<u32>,
+    /// A serial line's rate in bytes per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line_bps: Option<u32>,
+}
+
+/// The outputs of a config with their budgets (frames outputs only send
+/// deltas and keyframes within one; Modbus and Prometheus serve on
+/// request).
+fn output_plans(c: &latmon::config::Config) -> Vec<OutputPlan> {
+    use latmon::sinks::spec::{Endpoint, LinkSpec};
+    c.outputs
+        .iter()
+        .filter_map(|w| {
+            let spec = LinkSpec::parse(w).ok()?;
+            let format = spec.effective_format(c.format);
+            let line_bps = match &spec.endpoint {
+                Endpoint::Serial(s) => Some(s.bytes_per_s()),
+                _ => None,
+            };
+            let framed = format == latmon::config::Format::Frames;
+            Some(OutputPlan {
+                output: spec.endpoint.to_string(),
+                format: format!("{format:?}").to_lowercase(),
+                budget_bps: if framed { spec.budget_bps() } else { None },
+                line_bps,
+            })
+        })
+        .collect()
 }
 
 fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
@@ -279,6 +318,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
         bpf_cpu_percent: None,
         housekeeping_cpus: Vec::new(),
         drop_to: None,
+        outputs: Vec::new(),
     };
     let measure = parse_duration(&a.measure)?;
     let cfg = load_config(&a.common).and_then(|c| c.validate().map(|()| c).map_err(Into::into)).and_then(|c| {
@@ -295,6 +335,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
         Ok(c)
     });
     if let Ok(c) = &cfg {
+        rep.outputs = output_plans(c);
         rep.housekeeping_cpus = c.housekeeping_cpus.clone();
         rep.drop_to = c.user.as_ref().and_then(|u| privs::resolve(u, c.group.as_deref()).ok()).map(|i| {
             format!("{}:{} (uid {} gid {})", i.user, i.group, i.uid, i.gid)
@@ -417,6 +458,14 @@ fn print_check(r: &CheckReport) {
     }
     if !r.housekeeping_cpus.is_empty() {
         let _ = writeln!(o, "housekeeping CPUs {:?}", r.housekeeping_cpus);
+    }
+    for out in &r.outputs {
+        let budget = match (out.budget_bps, out.line_bps) {
+            (Some(b), Some(l)) => format!("budget {b} B/s ({}% of the line's {l} B/s): delta summaries, keyframes, degradation steps if needed", b as u64 * 100 / l.max(1) as u64),
+            (Some(b), None) => format!("budget {b} B/s: delta summaries, keyframes, degradation steps if needed"),
+            (None, _) => "unlimited".to_string(),
+        };
+        let _ = writeln!(o, "output       {} ({}): {budget}", out.output, out.format);
     }
     if let Some(d) = &r.drop_to {
         let _ = writeln!(o, "drops to     {d} after attach");

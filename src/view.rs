@@ -30,8 +30,27 @@ struct SummaryLine<'a> {
     #[serde(rename = "type")]
     ty: &'static str,
     boot_id: u32,
+    /// From a keyframe (cumulative) or a delta frame.
+    keyframe: bool,
+    /// Wire bucket merge (0: full resolution).
+    merge: u8,
+    /// Probes whose totals here are lower bounds (a delta was lost; exact
+    /// again at their next keyframe).
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    inexact: &'a [String],
     #[serde(flatten)]
     report: &'a IntervalReport,
+}
+
+#[derive(Serialize)]
+struct LostLine {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    /// The last summary received before the loss, and the one the next
+    /// summary built on: the intervals after the first through the second
+    /// are lost (their counts are in the next keyframes).
+    after_seq: u64,
+    through_seq: u64,
 }
 
 #[derive(Serialize)]
@@ -55,9 +74,12 @@ struct UnknownLine {
 pub fn json_line(r: &Result<Event, FrameError>) -> String {
     let res = match r {
         Ok(Event::Hello(h)) => serde_json::to_string(&Tagged::<Hello> { ty: "hello", body: h }),
-        Ok(Event::Summary { boot_id, report, .. }) => {
-            serde_json::to_string(&SummaryLine { ty: "summary", boot_id: *boot_id, report })
+        Ok(Event::Summary { boot_id, report, ids, keyframe, merge, inexact }) => {
+            let names: Vec<String> =
+                ids.iter().zip(&report.probes).filter(|(id, _)| inexact.contains(id)).map(|(_, p)| p.name.clone()).collect();
+            serde_json::to_string(&SummaryLine { ty: "summary", boot_id: *boot_id, keyframe: *keyframe, merge: *merge, inexact: &names, report })
         }
+        Ok(Event::Request(r)) => serde_json::to_string(&Tagged::<crate::wire::Request> { ty: "request", body: r }),
         Ok(Event::Alert(a)) => serde_json::to_string(&Tagged::<AlertRecord> { ty: "alert", body: a }),
         Ok(Event::Status(s)) => serde_json::to_string(&Tagged::<Status> { ty: "status", body: s }),
         Ok(Event::Unknown { kind }) => serde_json::to_string(&UnknownLine { ty: "unknown", kind: *kind }),
@@ -69,15 +91,48 @@ pub fn json_line(r: &Result<Event, FrameError>) -> String {
 /// One line of link statistics for stderr.
 pub fn link_line(s: &LinkStats, t: &Tracker) -> String {
     format!(
-        "link: {} bytes, {} frames good, {} CRC errors, {} resyncs, {} other errors, {} unknown kinds, {} summaries lost",
+        "link: {} bytes, {} frames good, {} CRC errors, {} resyncs, {} other errors, {} unknown kinds, {} summaries lost, {} summaries ({} deltas), {} probes with inexact totals{}",
         s.bytes,
         s.frames_good,
         s.crc_errors,
         s.resyncs,
         s.errors() - s.crc_errors,
         s.unknown_kinds,
-        t.summaries_lost
+        t.summaries_lost,
+        t.summaries,
+        t.deltas,
+        t.inexact_probes(),
+        budget_words(t).map_or(String::new(), |w| format!(", {w}"))
     )
+}
+
+/// The link's budget, use and degradation step from the last Status, in
+/// words (None: an unlimited output or no Status yet).
+pub fn budget_words(t: &Tracker) -> Option<String> {
+    let l = t.status.as_ref()?.link;
+    if l.budget_bps == 0 {
+        return None;
+    }
+    let step = crate::wire::Step::from_byte(l.step);
+    let mut w = format!("budget {} B/s, using {} B/s, keyframes every {:.0} s", l.budget_bps, l.used_bps, f64::from(l.keyframe_ms) / 1000.0);
+    if step != crate::wire::Step::None {
+        let _ = write!(
+            w,
+            ", DEGRADED step {} ({}): {} buckets per power of two, {} series rolled up, link interval {}",
+            l.step,
+            step.name(),
+            8 >> l.merge.min(3),
+            l.rolled,
+            fmt_ns(u64::from(l.interval_ms) * 1_000_000)
+        );
+    }
+    if l.alerts_shed > 0 {
+        let _ = write!(w, ", {} alerts shed over their share", l.alerts_shed);
+    }
+    if l.intervals_folded > 0 {
+        let _ = write!(w, ", {} intervals folded into the next", l.intervals_folded);
+    }
+    Some(w)
 }
 
 /// `latmon decode SOURCE`: a JSON line per frame on stdout until the
@@ -97,7 +152,13 @@ pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
         match src.read(&mut buf) {
             Got::Data(n) => {
                 dec.feed(&buf[..n], &mut |r| {
+                    let lost_before = tracker.summaries_lost;
                     let ev = r.map(|f| tracker.on_frame(f));
+                    if let (true, Some((after_seq, through_seq))) = (tracker.summaries_lost > lost_before, tracker.last_lost) {
+                        let l = LostLine { ty: "lost", after_seq, through_seq };
+                        lines.push_str(&serde_json::to_string(&l).unwrap_or_default());
+                        lines.push('\n');
+                    }
                     lines.push_str(&json_line(&ev));
                     lines.push('\n');
                 });
@@ -203,6 +264,18 @@ impl View {
             if clients > 0 { format!("  clients {clients}") } else { String::new() },
             if t.restarts > 0 { format!("  agent restarts {}", t.restarts) } else { String::new() }
         );
+        if let Some(w) = budget_words(t) {
+            let _ = writeln!(s, "link  {w}");
+        }
+        if t.summaries_lost > 0 || t.inexact_probes() > 0 {
+            let _ = writeln!(
+                s,
+                "link  deltas lost: {} runs{}; {} probes with totals behind until their next keyframe",
+                t.summaries_lost,
+                t.last_lost.map_or(String::new(), |(a, b)| format!(" (last: after seq {a} through {b})")),
+                t.inexact_probes()
+            );
+        }
         if let Some(st) = &t.status {
             if st.flags & crate::wire::STATUS_COST_MEASURED != 0 {
                 let _ = write!(s, "agent cost  BPF {:.3}% CPU", f64::from(st.bpf_cpu_ppm) / 10_000.0);
@@ -447,6 +520,7 @@ mod tests {
             bpf_cpu_ppm: 0,
             detached: Vec::new(),
             missed: vec![crate::wire::ProbeMissed { id: 0, missed: 92 }],
+            link: Default::default(),
         }));
         v.on_event(&ev);
         let s = v.render("serial:/dev/ttyUSB0@115200", &link, &t, Some(Duration::from_millis(300)));
@@ -467,6 +541,80 @@ mod tests {
             assert!(s.contains(needle), "{needle:?} missing in\n{s}");
         }
         assert!(s.is_ascii());
+    }
+
+    #[test]
+    fn screen_and_decode_show_the_budget_the_step_and_losses() {
+        let mut t = Tracker::new();
+        let v = View::default();
+        t.on_frame(Frame::Hello(hello()));
+        t.on_frame(Frame::Status(crate::wire::Status {
+            boot_id: 7,
+            time_ns: 0,
+            seq: 2,
+            uptime_ns: 0,
+            frames_dropped: 0,
+            bytes_dropped: 0,
+            clients: 0,
+            probes: Vec::new(),
+            flags: 0,
+            bpf_cpu_ppm: 0,
+            detached: Vec::new(),
+            missed: Vec::new(),
+            link: crate::wire::LinkHealth {
+                budget_bps: 480,
+                used_bps: 410,
+                step: 2,
+                merge: 3,
+                rolled: 31,
+                interval_ms: 1_000,
+                keyframe_ms: 60_000,
+                alerts_shed: 5,
+                intervals_folded: 0,
+            },
+        }));
+        let s = v.render("serial:/dev/ttyS1@9600", &LinkStats::default(), &t, None);
+        for needle in ["budget 480 B/s, using 410 B/s, keyframes every 60 s", "DEGRADED step 2 (roll-up): 1 buckets per power of two, 31 series rolled up", "5 alerts shed"] {
+            assert!(s.contains(needle), "{needle:?} missing in\n{s}");
+        }
+        assert!(link_line(&LinkStats::default(), &t).contains("budget 480 B/s"));
+        // A delta whose base never arrived: reported, totals marked inexact.
+        let d = crate::wire::Delta {
+            seq: 9,
+            base_seq: 8,
+            boot_id: 7,
+            time_ns: 9_000_000_000,
+            last: false,
+            merge: 0,
+            first_id: 0,
+            end_id: 1,
+            probes: Vec::new(),
+            keyed: Vec::new(),
+            born: Vec::new(),
+        };
+        let mut h = Hist::default();
+        summary_event(&mut t, 1, &[1_000], &mut h);
+        let ev = t.on_frame(Frame::Delta(crate::wire::Delta {
+            probes: vec![crate::wire::ProbeCounts {
+                id: 0,
+                count: 1,
+                sum_ns: 500,
+                min_ns: 500,
+                max_ns: 500,
+                drops: 0,
+                alerts: 0,
+                first_bucket: 0,
+                end_bucket: crate::hist::BUCKETS as u16,
+                buckets: vec![(crate::hist::bucket_index(500) as u16, 1)],
+            }],
+            ..d
+        }));
+        let line: serde_json::Value = serde_json::from_str(&json_line(&Ok(ev))).unwrap();
+        assert_eq!(line["keyframe"], false);
+        assert_eq!(line["inexact"][0], "runq", "{line}");
+        assert_eq!(t.summaries_lost, 1);
+        let s = v.render("serial:/dev/ttyS1@9600", &LinkStats::default(), &t, None);
+        assert!(s.contains("deltas lost: 1 runs (last: after seq 1 through 8); 1 probes with totals behind"), "{s}");
     }
 
     #[test]

@@ -87,7 +87,19 @@ fn summary_encoding_does_not_allocate() {
 
 #[test]
 fn frames_output_emit_does_not_allocate() {
-    let mut sink = sinks::open("file:/dev/null,format=frames", None).unwrap();
+    emit_does_not_allocate("file:/dev/null,format=frames");
+}
+
+/// A budgeted output (deltas, rolling keyframes, a budget small enough
+/// to take the degradation steps on the way) allocates nothing either.
+#[test]
+fn budgeted_frames_output_emit_does_not_allocate() {
+    emit_does_not_allocate("file:/dev/null,format=frames,budget=2000B/s");
+    emit_does_not_allocate("file:/dev/null,format=frames,budget=200B/s");
+}
+
+fn emit_does_not_allocate(word: &str) {
+    let mut sink = sinks::open(word, None).unwrap();
     let n = 8;
     let session = Session {
         board: "b".into(),
@@ -100,7 +112,7 @@ fn frames_output_emit_does_not_allocate() {
             .collect(),
         failed: Vec::new(),
     };
-    let totals = busy_hists(n, 3);
+    let mut totals = busy_hists(n, 3);
     let report = IntervalReport {
         seq: 1,
         time_ns: 1,
@@ -118,16 +130,21 @@ fn frames_output_emit_does_not_allocate() {
         r.time_ns = seq * 1_000_000_000;
         sink.emit(&Tick { session: &session, report: &r, totals: &totals, read_errors: &errors });
     }
+    // Counts that keep growing, so deltas are never empty.
+    let more = busy_hists(n, 5);
     let ((), allocs) = counted(|| {
         // 100 more intervals: three more Hello + Status rounds among them.
         for seq in 41..=140 {
             r.seq = seq;
             r.time_ns = seq * 1_000_000_000;
+            for (t, m) in totals.iter_mut().zip(&more) {
+                t.merge(m);
+            }
             sink.emit(&Tick { session: &session, report: &r, totals: &totals, read_errors: &errors });
         }
     });
     sink.close(std::time::Duration::from_secs(1));
-    assert_eq!(allocs, 0, "allocations on the agent thread per interval");
+    assert_eq!(allocs, 0, "allocations on the agent thread per interval ({word})");
 }
 
 #[test]

@@ -33,6 +33,35 @@ fn check_reports_kernel_features_and_the_plan() {
 }
 
 #[test]
+fn check_lists_each_outputs_budget() {
+    let dir = std::env::temp_dir().join(format!("latmon-cli-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("links.toml");
+    std::fs::write(
+        &cfg,
+        "probes = [\"runq\"]\noutputs = [\"serial:/dev/ttyS1@9600\", \"serial:/dev/ttyS2,budget=30%\", \"file:/tmp/x.bin\", \"tcp://127.0.0.1:7070,budget=2000B/s\"]\n",
+    )
+    .unwrap();
+    let out = latmon().args(["check", "--json", "--config"]).arg(&cfg).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let budgets: Vec<(String, Option<u64>)> =
+        v["outputs"].as_array().unwrap().iter().map(|o| (o["output"].as_str().unwrap().to_string(), o["budget_bps"].as_u64())).collect();
+    assert_eq!(
+        budgets,
+        [
+            ("serial:/dev/ttyS1@9600".to_string(), Some(480)),
+            ("serial:/dev/ttyS2@115200".to_string(), Some(3_456)),
+            ("file:/tmp/x.bin".to_string(), None),
+            ("tcp://127.0.0.1:7070".to_string(), Some(2_000)),
+        ]
+    );
+    let text = latmon().args(["check", "--config"]).arg(&cfg).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("output       serial:/dev/ttyS1@9600 (frames): budget 480 B/s (50% of the line's 960 B/s)"), "{text}");
+    assert!(text.contains("output       file:/tmp/x.bin (frames): unlimited"), "{text}");
+}
+
+#[test]
 fn check_rejects_an_invalid_config_with_exit_2() {
     let dir = std::env::temp_dir().join(format!("latmon-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

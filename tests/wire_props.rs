@@ -132,7 +132,7 @@ proptest! {
         let s = Status {
             boot_id: 7, time_ns: time, seq: lat, uptime_ns: time / 2, frames_dropped: drops, bytes_dropped: drops / 3,
             clients: cpu, probes: (0..n).map(|i| ProbeHealth { id: i as u16, read_errors: i as u64, run_count: lat, run_time_ns: 0 }).collect(),
-            flags: cpu, bpf_cpu_ppm: cpu / 2, detached: (0..n.min(20)).map(|i| i as u16).collect(),
+            flags: cpu, bpf_cpu_ppm: cpu / 2, detached: (0..n.min(20)).map(|i| i as u16).collect(), link: Default::default(),
             // Every third probe has kernel misses.
             missed: (0..n).filter(|i| i % 3 == 1).map(|i| ProbeMissed { id: i as u16, missed: lat ^ i as u64 }).collect(),
         };

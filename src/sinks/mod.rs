@@ -6,6 +6,7 @@
 //! slow, blocked or unplugged link never delays aggregation; what does not
 //! fit is dropped, counted, reported in Status frames and logged.
 
+pub mod budget;
 pub mod modbus;
 pub mod net;
 pub mod prom;
@@ -167,7 +168,16 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
             // Opened by the writer thread right away, and again whenever it
             // fails: an absent device is reported, never fatal.
             let n = name.clone();
-            let open = move || serial::open(&s, Duration::from_secs(1)).map(|p| Box::new(p) as Box<dyn Write + Send>);
+            let (qr, nr) = (q.clone(), name.clone());
+            let open = move || {
+                serial::open(&s, Duration::from_secs(1)).map(|p| {
+                    // Receivers may ask for the table over the same line.
+                    if frames {
+                        serial::watch_requests(&p, qr.clone(), &nr);
+                    }
+                    Box::new(p) as Box<dyn Write + Send>
+                })
+            };
             Box::new(move |q: &Queue| stream_writer(q, &n, frames, None, Some(Box::new(open))))
         }
         Endpoint::Tcp(addr) => {
@@ -194,7 +204,14 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
             crlf: serial_text,
         },
         Format::Json => Render::Json(Vec::with_capacity(16 * 1024)),
-        Format::Frames => Render::Frames(Box::default()),
+        Format::Frames => {
+            let mut f = Box::<FrameRender>::default();
+            f.budget = spec.budget_bps().map(|b| Box::new(budget::BudgetedFrames::new(b)));
+            if let Some(b) = spec.budget_bps() {
+                log::info!("output {name}: budget {b} B/s (delta summaries, keyframes at least every {} s)", budget::KEYFRAME_MAX_NS / 1_000_000_000);
+            }
+            Render::Frames(f)
+        }
     };
     let (thread, done) = spawn_writer(&name, q.clone(), writer).map_err(|e| format!("output {word}: {e}"))?;
     Ok(Box::new(Output {
@@ -270,6 +287,9 @@ fn stream_writer(
                             log::info!("output {name}: open");
                         }
                         send_hello = frames && late;
+                        if send_hello {
+                            q.request_resync();
+                        }
                         opened_before = true;
                         w = Some(x);
                         sync = frames;
@@ -348,6 +368,8 @@ struct FrameRender {
     /// Flags of the last Status sent: a change (over budget, a probe
     /// detached) sends a Status at once.
     last_flags: u32,
+    /// A byte budget: delta summaries, keyframes, degradation steps.
+    budget: Option<Box<budget::BudgetedFrames>>,
 }
 
 /// The `wire::STATUS_*` bits of an interval.
@@ -366,10 +388,11 @@ pub fn status_flags(r: &IntervalReport) -> u32 {
     f
 }
 
-impl FrameRender {
-    fn status_frames(&mut self, t: &Tick<'_>, q: &Queue) {
+/// Status frames for this interval into `buf`/`lens` (the agent's and
+/// the link's health); `slot` keeps the message between intervals.
+fn status_into(slot: &mut Option<Status>, t: &Tick<'_>, q: &Queue, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>, link: wire::LinkHealth) -> u32 {
         let (dropped, dropped_bytes) = q.dropped();
-        let s = self.status.get_or_insert_with(|| Status {
+        let s = slot.get_or_insert_with(|| Status {
             boot_id: 0,
             time_ns: 0,
             seq: 0,
@@ -382,6 +405,7 @@ impl FrameRender {
             bpf_cpu_ppm: 0,
             detached: Vec::with_capacity(t.session.probes.len()),
             missed: Vec::with_capacity(t.session.probes.len()),
+            link: wire::LinkHealth::default(),
         });
         s.boot_id = t.session.boot_id;
         s.time_ns = t.report.time_ns;
@@ -412,14 +436,48 @@ impl FrameRender {
             id: i as u16,
             missed: p.total_bpf_missed,
         }));
-        self.last_flags = s.flags;
-        let (buf, lens) = (&mut self.buf, &mut self.lens);
-        if let Err(e) = self.enc.status(s, &mut |f| {
+        s.link = link;
+        if let Err(e) = enc.status(s, &mut |f| {
             buf.extend_from_slice(f);
             lens.push(f.len());
         }) {
             log::warn!("status frame: {e}");
         }
+        s.flags
+}
+
+impl FrameRender {
+    fn status_frames(&mut self, t: &Tick<'_>, q: &Queue) {
+        self.last_flags = status_into(&mut self.status, t, q, &mut self.enc, &mut self.buf, &mut self.lens, wire::LinkHealth::default());
+    }
+
+
+    /// New rows of a grown table: a Hello with only them (receivers keep
+    /// the union by id); the whole table is what late joiners get.
+    fn table_update(&mut self, t: &Tick<'_>, q: &Queue) {
+        let full = t.session.hello();
+        let old = self.hello.as_ref().map_or(0, |h| h.probe_count as usize);
+        let mut update = full.clone();
+        update.probes.drain(..old.min(update.probes.len()));
+        self.buf.clear();
+        self.lens.clear();
+        let (buf, lens) = (&mut self.buf, &mut self.lens);
+        if let Err(e) = self.enc.hello(&update, &mut |f| {
+            buf.extend_from_slice(f);
+            lens.push(f.len());
+        }) {
+            log::warn!("hello frame: {e}");
+        }
+        q.push_group(&self.buf, &self.lens);
+        self.buf.clear();
+        self.lens.clear();
+        let (buf, lens) = (&mut self.buf, &mut self.lens);
+        let _ = self.enc.hello(&full, &mut |f| {
+            buf.extend_from_slice(f);
+            lens.push(f.len());
+        });
+        q.set_hello(&self.buf);
+        self.hello = Some(full);
     }
 
     fn render(&mut self, t: &Tick<'_>, q: &Queue) {
@@ -433,20 +491,42 @@ impl FrameRender {
             self.lens.reserve(n * (want / wire::FRAME_BUDGET + 8));
         }
         let r = t.report;
+        if let Some(b) = self.budget.as_deref_mut() {
+            let flags_changed = status_flags(r) != self.last_flags;
+            let (status, last_flags) = (&mut self.status, &mut self.last_flags);
+            b.render(t, q, &mut self.enc, &mut self.buf, &mut self.lens, flags_changed, &mut |t, enc, buf, lens, link| {
+                *last_flags = status_into(status, t, q, enc, buf, lens, link);
+            });
+            if r.last {
+                let link = b.health(t.session.interval_ns);
+                self.buf.clear();
+                self.lens.clear();
+                self.last_flags = status_into(&mut self.status, t, q, &mut self.enc, &mut self.buf, &mut self.lens, link);
+                q.push_group(&self.buf, &self.lens);
+            }
+            return;
+        }
         // A reload that changed the probe table is a new session (new
-        // boot id): announce it at once. So is a table that grew within
-        // the session (a family's new series, appended with new ids):
-        // until then receivers could only call them `#id`.
-        let new_session = self
-            .hello
-            .as_ref()
-            .is_some_and(|h| h.boot_id != t.session.boot_id || h.probe_count as usize != t.session.probes.len());
+        // boot id): announce it at once. A table that grew within the
+        // session (a family's new series, appended with new ids) sends
+        // only the new rows (no Hello storm); the whole table follows on
+        // the timer.
+        let new_session = self.hello.as_ref().is_some_and(|h| h.boot_id != t.session.boot_id || h.probe_count as usize > t.session.probes.len());
         if new_session {
             self.hello = None;
         }
+        if q.take_resync() {
+            // The link was (re)opened or a receiver asked: the whole table now.
+            self.hello = None;
+        }
+        let grown = self.hello.as_ref().is_some_and(|h| (h.probe_count as usize) < t.session.probes.len());
+        if grown {
+            self.table_update(t, q);
+        }
         let due = self.last_hello_ns.is_none_or(|l| r.time_ns.saturating_sub(l) >= HELLO_PERIOD_NS)
             || self.since_hello >= HELLO_EVERY_SUMMARIES
-            || new_session;
+            || new_session
+            || self.hello.is_none();
         if due {
             let first = self.hello.is_none();
             let hello = self.hello.get_or_insert_with(|| t.session.hello());

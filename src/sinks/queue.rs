@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
 //! The bounded hand-over between the agent loop and an output's writer
 //! thread. The agent never waits for I/O: a record (a frame, a text
-//! summary) that does not fit is dropped and counted. Memory is allocated
-//! once, at the capacity.
+//! summary) that does not fit is dropped and counted. Memory is fixed:
+//! `heapless` rings of [`MAX_QUEUE_BYTES`] bytes and [`MAX_RECORDS`]
+//! record lengths, allocated once; an output's own capacity (from its line
+//! rate: a serial line queues about 2 s of it) is a limit within them.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -20,9 +21,14 @@ pub enum Pop {
     Closed,
 }
 
+/// The largest capacity of any output's queue (bytes).
+pub const MAX_QUEUE_BYTES: usize = super::QUEUE_BYTES;
+/// Records a queue holds at most (a record is at least 16 bytes on average).
+pub const MAX_RECORDS: usize = MAX_QUEUE_BYTES / 16;
+
 struct Inner {
-    data: VecDeque<u8>,
-    lens: VecDeque<usize>,
+    data: Box<heapless::Deque<u8, MAX_QUEUE_BYTES>>,
+    lens: Box<heapless::Deque<usize, MAX_RECORDS>>,
     closed: bool,
     /// When closing, until when the writer may keep flushing.
     deadline: Option<Instant>,
@@ -39,15 +45,20 @@ pub struct Queue {
     max_records: usize,
     /// Connected clients (socket outputs), for Status.
     pub clients: AtomicU32,
+    /// The writer (re)opened the link or a receiver asked: the renderer
+    /// sends the whole table and keyframes next.
+    resync: AtomicBool,
 }
 
 impl Queue {
+    /// A queue of at most `cap_bytes` (clamped to [`MAX_QUEUE_BYTES`]).
     pub fn new(cap_bytes: usize) -> Self {
-        let max_records = (cap_bytes / 16).max(16);
+        let cap_bytes = cap_bytes.min(MAX_QUEUE_BYTES);
+        let max_records = (cap_bytes / 16).clamp(16, MAX_RECORDS);
         Queue {
             inner: Mutex::new(Inner {
-                data: VecDeque::with_capacity(cap_bytes),
-                lens: VecDeque::with_capacity(max_records),
+                data: Box::default(),
+                lens: Box::default(),
                 closed: false,
                 deadline: None,
                 dropped_records: 0,
@@ -58,6 +69,7 @@ impl Queue {
             cap_bytes,
             max_records,
             clients: AtomicU32::new(0),
+            resync: AtomicBool::new(false),
         }
     }
 
@@ -75,8 +87,13 @@ impl Queue {
             g.dropped_bytes += buf.len() as u64;
             return false;
         }
-        g.data.extend(buf.iter().copied());
-        g.lens.extend(lens.iter().copied());
+        // Room was checked above: these pushes cannot fail.
+        for &b in buf {
+            let _ = g.data.push_back(b);
+        }
+        for &l in lens {
+            let _ = g.lens.push_back(l);
+        }
         drop(g);
         self.cv.notify_one();
         true
@@ -98,8 +115,14 @@ impl Queue {
         if g.data.is_empty() {
             return if g.closed { Pop::Closed } else { Pop::Empty };
         }
-        out.extend(g.data.drain(..));
-        lens.extend(g.lens.drain(..));
+        let (a, b) = g.data.as_slices();
+        out.extend_from_slice(a);
+        out.extend_from_slice(b);
+        g.data.clear();
+        let (a, b) = g.lens.as_slices();
+        lens.extend_from_slice(a);
+        lens.extend_from_slice(b);
+        g.lens.clear();
         Pop::Data
     }
 
@@ -139,6 +162,17 @@ impl Queue {
     /// The flush deadline once closed.
     pub fn deadline(&self) -> Option<Instant> {
         self.lock().deadline
+    }
+
+    /// Ask the renderer for the whole table and keyframes (link reopened,
+    /// a receiver's Request).
+    pub fn request_resync(&self) {
+        self.resync.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a resync was asked for since the last call.
+    pub fn take_resync(&self) -> bool {
+        self.resync.swap(false, Ordering::Relaxed)
     }
 
     pub fn clients(&self) -> u32 {

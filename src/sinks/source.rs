@@ -82,7 +82,10 @@ pub fn open(word: &str, follow: bool) -> Result<Source, String> {
         }
         Endpoint::Serial(s) => {
             let port = match serial::open(&s, READ_WAIT) {
-                Ok(p) => Some(p),
+                Ok(mut p) => {
+                    ask_for_table(&mut p);
+                    Some(p)
+                }
                 Err(e) => {
                     log::warn!("source {name}: cannot open now ({e}); trying again every {REOPEN_PERIOD:?}");
                     None
@@ -97,6 +100,13 @@ pub fn open(word: &str, follow: bool) -> Result<Source, String> {
         }
     };
     Ok(Source { name, kind, follow, next_try: Instant::now() + REOPEN_PERIOD, last_err: String::new() })
+}
+
+/// Ask the agent on the other end for the whole probe table (a Request
+/// frame; agents of revision 2 or older skip it).
+fn ask_for_table(p: &mut TTYPort) {
+    use std::io::Write;
+    let _ = p.write_all(&serial::hello_request());
 }
 
 fn connect_tcp(a: &str) -> io::Result<TcpStream> {
@@ -243,7 +253,8 @@ impl Source {
             return Got::Idle;
         }
         match serial::open(&spec, READ_WAIT) {
-            Ok(p) => {
+            Ok(mut p) => {
+                ask_for_table(&mut p);
                 log::warn!("source {}: open again", self.name);
                 self.last_err.clear();
                 if let Kind::Serial(_, port) = &mut self.kind {

@@ -61,6 +61,59 @@ pub struct LinkSpec {
     pub endpoint: Endpoint,
     /// `,format=...`; None: decided by the format rule.
     pub format: Option<Format>,
+    /// `,budget=...`; None: the default (serial lines
+    /// [`DEFAULT_SERIAL_BUDGET_PERCENT`] of the line rate, others unlimited).
+    pub budget: Option<BudgetSpec>,
+}
+
+/// An output's byte budget as written: `budget=30%` (of a serial line's
+/// rate), `budget=2000B/s`, `budget=none` (unlimited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetSpec {
+    Percent(u8),
+    BytesPerSecond(u32),
+    Unlimited,
+}
+
+/// A serial output's default budget: half the line, leaving room for
+/// alert frames and retries.
+pub const DEFAULT_SERIAL_BUDGET_PERCENT: u8 = 50;
+/// The smallest budget that still carries a Hello and a summary (B/s).
+pub const MIN_BUDGET_BPS: u32 = 16;
+
+impl SerialSpec {
+    /// Bytes per second the line carries: start, data, parity and stop bits
+    /// per character.
+    pub fn bytes_per_s(&self) -> u32 {
+        let bits = 1 + self.data_bits as u32 + u32::from(self.parity != Parity::None) + self.stop_bits as u32;
+        self.baud / bits
+    }
+}
+
+impl BudgetSpec {
+    fn parse(v: &str) -> Result<BudgetSpec, String> {
+        if v == "none" || v == "unlimited" {
+            return Ok(BudgetSpec::Unlimited);
+        }
+        if let Some(p) = v.strip_suffix('%') {
+            return p
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|p| (1..=100).contains(p))
+                .map(BudgetSpec::Percent)
+                .ok_or_else(|| format!("budget percent must be 1..100, not {v:?}"));
+        }
+        let n = v.strip_suffix("B/s").or_else(|| v.strip_suffix("b/s")).ok_or_else(|| {
+            format!("budget must be PERCENT% (of a serial line), BYTESB/s or none, e.g. budget=30% or budget=2000B/s, not {v:?}")
+        })?;
+        n.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n >= MIN_BUDGET_BPS)
+            .map(BudgetSpec::BytesPerSecond)
+            .ok_or_else(|| format!("budget must be at least {MIN_BUDGET_BPS}B/s, not {v:?}"))
+    }
 }
 
 /// Why a SINK/SOURCE word is not valid.
@@ -161,6 +214,7 @@ impl LinkSpec {
             return Err(SpecError::UnknownScheme(spec.into()));
         };
         let mut format = None;
+        let mut budget = None;
         for opt in parts {
             let (k, v) = opt.split_once('=').ok_or_else(|| bad_opt(format!("option {opt:?} is not KEY=VALUE")))?;
             let (k, v) = (k.trim(), v.trim());
@@ -168,8 +222,16 @@ impl LinkSpec {
                 format = Some(Format::parse(v).ok_or_else(|| bad_opt(format!("format must be text, json or frames, not {v:?}")))?);
                 continue;
             }
+            if k == "budget" {
+                let b = BudgetSpec::parse(v).map_err(bad_opt)?;
+                if matches!(b, BudgetSpec::Percent(_)) && !matches!(endpoint, Endpoint::Serial(_)) {
+                    return Err(bad_opt(format!("budget={v} needs a line rate (serial outputs); give bytes, e.g. budget=2000B/s")));
+                }
+                budget = Some(b);
+                continue;
+            }
             let Endpoint::Serial(s) = &mut endpoint else {
-                return Err(bad_opt(format!("unknown option {k:?} (only format=... here)")));
+                return Err(bad_opt(format!("unknown option {k:?} (only format=... and budget=... here)")));
             };
             match k {
                 "parity" => {
@@ -199,10 +261,25 @@ impl LinkSpec {
                     s.stop_bits =
                         v.parse().ok().filter(|b| *b == 1 || *b == 2).ok_or_else(|| bad_opt("stop bits must be 1 or 2".into()))?
                 }
-                _ => return Err(bad_opt(format!("unknown serial option {k:?} (parity, flow, data, stop, format)"))),
+                _ => return Err(bad_opt(format!("unknown serial option {k:?} (parity, flow, data, stop, format, budget)"))),
             }
         }
-        Ok(LinkSpec { endpoint, format })
+        Ok(LinkSpec { endpoint, format, budget })
+    }
+
+    /// The output's byte budget in bytes per second (None: unlimited).
+    pub fn budget_bps(&self) -> Option<u32> {
+        let line = match &self.endpoint {
+            Endpoint::Serial(s) => Some(s.bytes_per_s()),
+            _ => None,
+        };
+        match (self.budget, line) {
+            (Some(BudgetSpec::Unlimited), _) => None,
+            (Some(BudgetSpec::BytesPerSecond(b)), _) => Some(b),
+            (Some(BudgetSpec::Percent(p)), Some(l)) => Some((l as u64 * p as u64 / 100).max(MIN_BUDGET_BPS as u64) as u32),
+            (None, Some(l)) => Some((l as u64 * DEFAULT_SERIAL_BUDGET_PERCENT as u64 / 100).max(MIN_BUDGET_BPS as u64) as u32),
+            (Some(BudgetSpec::Percent(_)), None) | (None, None) => None,
+        }
     }
 
     /// The format rule (docs/wire-format.md): the sink's own `format=`,
@@ -398,7 +475,7 @@ impl ModbusSpec {
             let mut s = match LinkSpec::parse(&serial_word) {
                 Ok(LinkSpec { endpoint: Endpoint::Serial(s), .. }) => s,
                 Ok(_) => return Err(bad_addr("expected modbus-rtu:serial:/dev/ttyX[@BAUD]")),
-                Err(SpecError::BadOption { why, .. }) => return Err(bad_opt(why.replace("(parity, flow, data, stop, format)", "(unit, parity, flow, data, stop)"))),
+                Err(SpecError::BadOption { why, .. }) => return Err(bad_opt(why.replace("(parity, flow, data, stop, format, budget)", "(unit, parity, flow, data, stop)"))),
                 Err(SpecError::BadAddress { why, .. }) => return Err(bad_addr(&why)),
                 Err(e) => return Err(bad_addr(&e.to_string())),
             };
@@ -465,6 +542,10 @@ mod tests {
             ("tcp://nohost", "HOST:PORT"),
             ("tcp://h:99999", "HOST:PORT"),
             ("tcp://h:1,parity=even", "only format"),
+            ("tcp://h:1,budget=30%", "needs a line rate"),
+            ("serial:/dev/ttyS1,budget=0%", "1..100"),
+            ("serial:/dev/ttyS1,budget=fast", "budget must be PERCENT%"),
+            ("file:x,budget=3B/s", "at least 16B/s"),
             ("unix:", "unix:/path"),
             ("file:", "file:PATH"),
             ("-,format=xml", "format must be"),
@@ -473,6 +554,20 @@ mod tests {
             let e = LinkSpec::parse(w).unwrap_err().to_string();
             assert!(e.contains(needle), "{w}: {e}");
         }
+    }
+
+    #[test]
+    fn budgets() {
+        let b = |w: &str| LinkSpec::parse(w).unwrap().budget_bps();
+        assert_eq!(b("serial:/dev/ttyS1"), Some(5_760), "half of 115200 8N1 (11 520 B/s)");
+        assert_eq!(b("serial:/dev/ttyS1@9600"), Some(480));
+        assert_eq!(b("serial:/dev/ttyS1@9600,parity=even"), Some(436), "8E1: 11 bits a byte");
+        assert_eq!(b("serial:/dev/ttyS1,budget=30%"), Some(3_456));
+        assert_eq!(b("serial:/dev/ttyS1,budget=2000B/s"), Some(2_000));
+        assert_eq!(b("serial:/dev/ttyS1,budget=none"), None);
+        assert_eq!(b("file:/x"), None, "files are unlimited unless set");
+        assert_eq!(b("tcp://h:1,budget=2000B/s"), Some(2_000));
+        assert_eq!(b("-"), None);
     }
 
     #[test]

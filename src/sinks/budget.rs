@@ -1,0 +1,1198 @@
+// SPDX-License-Identifier: MIT
+//! A frames output with a byte budget (serial lines by default; any output
+//! with `,budget=`): delta summaries with rolling keyframes, incremental
+//! probe-table updates, and the declared degradation order when the budget
+//! is still too small (docs/wire-format.md, "Budgeted links"):
+//!
+//! 1. coarser wire buckets (8 → 4 → 2 → 1 per power of two),
+//! 2. roll-up of quiet series into one `FAMILY:other` entry per family,
+//! 3. a longer summary interval for this link only.
+//!
+//! [`Pacer`] is the pure plan (token bucket, keyframe period, steps);
+//! [`BudgetedFrames`] applies it to the agent's cumulative histograms. Every
+//! buffer is sized when the probe set changes, never per interval.
+
+use crate::hist::Hist;
+#[cfg(test)]
+use crate::hist::BUCKETS;
+#[cfg(test)]
+use crate::summary::AlertRecord;
+use crate::wire::{
+    self, coarsen, varint_len, Encoder, Entries, Hello, LinkHeader, LinkHealth, ProbeDesc, Step, SummaryHeader, MAX_MERGE,
+    MAX_PROBES, USE_WINDOW_NS,
+};
+
+use super::queue::Queue;
+use super::Tick;
+
+/// Every probe's cumulative state goes out at least this often.
+pub const KEYFRAME_MAX_NS: u64 = 60_000_000_000;
+/// ...and, on a roomy link, not more often than this.
+pub const KEYFRAME_MIN_NS: u64 = 10_000_000_000;
+/// Alerts may use this share of the budget before they are shed (counted).
+pub const ALERT_SHARE_PERCENT: u64 = 25;
+/// The plan uses at most this share of the budget (Hello, Status and
+/// estimate errors live in the rest).
+pub const PLAN_PERCENT: u64 = 85;
+/// Series of a family kept by the roll-up (the busiest, by interval count).
+pub const ROLLUP_KEEP: usize = 8;
+/// Longest link interval, in agent intervals.
+pub const MAX_STRIDE: u32 = 64;
+/// Agent intervals between two degradation steps (the estimate settles).
+const STEP_SETTLE_TICKS: u32 = 3;
+/// The credit a link may save up: this much time of its budget.
+const CREDIT_CAP_NS: u64 = 2_000_000_000;
+/// The full Hello of a budgeted link goes out at least this often, and
+/// not more often than its bytes fit [`HELLO_SHARE_PERCENT`] of the budget.
+pub const HELLO_MAX_PERIOD_NS: u64 = 300_000_000_000;
+pub const HELLO_SHARE_PERCENT: u64 = 5;
+/// `ProbeDesc::mode` of a series that is rolled up (a table update says so).
+pub use crate::wire::ROLLED_MODE_PREFIX;
+
+/// Wire id of the `FAMILY:other` entry of the `k`-th family: counted down
+/// from the top of the id space, so it never meets an agent probe id.
+pub fn other_id(k: usize) -> u16 {
+    (MAX_PROBES - 1 - k) as u16
+}
+
+/// The pure budget plan of one link.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    pub budget_bps: u64,
+    /// Bytes the link may still send now (negative: in debt).
+    credit: i64,
+    alert_credit: i64,
+    last_ns: Option<u64>,
+    pub merge: u8,
+    pub rolled: bool,
+    /// Agent intervals per link summary.
+    pub stride: u32,
+    pub keyframe_ns: u64,
+    /// Accumulated keyframe work (entries × ns) not yet sent.
+    key_acc: u128,
+    win_start_ns: u64,
+    win_bytes: u64,
+    pub used_bps: u64,
+    pub alerts_shed: u64,
+    pub folded: u64,
+    since_change: u32,
+    /// Smoothed summary bytes per second (deltas and keys).
+    delta_bps: u64,
+    alert_bps: u64,
+    win_alert_bytes: u64,
+}
+
+impl Pacer {
+    pub fn new(budget_bps: u64) -> Self {
+        let budget_bps = budget_bps.max(1);
+        // Start with a full bucket: the first Hello and keyframe go at once.
+        let cap = (budget_bps as u128 * CREDIT_CAP_NS as u128 / 1_000_000_000) as i64;
+        Pacer {
+            budget_bps,
+            credit: cap,
+            alert_credit: cap * ALERT_SHARE_PERCENT as i64 / 100,
+            last_ns: None,
+            merge: 0,
+            rolled: false,
+            stride: 1,
+            keyframe_ns: KEYFRAME_MIN_NS,
+            key_acc: 0,
+            win_start_ns: 0,
+            win_bytes: 0,
+            used_bps: 0,
+            alerts_shed: 0,
+            folded: 0,
+            since_change: 0,
+            delta_bps: 0,
+            alert_bps: 0,
+            win_alert_bytes: 0,
+        }
+    }
+
+    /// The link's current degradation step.
+    pub fn step(&self) -> Step {
+        if self.stride > 1 {
+            Step::LongerInterval
+        } else if self.rolled {
+            Step::RollUp
+        } else if self.merge > 0 {
+            Step::CoarseBuckets
+        } else {
+            Step::None
+        }
+    }
+
+    /// Time passes: credit accrues at the budget.
+    pub fn refill(&mut self, now_ns: u64) {
+        let dt = self.last_ns.map_or(0, |l| now_ns.saturating_sub(l));
+        self.last_ns = Some(now_ns);
+        let cap = (self.budget_bps as u128 * CREDIT_CAP_NS as u128 / 1_000_000_000) as i64;
+        let add = (self.budget_bps as u128 * dt as u128 / 1_000_000_000).min(i64::MAX as u128) as i64;
+        self.credit = self.credit.saturating_add(add).min(cap.max(1));
+        let acap = cap * ALERT_SHARE_PERCENT as i64 / 100;
+        self.alert_credit = self.alert_credit.saturating_add(add * ALERT_SHARE_PERCENT as i64 / 100).min(acap.max(1));
+        if self.win_start_ns == 0 {
+            self.win_start_ns = now_ns;
+        }
+        let w = now_ns.saturating_sub(self.win_start_ns);
+        if w >= USE_WINDOW_NS {
+            self.used_bps = (self.win_bytes as u128 * 1_000_000_000 / w as u128) as u64;
+            self.alert_bps = (self.win_alert_bytes as u128 * 1_000_000_000 / w as u128) as u64;
+            self.win_start_ns = now_ns;
+            self.win_bytes = 0;
+            self.win_alert_bytes = 0;
+        } else if w >= 1_000_000_000 && self.used_bps == 0 {
+            // Before the first whole window: what it used so far.
+            self.used_bps = (self.win_bytes as u128 * 1_000_000_000 / w as u128) as u64;
+        }
+    }
+
+    /// Bytes the link may still send now (negative: in debt).
+    pub fn credit(&self) -> i64 {
+        self.credit
+    }
+
+    /// Bytes queued for the link (any kind).
+    pub fn charge(&mut self, bytes: usize) {
+        self.credit = self.credit.saturating_sub(bytes as i64);
+        self.win_bytes += bytes as u64;
+    }
+
+    /// Whether an alert frame of `bytes` may go (within the alerts' share;
+    /// alerts go before this interval's summary). The caller charges it.
+    pub fn alert(&mut self, bytes: usize) -> bool {
+        if self.alert_credit < bytes as i64 {
+            self.alerts_shed += 1;
+            return false;
+        }
+        self.alert_credit -= bytes as i64;
+        self.win_alert_bytes += bytes as u64;
+        true
+    }
+
+    /// Whether this agent interval ends a link summary: every `stride`-th,
+    /// and only while the link is not in debt (else it is folded into the
+    /// next one: its counts travel in the next delta).
+    pub fn summary_due(&mut self, tick: u64, last: bool) -> bool {
+        if last {
+            return true;
+        }
+        if tick % self.stride as u64 != 0 {
+            return false;
+        }
+        if self.credit < 0 {
+            self.folded += 1;
+            return false;
+        }
+        true
+    }
+
+    /// How many of `entries` wire entries get a keyframe in a link
+    /// summary covering `dt_ns`: each one once per `keyframe_ns`.
+    pub fn keys_due(&mut self, entries: usize, dt_ns: u64) -> usize {
+        self.key_acc += entries as u128 * dt_ns as u128;
+        let k = (self.key_acc / self.keyframe_ns.max(1) as u128) as usize;
+        self.key_acc -= k as u128 * self.keyframe_ns.max(1) as u128;
+        k.min(entries)
+    }
+
+    /// After a link summary: `full_key_bytes` (what keyframing every entry
+    /// would cost now), `summary_bytes` just sent over `dt_ns`, and the
+    /// Hello's cost per second. Sets the keyframe period; takes the next
+    /// degradation step when the plan does not fit. Returns true when the
+    /// step changed. `can_roll`: the link has series to roll up.
+    pub fn adapt(&mut self, full_key_bytes: u64, summary_bytes: u64, dt_ns: u64, hello_bps: u64, can_roll: bool) -> bool {
+        self.since_change = self.since_change.saturating_add(1);
+        let dt = dt_ns.max(1) as u128;
+        let now_bps = (summary_bytes as u128 * 1_000_000_000 / dt) as u64;
+        // Keys are part of the summary bytes: estimate the deltas alone as
+        // what is left after the keys' average share.
+        let key_bps_now = (full_key_bytes as u128 * 1_000_000_000 / self.keyframe_ns.max(1) as u128) as u64;
+        let delta_now = now_bps.saturating_sub(key_bps_now);
+        self.delta_bps = if self.delta_bps == 0 { delta_now } else { (self.delta_bps * 3 + delta_now) / 4 };
+        let plan = self.budget_bps * PLAN_PERCENT / 100;
+        let plan = plan.saturating_sub(self.alert_bps.min(self.budget_bps * ALERT_SHARE_PERCENT / 100)).saturating_sub(hello_bps);
+        let room = plan.saturating_sub(self.delta_bps);
+        let period = if room == 0 {
+            KEYFRAME_MAX_NS
+        } else {
+            (full_key_bytes as u128 * 1_000_000_000 / room as u128).min(u64::MAX as u128) as u64
+        };
+        let fits = room > 0 && period <= KEYFRAME_MAX_NS;
+        self.keyframe_ns = period.clamp(KEYFRAME_MIN_NS, KEYFRAME_MAX_NS);
+        if fits || self.since_change < STEP_SETTLE_TICKS {
+            return false;
+        }
+        self.since_change = 0;
+        if self.merge < MAX_MERGE {
+            self.merge += 1;
+        } else if can_roll && !self.rolled {
+            self.rolled = true;
+        } else if self.stride < MAX_STRIDE {
+            self.stride *= 2;
+        } else {
+            return false;
+        }
+        true
+    }
+
+    pub fn health(&self, interval_ns: u64, rolled: usize) -> LinkHealth {
+        LinkHealth {
+            budget_bps: self.budget_bps.min(u32::MAX as u64) as u32,
+            used_bps: self.used_bps.min(u32::MAX as u64) as u32,
+            step: self.step() as u8,
+            merge: self.merge,
+            rolled: rolled.min(u16::MAX as usize) as u16,
+            interval_ms: (interval_ns.saturating_mul(self.stride as u64) / 1_000_000).min(u32::MAX as u64) as u32,
+            keyframe_ms: (self.keyframe_ns / 1_000_000).min(u32::MAX as u64) as u32,
+            alerts_shed: self.alerts_shed,
+            intervals_folded: self.folded,
+        }
+    }
+}
+
+/// Serialized size of one keyframe entry (upper bound, as the encoder
+/// plans it).
+pub fn entry_bytes(id: u16, h: &Hist) -> usize {
+    let mut n = varint_len(id as u64)
+        + [h.count, h.sum_ns, h.min_ns, h.max_ns, h.drops, h.alerts].iter().map(|&v| varint_len(v)).sum::<usize>()
+        + 6;
+    let mut next = 0;
+    for (i, &c) in h.slots.iter().enumerate() {
+        if c > 0 {
+            n += varint_len((i - next) as u64) + varint_len(c);
+            next = i + 1;
+        }
+    }
+    n
+}
+
+/// A family with its series rolled up: its `other` wire entry and members.
+struct Family {
+    head: usize,
+    other: u16,
+    members: Vec<usize>,
+}
+
+/// The budgeted rendering state of one frames output.
+pub struct BudgetedFrames {
+    pub pacer: Pacer,
+    /// The probe count and boot id the plan is built for.
+    probes: usize,
+    boot_id: u32,
+    /// Wire entries: id per entry; the probe of an entry (usize::MAX for a
+    /// family's `other`); which entry each probe feeds.
+    ids: Vec<u16>,
+    src: Vec<usize>,
+    entry_of: Vec<usize>,
+    families: Vec<Family>,
+    /// The last cumulative state sent per entry (coarsened), and scratch
+    /// for this interval's key/delta histograms.
+    sent: Vec<Hist>,
+    wire: Vec<Hist>,
+    keys: Vec<u16>,
+    key_ids: Vec<u16>,
+    /// Entries never sent yet (their receiver state is zero), and the ids
+    /// of those this delta sends for the first time.
+    fresh: Vec<bool>,
+    born_ids: Vec<u16>,
+    deltas: Vec<u16>,
+    cursor: usize,
+    /// Agent intervals seen, link seq of the last summary and its time.
+    ticks: u64,
+    base_seq: u64,
+    last_sent_ns: u64,
+    /// The full Hello last sent, and table rows not yet announced.
+    last_full_hello_ns: Option<u64>,
+    /// The whole table (built when it changes).
+    hello: Option<Hello>,
+    hello_bytes: usize,
+    announced: usize,
+    force_keys: bool,
+    /// Entries owed a keyframe, and the delta bytes of the last summary.
+    key_backlog: usize,
+    last_delta_bytes: usize,
+    /// The session has family series (a roll-up can help).
+    has_series: bool,
+    /// What keyframing every entry costs (bytes), as of the last summary.
+    full_key_bytes: u64,
+    pub hello_requested: bool,
+    last_step: Step,
+}
+
+impl BudgetedFrames {
+    pub fn new(budget_bps: u32) -> Self {
+        BudgetedFrames {
+            pacer: Pacer::new(budget_bps as u64),
+            probes: 0,
+            boot_id: 0,
+            ids: Vec::new(),
+            src: Vec::new(),
+            entry_of: Vec::new(),
+            families: Vec::new(),
+            sent: Vec::new(),
+            wire: Vec::new(),
+            keys: Vec::new(),
+            key_ids: Vec::new(),
+            fresh: Vec::new(),
+            born_ids: Vec::new(),
+            deltas: Vec::new(),
+            cursor: 0,
+            ticks: 0,
+            base_seq: 0,
+            last_sent_ns: 0,
+            last_full_hello_ns: None,
+            hello: None,
+            hello_bytes: 0,
+            announced: 0,
+            force_keys: false,
+            key_backlog: 0,
+            last_delta_bytes: 0,
+            has_series: false,
+            full_key_bytes: 0,
+            hello_requested: false,
+            last_step: Step::None,
+        }
+    }
+
+    /// Series rolled up into `other` entries.
+    pub fn rolled(&self) -> usize {
+        self.families.iter().map(|f| f.members.len()).sum()
+    }
+
+    pub fn health(&self, interval_ns: u64) -> LinkHealth {
+        self.pacer.health(interval_ns, self.rolled())
+    }
+
+    /// (Re)build the wire entries for the session's probes (allocates: at
+    /// start, when series are born, when the roll-up starts).
+    fn replan(&mut self, t: &Tick<'_>) {
+        let n = t.session.probes.len();
+        if t.session.boot_id != self.boot_id || n < self.probes {
+            // A new session: start over (the receiver does too).
+            *self = BudgetedFrames { pacer: Pacer::new(self.pacer.budget_bps), ..BudgetedFrames::new(0) };
+            self.boot_id = t.session.boot_id;
+        }
+        // New series of a rolled-up family join its `other`.
+        for p in self.probes..n {
+            if let Some(f) = self.families.iter_mut().find(|f| is_series_of(t, p, f.head)) {
+                f.members.push(p);
+            }
+        }
+        self.probes = n;
+        self.hello = None;
+        // Series are appended after their family, each named HEAD:LABEL.
+        self.has_series = (0..n).any(|p| (0..p).any(|h| is_series_of(t, p, h)));
+        self.rebuild_entries();
+    }
+
+    fn rebuild_entries(&mut self) {
+        let n = self.probes;
+        let old: Vec<(u16, Hist)> = self.ids.iter().copied().zip(self.sent.drain(..)).collect();
+        self.ids.clear();
+        self.src.clear();
+        self.entry_of.clear();
+        self.entry_of.resize(n, usize::MAX);
+        let rolled: Vec<bool> = (0..n).map(|p| self.families.iter().any(|f| f.members.contains(&p))).collect();
+        for p in 0..n {
+            if !rolled[p] {
+                self.entry_of[p] = self.ids.len();
+                self.ids.push(p as u16);
+                self.src.push(p);
+            }
+        }
+        for f in &self.families {
+            for &m in &f.members {
+                self.entry_of[m] = self.ids.len();
+            }
+            self.ids.push(f.other);
+            self.src.push(usize::MAX);
+        }
+        // Keep what was sent for entries that stay; new ones start at 0
+        // (the receiver's state for an id it never saw).
+        self.sent = self.ids.iter().map(|id| old.iter().find(|(o, _)| o == id).map_or_else(Hist::default, |(_, h)| h.clone())).collect();
+        self.wire.resize_with(self.ids.len(), Hist::default);
+        self.keys = Vec::with_capacity(self.ids.len());
+        self.key_ids = Vec::with_capacity(self.ids.len());
+        self.born_ids = Vec::with_capacity(self.ids.len());
+        let old_fresh: Vec<(u16, bool)> = old.iter().map(|(id, _)| *id).zip(self.fresh.iter().copied()).collect();
+        self.fresh = self.ids.iter().map(|id| old_fresh.iter().find(|(o, _)| o == id).is_none_or(|(_, f)| *f)).collect();
+        self.deltas = Vec::with_capacity(self.ids.len());
+    }
+
+    /// Start the roll-up: per family, keep the busiest [`ROLLUP_KEEP`]
+    /// series of the last interval, the rest feed `FAMILY:other`.
+    fn roll_up(&mut self, t: &Tick<'_>) {
+        let n = t.session.probes.len();
+        let heads: Vec<usize> = (0..n).filter(|&h| (0..n).any(|p| is_series_of(t, p, h))).collect();
+        for (k, &head) in heads.iter().enumerate() {
+            let mut series: Vec<usize> = (0..n).filter(|&p| is_series_of(t, p, head)).collect();
+            if series.len() <= ROLLUP_KEEP {
+                continue;
+            }
+            series.sort_by_key(|&p| std::cmp::Reverse(t.report.probes.get(p).map_or(0, |r| r.count)));
+            let members = series.split_off(ROLLUP_KEEP);
+            self.families.push(Family { head, other: other_id(k), members });
+        }
+        self.rebuild_entries();
+        self.hello = None;
+        // The `other` entries are new: their first deltas count from zero.
+    }
+
+    /// Table rows besides the agent's probes: the `other` entries, and the
+    /// rolled series marked as such.
+    fn extra_rows(families: &[Family], t: &Tick<'_>, rows: &mut Vec<ProbeDesc>) {
+        for f in families {
+            let head = &t.session.probes[f.head];
+            let name = format!("{}:other", head.name);
+            rows.push(ProbeDesc {
+                id: f.other,
+                name: name.clone(),
+                kind: head.kind.clone(),
+                attach: head.attach.clone(),
+                mode: format!("sum of {} rolled-up series", f.members.len()),
+                scheme: wire::BucketScheme::LATMON,
+            });
+            for &m in &f.members {
+                let p = &t.session.probes[m];
+                rows.push(ProbeDesc {
+                    id: m as u16,
+                    name: p.name.clone(),
+                    kind: p.kind.clone(),
+                    attach: p.attach.clone(),
+                    mode: format!("{ROLLED_MODE_PREFIX}{name}"),
+                    scheme: wire::BucketScheme::LATMON,
+                });
+            }
+        }
+    }
+
+    /// The whole table (agent probes, `other` entries).
+    fn full_hello_of(families: &[Family], t: &Tick<'_>) -> Hello {
+        let mut h = t.session.hello();
+        let mut extra = Vec::new();
+        Self::extra_rows(families, t, &mut extra);
+        for row in extra {
+            match h.probes.iter_mut().find(|p| p.id == row.id) {
+                Some(p) => *p = row,
+                None => h.probes.push(row),
+            }
+        }
+        h.probes.sort_by_key(|p| p.id);
+        // Rolled rows replace the agent's own rows of those series.
+        h.probe_count = h.probes.len().min(u16::MAX as usize) as u16;
+        h
+    }
+
+    /// Render one agent interval. `frames` collects (bytes, lens) per group
+    /// and hands each group to `q`.
+    pub fn render(&mut self, t: &Tick<'_>, q: &Queue, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>, flags_changed: bool, status: &mut dyn FnMut(&Tick<'_>, &mut Encoder, &mut Vec<u8>, &mut Vec<usize>, LinkHealth)) {
+        let r = t.report;
+        self.pacer.refill(r.time_ns);
+        if q.take_resync() {
+            // The link was (re)opened: whoever listens there now gets the
+            // whole table and every probe's cumulative state at once.
+            self.force_keys = true;
+            self.hello_requested = true;
+        }
+        let n = t.session.probes.len();
+        if n != self.probes || t.session.boot_id != self.boot_id {
+            let fresh = t.session.boot_id != self.boot_id || n < self.probes;
+            self.replan(t);
+            if fresh {
+                self.last_full_hello_ns = None;
+                self.announced = 0;
+            }
+        }
+        // Hello: the whole table at start, on request and on a timer whose
+        // period keeps it within its share; new rows as they appear.
+        let hello_period = self.hello_period();
+        let full_due = self.last_full_hello_ns.is_none_or(|l| r.time_ns.saturating_sub(l) >= hello_period) || self.hello_requested;
+        buf.clear();
+        lens.clear();
+        let group = |buf: &mut Vec<u8>, lens: &mut Vec<usize>, pacer: &mut Pacer| {
+            if !lens.is_empty() {
+                pacer.charge(buf.len());
+                q.push_group(buf, lens);
+            }
+            buf.clear();
+            lens.clear();
+        };
+        if full_due {
+            let hello = self.hello.get_or_insert_with(|| Self::full_hello_of(&self.families, t));
+            if let Err(e) = enc.hello(hello, &mut |f| {
+                buf.extend_from_slice(f);
+                lens.push(f.len());
+            }) {
+                log::warn!("hello frame: {e}");
+            }
+            self.hello_bytes = buf.len();
+            q.set_hello(buf);
+            self.last_full_hello_ns = Some(r.time_ns);
+            self.hello_requested = false;
+            self.announced = n;
+            status(t, enc, buf, lens, self.health(t.session.interval_ns));
+            group(buf, lens, &mut self.pacer);
+        } else if self.announced < n {
+            // Only the new rows: no Hello storm when series are born.
+            let mut hello = Self::full_hello_of(&self.families, t);
+            let from = self.announced as u16;
+            hello.probes.retain(|p| p.id >= from && (p.id as usize) < n);
+            if let Err(e) = enc.hello(&hello, &mut |f| {
+                buf.extend_from_slice(f);
+                lens.push(f.len());
+            }) {
+                log::warn!("hello frame: {e}");
+            }
+            self.announced = n;
+            group(buf, lens, &mut self.pacer);
+            // Receivers joining later get the whole table.
+            let full = self.hello.insert(Self::full_hello_of(&self.families, t));
+            let mut tmp = Vec::new();
+            let _ = enc.hello(full, &mut |f| tmp.extend_from_slice(f));
+            self.hello_bytes = tmp.len();
+            q.set_hello(&tmp);
+        }
+        // A step or the agent's flags changed: say so at once (a full Hello
+        // above already carried a Status).
+        if !full_due && (flags_changed || self.pacer.step() != self.last_step) {
+            status(t, enc, buf, lens, self.health(t.session.interval_ns));
+            group(buf, lens, &mut self.pacer);
+        }
+        self.last_step = self.pacer.step();
+        // Alerts first, within their share.
+        for a in &r.alert_records {
+            let id = t.session.probes.iter().position(|p| p.name == a.probe).map_or(u16::MAX, |i| i as u16);
+            if enc.alert(t.session.boot_id, id, a, &mut |f| {
+                buf.extend_from_slice(f);
+                lens.push(f.len());
+            }).is_ok()
+            {
+                if self.pacer.alert(buf.len()) {
+                    group(buf, lens, &mut self.pacer);
+                } else {
+                    buf.clear();
+                    lens.clear();
+                }
+            }
+        }
+        self.ticks += 1;
+        if !self.pacer.summary_due(self.ticks, r.last) {
+            return;
+        }
+        let dt = r.time_ns.saturating_sub(if self.last_sent_ns == 0 { t.session.start_ns } else { self.last_sent_ns });
+        let bytes = self.summary(t, enc, buf, lens, dt);
+        self.pacer.charge(bytes);
+        q.push_group(buf, lens);
+        buf.clear();
+        lens.clear();
+        // Plan the next ones.
+        let full_key: u64 = self.ids.iter().zip(&self.sent).map(|(&id, h)| entry_bytes(id, h) as u64).sum();
+        self.full_key_bytes = full_key;
+        let hello_bps = (self.hello_bytes as u128 * 1_000_000_000 / hello_period.max(1) as u128) as u64;
+        let can_roll = self.families.is_empty() && self.has_series;
+        if self.pacer.adapt(full_key, bytes as u64, dt, hello_bps, can_roll) {
+            let step = self.pacer.step();
+            log::warn!(
+                "output budget {} B/s: taking degradation step {} ({}; merge {}, link interval {} agent intervals)",
+                self.pacer.budget_bps,
+                step as u8,
+                step.name(),
+                self.pacer.merge,
+                self.pacer.stride
+            );
+            if self.pacer.rolled && self.families.is_empty() {
+                self.roll_up(t);
+                self.last_full_hello_ns = None; // the table changed: all of it at the next interval
+            }
+            // Coarsen what was sent so deltas stay consistent with it.
+            for h in &mut self.sent {
+                coarsen(h, self.pacer.merge);
+            }
+        }
+    }
+
+    fn hello_period(&self) -> u64 {
+        let share = self.pacer.budget_bps * HELLO_SHARE_PERCENT / 100;
+        let p = (self.hello_bytes as u128 * 1_000_000_000 / share.max(1) as u128).min(u64::MAX as u128) as u64;
+        p.clamp(super::HELLO_PERIOD_NS, HELLO_MAX_PERIOD_NS)
+    }
+
+    /// Keyframes for a rolling part of the entries, deltas for the rest;
+    /// the frames into `buf`/`lens`. Returns the bytes.
+    fn summary(&mut self, t: &Tick<'_>, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>, dt: u64) -> usize {
+        let r = t.report;
+        let merge = self.pacer.merge;
+        // This interval's cumulative state per entry, coarsened.
+        for w in &mut self.wire {
+            *w = Hist::default();
+        }
+        for (p, tot) in t.totals.iter().enumerate() {
+            let Some(&e) = self.entry_of.get(p) else { continue };
+            if e == usize::MAX {
+                continue;
+            }
+            if self.src[e] == p {
+                self.wire[e].clone_from(tot);
+            } else {
+                self.wire[e].merge(tot);
+            }
+        }
+        let m = self.ids.len();
+        for w in &mut self.wire {
+            coarsen(w, merge);
+        }
+        // Keyframes owed: each entry once per keyframe period (all of them
+        // after a resync), sent from a rolling cursor as far as the credit
+        // left after this interval's deltas allows, so a keyframe never
+        // bursts past the budget (new entries need none: their first delta
+        // counts from zero and says so).
+        let due = if self.force_keys { m } else { self.pacer.keys_due(m, dt) };
+        self.force_keys = false;
+        self.key_backlog = (self.key_backlog + due).min(m);
+        let mut allowance = self.pacer.credit() - self.last_delta_bytes as i64;
+        if r.last {
+            // The final summary may use what flushes at exit (about 2 s).
+            allowance = allowance.max(0) + 2 * self.pacer.budget_bps as i64;
+        }
+        self.keys.clear();
+        while self.key_backlog > 0 && m > 0 {
+            let e = self.cursor % m;
+            let b = entry_bytes(self.ids[e], &self.wire[e]) as i64;
+            if b > allowance {
+                break;
+            }
+            allowance -= b;
+            self.keys.push(e as u16);
+            self.cursor = (self.cursor + 1) % m;
+            self.key_backlog -= 1;
+        }
+        self.keys.sort_unstable_by_key(|&e| self.ids[e as usize]);
+        self.deltas.clear();
+        self.born_ids.clear();
+        for e in 0..m {
+            if self.keys.binary_search_by_key(&self.ids[e], |&k| self.ids[k as usize]).is_ok() {
+                self.sent[e].clone_from(&self.wire[e]);
+                self.fresh[e] = false;
+                continue;
+            }
+            let d = self.wire[e].delta(&self.sent[e]);
+            std::mem::swap(&mut self.sent[e], &mut self.wire[e]);
+            self.wire[e] = d;
+            let w = &self.wire[e];
+            if w.count > 0 || w.drops > 0 || w.alerts > 0 {
+                self.deltas.push(e as u16);
+                if std::mem::take(&mut self.fresh[e]) {
+                    self.born_ids.push(self.ids[e]);
+                }
+            }
+        }
+        // Deltas by ascending id (entries are in id order: probes, then
+        // the `other` ids counted down from the top, so reverse those).
+        let ids = &self.ids;
+        self.deltas.sort_unstable_by_key(|&e| ids[e as usize]);
+        self.born_ids.sort_unstable();
+        let h = SummaryHeader { seq: r.seq, boot_id: t.session.boot_id, time_ns: r.time_ns, last: r.last };
+        let link = LinkHeader { merge, base_seq: self.base_seq };
+        let cover_end = self.ids.iter().map(|&i| i as usize + 1).max().unwrap_or(0).min(MAX_PROBES) as u16;
+        let mut out = |f: &[u8]| {
+            buf.extend_from_slice(f);
+            lens.push(f.len());
+        };
+        if !self.keys.is_empty() {
+            if let Err(e) = enc.keyframe(h, link, Entries::select(&self.sent, &self.ids, &self.keys), &mut out) {
+                log::warn!("summary frame: {e}");
+            }
+        }
+        self.key_ids.clear();
+        self.key_ids.extend(self.keys.iter().map(|&e| self.ids[e as usize]));
+        // Everything keyframed (the first and the final summary): no delta.
+        if self.keys.len() < m || m == 0 {
+            if let Err(e) = enc.delta(h, link, Entries::select(&self.wire, &self.ids, &self.deltas), cover_end, &self.key_ids, &self.born_ids, &mut out) {
+                log::warn!("delta frame: {e}");
+            }
+        }
+        self.base_seq = r.seq;
+        self.last_sent_ns = r.time_ns;
+        let key_bytes: usize = self.keys.iter().map(|&e| entry_bytes(self.ids[e as usize], &self.sent[e as usize])).sum();
+        self.last_delta_bytes = buf.len().saturating_sub(key_bytes);
+        buf.len()
+    }
+
+    /// The alert record check used by `render` (kept for the unit tests).
+    #[cfg(test)]
+    fn alert_ok(&mut self, a: &AlertRecord) -> bool {
+        self.pacer.alert(a.comm.len() + 40)
+    }
+}
+
+/// Whether probe `p` is a series of the family probe `head`: same kind,
+/// named `HEAD:LABEL`, appended after it.
+fn is_series_of(t: &Tick<'_>, p: usize, head: usize) -> bool {
+    if p <= head {
+        return false;
+    }
+    let (ps, hs) = (&t.session.probes[p], &t.session.probes[head]);
+    ps.kind == hs.kind
+        && ps.name.len() > hs.name.len() + 1
+        && ps.name.starts_with(hs.name.as_str())
+        && ps.name.as_bytes()[hs.name.len()] == b':'
+        && !ps.name[hs.name.len() + 1..].contains(':')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credit_follows_the_budget_and_folds_when_in_debt() {
+        let mut p = Pacer::new(1000);
+        p.refill(0);
+        p.refill(1_000_000_000);
+        assert!(p.summary_due(1, false));
+        p.charge(5000);
+        p.refill(2_000_000_000);
+        assert!(!p.summary_due(2, false), "in debt: folded into the next");
+        assert_eq!(p.folded, 1);
+        p.refill(4_000_000_000);
+        assert!(p.summary_due(3, false));
+        assert!(p.summary_due(4, true), "the final summary always goes");
+    }
+
+    #[test]
+    fn keyframes_cover_every_entry_once_per_period() {
+        let mut p = Pacer::new(1000);
+        p.keyframe_ns = 10_000_000_000;
+        let total: usize = (0..100).map(|_| p.keys_due(7, 1_000_000_000)).sum();
+        assert_eq!(total, 70, "7 entries, 100 s, one key per entry per 10 s");
+    }
+
+    #[test]
+    fn steps_are_taken_in_the_declared_order() {
+        let mut p = Pacer::new(480);
+        let mut seen = vec![p.step()];
+        for _ in 0..60 {
+            if p.adapt(200_000, 5_000, 1_000_000_000, 10, true) {
+                seen.push(p.step());
+            }
+        }
+        seen.dedup();
+        assert_eq!(seen, [Step::None, Step::CoarseBuckets, Step::RollUp, Step::LongerInterval]);
+        assert_eq!(p.merge, MAX_MERGE);
+        assert!(p.stride > 1);
+        // A link with room stays at full resolution, keyframes within 60 s.
+        let mut q = Pacer::new(5_760);
+        for _ in 0..20 {
+            assert!(!q.adapt(30_000, 1_500, 1_000_000_000, 50, true));
+        }
+        assert_eq!(q.step(), Step::None);
+        assert!(q.keyframe_ns <= KEYFRAME_MAX_NS && q.keyframe_ns >= KEYFRAME_MIN_NS);
+    }
+
+    #[test]
+    fn alerts_are_shed_beyond_their_share_and_counted() {
+        let mut f = BudgetedFrames::new(1000);
+        f.pacer.refill(0);
+        f.pacer.refill(2_000_000_000);
+        let a = AlertRecord { probe: "p".into(), pid: 1, tid: 1, comm: "c".into(), cpu: 0, latency_ns: 1, time_ns: 1 };
+        let sent = (0..100).filter(|_| f.alert_ok(&a)).count();
+        assert!(sent > 0 && sent < 100, "{sent}");
+        assert_eq!(f.pacer.alerts_shed, 100 - sent as u64);
+    }
+
+    #[test]
+    fn entry_bytes_matches_the_encoder() {
+        let mut h = Hist::default();
+        for v in [5u64, 300, 2_500, 2_600, 40_000, 1 << 30] {
+            h.record(v);
+        }
+        let mut enc = Encoder::new();
+        let mut frame = Vec::new();
+        let ids = [3u16];
+        enc.keyframe(SummaryHeader { seq: 1, boot_id: 1, time_ns: 1, last: false }, LinkHeader::default(), Entries::select(std::slice::from_ref(&h), &ids, &[0]), &mut |f| frame.extend_from_slice(f)).unwrap();
+        let est = entry_bytes(3, &h);
+        // The frame: est plus header, CRC, COBS; the estimate is an upper bound of the entry.
+        assert!(frame.len() > est && frame.len() < est + 30, "{} vs {est}", frame.len());
+        let _ = BUCKETS;
+    }
+
+    use crate::sinks::{queue::Pop, Session};
+    use crate::summary::{IntervalReport, ProbeInfo, ProbeReport};
+    use crate::wire::{Event, FrameDecoder, Tracker};
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    fn info(name: &str, kind: &str) -> ProbeInfo {
+        ProbeInfo { name: name.into(), kind: kind.into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() }
+    }
+
+    /// What one simulated run saw.
+    struct Run {
+        keyframe_checks: usize,
+        delta_checks: usize,
+        lost_runs: u64,
+        steps: Vec<Step>,
+        bytes: usize,
+        secs: u64,
+        final_exact: bool,
+    }
+
+    /// An agent with runq, a syscall family (its head sums the series) and
+    /// `series` series born over the first minute, busy for `secs`
+    /// one-second intervals, rendered by a budgeted frames output and
+    /// read back by a Tracker, with `drop_pct` % of frames lost. Checks
+    /// at every keyframe entry that the receiver's totals are the agent's
+    /// (coarsened to the wire merge; `other` entries against the sum of
+    /// their members), and at every delta entry without a loss behind it.
+    fn simulate(budget_bps: u32, series: usize, secs: u64, drop_pct: u64, seed: u64) -> Run {
+        let mut rng = Rng(seed);
+        let mut session = Session {
+            board: "b".into(),
+            kernel: "k".into(),
+            boot_id: 7,
+            start_ns: 0,
+            interval_ns: 1_000_000_000,
+            probes: vec![info("runq", "runq"), info("syscall", "syscall")],
+            failed: Vec::new(),
+        };
+        let mut totals = vec![Hist::default(); 2];
+        let mut prev = totals.clone();
+        let q = Queue::new(1 << 24);
+        let mut f = BudgetedFrames::new(budget_bps);
+        let mut enc = Encoder::new();
+        let (mut buf, mut lens) = (Vec::new(), Vec::new());
+        let mut status_slot = None;
+        let mut dec = FrameDecoder::new();
+        let mut tracker = Tracker::new();
+        let mut history: std::collections::BTreeMap<u64, Vec<Hist>> = Default::default();
+        let mut run = Run { keyframe_checks: 0, delta_checks: 0, lost_runs: 0, steps: vec![Step::None], bytes: 0, secs, final_exact: false };
+        let (mut data, mut dlens) = (Vec::new(), Vec::new());
+        for seq in 1..=secs {
+            // Series are born over the first minute.
+            let want = 2 + (series * seq.min(60) as usize) / 60;
+            while session.probes.len() < want {
+                let k = session.probes.len() - 2;
+                session.probes.push(info(&format!("syscall:s{k}"), "syscall"));
+                totals.push(Hist::default());
+                prev.push(Hist::default());
+            }
+            prev.clone_from(&totals);
+            for _ in 0..2_000 {
+                totals[0].record(500 + rng.next() % 200_000);
+            }
+            let n = totals.len();
+            for p in 2..n {
+                // A few busy series, most quiet.
+                let events = if p < 6 { 300 } else { rng.next() % 4 };
+                for _ in 0..events {
+                    let v = 200 + rng.next() % (1 << (8 + p % 20));
+                    totals[p].record(v);
+                    totals[1].record(v);
+                }
+            }
+            let report = IntervalReport {
+                seq,
+                time_ns: seq * 1_000_000_000,
+                interval_ns: 1_000_000_000,
+                last: seq == secs,
+                probes: (0..n).map(|p| ProbeReport::new(&session.probes[p], &prev[p], &totals[p])).collect(),
+                alert_records: Vec::new(),
+                agent: Default::default(),
+            };
+            history.insert(seq, totals.clone());
+            let tick = Tick { session: &session, report: &report, totals: &totals, read_errors: &vec![0; n] };
+            f.render(&tick, &q, &mut enc, &mut buf, &mut lens, false, &mut |t, enc, buf, lens, link| {
+                super::super::status_into(&mut status_slot, t, &q, enc, buf, lens, link);
+            });
+            if run.steps.last() != Some(&f.pacer.step()) {
+                run.steps.push(f.pacer.step());
+            }
+            if q.pop(&mut data, &mut dlens, std::time::Duration::ZERO) != Pop::Data {
+                continue; // folded into the next summary
+            }
+            run.bytes += data.len();
+            let mut at = 0;
+            for &l in &dlens {
+                let frame = &data[at..at + l];
+                at += l;
+                // Losses stop 70 s before the end: every probe gets a
+                // keyframe (period <= 60 s) after its last loss.
+                if drop_pct > 0 && seq + 70 < secs && rng.next() % 100 < drop_pct {
+                    continue;
+                }
+                dec.feed(frame, &mut |r| {
+                    let ev = tracker.on_frame(r.expect("clean frames"));
+                    let Event::Summary { report, ids, keyframe, merge, inexact, .. } = ev else { return };
+                    let agent = &history[&report.seq];
+                    for (p, &id) in report.probes.iter().zip(&ids) {
+                        if inexact.contains(&id) {
+                            continue;
+                        }
+                        let mut want = Hist::default();
+                        match f.families.iter().find(|fam| fam.other == id) {
+                            Some(fam) => fam.members.iter().for_each(|&m| want.merge(&agent[m])),
+                            None => want.clone_from(&agent[id as usize]),
+                        }
+                        coarsen(&mut want, merge);
+                        let got = tracker.totals(id).expect("a snapshot");
+                        assert_eq!((p.total_count, got.count, got.sum_ns, got.min_ns, got.max_ns), (want.count, want.count, want.sum_ns, want.min_ns, want.max_ns), "seq {} id {id}", report.seq);
+                        // Coarsening composes: the receiver's buckets (from
+                        // finer earlier frames) agree at this frame's merge.
+                        let mut g = got.clone();
+                        coarsen(&mut g, merge);
+                        assert_eq!(g.slots, want.slots, "seq {} id {id}: buckets", report.seq);
+                        if keyframe {
+                            run.keyframe_checks += 1;
+                        } else {
+                            run.delta_checks += 1;
+                        }
+                    }
+                });
+            }
+        }
+        run.lost_runs = tracker.summaries_lost + tracker.deltas_unusable;
+        // The final summary is a whole keyframe: every total exact again.
+        run.final_exact = tracker.inexact_probes() == 0 && (0..totals.len()).all(|p| {
+            let e = f.entry_of[p];
+            let id = f.ids[e];
+            let got = tracker.totals(id);
+            got.is_some_and(|g| {
+                let mut want = Hist::default();
+                match f.families.iter().find(|fam| fam.other == id) {
+                    Some(fam) => fam.members.iter().for_each(|&m| want.merge(&totals[m])),
+                    None => want.clone_from(&totals[p]),
+                }
+                coarsen(&mut want, f.pacer.merge);
+                let ok = g.count == want.count && g.sum_ns == want.sum_ns && g.slots == want.slots;
+                if !ok {
+                    eprintln!("probe {p} id {id}: {} vs {}", g.count, want.count);
+                }
+                ok
+            })
+        });
+        run
+    }
+
+    #[test]
+    fn deltas_and_keyframes_reconstruct_the_agents_totals() {
+        let r = simulate(5_760, 40, 300, 0, 1);
+        assert!(r.keyframe_checks > 100 && r.delta_checks > 1_000, "{} keys, {} deltas checked", r.keyframe_checks, r.delta_checks);
+        assert_eq!(r.lost_runs, 0);
+        assert!(r.final_exact);
+        assert_eq!(r.steps, [Step::None], "115200 baud has room for this");
+        let bps = r.bytes as u64 / r.secs;
+        assert!(bps <= 5_760, "{bps} B/s over the 5760 B/s budget");
+    }
+
+    #[test]
+    fn lost_frames_cost_resolution_until_the_next_keyframe_only() {
+        let r = simulate(5_760, 40, 300, 1, 2);
+        assert!(r.lost_runs > 0, "1 % of frames lost: some deltas missing, reported");
+        assert!(r.keyframe_checks > 100, "totals exact at keyframes: {}", r.keyframe_checks);
+        assert!(r.final_exact, "and exact at the end");
+    }
+
+    #[test]
+    fn a_small_budget_degrades_in_order_and_stays_exact() {
+        let r = simulate(480, 60, 400, 0, 3);
+        assert!(r.steps.len() > 1, "{:?}", r.steps);
+        assert!(r.steps.windows(2).all(|w| w[0] < w[1]), "declared order: {:?}", r.steps);
+        let bps = r.bytes as u64 / r.secs;
+        assert!(bps <= 480 * 11 / 10, "{bps} B/s over the 480 B/s budget");
+        assert!(r.final_exact);
+        eprintln!("9600 baud model: steps {:?}, {bps} B/s", r.steps);
+    }
+
+    /// A probe of a modelled configuration: events per second, latency
+    /// median (ns) and spread, and its series (0: not a family).
+    struct ModelProbe {
+        rate: u64,
+        median: f64,
+        sigma: f64,
+        series: usize,
+    }
+
+    const fn mp(rate: u64, median: f64, sigma: f64, series: usize) -> ModelProbe {
+        ModelProbe { rate, median, sigma, series }
+    }
+
+    /// The modelled probe sets: the default (runq, syscall, irq) and the
+    /// real boards' configs (board-configs/), on a busy controller.
+    fn model_sets() -> Vec<(&'static str, Vec<ModelProbe>)> {
+        let runq = mp(20_000, 4_000.0, 0.8, 0);
+        let runq_ctrl = || mp(1_000, 3_000.0, 0.6, 0);
+        let irq = || mp(5_000, 2_000.0, 0.5, 12);
+        let timer_ctrl = || mp(1_000, 25_000.0, 0.4, 0);
+        let kfunc = || mp(1_000, 60_000.0, 0.3, 0);
+        vec![
+            ("default (runq, syscall, irq)", vec![mp(20_000, 4_000.0, 0.8, 0), mp(50_000, 1_500.0, 1.2, 40), irq()]),
+            ("beaglebone-black", vec![runq, runq_ctrl(), kfunc(), irq(), mp(3_000, 2_000.0, 1.0, 10)]),
+            ("imx8mp", vec![mp(20_000, 4_000.0, 0.8, 0), runq_ctrl(), kfunc(), timer_ctrl(), irq()]),
+            ("raspberrypi4-64-rt", vec![mp(20_000, 4_000.0, 0.8, 0), runq_ctrl(), kfunc(), timer_ctrl(), irq()]),
+            ("x86_64-generic", vec![mp(20_000, 4_000.0, 0.8, 0), runq_ctrl(), kfunc(), timer_ctrl(), irq()]),
+        ]
+    }
+
+    /// Histograms of a probe set after `secs` of events: (per probe id,
+    /// family head of each series or usize::MAX).
+    fn model_hists(set: &[ModelProbe], secs: u64) -> (Vec<Hist>, Vec<usize>) {
+        let mut hists = Vec::new();
+        let mut heads = Vec::new();
+        let mut series = Vec::new();
+        for p in set {
+            let mix = |m: f64| [(0.99, m, p.sigma), (0.01, m * 4.0, p.sigma + 0.5)];
+            if p.series == 0 {
+                hists.push(crate::wire::tests::model_hist(p.rate * secs, &mix(p.median)));
+                heads.push(usize::MAX);
+                continue;
+            }
+            // Zipf-like shares: a few busy series, a long quiet tail.
+            let norm: f64 = (1..=p.series).map(|k| 1.0 / k as f64).sum();
+            let head = hists.len();
+            let mut sum = Hist::default();
+            let mut mine = Vec::new();
+            for k in 1..=p.series {
+                let n = (p.rate as f64 * secs as f64 / k as f64 / norm).round() as u64;
+                let h = crate::wire::tests::model_hist(n, &mix(p.median * (1 + k % 5) as f64));
+                sum.merge(&h);
+                mine.push(h);
+            }
+            hists.push(sum);
+            heads.push(usize::MAX);
+            for h in mine {
+                series.push((head, h));
+            }
+        }
+        for (head, h) in series {
+            hists.push(h);
+            heads.push(head);
+        }
+        (hists, heads)
+    }
+
+    fn delta_bytes(hists: &[Hist], ids: &[u16]) -> usize {
+        let sel: Vec<u16> = (0..hists.len() as u16).filter(|&i| hists[i as usize].count > 0).collect();
+        let mut enc = Encoder::new();
+        let mut n = 0;
+        let h = SummaryHeader { seq: 86_400, boot_id: 0xdead_beef, time_ns: 90_000_000_000_000, last: false };
+        let cover = ids.iter().map(|&i| i + 1).max().unwrap_or(0);
+        enc.delta(h, LinkHeader { merge: 0, base_seq: 86_399 }, Entries::select(hists, ids, &sel), cover, &[], &[], &mut |f| n += f.len()).unwrap();
+        n
+    }
+
+    /// Wire entries under the plan: coarsened, families rolled up.
+    fn planned(hists: &[Hist], heads: &[usize], merge: u8, rolled: bool, interval: &[Hist]) -> (Vec<Hist>, Vec<u16>) {
+        let mut out: Vec<Hist> = Vec::new();
+        let mut ids = Vec::new();
+        let mut others: Vec<(usize, Hist)> = Vec::new();
+        let mut kept: std::collections::HashMap<usize, usize> = Default::default();
+        for (p, h) in hists.iter().enumerate() {
+            let head = heads[p];
+            if rolled && head != usize::MAX {
+                let k = kept.entry(head).or_default();
+                // Series are in share order: the first ROLLUP_KEEP are the busiest.
+                if *k >= ROLLUP_KEEP || interval[p].count == 0 {
+                    match others.iter_mut().find(|(hd, _)| *hd == head) {
+                        Some((_, o)) => o.merge(h),
+                        None => others.push((head, h.clone())),
+                    }
+                    continue;
+                }
+                *k += 1;
+            }
+            out.push(h.clone());
+            ids.push(p as u16);
+        }
+        for (k, (_, o)) in others.into_iter().enumerate() {
+            out.push(o);
+            ids.push(other_id(k));
+        }
+        for h in &mut out {
+            coarsen(h, merge);
+        }
+        (out, ids)
+    }
+
+    /// Bytes per second of the current cumulative encoding (a Summary of
+    /// every probe each second, Hello and Status every 10 s).
+    fn current_bps(hists: &[Hist], hello_bytes: usize) -> u64 {
+        let mut enc = Encoder::new();
+        let mut n = 0;
+        let h = SummaryHeader { seq: 86_400, boot_id: 0xdead_beef, time_ns: 90_000_000_000_000, last: false };
+        enc.summary(h, hists, &mut |f| n += f.len()).unwrap();
+        (n + (hello_bytes + 70) / 10) as u64
+    }
+
+    /// The budgeted plan for a probe set after `secs` of uptime: settles
+    /// the Pacer on the modelled sizes; (bytes per second, step, merge,
+    /// keyframe period s, link interval s).
+    fn budgeted_bps(set: &[ModelProbe], secs: u64, budget: u64, hello_bytes: usize) -> (u64, Step, u8, u64, u32) {
+        let (cum, heads) = model_hists(set, secs);
+        let has_families = heads.iter().any(|&h| h != usize::MAX);
+        let mut p = Pacer::new(budget);
+        let hello_period = ((hello_bytes as u128 * 1_000_000_000 / (budget * HELLO_SHARE_PERCENT / 100).max(1) as u128) as u64)
+            .clamp(super::super::HELLO_PERIOD_NS, HELLO_MAX_PERIOD_NS);
+        let hello_bps = (hello_bytes as u64 + 70) * 1_000_000_000 / hello_period;
+        let mut quiet = 0;
+        let mut bps = 0;
+        for _ in 0..100 {
+            let (interval, _) = model_hists(set, p.stride as u64);
+            let (keys, _) = planned(&cum, &heads, p.merge, p.rolled, &interval);
+            let (deltas, ids) = planned(&interval, &heads, p.merge, p.rolled, &interval);
+            let (_, key_ids) = planned(&cum, &heads, p.merge, p.rolled, &interval);
+            let full_key: u64 = keys.iter().zip(&key_ids).map(|(h, &id)| entry_bytes(id, h) as u64).sum();
+            let d = delta_bytes(&deltas, &ids) as u64;
+            let dt = p.stride as u64 * 1_000_000_000;
+            let per_tick = d + (full_key as u128 * dt as u128 / p.keyframe_ns as u128) as u64;
+            bps = (per_tick as u128 * 1_000_000_000 / dt as u128) as u64 + hello_bps;
+            if p.adapt(full_key, per_tick, dt, hello_bps, has_families) {
+                quiet = 0;
+            } else {
+                quiet += 1;
+                if quiet > STEP_SETTLE_TICKS + 2 {
+                    break;
+                }
+            }
+        }
+        (bps, p.step(), p.merge, p.keyframe_ns / 1_000_000_000, p.stride)
+    }
+
+    /// The bytes-per-second table of docs/wire-format.md (modelled; run
+    /// with --nocapture to print it). Every cell fits its budget.
+    #[test]
+    fn bytes_per_second_model_table() {
+        let bauds: [(u64, u64); 4] = [(9_600, 480), (19_200, 960), (115_200, 5_760), (1_000_000, 50_000)];
+        println!("| probe set | uptime | current (cumulative) B/s | 9600 (480 B/s) | 19200 (960 B/s) | 115200 (5 760 B/s) | 1 000 000 (50 000 B/s) |");
+        println!("|---|---|---|---|---|---|---|");
+        for (name, set) in model_sets() {
+            let (one, _) = model_hists(&set, 1);
+            // Hello: about 40 bytes a row.
+            let hello_bytes = 60 + 40 * one.len();
+            for (label, secs) in [("1 min", 60u64), ("1 h", 3_600), ("24 h", 86_400)] {
+                let (cum, _) = model_hists(&set, secs);
+                let cur = current_bps(&cum, hello_bytes);
+                let mut row = format!("| {name} | {label} | {cur} |");
+                for (_, budget) in bauds {
+                    let (bps, step, merge, key_s, stride) = budgeted_bps(&set, secs, budget, hello_bytes);
+                    assert!(bps <= budget, "{name} {label} at {budget} B/s: {bps} B/s");
+                    let how = match step {
+                        Step::None => format!("keys {key_s} s"),
+                        Step::CoarseBuckets => format!("step 1 (merge {merge}), keys {key_s} s"),
+                        Step::RollUp => format!("step 2 (merge {merge}, roll-up), keys {key_s} s"),
+                        Step::LongerInterval => format!("step 3 (merge {merge}, roll-up, {stride} s interval), keys {key_s} s"),
+                    };
+                    row.push_str(&format!(" {bps} ({how}) |"));
+                }
+                println!("{row}");
+            }
+        }
+    }
+}

@@ -1,0 +1,499 @@
+// SPDX-License-Identifier: MIT
+//! The messages and their postcard shapes (docs/wire-format.md, Messages).
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
+use serde::ser::{SerializeSeq, SerializeTuple};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::bpf::limits::{HIST_MAX_LOG2, HIST_SUB_BITS};
+use crate::hist::{Hist, BUCKETS};
+
+/// How a probe's histogram buckets map to nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketScheme {
+    /// 0 = log-linear (hist.rs): one bucket per value below 2^sub_bits, then
+    /// 2^sub_bits linear buckets per power of two up to 2^max_log2.
+    pub family: u8,
+    pub sub_bits: u8,
+    pub max_log2: u8,
+}
+
+impl BucketScheme {
+    /// The scheme this build of latmon uses (from bpf/latmon.h).
+    pub const LATMON: BucketScheme =
+        BucketScheme { family: 0, sub_bits: HIST_SUB_BITS as u8, max_log2: HIST_MAX_LOG2 as u8 };
+}
+
+/// One row of the probe table in Hello.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeDesc {
+    /// Index used by Summary, Alert and Status (position in the agent's list).
+    pub id: u16,
+    pub name: String,
+    pub kind: String,
+    pub attach: String,
+    pub mode: String,
+    pub scheme: BucketScheme,
+}
+
+/// Who is talking: sent first and repeated periodically so a receiver that
+/// joins late can name probes. A long probe table spans several Hello
+/// frames (each carries a part of `probes`; `probe_count` is the total).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol_revision: u8,
+    pub latmon_version: String,
+    pub board: String,
+    pub kernel: String,
+    pub boot_id: u32,
+    /// CLOCK_MONOTONIC when the agent started counting.
+    pub start_ns: u64,
+    pub interval_ns: u64,
+    pub probe_count: u16,
+    pub probes: Vec<ProbeDesc>,
+}
+
+/// Borrowed twin of [`Hello`] (same bytes) used to pack probe table parts.
+#[derive(Serialize)]
+pub(crate) struct HelloRef<'a> {
+    pub(crate) protocol_revision: u8,
+    pub(crate) latmon_version: &'a str,
+    pub(crate) board: &'a str,
+    pub(crate) kernel: &'a str,
+    pub(crate) boot_id: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) interval_ns: u64,
+    pub(crate) probe_count: u16,
+    pub(crate) probes: &'a [ProbeDesc],
+}
+
+/// One probe's cumulative state in a Summary, for the bucket range
+/// `first_bucket..end_bucket` (the whole range `0..BUCKETS` unless the probe
+/// had to be split over several frames).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeCounts {
+    pub id: u16,
+    pub count: u64,
+    pub sum_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub drops: u64,
+    pub alerts: u64,
+    pub first_bucket: u16,
+    pub end_bucket: u16,
+    /// Non-zero buckets in the range: (bucket index, cumulative count),
+    /// ascending. On the wire each index is a gap from the previous one.
+    pub buckets: Vec<(u16, u64)>,
+}
+
+/// Cumulative counts of every probe (or a part of them) at one instant: a
+/// keyframe. On a budgeted link the agent keyframes a rolling part of the
+/// probes each interval and sends [`Delta`]s for the rest.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Summary {
+    pub seq: u64,
+    pub boot_id: u32,
+    /// CLOCK_MONOTONIC at the end of the interval.
+    pub time_ns: u64,
+    /// The agent's final summary (flushed at exit).
+    pub last: bool,
+    pub probes: Vec<ProbeCounts>,
+    /// Revision 3: wire bucket merge (0: full resolution; 1, 2, 3: 4, 2, 1
+    /// buckets per power of two, see [`coarsen`]).
+    pub merge: u8,
+    /// Revision 3: the seq of this link's previous summary (0: not said;
+    /// older senders, where a seq gap means summaries were lost).
+    pub base_seq: u64,
+}
+
+impl Serialize for Summary {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut t = s.serialize_tuple(7)?;
+        t.serialize_element(&self.seq)?;
+        t.serialize_element(&self.boot_id)?;
+        t.serialize_element(&self.time_ns)?;
+        t.serialize_element(&self.last)?;
+        t.serialize_element(&self.probes)?;
+        // Trailing zero fields are left out: a receiver reads them as 0.
+        if self.merge != 0 || self.base_seq != 0 {
+            t.serialize_element(&self.merge)?;
+            t.serialize_element(&self.base_seq)?;
+        }
+        t.end()
+    }
+}
+
+/// What changed in one interval (kind 5, revision 3), for the probes with
+/// ids `first_id..end_id`: each entry's count, sum, drops, alerts and
+/// buckets are the interval's, min/max the interval's extremes (exact when
+/// they moved the cumulative ones). A probe of the range without an entry
+/// had no events. Applies on top of the state as of `base_seq`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delta {
+    pub seq: u64,
+    /// The seq of this link's previous summary: the state this applies to.
+    pub base_seq: u64,
+    pub boot_id: u32,
+    pub time_ns: u64,
+    pub last: bool,
+    pub merge: u8,
+    pub first_id: u16,
+    pub end_id: u16,
+    pub probes: Vec<ProbeCounts>,
+    /// Ids of the range keyframed in this summary (their Summary frames
+    /// carry them): if one did not arrive, that probe's state is behind.
+    pub keyed: Vec<u16>,
+    /// Ids of the range that are new entries (series born since the last
+    /// summary): their state before this delta is zero.
+    pub born: Vec<u16>,
+}
+
+/// A receiver asks the agent for something (kind 6, revision 3; sent
+/// towards the agent on a two-way link such as a serial line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// [`REQUEST_HELLO`]: send the whole probe table now.
+    pub what: u8,
+}
+
+/// `Request::what`: the full Hello (probe table) and a Status.
+pub const REQUEST_HELLO: u8 = 1;
+
+/// Merge wire buckets in place: with `merge` m, the counts of each group of
+/// 2^m neighbouring sub-buckets of a power of two are carried at the
+/// group's highest index (so percentiles read from them are upper bounds;
+/// an older receiver still reads a valid histogram). Totals are unchanged.
+pub fn coarsen(h: &mut Hist, merge: u8) {
+    let mask = (1usize << merge.min(MAX_MERGE)) - 1;
+    if mask == 0 {
+        return;
+    }
+    for i in 0..BUCKETS {
+        let j = (i | mask).min(BUCKETS - 1);
+        if j != i && h.slots[i] != 0 {
+            h.slots[j] += h.slots[i];
+            h.slots[i] = 0;
+        }
+    }
+}
+
+/// `ProbeDesc::mode` of a series a budgeted link rolled up into its
+/// family's `FAMILY:other` entry (sent as a table update): the series is
+/// no longer carried on its own.
+pub const ROLLED_MODE_PREFIX: &str = "rolled up into ";
+
+/// Coarsest merge: one bucket per power of two (sub_bits 3 = 8 buckets).
+pub const MAX_MERGE: u8 = 3;
+
+/// A latency above a probe's threshold (mirrors `summary::AlertRecord`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Alert {
+    pub boot_id: u32,
+    pub probe: u16,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub cpu: u32,
+    pub latency_ns: u64,
+    pub time_ns: u64,
+}
+
+#[derive(Serialize)]
+pub(crate) struct AlertRef<'a> {
+    pub(crate) boot_id: u32,
+    pub(crate) probe: u16,
+    pub(crate) pid: u32,
+    pub(crate) tid: u32,
+    pub(crate) comm: &'a str,
+    pub(crate) cpu: u32,
+    pub(crate) latency_ns: u64,
+    pub(crate) time_ns: u64,
+}
+
+/// Per-probe health in Status. Cost fields are 0 when unknown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeHealth {
+    pub id: u16,
+    /// Failed map reads since start.
+    pub read_errors: u64,
+    /// Runs of the probe's BPF programs and the time spent in them since it
+    /// started (latmon's own cost; shared programs split by events; 0: not
+    /// measured).
+    pub run_count: u64,
+    pub run_time_ns: u64,
+}
+
+/// A probe whose BPF programs the kernel skipped, in Status (revision 2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeMissed {
+    pub id: u16,
+    /// Runs of the probe's programs the kernel skipped since it started
+    /// (`recursion_misses`): events the probe never saw.
+    pub missed: u64,
+}
+
+/// `Status::flags`: the agent is over its `overhead_budget` this interval.
+pub const STATUS_OVER_BUDGET: u32 = 1 << 0;
+/// `Status::flags`: a probe was detached over budget (latmon runs degraded).
+pub const STATUS_DEGRADED: u32 = 1 << 1;
+/// `Status::flags`: BPF run-time statistics are on (the cost fields mean
+/// something).
+pub const STATUS_COST_MEASURED: u32 = 1 << 2;
+
+/// Agent and link health, sent with every Hello.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    pub boot_id: u32,
+    pub time_ns: u64,
+    /// Last summary sequence number sent.
+    pub seq: u64,
+    pub uptime_ns: u64,
+    /// Frames (records) this output's queue dropped since start, and bytes.
+    pub frames_dropped: u64,
+    pub bytes_dropped: u64,
+    /// Connected clients (socket outputs; 0 otherwise).
+    pub clients: u32,
+    pub probes: Vec<ProbeHealth>,
+    /// Revision 1: `STATUS_*` bits (over budget, degraded, cost measured).
+    pub flags: u32,
+    /// Revision 1: CPU share of all of latmon's BPF programs over the last
+    /// interval, parts per million of the machine's CPU capacity.
+    pub bpf_cpu_ppm: u32,
+    /// Revision 1: ids of probes detached over budget.
+    pub detached: Vec<u16>,
+    /// Revision 2: the probes of this part (ids within its `probes`) whose
+    /// programs the kernel skipped, by id; only those with misses.
+    pub missed: Vec<ProbeMissed>,
+    /// Revision 3: this output's byte budget and how it fits it.
+    pub link: LinkHealth,
+}
+
+/// The degradation steps of a budgeted link, in the order they are taken.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Step {
+    /// Full resolution, the agent's interval.
+    #[default]
+    None = 0,
+    /// Coarser wire buckets (`LinkHealth::merge`).
+    CoarseBuckets = 1,
+    /// Quiet series rolled up into `FAMILY:other` (and coarse buckets).
+    RollUp = 2,
+    /// This link's summaries cover several agent intervals (and the above).
+    LongerInterval = 3,
+}
+
+impl Step {
+    pub fn from_byte(b: u8) -> Step {
+        match b {
+            0 => Step::None,
+            1 => Step::CoarseBuckets,
+            2 => Step::RollUp,
+            _ => Step::LongerInterval,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::None => "none",
+            Step::CoarseBuckets => "coarse buckets",
+            Step::RollUp => "roll-up",
+            Step::LongerInterval => "longer interval",
+        }
+    }
+}
+
+/// A link's budget and use, in Status (revision 3). All zero: unlimited
+/// output, nothing to say (left out on the wire).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkHealth {
+    /// Bytes per second this output may use (0: unlimited).
+    pub budget_bps: u32,
+    /// Bytes per second it queued over the last [`USE_WINDOW_NS`].
+    pub used_bps: u32,
+    /// [`Step`] as a byte.
+    pub step: u8,
+    /// Wire bucket merge (see [`coarsen`]).
+    pub merge: u8,
+    /// Series rolled up into `FAMILY:other` entries.
+    pub rolled: u16,
+    /// This link's summary interval (agent intervals per summary times the
+    /// agent's interval), milliseconds.
+    pub interval_ms: u32,
+    /// Every probe's cumulative state goes out at least this often, ms.
+    pub keyframe_ms: u32,
+    /// Alert records not sent because alerts used up their share of the
+    /// budget, since start.
+    pub alerts_shed: u64,
+    /// Agent intervals whose summary was folded into the next one (budget
+    /// credit exhausted), since start: their counts are in the next delta.
+    pub intervals_folded: u64,
+}
+
+/// The window over which `LinkHealth::used_bps` is measured.
+pub const USE_WINDOW_NS: u64 = 10_000_000_000;
+
+/// Serializes as nothing when all zero (revision 2 bytes unchanged).
+pub(crate) struct TrailingLink<'a>(pub(crate) &'a LinkHealth);
+
+impl Serialize for TrailingLink<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if *self.0 == LinkHealth::default() {
+            s.serialize_tuple(0)?.end()
+        } else {
+            self.0.serialize(s)
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub(crate) struct StatusRef<'a> {
+    pub(crate) boot_id: u32,
+    pub(crate) time_ns: u64,
+    pub(crate) seq: u64,
+    pub(crate) uptime_ns: u64,
+    pub(crate) frames_dropped: u64,
+    pub(crate) bytes_dropped: u64,
+    pub(crate) clients: u32,
+    pub(crate) probes: &'a [ProbeHealth],
+    pub(crate) flags: u32,
+    pub(crate) bpf_cpu_ppm: u32,
+    pub(crate) detached: &'a [u16],
+    pub(crate) missed: &'a [ProbeMissed],
+    pub(crate) link: TrailingLink<'a>,
+}
+
+/// A decoded frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    Hello(Hello),
+    Summary(Summary),
+    Alert(Alert),
+    Status(Status),
+    Delta(Delta),
+    Request(Request),
+    /// A kind this receiver does not know (a newer sender); skipped.
+    Unknown { kind: u8, len: usize },
+}
+
+// ------------------------------------------------- ProbeCounts (de)serialize
+
+/// Serialize one probe entry from any source of (index, count) pairs.
+pub(crate) fn ser_probe<S: Serializer, I: Iterator<Item = (u16, u64)> + Clone>(
+    s: S,
+    head: [u64; 7],
+    first: u16,
+    end: u16,
+    n: usize,
+    buckets: I,
+) -> Result<S::Ok, S::Error> {
+    struct Seq<I>(u16, usize, I);
+    impl<I: Iterator<Item = (u16, u64)> + Clone> Serialize for Seq<I> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(self.1))?;
+            let mut next = self.0;
+            for (i, c) in self.2.clone() {
+                seq.serialize_element(&(i.wrapping_sub(next), c))?;
+                next = i.wrapping_add(1);
+            }
+            seq.end()
+        }
+    }
+    let mut t = s.serialize_tuple(10)?;
+    t.serialize_element(&(head[0] as u16))?;
+    for v in &head[1..] {
+        t.serialize_element(v)?;
+    }
+    t.serialize_element(&first)?;
+    t.serialize_element(&end)?;
+    t.serialize_element(&Seq(first, n, buckets))?;
+    t.end()
+}
+
+impl Serialize for ProbeCounts {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ser_probe(
+            s,
+            [self.id as u64, self.count, self.sum_ns, self.min_ns, self.max_ns, self.drops, self.alerts],
+            self.first_bucket,
+            self.end_bucket,
+            self.buckets.len(),
+            self.buckets.iter().copied(),
+        )
+    }
+}
+
+impl<'de> Deserialize<'de> for ProbeCounts {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ProbeCounts;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a probe entry")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<ProbeCounts, A::Error> {
+                let missing = || de::Error::custom("probe entry too short");
+                let id: u16 = a.next_element()?.ok_or_else(missing)?;
+                let mut head = [0u64; 6];
+                for h in head.iter_mut() {
+                    *h = a.next_element()?.ok_or_else(missing)?;
+                }
+                let first: u16 = a.next_element()?.ok_or_else(missing)?;
+                let end: u16 = a.next_element()?.ok_or_else(missing)?;
+                if first > end || end as usize > BUCKETS {
+                    return Err(de::Error::custom("bucket range outside the histogram"));
+                }
+                let buckets = a.next_element_seed(BucketsSeed { first, end })?.ok_or_else(missing)?;
+                Ok(ProbeCounts {
+                    id,
+                    count: head[0],
+                    sum_ns: head[1],
+                    min_ns: head[2],
+                    max_ns: head[3],
+                    drops: head[4],
+                    alerts: head[5],
+                    first_bucket: first,
+                    end_bucket: end,
+                    buckets,
+                })
+            }
+        }
+        d.deserialize_tuple(10, V)
+    }
+}
+
+/// Reads the gap-coded bucket list, checking every index stays in range.
+struct BucketsSeed {
+    first: u16,
+    end: u16,
+}
+
+impl<'de> DeserializeSeed<'de> for BucketsSeed {
+    type Value = Vec<(u16, u64)>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for BucketsSeed {
+    type Value = Vec<(u16, u64)>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("sparse buckets")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+        let room = (self.end - self.first) as usize;
+        let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0).min(room));
+        let mut next = self.first as u32;
+        while let Some((gap, c)) = a.next_element::<(u16, u64)>()? {
+            let i = next + gap as u32;
+            if i >= self.end as u32 {
+                return Err(de::Error::custom("bucket index outside the entry's range"));
+            }
+            v.push((i as u16, c));
+            next = i + 1;
+        }
+        Ok(v)
+    }
+}

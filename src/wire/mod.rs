@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: MIT
+//! The wire format: postcard messages in CRC-checked, COBS-framed packets.
+//! Pure (no I/O). The normative description is `docs/wire-format.md`; its
+//! golden vectors are checked byte for byte by the tests below.
+//!
+//! ```text
+//! frame   = COBS(payload) 0x00
+//! payload = version:u8  kind:u8  body:postcard  crc:u32 little-endian
+//! crc     = CRC-32 (ISO-HDLC, as zlib) over version ‖ kind ‖ body
+//! ```
+//!
+//! Summaries carry *cumulative* histograms (sparse, varint buckets): a lost
+//! frame loses no data, the receiver derives interval deltas ([`Tracker`]).
+//! The encoder packs probes into frames of at most [`FRAME_BUDGET`] bytes on
+//! the wire and never allocates once warmed up; the decoder
+//! ([`FrameDecoder`]) takes arbitrary partial reads, checks the CRC after
+//! COBS decoding, and resynchronises at the next delimiter after any damage.
+
+
+mod decode;
+mod encode;
+mod messages;
+mod tracker;
+#[cfg(test)]
+pub(crate) mod tests;
+
+pub use decode::*;
+pub use encode::*;
+pub use messages::*;
+pub use tracker::*;
+
+
+/// The version byte that starts every payload. Bumped only for incompatible
+/// changes; compatible growth appends fields (see [`PROTOCOL_REVISION`]).
+pub const PROTOCOL_VERSION: u8 = 1;
+/// Compatible revision within [`PROTOCOL_VERSION`], carried in Hello:
+/// incremented whenever fields are appended to a message.
+/// Revision 1 appended `flags`, `bpf_cpu_ppm` and `detached` to Status;
+/// revision 2 appended `missed`.
+/// Revision 3 added Delta and Request, appended `merge` and `base_seq` to
+/// Summary and `link` to Status.
+pub const PROTOCOL_REVISION: u8 = 3;
+/// The frame delimiter.
+pub const DELIMITER: u8 = 0x00;
+/// Largest frame the encoder produces, on the wire, delimiter included
+/// (45 ms at 115200 baud 8N1).
+pub const FRAME_BUDGET: usize = 512;
+/// Largest payload that still fits [`FRAME_BUDGET`] after COBS (one overhead
+/// byte per 254) and the delimiter.
+pub const PAYLOAD_BUDGET: usize = payload_budget(FRAME_BUDGET);
+/// Largest payload a receiver accepts (room for future, larger frames).
+pub const MAX_PAYLOAD: usize = 4096;
+/// Largest COBS-encoded frame a receiver buffers before declaring it oversize.
+pub const MAX_ENCODED: usize = MAX_PAYLOAD + MAX_PAYLOAD.div_ceil(254) + 1;
+/// Version byte, kind byte and CRC-32.
+pub(crate) const FRAME_OVERHEAD: usize = 2 + 4;
+/// Zero bytes appended when a body is shorter than the receiver's message:
+/// fields appended by a later revision then read as 0 / empty / None.
+pub(crate) const TRAILING_DEFAULT_PAD: usize = 64;
+/// Longest probe name/kind/attach/mode string put in Hello (bytes).
+pub const MAX_NAME_LEN: usize = 96;
+/// Probe ids a receiver tracks: `0..MAX_PROBES`. Entries with larger ids
+/// are ignored (and counted), so a frame cannot make a receiver allocate
+/// state for 65536 probes.
+pub const MAX_PROBES: usize = 1024;
+
+const fn payload_budget(frame: usize) -> usize {
+    // Largest n with n + ceil(n / 254) + 1 <= frame.
+    let mut n = frame;
+    while n + n.div_ceil(254) + 1 > frame {
+        n -= 1;
+    }
+    n
+}
+
+/// Message kinds (the byte after the version byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Hello = 1,
+    Summary = 2,
+    Alert = 3,
+    Status = 4,
+    Delta = 5,
+    Request = 6,
+}
+
+impl Kind {
+    pub(crate) fn from_byte(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Hello,
+            2 => Kind::Summary,
+            3 => Kind::Alert,
+            4 => Kind::Status,
+            5 => Kind::Delta,
+            6 => Kind::Request,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Hello => "hello",
+            Kind::Summary => "summary",
+            Kind::Alert => "alert",
+            Kind::Status => "status",
+            Kind::Delta => "delta",
+            Kind::Request => "request",
+        }
+    }
+}
+
+
+/// LEB128 length of a postcard varint.
+pub const fn varint_len(v: u64) -> usize {
+    if v == 0 {
+        1
+    } else {
+        (64 - v.leading_zeros() as usize).div_ceil(7)
+    }
+}
+

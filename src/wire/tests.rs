@@ -1,0 +1,621 @@
+// SPDX-License-Identifier: MIT
+//! Wire tests: round trips, damage, sizes, and the golden vectors of
+//! docs/wire-format.md byte for byte.
+
+use super::*;
+use crate::hist::{Hist, BUCKETS};
+use crate::summary::{AlertRecord, ProbeInfo, ProbeReport};
+use serde::Serialize;
+
+fn hist(values: &[u64]) -> Hist {
+    let mut h = Hist::default();
+    for &v in values {
+        h.record(v);
+    }
+    h
+}
+
+fn decode_all(bytes: &[u8]) -> (Vec<Result<Frame, FrameError>>, LinkStats) {
+    let mut d = FrameDecoder::new();
+    let mut v = Vec::new();
+    d.feed(bytes, &mut |r| v.push(r));
+    (v, d.stats)
+}
+
+fn summary_frames(h: SummaryHeader, hists: &[Hist], budget: usize) -> Vec<Vec<u8>> {
+    let mut enc = Encoder::with_budget(budget);
+    let mut frames = Vec::new();
+    enc.summary(h, hists, &mut |f| frames.push(f.to_vec())).unwrap();
+    frames
+}
+
+#[test]
+fn budget_constants() {
+    assert_eq!(PAYLOAD_BUDGET, 508);
+    assert!(cobs::max_encoding_length(PAYLOAD_BUDGET) < FRAME_BUDGET);
+    assert_eq!(varint_len(0), 1);
+    assert_eq!(varint_len(127), 1);
+    assert_eq!(varint_len(128), 2);
+    assert_eq!(varint_len(u64::MAX), 10);
+    for v in [0u64, 1, 127, 128, 300, 16383, 16384, 1 << 35, u64::MAX] {
+        assert_eq!(postcard::to_allocvec(&v).unwrap().len(), varint_len(v), "{v}");
+    }
+}
+
+#[test]
+fn summary_round_trip_and_tracker_deltas() {
+    let h1 = hist(&[1_000, 300, 2_500]);
+    let mut h2 = h1.clone();
+    for v in [2_600, 40_000, 7] {
+        h2.record(v);
+    }
+    h2.drops = 2;
+    let head = |seq| SummaryHeader { seq, boot_id: 9, time_ns: seq * 1_000_000_000, last: false };
+    let mut stream = Vec::new();
+    for (seq, h) in [(1, &h1), (2, &h2)] {
+        for f in summary_frames(head(seq), &[h.clone(), Hist::default()], PAYLOAD_BUDGET) {
+            stream.extend(f);
+        }
+    }
+    let (frames, stats) = decode_all(&stream);
+    assert_eq!(stats.frames_good, 2);
+    let mut t = Tracker::new();
+    let mut reports = Vec::new();
+    for f in frames {
+        if let Event::Summary { report, .. } = t.on_frame(f.unwrap()) {
+            reports.push(report);
+        }
+    }
+    let info = ProbeInfo { name: "#0".into(), kind: String::new(), attach: String::new(), mode: String::new(), btf_mode: String::new() };
+    assert_eq!(reports[1].probes[0], ProbeReport::new(&info, &h1, &h2));
+    assert_eq!(reports[1].interval_ns, 1_000_000_000);
+    assert_eq!(reports[1].probes[1].count, 0);
+    assert_eq!(t.totals(0), Some(&h2));
+}
+
+#[test]
+fn lost_summary_loses_no_counts() {
+    let hs: Vec<Hist> = (1..=4u64).map(|k| hist(&(0..k * 10).map(|v| v * 97).collect::<Vec<_>>())).collect();
+    let mut t = Tracker::new();
+    let mut total = 0;
+    for (i, h) in hs.iter().enumerate() {
+        if i == 2 {
+            continue; // lost on the link
+        }
+        let head = SummaryHeader { seq: i as u64 + 1, boot_id: 1, time_ns: i as u64, last: false };
+        for f in summary_frames(head, std::slice::from_ref(h), PAYLOAD_BUDGET) {
+            let (fr, _) = decode_all(&f);
+            if let Event::Summary { report, .. } = t.on_frame(fr.into_iter().next().unwrap().unwrap()) {
+                total += report.probes[0].count;
+            }
+        }
+    }
+    assert_eq!(total, hs[3].count);
+    assert_eq!(t.summaries_lost, 1);
+}
+
+#[test]
+fn big_probe_splits_over_frames_within_budget() {
+    let mut h = Hist::default();
+    for i in 0..BUCKETS {
+        let (lo, _) = crate::hist::bucket_bounds(i);
+        h.slots[i] = 1 << 40;
+        h.count += 1 << 40;
+        h.max_ns = lo;
+    }
+    h.sum_ns = u64::MAX;
+    let frames =
+        summary_frames(SummaryHeader { seq: 1, boot_id: u32::MAX, time_ns: u64::MAX, last: true }, &[h.clone(), h.clone()], PAYLOAD_BUDGET);
+    assert!(frames.len() > 2);
+    for f in &frames {
+        assert!(f.len() <= FRAME_BUDGET, "{}", f.len());
+    }
+    let mut t = Tracker::new();
+    let mut done = 0;
+    for f in frames.concat().split_inclusive(|&b| b == 0) {
+        let (fr, _) = decode_all(f);
+        if let Event::Summary { report, .. } = t.on_frame(fr.into_iter().next().unwrap().unwrap()) {
+            done += report.probes.len();
+        }
+    }
+    assert_eq!(done, 2);
+    assert_eq!(t.totals(0), Some(&h));
+    assert_eq!(t.totals(1), Some(&h));
+}
+
+#[test]
+fn lost_part_of_split_probe_skips_only_that_snapshot() {
+    let mut h = Hist::default();
+    for i in 0..BUCKETS {
+        h.slots[i] = 1_000_000 + i as u64;
+    }
+    h.count = h.slots.iter().sum();
+    let a = summary_frames(SummaryHeader { seq: 1, boot_id: 1, time_ns: 1, last: false }, std::slice::from_ref(&h), PAYLOAD_BUDGET);
+    let mut t = Tracker::new();
+    for (i, f) in a.iter().enumerate() {
+        if i == 1 {
+            continue;
+        }
+        let (fr, _) = decode_all(f);
+        t.on_frame(fr.into_iter().next().unwrap().unwrap());
+    }
+    assert!(t.partial_dropped > 0);
+    assert_eq!(t.totals(0), None);
+    // The next complete summary restores everything.
+    for f in summary_frames(SummaryHeader { seq: 2, boot_id: 1, time_ns: 2, last: false }, std::slice::from_ref(&h), PAYLOAD_BUDGET) {
+        let (fr, _) = decode_all(&f);
+        t.on_frame(fr.into_iter().next().unwrap().unwrap());
+    }
+    assert_eq!(t.totals(0), Some(&h));
+}
+
+#[test]
+fn unknown_kind_is_skipped_and_stream_continues() {
+    let mut payload = vec![PROTOCOL_VERSION, 0x7f, 1, 2, 3];
+    let crc = crate::crc32::hash(&payload);
+    payload.extend(crc.to_le_bytes());
+    let mut stream = vec![0; cobs::max_encoding_length(payload.len())];
+    let n = cobs::encode(&payload, &mut stream);
+    stream.truncate(n);
+    stream.push(0);
+    let alert = Alert { boot_id: 1, probe: 0, pid: 1, tid: 2, comm: "x".into(), cpu: 0, latency_ns: 5, time_ns: 6 };
+    stream.extend(encode_to_vec(&Frame::Alert(alert.clone())).unwrap());
+    let (frames, stats) = decode_all(&stream);
+    assert_eq!(frames[0], Ok(Frame::Unknown { kind: 0x7f, len: 9 }));
+    assert_eq!(frames[1], Ok(Frame::Alert(alert)));
+    assert_eq!((stats.unknown_kinds, stats.frames_good, stats.errors()), (1, 1, 0));
+}
+
+#[test]
+fn appended_fields_are_compatible_both_ways() {
+    // An older sender: Status without its last field (probes).
+    #[derive(Serialize)]
+    struct OldStatus {
+        boot_id: u32,
+        time_ns: u64,
+        seq: u64,
+        uptime_ns: u64,
+        frames_dropped: u64,
+        bytes_dropped: u64,
+        clients: u32,
+    }
+    let old = OldStatus { boot_id: 3, time_ns: 4, seq: 5, uptime_ns: 6, frames_dropped: 7, bytes_dropped: 8, clients: 1 };
+    let mut payload = vec![PROTOCOL_VERSION, Kind::Status as u8];
+    payload.extend(postcard::to_allocvec(&old).unwrap());
+    let newer_extra = payload.clone();
+    let crc = crate::crc32::hash(&payload);
+    payload.extend(crc.to_le_bytes());
+    match decode_payload(&payload).unwrap() {
+        Frame::Status(s) => assert_eq!((s.seq, s.clients, s.probes.len()), (5, 1, 0)),
+        other => panic!("{other:?}"),
+    }
+    // A newer sender: a Status with two more fields appended.
+    let mut p = newer_extra;
+    p.extend([0u8, 42, 0x80, 0x01]); // probes: [], then unknown fields
+    let crc = crate::crc32::hash(&p);
+    p.extend(crc.to_le_bytes());
+    assert!(matches!(decode_payload(&p), Ok(Frame::Status(s)) if s.frames_dropped == 7));
+}
+
+#[test]
+fn damaged_frames_are_reported_and_neighbours_survive() {
+    let a = Alert { boot_id: 1, probe: 0, pid: 10, tid: 11, comm: "ctrl".into(), cpu: 1, latency_ns: 99, time_ns: 5 };
+    let f = encode_to_vec(&Frame::Alert(a.clone())).unwrap();
+    let mut bad = f.clone();
+    bad[3] ^= 0x40;
+    let stream = [&f[..], &bad, &[1, 2, 3, 0], &f].concat();
+    let (frames, stats) = decode_all(&stream);
+    assert_eq!(frames.len(), 4);
+    assert!(frames[0].is_ok() && frames[3].is_ok());
+    assert!(frames[1].is_err() && frames[2].is_err());
+    assert_eq!(stats.frames_good, 2);
+    assert_eq!(stats.resyncs, 2);
+    assert_eq!(stats.errors(), 2);
+    // A receiver joining mid-frame: the partial head is not an error.
+    let (frames, stats) = decode_all(&stream[5..]);
+    assert!(matches!(frames[0], Err(FrameError::Joined { .. })));
+    assert_eq!(stats.errors(), 2);
+    assert_eq!(stats.frames_good, 1);
+}
+
+#[test]
+fn oversize_garbage_resyncs() {
+    let a = Alert { boot_id: 1, probe: 0, pid: 1, tid: 1, comm: String::new(), cpu: 0, latency_ns: 1, time_ns: 1 };
+    let f = encode_to_vec(&Frame::Alert(a)).unwrap();
+    let stream = [&f[..], &vec![0x55; MAX_ENCODED * 2], &[0], &f].concat();
+    let mut d = FrameDecoder::new();
+    let mut ok = 0;
+    for chunk in stream.chunks(7) {
+        d.feed(chunk, &mut |r| ok += r.is_ok() as usize);
+    }
+    assert_eq!(ok, 2);
+    assert_eq!(d.stats.oversize, 1);
+}
+
+/// erfc with relative accuracy ~1e-7 everywhere (Numerical Recipes'
+/// Chebyshev fit), so far-tail bucket counts are not invented.
+fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -z * z - 1.26551223
+        + t * (1.00002368
+            + t * (0.37409196
+                + t * (0.09678418
+                    + t * (-0.18628806
+                        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+    let r = t * poly.exp();
+    if x >= 0.0 { r } else { 2.0 - r }
+}
+
+/// Expected cumulative histogram of `n` events drawn from a mixture of
+/// log-normals [(weight, median_ns, sigma)].
+pub(crate) fn model_hist(n: u64, mix: &[(f64, f64, f64)]) -> Hist {
+    let cdf = |x: f64| -> f64 {
+        if x <= 0.0 {
+            return 0.0;
+        }
+        mix.iter().map(|&(w, med, sig)| w * 0.5 * erfc(-(x.ln() - med.ln()) / (sig * std::f64::consts::SQRT_2))).sum()
+    };
+    let mut h = Hist::default();
+    for i in 0..BUCKETS {
+        let (lo, hi) = crate::hist::bucket_bounds(i);
+        let hi = if hi == u64::MAX { f64::INFINITY } else { hi as f64 };
+        let p = if hi.is_infinite() { 1.0 - cdf(lo as f64) } else { cdf(hi) - cdf(lo as f64) };
+        let c = (p * n as f64).round() as u64;
+        if c > 0 {
+            h.slots[i] = c;
+            if h.count == 0 {
+                h.min_ns = lo;
+            }
+            h.max_ns = hi.min(1e12) as u64 - 1;
+            h.count += c;
+            h.sum_ns = h.sum_ns.wrapping_add(c * lo);
+        }
+    }
+    h
+}
+
+/// Eight probes a robot controller would run, with event rates and
+/// latency shapes (body plus a 1 % heavier tail) of a PREEMPT_RT box.
+pub(crate) fn realistic_8(uptime_s: u64) -> Vec<Hist> {
+    let probes: [(u64, f64, f64); 8] = [
+        (20_000, 4_000.0, 0.8),   // runq
+        (1_000, 25_000.0, 0.4),   // timer (1 kHz control loop)
+        (5_000, 2_000.0, 0.5),    // irq
+        (3_000, 6_000.0, 0.7),    // softirq
+        (50_000, 1_500.0, 1.2),   // syscall
+        (1_000, 60_000.0, 0.3),   // kfunc:do_nanosleep
+        (10_000, 3_000.0, 1.0),   // kfunc:vfs_read
+        (1_000, 150_000.0, 0.25), // ufunc: control step
+    ];
+    probes
+        .iter()
+        .map(|&(rate, med, sig)| {
+            let mut h = model_hist(rate * uptime_s, &[(0.99, med, sig), (0.01, med * 4.0, sig + 0.5)]);
+            h.alerts = h.count / 100_000;
+            h
+        })
+        .collect()
+}
+
+fn sizes(hists: &[Hist]) -> (usize, usize, usize) {
+    let head = SummaryHeader { seq: 86_400, boot_id: 0xdead_beef, time_ns: 90_000_000_000_000, last: false };
+    let frames = summary_frames(head, hists, PAYLOAD_BUDGET);
+    (frames.len(), frames.iter().map(Vec::len).sum(), frames.iter().map(Vec::len).max().unwrap_or(0))
+}
+
+/// Measured sizes for docs/wire-format.md (run with --nocapture).
+#[test]
+fn eight_probe_summary_sizes() {
+    for (label, secs) in [("1 min", 60u64), ("1 h", 3_600), ("24 h", 86_400)] {
+        let hs = realistic_8(secs);
+        let nz: usize = hs.iter().map(|h| h.slots.iter().filter(|&&c| c > 0).count()).sum();
+        let (frames, total, max) = sizes(&hs);
+        println!("realistic 8 probes after {label}: {nz} non-zero buckets, {frames} frames, {total} bytes, largest frame {max}");
+        assert!(max <= FRAME_BUDGET);
+    }
+    // Worst case: every bucket of every probe non-zero, huge counts.
+    let mut w = Hist::default();
+    for (i, s) in w.slots.iter_mut().enumerate() {
+        *s = u64::MAX / 1024 - i as u64;
+    }
+    w.count = u64::MAX;
+    w.sum_ns = u64::MAX;
+    w.min_ns = 1;
+    w.max_ns = u64::MAX;
+    w.drops = u64::MAX;
+    w.alerts = u64::MAX;
+    let (frames, total, max) = sizes(&vec![w; 8]);
+    println!("worst 8 probes: {frames} frames, {total} bytes, largest frame {max}");
+    assert!(max <= FRAME_BUDGET);
+}
+
+/// The messages whose bytes docs/wire-format.md lists.
+fn golden() -> Vec<(&'static str, Frame)> {
+    let h = hist(&[300, 2_500, 2_600, 40_000]);
+    let buckets = h.slots.iter().enumerate().filter(|(_, &c)| c > 0).map(|(i, &c)| (i as u16, c)).collect();
+    vec![
+        (
+            "hello",
+            Frame::Hello(Hello {
+                protocol_revision: 0,
+                latmon_version: "0.1.0".into(),
+                board: "arm1".into(),
+                kernel: "6.1.0-rt".into(),
+                boot_id: 0x1234_5678,
+                start_ns: 1_000_000_000,
+                interval_ns: 1_000_000_000,
+                probe_count: 1,
+                probes: vec![ProbeDesc {
+                    id: 0,
+                    name: "runq".into(),
+                    kind: "runq".into(),
+                    attach: "tp_btf".into(),
+                    mode: String::new(),
+                    scheme: BucketScheme::LATMON,
+                }],
+            }),
+        ),
+        (
+            "summary",
+            Frame::Summary(Summary {
+                seq: 2,
+                boot_id: 0x1234_5678,
+                time_ns: 3_000_000_000,
+                last: false,
+                probes: vec![ProbeCounts {
+                    id: 0,
+                    count: h.count,
+                    sum_ns: h.sum_ns,
+                    min_ns: h.min_ns,
+                    max_ns: h.max_ns,
+                    drops: 0,
+                    alerts: 1,
+                    first_bucket: 0,
+                    end_bucket: BUCKETS as u16,
+                    buckets,
+                }],
+                merge: 0,
+                base_seq: 0,
+            }),
+        ),
+        (
+            "alert",
+            Frame::Alert(Alert {
+                boot_id: 0x1234_5678,
+                probe: 0,
+                pid: 1234,
+                tid: 1240,
+                comm: "ctrl_loop".into(),
+                cpu: 1,
+                latency_ns: 250_000,
+                time_ns: 2_500_000_000,
+            }),
+        ),
+        (
+            "status",
+            Frame::Status(Status {
+                boot_id: 0x1234_5678,
+                time_ns: 3_000_000_000,
+                seq: 2,
+                uptime_ns: 2_000_000_000,
+                frames_dropped: 0,
+                bytes_dropped: 0,
+                clients: 1,
+                probes: vec![ProbeHealth { id: 0, read_errors: 0, run_count: 1000, run_time_ns: 92_000 }],
+                flags: STATUS_OVER_BUDGET | STATUS_DEGRADED | STATUS_COST_MEASURED,
+                bpf_cpu_ppm: 12_500,
+                detached: vec![1],
+                missed: vec![ProbeMissed { id: 0, missed: 92 }],
+                link: LinkHealth::default(),
+            }),
+        ),
+        (
+            "delta",
+            Frame::Delta(Delta {
+                seq: 3,
+                base_seq: 2,
+                boot_id: 0x1234_5678,
+                time_ns: 4_000_000_000,
+                last: false,
+                merge: 0,
+                first_id: 0,
+                end_id: 2,
+                probes: vec![ProbeCounts {
+                    id: 0,
+                    count: 2,
+                    sum_ns: 2_800,
+                    min_ns: 300,
+                    max_ns: 2_500,
+                    drops: 0,
+                    alerts: 0,
+                    first_bucket: 0,
+                    end_bucket: BUCKETS as u16,
+                    buckets: vec![(49, 1), (73, 1)],
+                }],
+                keyed: vec![1],
+                born: vec![],
+            }),
+        ),
+        (
+            "keyframe",
+            Frame::Summary(Summary {
+                seq: 5,
+                boot_id: 0x1234_5678,
+                time_ns: 6_000_000_000,
+                last: false,
+                probes: vec![ProbeCounts {
+                    id: 1,
+                    count: 4,
+                    sum_ns: 45_400,
+                    min_ns: 300,
+                    max_ns: 40_000,
+                    drops: 0,
+                    alerts: 1,
+                    first_bucket: 0,
+                    end_bucket: BUCKETS as u16,
+                    // 49, 73, 74, 105 with merge 1: each pair of
+                    // sub-buckets at its odd (upper) index.
+                    buckets: vec![(49, 1), (73, 1), (75, 1), (105, 1)],
+                }],
+                merge: 1,
+                base_seq: 4,
+            }),
+        ),
+        ("request", Frame::Request(Request { what: REQUEST_HELLO })),
+        (
+            "status-link",
+            Frame::Status(Status {
+                boot_id: 0x1234_5678,
+                time_ns: 3_000_000_000,
+                seq: 2,
+                uptime_ns: 2_000_000_000,
+                frames_dropped: 0,
+                bytes_dropped: 0,
+                clients: 0,
+                probes: vec![ProbeHealth { id: 0, read_errors: 0, run_count: 1000, run_time_ns: 92_000 }],
+                flags: STATUS_COST_MEASURED,
+                bpf_cpu_ppm: 12_500,
+                detached: vec![],
+                missed: vec![],
+                link: LinkHealth {
+                    budget_bps: 5_760,
+                    used_bps: 3_120,
+                    step: Step::CoarseBuckets as u8,
+                    merge: 1,
+                    rolled: 0,
+                    interval_ms: 1_000,
+                    keyframe_ms: 20_000,
+                    alerts_shed: 0,
+                    intervals_folded: 0,
+                },
+            }),
+        ),
+    ]
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" ")
+}
+
+/// `<!-- golden: NAME PART -->` followed by a fenced block of hex bytes.
+fn spec_vector(doc: &str, name: &str, part: &str) -> Vec<u8> {
+    let tag = format!("<!-- golden: {name} {part} -->");
+    let at = doc.find(&tag).unwrap_or_else(|| panic!("docs/wire-format.md lacks {tag}"));
+    let rest = &doc[at + tag.len()..];
+    let open = rest.find("```").unwrap();
+    let body_start = open + rest[open..].find('\n').unwrap() + 1;
+    let close = body_start + rest[body_start..].find("```").unwrap();
+    rest[body_start..close]
+        .split_whitespace()
+        .map(|t| u8::from_str_radix(t, 16).unwrap_or_else(|_| panic!("bad hex {t:?} in {tag}")))
+        .collect()
+}
+
+/// Print the vectors (to refresh the spec after a deliberate change):
+/// cargo test --lib print_golden -- --ignored --nocapture
+#[test]
+#[ignore]
+fn print_golden() {
+    for (name, f) in golden() {
+        let frame = encode_to_vec(&f).unwrap();
+        let mut p = frame[..frame.len() - 1].to_vec();
+        let n = cobs::decode_in_place(&mut p).unwrap();
+        println!("{name} payload ({n} bytes):\n{}\n{name} frame ({} bytes):\n{}\n", hex(&p[..n]), frame.len(), hex(&frame));
+    }
+}
+
+#[test]
+fn coarsen_carries_groups_at_their_upper_index() {
+    let mut h = hist(&[300, 2_500, 2_600, 40_000]);
+    coarsen(&mut h, 1);
+    let b: Vec<(usize, u64)> = h.slots.iter().enumerate().filter(|(_, &c)| c > 0).map(|(i, &c)| (i, c)).collect();
+    assert_eq!(b, [(49, 1), (73, 1), (75, 1), (105, 1)]);
+    coarsen(&mut h, 3);
+    let b: Vec<(usize, u64)> = h.slots.iter().enumerate().filter(|(_, &c)| c > 0).map(|(i, &c)| (i, c)).collect();
+    assert_eq!(b, [(55, 1), (79, 2), (111, 1)], "one bucket per power of two");
+    assert_eq!(h.count, 4, "totals unchanged");
+}
+
+#[test]
+fn golden_vectors_match_spec_byte_for_byte() {
+    let doc = include_str!("../../docs/wire-format.md");
+    for (name, f) in golden() {
+        let frame = encode_to_vec(&f).unwrap();
+        assert_eq!(hex(&frame), hex(&spec_vector(doc, name, "frame")), "{name} frame");
+        let mut p = frame[..frame.len() - 1].to_vec();
+        let n = cobs::decode_in_place(&mut p).unwrap();
+        assert_eq!(hex(&p[..n]), hex(&spec_vector(doc, name, "payload")), "{name} payload");
+        // And the spec's bytes decode to the value.
+        let (frames, stats) = decode_all(&spec_vector(doc, name, "frame"));
+        assert_eq!(frames, vec![Ok(f.clone())], "{name}");
+        assert_eq!(stats.frames_good, 1);
+    }
+    // The agent's borrowed, budgeted encoders produce the same bytes.
+    let g = golden();
+    let mut enc = Encoder::new();
+    let mut v = Vec::new();
+    if let Frame::Summary(s) = &g[1].1 {
+        let h = hist(&[300, 2_500, 2_600, 40_000]);
+        let mut h = h;
+        h.alerts = 1;
+        enc.summary(SummaryHeader { seq: s.seq, boot_id: s.boot_id, time_ns: s.time_ns, last: s.last }, &[h], &mut |b| {
+            v.extend_from_slice(b)
+        })
+        .unwrap();
+        assert_eq!(hex(&v), hex(&spec_vector(doc, "summary", "frame")));
+    }
+    v.clear();
+    if let Frame::Alert(a) = &g[2].1 {
+        let rec = AlertRecord {
+            probe: "runq".into(),
+            pid: a.pid,
+            tid: a.tid,
+            comm: a.comm.clone(),
+            cpu: a.cpu,
+            latency_ns: a.latency_ns,
+            time_ns: a.time_ns,
+        };
+        enc.alert(a.boot_id, a.probe, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
+        assert_eq!(hex(&v), hex(&spec_vector(doc, "alert", "frame")));
+    }
+}
+
+#[test]
+fn absurd_probe_ids_are_ignored_not_allocated() {
+    let mut t = Tracker::new();
+    let s = Summary {
+        seq: 1,
+        boot_id: 1,
+        time_ns: 1,
+        last: false,
+        probes: vec![ProbeCounts {
+            id: u16::MAX,
+            count: 1,
+            sum_ns: 1,
+            min_ns: 1,
+            max_ns: 1,
+            drops: 0,
+            alerts: 0,
+            first_bucket: 0,
+            end_bucket: BUCKETS as u16,
+            buckets: vec![(1, 1)],
+        }],
+        merge: 0,
+        base_seq: 0,
+    };
+    match t.on_frame(Frame::Summary(s)) {
+        Event::Summary { report, ids, .. } => assert!(report.probes.is_empty() && ids.is_empty()),
+        e => panic!("{e:?}"),
+    }
+    assert_eq!(t.ignored_entries, 1);
+    assert!(t.tracks.len() <= 1);
+}
+
+#[test]
+fn boot_ids_differ_per_run() {
+    let k = "4a0f8d1e-0000-4000-8000-000000000001";
+    assert_ne!(boot_id(k, 1, 100), boot_id(k, 2, 100));
+    assert_ne!(boot_id(k, 1, 100), boot_id(k, 1, 101));
+    assert_eq!(boot_id(k, 1, 100), boot_id(k, 1, 100));
+}
