@@ -3,7 +3,8 @@
 # Install everything building and testing latmon needs on Debian bookworm
 # (root): the native build, the static cross builds (aarch64 musl: musl-dev:arm64
 # brings aarch64-linux-musl-gcc; armv7 glibc), the
-# virtual boards (qemu, multiarch busybox/kernels, pahole), the baselines,
+# virtual boards (qemu, multiarch busybox/kernels, pahole), the baselines and
+# the paced-link tests' load (stress-ng),
 # the Modbus tests' client (mbpoll; pymodbus comes from PyPI via
 # scripts/modbus-venv.sh), promtool (package prometheus), and what BitBake
 # needs on the host (chrpath, diffstat, lz4, an en_US.UTF-8 locale). systemd is
@@ -27,7 +28,7 @@ apt-get install -y --no-install-recommends \
   musl-dev:arm64 \
   bpftool libbpf-tools rt-tests procps util-linux file cpio dwarves xz-utils zstd \
   python3 python3-venv systemd mbpoll prometheus \
-  chrpath diffstat lz4 locales
+  chrpath diffstat lz4 locales stress-ng
 # BitBake (tests/yocto/bitbake.sh) wants an en_US.UTF-8 locale.
 if ! locale -a 2>/dev/null | grep -qix 'en_US.utf8'; then
   sed -i 's/^# *en_US.UTF-8 UTF-8/en_US.UTF-8 UTF-8/' /etc/locale.gen
