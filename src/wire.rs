@@ -58,6 +58,11 @@ pub const MAX_NAME_LEN: usize = 96;
 /// are ignored (and counted), so a frame cannot make a receiver allocate
 /// state for 65536 probes.
 pub const MAX_PROBES: usize = 1024;
+/// A seq gap larger than this between two Summaries is not believed to be
+/// lost summaries (at the shortest interval, 10 ms, it is almost three
+/// hours of them): a wild seq is counted in `Tracker::seq_jumps`, never
+/// added to `summaries_lost`.
+pub const MAX_SEQ_GAP: u64 = 1 << 20;
 
 const fn payload_budget(frame: usize) -> usize {
     // Largest n with n + ceil(n / 254) + 1 <= frame.
@@ -1113,6 +1118,9 @@ pub struct Tracker {
     pub status: Option<Status>,
     /// Probe entries ignored because their id is `MAX_PROBES` or more.
     pub ignored_entries: u64,
+    /// Summaries whose seq jumped ahead by more than [`MAX_SEQ_GAP`]: a
+    /// sender's error, not losses.
+    pub seq_jumps: u64,
 }
 
 impl Tracker {
@@ -1171,13 +1179,15 @@ impl Tracker {
 
     pub fn on_frame(&mut self, f: Frame) -> Event {
         match f {
-            Frame::Hello(h) => {
+            Frame::Hello(mut h) => {
                 self.new_boot(h.boot_id);
+                // Entries with ids of MAX_PROBES or more are ignored (the
+                // spec): neither tracked nor kept in the probe table, so
+                // the table holds MAX_PROBES entries at most.
+                let sent = h.probes.len();
+                h.probes.retain(|d| (d.id as usize) < MAX_PROBES);
+                self.ignored_entries += (sent - h.probes.len()) as u64;
                 for d in &h.probes {
-                    if d.id as usize >= MAX_PROBES {
-                        self.ignored_entries += 1;
-                        continue;
-                    }
                     let ok = d.scheme == BucketScheme::LATMON;
                     let t = self.track(d.id);
                     t.scheme_ok = ok;
@@ -1232,7 +1242,11 @@ impl Tracker {
     fn on_summary(&mut self, s: Summary) -> Event {
         self.new_boot(s.boot_id);
         match self.last_seq {
-            Some(l) if s.seq > l + 1 => self.summaries_lost += s.seq - l - 1,
+            Some(l) if s.seq > l => match s.seq - l - 1 {
+                0 => {}
+                gap if gap <= MAX_SEQ_GAP => self.summaries_lost += gap,
+                _ => self.seq_jumps += 1,
+            },
             Some(l) if s.seq < l => {
                 // Same boot id but counting again from the start.
                 self.restarts += 1;
@@ -1819,6 +1833,65 @@ mod tests {
         }
         assert_eq!(t.ignored_entries, 1);
         assert!(t.tracks.len() <= 1);
+    }
+
+    fn probe_desc(id: u16, name: &str) -> ProbeDesc {
+        ProbeDesc { id, name: name.into(), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), scheme: BucketScheme::LATMON }
+    }
+
+    fn hello_with(boot_id: u32, probes: Vec<ProbeDesc>) -> Hello {
+        Hello {
+            protocol_revision: PROTOCOL_REVISION,
+            latmon_version: "0.1.0".into(),
+            board: String::new(),
+            kernel: String::new(),
+            boot_id,
+            start_ns: 0,
+            interval_ns: 1_000_000_000,
+            probe_count: probes.len() as u16,
+            probes,
+        }
+    }
+
+    /// Hello entries with ids of MAX_PROBES or more are ignored (the
+    /// spec), not kept: many such Hellos leave the probe table bounded.
+    #[test]
+    fn hello_entries_with_huge_ids_are_not_kept() {
+        let mut t = Tracker::new();
+        for round in 0..50u16 {
+            let probes = (0..100u16).map(|i| probe_desc(MAX_PROBES as u16 + round * 100 + i, "x")).chain([probe_desc(round % 3, "ok")]).collect();
+            t.on_frame(Frame::Hello(hello_with(5, probes)));
+        }
+        let h = t.hello.as_ref().unwrap();
+        assert_eq!(h.probes.iter().map(|p| p.id).collect::<Vec<_>>(), [0, 1, 2], "only ids below MAX_PROBES are kept");
+        assert_eq!(t.ignored_entries, 50 * 100);
+        // The first Hello of a boot too.
+        let mut t = Tracker::new();
+        t.on_frame(Frame::Hello(hello_with(6, vec![probe_desc(u16::MAX, "big"), probe_desc(0, "a")])));
+        assert_eq!(t.hello.as_ref().unwrap().probes.len(), 1);
+    }
+
+    fn summary_seq(seq: u64) -> Frame {
+        Frame::Summary(Summary { seq, boot_id: 1, time_ns: seq, last: false, probes: Vec::new() })
+    }
+
+    /// A wild seq is no loss of 1.8e19 summaries, and u64::MAX does not
+    /// overflow.
+    #[test]
+    fn wild_seq_jumps_are_not_counted_as_lost() {
+        let mut t = Tracker::new();
+        t.on_frame(summary_seq(1));
+        t.on_frame(summary_seq(4));
+        assert_eq!(t.summaries_lost, 2);
+        t.on_frame(summary_seq(u64::MAX - 7));
+        assert_eq!((t.summaries_lost, t.seq_jumps), (2, 1));
+        t.on_frame(summary_seq(u64::MAX));
+        assert_eq!(t.summaries_lost, 8);
+        t.on_frame(summary_seq(u64::MAX));
+        t.on_frame(summary_seq(3));
+        assert_eq!((t.summaries_lost, t.seq_jumps, t.restarts), (8, 1, 1));
+        t.on_frame(summary_seq(3 + MAX_SEQ_GAP + 1));
+        assert_eq!((t.summaries_lost, t.seq_jumps), (8 + MAX_SEQ_GAP, 1), "the largest believed gap");
     }
 
     #[test]
