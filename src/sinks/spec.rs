@@ -61,7 +61,15 @@ pub struct LinkSpec {
     pub endpoint: Endpoint,
     /// `,format=...`; None: decided by the format rule.
     pub format: Option<Format>,
+    /// `,clients=N` (tcp:// and unix: outputs): clients served at once;
+    /// None: [`STREAM_DEFAULT_CLIENTS`].
+    pub clients: Option<usize>,
 }
+
+/// tcp:// and unix: outputs: clients served at once unless `,clients=N`.
+pub const STREAM_DEFAULT_CLIENTS: usize = 8;
+/// The most `,clients=N` may ask for.
+pub const STREAM_MAX_CLIENTS: usize = 64;
 
 /// Why a SINK/SOURCE word is not valid.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,6 +169,7 @@ impl LinkSpec {
             return Err(SpecError::UnknownScheme(spec.into()));
         };
         let mut format = None;
+        let mut clients = None;
         for opt in parts {
             let (k, v) = opt.split_once('=').ok_or_else(|| bad_opt(format!("option {opt:?} is not KEY=VALUE")))?;
             let (k, v) = (k.trim(), v.trim());
@@ -168,8 +177,18 @@ impl LinkSpec {
                 format = Some(Format::parse(v).ok_or_else(|| bad_opt(format!("format must be text, json or frames, not {v:?}")))?);
                 continue;
             }
+            if k == "clients" && matches!(endpoint, Endpoint::Tcp(_) | Endpoint::Unix(_)) {
+                clients = Some(
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=STREAM_MAX_CLIENTS).contains(n))
+                        .ok_or_else(|| bad_opt(format!("clients must be 1..{STREAM_MAX_CLIENTS}, not {v:?}")))?,
+                );
+                continue;
+            }
             let Endpoint::Serial(s) = &mut endpoint else {
-                return Err(bad_opt(format!("unknown option {k:?} (only format=... here)")));
+                let known = if matches!(endpoint, Endpoint::Tcp(_) | Endpoint::Unix(_)) { "format, clients" } else { "only format=... here" };
+                return Err(bad_opt(format!("unknown option {k:?} ({known})")));
             };
             match k {
                 "parity" => {
@@ -202,7 +221,7 @@ impl LinkSpec {
                 _ => return Err(bad_opt(format!("unknown serial option {k:?} (parity, flow, data, stop, format)"))),
             }
         }
-        Ok(LinkSpec { endpoint, format })
+        Ok(LinkSpec { endpoint, format, clients })
     }
 
     /// The format rule (docs/wire-format.md): the sink's own `format=`,
@@ -464,7 +483,8 @@ mod tests {
             ("serial:/dev/ttyS1,colour=red", "unknown serial option"),
             ("tcp://nohost", "HOST:PORT"),
             ("tcp://h:99999", "HOST:PORT"),
-            ("tcp://h:1,parity=even", "only format"),
+            ("tcp://h:1,parity=even", "unknown option \"parity\" (format, clients)"),
+            ("udp://h:1,parity=even", "only format"),
             ("unix:", "unix:/path"),
             ("file:", "file:PATH"),
             ("-,format=xml", "format must be"),
@@ -472,6 +492,20 @@ mod tests {
         ] {
             let e = LinkSpec::parse(w).unwrap_err().to_string();
             assert!(e.contains(needle), "{w}: {e}");
+        }
+    }
+
+    #[test]
+    fn stream_listeners_take_a_client_limit() {
+        assert_eq!(LinkSpec::parse("tcp://127.0.0.1:7070,clients=3").unwrap().clients, Some(3));
+        assert_eq!(LinkSpec::parse("unix:/run/l.sock,clients=64,format=json").unwrap().clients, Some(64));
+        assert_eq!(LinkSpec::parse("tcp://127.0.0.1:7070").unwrap().clients, None);
+        for bad in ["tcp://127.0.0.1:7070,clients=0", "tcp://127.0.0.1:7070,clients=65", "unix:/x,clients=many"] {
+            let e = LinkSpec::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("clients must be 1..64"), "{bad}: {e}");
+        }
+        for no in ["udp://127.0.0.1:7070,clients=2", "file:/tmp/x,clients=2", "serial:/dev/ttyS0,clients=2"] {
+            assert!(LinkSpec::parse(no).unwrap_err().to_string().contains("\"clients\""), "{no}");
         }
     }
 
