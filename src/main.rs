@@ -125,7 +125,7 @@ struct CheckArgs {
 fn load_config(c: &Common) -> Result<Config> {
     let mut cfg = match &c.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+            let text = read_config_file(path)?;
             Config::from_toml(&text).with_context(|| format!("config {}", path.display()))?
         }
         None => Config::default(),
@@ -137,6 +137,20 @@ fn load_config(c: &Common) -> Result<Config> {
         probes::set_btf_path(std::path::Path::new(p)).map_err(anyhow::Error::msg)?;
     }
     Ok(cfg)
+}
+
+/// The config file's text, refused beyond `MAX_CONFIG_BYTES` (read with a
+/// limit: a path such as /dev/zero must not fill memory).
+fn read_config_file(path: &std::path::Path) -> Result<String> {
+    use std::io::Read;
+    let max = latmon::config::MAX_CONFIG_BYTES;
+    let f = std::fs::File::open(path).with_context(|| format!("reading config {}", path.display()))?;
+    let mut bytes = Vec::new();
+    f.take(max + 1).read_to_end(&mut bytes).with_context(|| format!("reading config {}", path.display()))?;
+    if bytes.len() as u64 > max {
+        anyhow::bail!("config {}: larger than {max} bytes", path.display());
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("config {}: not UTF-8 text", path.display()))
 }
 
 /// The config of `latmon run`: the file (or default), then the flags.
@@ -187,10 +201,24 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
 }
 
 fn source_duration(a: &SourceArgs) -> Result<Option<std::time::Duration>> {
-    Ok(match &a.duration {
+    let d = match &a.duration {
         Some(d) => Some(parse_duration(d)?),
         None => None,
-    })
+    };
+    latmon::config::check_duration(d)?;
+    Ok(d)
+}
+
+#[derive(Serialize)]
+struct OutputPlan {
+    spec: String,
+    ok: bool,
+    /// Why `latmon run` would refuse it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    /// Worth knowing, not an error (a serial device absent now).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -242,6 +270,8 @@ struct CheckReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     config_error: Option<String>,
     features: Vec<features::KindStatus>,
+    /// Every output, checked as `latmon run` would open it.
+    outputs: Vec<OutputPlan>,
     probes: Vec<ProbePlan>,
     /// How long latmon's own cost was measured (0: not measured).
     measure_ns: u64,
@@ -273,6 +303,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
         config_ok: true,
         config_error: None,
         features: Vec::new(),
+        outputs: Vec::new(),
         probes: Vec::new(),
         measure_ns: 0,
         measure_error: None,
@@ -281,6 +312,9 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
         drop_to: None,
     };
     let measure = parse_duration(&a.measure)?;
+    if measure > latmon::config::MAX_INTERVAL {
+        anyhow::bail!("--measure {}: at most {:?}", a.measure, latmon::config::MAX_INTERVAL);
+    }
     let cfg = load_config(&a.common).and_then(|c| c.validate().map(|()| c).map_err(Into::into)).and_then(|c| {
         // What run would apply: CPUs that exist, a user that resolves.
         if !c.housekeeping_cpus.is_empty() {
@@ -295,6 +329,13 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
         Ok(c)
     });
     if let Ok(c) = &cfg {
+        for o in &c.outputs {
+            let (ok, error, note) = match sinks::check(o, c.format) {
+                Ok(note) => (true, None, note),
+                Err(e) => (false, Some(e), None),
+            };
+            rep.outputs.push(OutputPlan { spec: o.clone(), ok, error, note });
+        }
         rep.housekeeping_cpus = c.housekeeping_cpus.clone();
         rep.drop_to = c.user.as_ref().and_then(|u| privs::resolve(u, c.group.as_deref()).ok()).map(|i| {
             format!("{}:{} (uid {} gid {})", i.user, i.group, i.uid, i.gid)
@@ -373,7 +414,9 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     } else {
         print_check(&rep);
     }
-    if !rep.config_ok {
+    // An output latmon run would refuse is a config error: the service
+    // would not start.
+    if !rep.config_ok || rep.outputs.iter().any(|o| !o.ok) {
         return Ok(ExitCode::from(2));
     }
     privileged?;
@@ -412,6 +455,19 @@ fn print_check(r: &CheckReport) {
                 let _ = writeln!(o, "  {:<11} yes", f.kind);
             } else {
                 let _ = writeln!(o, "  {:<11} no: {}", f.kind, f.error);
+            }
+        }
+    }
+    for out in &r.outputs {
+        match (&out.error, &out.note) {
+            (Some(e), _) => {
+                let _ = writeln!(o, "output       {} INVALID: {e}", out.spec);
+            }
+            (None, Some(n)) => {
+                let _ = writeln!(o, "output       {} ok ({n})", out.spec);
+            }
+            (None, None) => {
+                let _ = writeln!(o, "output       {} ok", out.spec);
             }
         }
     }
