@@ -102,7 +102,7 @@ struct RunArgs {
     #[arg(long, value_parser = ["text", "json", "frames"])]
     format: Option<String>,
     /// Output SINK, repeatable: - (stdout) | serial:/dev/ttyX[@BAUD][,parity=none|even|odd][,flow=none|hw|sw] |
-    /// tcp://HOST:PORT (listen) | udp://HOST:PORT | unix:/PATH (listen) | file:PATH |
+    /// tcp://HOST:PORT[,clients=8] (listen) | udp://HOST:PORT | unix:/PATH[,clients=8] (listen) | file:PATH |
     /// modbus-tcp://[HOST]:PORT[,unit=N][,clients=8][,idle=60s][,allow=NET+NET] (HOST defaults to 127.0.0.1) |
     /// modbus-rtu:serial:/dev/ttyX[@19200][,unit=1][,parity=even] (register map: docs/modbus-map.md)
     #[arg(long = "output", value_name = "SINK", allow_hyphen_values = true)]
