@@ -78,7 +78,24 @@ pub fn link_line(s: &LinkStats, t: &Tracker) -> String {
         s.unknown_kinds,
         t.summaries_lost,
         if t.seq_jumps > 0 { format!(", {} seq jumps", t.seq_jumps) } else { String::new() }
-    )
+    ) + &ignored_line(t)
+}
+
+/// What the receiver set aside (only when something was), for the link
+/// line: probe entries with ids beyond MAX_PROBES, of another bucket
+/// scheme, or split entries whose other parts were lost.
+fn ignored_line(t: &Tracker) -> String {
+    let mut s = String::new();
+    for (n, what) in [
+        (t.ignored_entries, "entries with ids >= 1024 ignored"),
+        (t.scheme_mismatch, "entries of another bucket scheme skipped"),
+        (t.partial_dropped, "split entries incomplete"),
+    ] {
+        if n > 0 {
+            let _ = write!(s, ", {n} {what}");
+        }
+    }
+    s
 }
 
 /// `latmon decode SOURCE`: a JSON line per frame on stdout until the
@@ -524,6 +541,19 @@ mod tests {
         assert!(s.contains("\\u{1b}]0;pwned\\u{7}"), "shown escaped: {s}");
         assert!(!s.lines().any(|l| l.starts_with("fake line")), "a wire newline starts no line of its own");
         assert_eq!(shown("ctrl_loop"), "ctrl_loop");
+    }
+
+    /// What the receiver set aside is said on the link line, not dropped
+    /// silently.
+    #[test]
+    fn link_line_names_what_was_set_aside() {
+        let mut t = Tracker::new();
+        let mut h = hello();
+        h.probes[0].id = 5000;
+        t.on_frame(Frame::Hello(h));
+        let l = link_line(&LinkStats::default(), &t);
+        assert!(l.ends_with("0 summaries lost, 1 entries with ids >= 1024 ignored"), "{l}");
+        assert!(!link_line(&LinkStats::default(), &Tracker::new()).contains("ignored"));
     }
 
     #[test]
