@@ -24,9 +24,19 @@
  * sys_exit (current is the caller), becomes an alert record whose id is
  * the slot (alerts.bpf.h: one token bucket per slot).
  *
- * Variants, autoloaded by user space: tp_btf parks in task storage (5.11+);
- * raw_tp parks in an LRU hash keyed by thread id (a task killed while
- * blocked leaves an entry LRU eviction reclaims).
+ * Variants, autoloaded by user space: tp_btf parks in task storage (5.11+,
+ * freed with the task); raw_tp parks in a hash keyed by thread id.
+ *
+ * The tid hash holds a stamp only while its task lives: every exiting task
+ * stamps its exit/exit_group, which never returns, and its final switch
+ * would park that stamp for good. sched_process_exit (in the exiting task,
+ * before that switch) empties the CPU slot and deletes the task's entry.
+ * The hash is a plain one, not LRU: an LRU evicted the oldest entries -
+ * the threads blocked longest - silently once ~10k exits had filled it
+ * with stale stamps. Full now means LATMON_MAX_STAMPS threads blocked at
+ * once inside syscalls; a stamp that finds no room is counted in slot 0's
+ * drops, and so is a stale entry found at sys_exit (one whose task died
+ * without the exit hook, e.g. before it was attached).
  *
  * Kernels without BTF: classic tracepoints raw_syscalls/sys_enter,
  * sys_exit and sched/sched_switch park like raw_tp does; the only record
@@ -87,7 +97,7 @@ struct {
 #endif
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, LATMON_MAX_STAMPS);
 	__type(key, __u32);
 	__type(value, struct sc_stamp);
@@ -200,9 +210,25 @@ static __always_inline void exit_parked_by_tid(void *ctx)
 	if (!p)
 		return;
 	/* A stale entry of an earlier thread with this id (one that died
-	 * blocked) must not time the first sys_exit of a new thread. */
+	 * before the exit hook ran) must not time the first sys_exit of a new
+	 * thread; its stamp is lost: counted. */
 	if (p->task == bpf_get_current_task())
 		record(ctx, p->id, p->ts);
+	else
+		count_drop();
+	bpf_map_delete_elem(&sc_parked_by_tid, &tid);
+}
+
+/* sched_process_exit runs in the exiting task before its last switch: no
+ * stamp of it may outlive it (its exit syscall never returns). */
+static __always_inline void task_exit_by_tid(void)
+{
+	struct sc_stamp *s = cpu_stamp();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	/* A stamp in the CPU slot is the running task's: exit/exit_group. */
+	if (s)
+		s->ts = 0;
 	bpf_map_delete_elem(&sc_parked_by_tid, &tid);
 }
 
@@ -293,6 +319,13 @@ int BPF_PROG(sc_switch_raw, bool preempt, struct task_struct *prev, struct task_
 	park_by_tid();
 	return 0;
 }
+
+SEC("raw_tp/sched_process_exit")
+int sc_task_exit_raw(void *ctx)
+{
+	task_exit_by_tid();
+	return 0;
+}
 #endif /* !LATMON_NO_BTF */
 
 #ifdef LATMON_NO_BTF
@@ -320,6 +353,13 @@ SEC("tracepoint/sched/sched_switch")
 int sc_switch_tp(void *ctx)
 {
 	park_by_tid();
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int sc_task_exit_tp(void *ctx)
+{
+	task_exit_by_tid();
 	return 0;
 }
 #endif /* LATMON_NO_BTF */

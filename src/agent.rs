@@ -283,13 +283,29 @@ impl Agent {
     /// counts per id (inserting it behind its family shifted the ids of the
     /// probes after it, and a receiver then labelled them with the names
     /// of others). Allocates only when a series appears.
+    ///
+    /// At most `wire::MAX_PROBES` probes and series in all (the ids a
+    /// receiver tracks): a series beyond is not reported on a line of its
+    /// own (its events stay in its family's line), and a warning says so.
     fn add_new_series(&mut self) {
         let mut new: Vec<Slot> = Vec::new();
+        let total = self.slots.len();
         for slot in &mut self.slots {
-            let born = match &mut slot.probe {
+            let mut born = match &mut slot.probe {
                 Some(p) => p.new_series(),
                 None => Vec::new(),
             };
+            let room = crate::wire::MAX_PROBES.saturating_sub(total + new.len());
+            if born.len() > room {
+                log::warn!(
+                    "probe {}: {} new series not reported on their own: {} probes and series in all at most (their events count in {})",
+                    slot.info.name,
+                    born.len() - room,
+                    crate::wire::MAX_PROBES,
+                    slot.info.name
+                );
+                born.truncate(room);
+            }
             slot.series += born.len();
             for p in born {
                 let mut s = slot.spec.clone();

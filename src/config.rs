@@ -54,10 +54,14 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Parse `250us`, `1.5ms`, `10s`, `2m`, `100ns` (also `µs`).
+/// Parse `250us`, `1.5ms`, `10s`, `2m`, `100ns` (also `µs`); a bare `0`
+/// is zero (a zero needs no unit: `--measure 0`).
 pub fn parse_duration(s: &str) -> Result<Duration, ConfigError> {
     let bad = || ConfigError::BadDuration(s.to_string());
     let t = s.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
     let (num, unit) = t.split_at(split);
     let scale_ns: f64 = match unit.trim() {
@@ -219,7 +223,13 @@ impl ProbeSpec {
                     }
                     p.comm = Some(v.to_string());
                 }
-                "threshold" => p.threshold = Some(parse_duration(v)?),
+                "threshold" => {
+                    let t = parse_duration(v)?;
+                    if t.is_zero() {
+                        return Err(bad("threshold must be more than 0 (leave it out for no alerts)"));
+                    }
+                    p.threshold = Some(t);
+                }
                 "name" => {
                     if v.is_empty() {
                         return Err(bad("name must not be empty"));
@@ -381,6 +391,18 @@ pub const DEFAULT_NICE: i32 = 10;
 pub const DEFAULT_PROBES: &[&str] = &["runq", "syscall", "irq"];
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+/// The longest `interval`: a summary at least every hour (a longer one
+/// hides everything, and intervals are added to clocks).
+pub const MAX_INTERVAL: Duration = Duration::from_secs(3600);
+/// The longest `duration` / `--duration` (a year; without one latmon runs
+/// until stopped). Deadlines are `now + duration`: no overflow below this.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+/// Configured probes at most (each is its own BPF object: programs, maps
+/// and file descriptors; series of families come on top, see
+/// docs/agent.md "Bounds").
+pub const MAX_CONFIG_PROBES: usize = 32;
+/// The largest config file read.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 impl Default for Config {
     fn default() -> Self {
@@ -459,8 +481,18 @@ impl Config {
         if self.interval < MIN_INTERVAL {
             return Err(ConfigError::OutOfRange { key: "interval", why: format!("must be at least {MIN_INTERVAL:?}") });
         }
+        if self.interval > MAX_INTERVAL {
+            return Err(ConfigError::OutOfRange { key: "interval", why: format!("must be at most {MAX_INTERVAL:?}") });
+        }
+        check_duration(self.duration)?;
         if self.probes.is_empty() {
             return Err(ConfigError::OutOfRange { key: "probes", why: "at least one probe is needed".into() });
+        }
+        if self.probes.len() > MAX_CONFIG_PROBES {
+            return Err(ConfigError::OutOfRange {
+                key: "probes",
+                why: format!("{} probes configured; at most {MAX_CONFIG_PROBES}", self.probes.len()),
+            });
         }
         if self.outputs.is_empty() {
             return Err(ConfigError::OutOfRange { key: "outputs", why: "at least one output is needed".into() });
@@ -524,6 +556,21 @@ impl Config {
     }
 }
 
+/// `duration` / `--duration`: more than 0 (leave it out to run until
+/// stopped) and at most [`MAX_DURATION`].
+pub fn check_duration(d: Option<Duration>) -> Result<(), ConfigError> {
+    match d {
+        Some(d) if d.is_zero() => Err(ConfigError::OutOfRange {
+            key: "duration",
+            why: "must be more than 0 (leave it out to run until stopped)".into(),
+        }),
+        Some(d) if d > MAX_DURATION => {
+            Err(ConfigError::OutOfRange { key: "duration", why: format!("must be at most {MAX_DURATION:?} (366 days)") })
+        }
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -536,9 +583,32 @@ mod tests {
         assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("7ns").unwrap(), Duration::from_nanos(7));
-        for bad in ["", "10", "s", "1.2.3s", "5 parsecs", "-1s", "1e9s9"] {
+        for bad in ["", "10", "s", "1.2.3s", "5 parsecs", "-1s", "1e9s9", "00", "0x"] {
             assert!(matches!(parse_duration(bad), Err(ConfigError::BadDuration(_))), "{bad}");
         }
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO, "a zero needs no unit (check --measure 0)");
+        assert_eq!(parse_duration(" 0 ").unwrap(), Duration::ZERO);
+    }
+
+    /// Adversarial values found accepted silently: each is refused, naming
+    /// the key and the limit.
+    #[test]
+    fn intervals_durations_and_probe_counts_are_bounded() {
+        let refused = |toml: &str, needle: &str| {
+            let e = Config::from_toml(toml).expect_err(toml).to_string();
+            assert!(e.contains(needle), "{toml}: {e}");
+        };
+        refused("interval = \"18446744073s\"", "interval: must be at most");
+        refused("interval = \"7200s\"", "interval: must be at most");
+        refused("duration = \"0s\"", "duration: must be more than 0");
+        refused("duration = \"0\"", "duration: must be more than 0");
+        refused("duration = \"18446744073s\"", "duration: must be at most");
+        let many: Vec<String> = (0..=MAX_CONFIG_PROBES).map(|i| format!("\"runq,name=r{i}\"")).collect();
+        refused(&format!("probes = [{}]", many.join(",")), &format!("33 probes configured; at most {MAX_CONFIG_PROBES}"));
+        refused("probes = [\"runq,threshold=0s\"]", "threshold");
+        let ok: Vec<String> = (0..MAX_CONFIG_PROBES).map(|i| format!("\"runq,name=r{i}\"")).collect();
+        let c = Config::from_toml(&format!("probes = [{}]\ninterval = \"60m\"\nduration = \"1s\"", ok.join(","))).unwrap();
+        assert_eq!((c.probes.len(), c.interval), (MAX_CONFIG_PROBES, MAX_INTERVAL));
     }
 
     #[test]

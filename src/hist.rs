@@ -177,7 +177,8 @@ impl Hist {
                 let hi = hi.min(self.max_ns.saturating_add(1)).max(lo + 1);
                 let k = (rank - below) as f64 - 0.5;
                 let v = lo + ((hi - lo) as f64 * k / c as f64) as u64;
-                return v.clamp(self.min_ns, self.max_ns);
+                // Not clamp(): a sender may claim min > max (clamp panics).
+                return v.max(self.min_ns).min(self.max_ns);
             }
             below += c;
         }
@@ -293,6 +294,21 @@ mod tests {
         big.record(u64::MAX / 2);
         assert_eq!(big.quantile(0.5), u64::MAX / 2);
         assert_eq!(big.nonzero_buckets().next().unwrap().1, u64::MAX / 2 + 1);
+    }
+
+    /// A receiver's histogram comes from the wire: min > max must give
+    /// some answer (never above max), not a panic.
+    #[test]
+    fn inconsistent_min_above_max_does_not_panic() {
+        let mut h = Hist::default();
+        for v in [1_000u64, 2_000, 3_000, 4_000] {
+            h.record(v);
+        }
+        h.min_ns = 9_000;
+        h.max_ns = 10;
+        let p = h.percentiles();
+        assert!(p.p50_ns <= 10 && p.p90_ns <= 10, "{p:?}");
+        assert_eq!(h.quantile(1.0), 10);
     }
 
     #[test]

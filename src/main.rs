@@ -102,7 +102,7 @@ struct RunArgs {
     #[arg(long, value_parser = ["text", "json", "frames"])]
     format: Option<String>,
     /// Output SINK, repeatable: - (stdout) | serial:/dev/ttyX[@BAUD][,parity=none|even|odd][,flow=none|hw|sw] |
-    /// tcp://HOST:PORT (listen) | udp://HOST:PORT | unix:/PATH (listen) | file:PATH |
+    /// tcp://HOST:PORT[,clients=8] (listen) | udp://HOST:PORT | unix:/PATH[,clients=8] (listen) | file:PATH |
     /// modbus-tcp://[HOST]:PORT[,unit=N][,clients=8][,idle=60s][,allow=NET+NET] (HOST defaults to 127.0.0.1) |
     /// modbus-rtu:serial:/dev/ttyX[@19200][,unit=1][,parity=even] (register map: docs/modbus-map.md)
     #[arg(long = "output", value_name = "SINK", allow_hyphen_values = true)]
@@ -125,7 +125,7 @@ struct CheckArgs {
 fn load_config(c: &Common) -> Result<Config> {
     let mut cfg = match &c.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+            let text = read_config_file(path)?;
             Config::from_toml(&text).with_context(|| format!("config {}", path.display()))?
         }
         None => Config::default(),
@@ -137,6 +137,20 @@ fn load_config(c: &Common) -> Result<Config> {
         probes::set_btf_path(std::path::Path::new(p)).map_err(anyhow::Error::msg)?;
     }
     Ok(cfg)
+}
+
+/// The config file's text, refused beyond `MAX_CONFIG_BYTES` (read with a
+/// limit: a path such as /dev/zero must not fill memory).
+fn read_config_file(path: &std::path::Path) -> Result<String> {
+    use std::io::Read;
+    let max = latmon::config::MAX_CONFIG_BYTES;
+    let f = std::fs::File::open(path).with_context(|| format!("reading config {}", path.display()))?;
+    let mut bytes = Vec::new();
+    f.take(max + 1).read_to_end(&mut bytes).with_context(|| format!("reading config {}", path.display()))?;
+    if bytes.len() as u64 > max {
+        anyhow::bail!("config {}: larger than {max} bytes", path.display());
+    }
+    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("config {}: not UTF-8 text", path.display()))
 }
 
 /// The config of `latmon run`: the file (or default), then the flags.
@@ -187,10 +201,35 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
 }
 
 fn source_duration(a: &SourceArgs) -> Result<Option<std::time::Duration>> {
-    Ok(match &a.duration {
+    let d = match &a.duration {
         Some(d) => Some(parse_duration(d)?),
         None => None,
-    })
+    };
+    latmon::config::check_duration(d)?;
+    Ok(d)
+}
+
+#[derive(Serialize)]
+struct OutputPlan {
+    /// The word as written.
+    spec: String,
+    /// The endpoint it names, normalised (serial baud filled in); the word
+    /// itself when it does not parse.
+    output: String,
+    ok: bool,
+    /// Why `latmon run` would refuse it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    /// Worth knowing, not an error (a serial device absent now).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    format: Option<String>,
+    /// Bytes per second the output may use (None: unlimited).
+    budget_bps: Option<u32>,
+    /// A serial line's rate in bytes per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line_bps: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -242,6 +281,8 @@ struct CheckReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     config_error: Option<String>,
     features: Vec<features::KindStatus>,
+    /// Every output, checked as `latmon run` would open it.
+    outputs: Vec<OutputPlan>,
     probes: Vec<ProbePlan>,
     /// How long latmon's own cost was measured (0: not measured).
     measure_ns: u64,
@@ -257,20 +298,6 @@ struct CheckReport {
     /// The user latmon would drop to (`user`/`group`), resolved.
     #[serde(skip_serializing_if = "Option::is_none")]
     drop_to: Option<String>,
-    /// Each output and its byte budget.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    outputs: Vec<OutputPlan>,
-}
-
-#[derive(Serialize)]
-struct OutputPlan {
-    output: String,
-    format: String,
-    /// Bytes per second the output may use (None: unlimited).
-    budget_bps: Option<u32>,
-    /// A serial line's rate in bytes per second.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    line_bps: Option<u32>,
 }
 
 /// The outputs of a config with their budgets (frames outputs only send
@@ -280,20 +307,34 @@ fn output_plans(c: &latmon::config::Config) -> Vec<OutputPlan> {
     use latmon::sinks::spec::{Endpoint, LinkSpec};
     c.outputs
         .iter()
-        .filter_map(|w| {
-            let spec = LinkSpec::parse(w).ok()?;
-            let format = spec.effective_format(c.format);
-            let line_bps = match &spec.endpoint {
-                Endpoint::Serial(s) => Some(s.bytes_per_s()),
-                _ => None,
+        .map(|w| {
+            let (ok, error, note) = match sinks::check(w, c.format) {
+                Ok(note) => (true, None, note),
+                Err(e) => (false, Some(e), None),
             };
-            let framed = format == latmon::config::Format::Frames;
-            Some(OutputPlan {
-                output: spec.endpoint.to_string(),
-                format: format!("{format:?}").to_lowercase(),
-                budget_bps: if framed { spec.budget_bps() } else { None },
-                line_bps,
-            })
+            let mut plan = OutputPlan {
+                spec: w.clone(),
+                output: w.clone(),
+                ok,
+                error,
+                note,
+                format: None,
+                budget_bps: None,
+                line_bps: None,
+            };
+            if let Ok(spec) = LinkSpec::parse(w) {
+                let format = spec.effective_format(c.format);
+                plan.line_bps = match &spec.endpoint {
+                    Endpoint::Serial(s) => Some(s.bytes_per_s()),
+                    _ => None,
+                };
+                if format == latmon::config::Format::Frames {
+                    plan.budget_bps = spec.budget_bps();
+                }
+                plan.output = spec.endpoint.to_string();
+                plan.format = Some(format!("{format:?}").to_lowercase());
+            }
+            plan
         })
         .collect()
 }
@@ -312,15 +353,18 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
         config_ok: true,
         config_error: None,
         features: Vec::new(),
+        outputs: Vec::new(),
         probes: Vec::new(),
         measure_ns: 0,
         measure_error: None,
         bpf_cpu_percent: None,
         housekeeping_cpus: Vec::new(),
         drop_to: None,
-        outputs: Vec::new(),
     };
     let measure = parse_duration(&a.measure)?;
+    if measure > latmon::config::MAX_INTERVAL {
+        anyhow::bail!("--measure {}: at most {:?}", a.measure, latmon::config::MAX_INTERVAL);
+    }
     let cfg = load_config(&a.common).and_then(|c| c.validate().map(|()| c).map_err(Into::into)).and_then(|c| {
         // What run would apply: CPUs that exist, a user that resolves.
         if !c.housekeeping_cpus.is_empty() {
@@ -414,7 +458,9 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     } else {
         print_check(&rep);
     }
-    if !rep.config_ok {
+    // An output latmon run would refuse is a config error: the service
+    // would not start.
+    if !rep.config_ok || rep.outputs.iter().any(|o| !o.ok) {
         return Ok(ExitCode::from(2));
     }
     privileged?;
@@ -460,12 +506,17 @@ fn print_check(r: &CheckReport) {
         let _ = writeln!(o, "housekeeping CPUs {:?}", r.housekeeping_cpus);
     }
     for out in &r.outputs {
+        if let Some(e) = &out.error {
+            let _ = writeln!(o, "output       {} INVALID: {e}", out.spec);
+            continue;
+        }
         let budget = match (out.budget_bps, out.line_bps) {
             (Some(b), Some(l)) => format!("budget {b} B/s ({}% of the line's {l} B/s): delta summaries, keyframes, degradation steps if needed", b as u64 * 100 / l.max(1) as u64),
             (Some(b), None) => format!("budget {b} B/s: delta summaries, keyframes, degradation steps if needed"),
             (None, _) => "unlimited".to_string(),
         };
-        let _ = writeln!(o, "output       {} ({}): {budget}", out.output, out.format);
+        let note = out.note.as_ref().map_or(String::new(), |n| format!(" ({n})"));
+        let _ = writeln!(o, "output       {} ({}): {budget}; ok{note}", out.output, out.format.as_deref().unwrap_or("-"));
     }
     if let Some(d) = &r.drop_to {
         let _ = writeln!(o, "drops to     {d} after attach");

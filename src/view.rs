@@ -91,7 +91,7 @@ pub fn json_line(r: &Result<Event, FrameError>) -> String {
 /// One line of link statistics for stderr.
 pub fn link_line(s: &LinkStats, t: &Tracker) -> String {
     format!(
-        "link: {} bytes, {} frames good, {} CRC errors, {} resyncs, {} other errors, {} unknown kinds, {} summaries lost, {} summaries ({} deltas), {} probes with inexact totals{}",
+        "link: {} bytes, {} frames good, {} CRC errors, {} resyncs, {} other errors, {} unknown kinds, {} summaries lost, {} summaries ({} deltas), {} probes with inexact totals{}{}",
         s.bytes,
         s.frames_good,
         s.crc_errors,
@@ -102,8 +102,26 @@ pub fn link_line(s: &LinkStats, t: &Tracker) -> String {
         t.summaries,
         t.deltas,
         t.inexact_probes(),
+        if t.seq_jumps > 0 { format!(", {} seq jumps", t.seq_jumps) } else { String::new() },
         budget_words(t).map_or(String::new(), |w| format!(", {w}"))
-    )
+    ) + &ignored_line(t)
+}
+
+/// What the receiver set aside (only when something was), for the link
+/// line: probe entries with ids beyond MAX_PROBES, of another bucket
+/// scheme, or split entries whose other parts were lost.
+fn ignored_line(t: &Tracker) -> String {
+    let mut s = String::new();
+    for (n, what) in [
+        (t.ignored_entries, "entries with ids >= 1024 ignored"),
+        (t.scheme_mismatch, "entries of another bucket scheme skipped"),
+        (t.partial_dropped, "split entries incomplete"),
+    ] {
+        if n > 0 {
+            let _ = write!(s, ", {n} {what}");
+        }
+    }
+    s
 }
 
 /// The link's budget, use and degradation step from the last Status, in
@@ -181,6 +199,26 @@ pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
 
 // -------------------------------------------------------------------- view
 
+/// A string from the wire as the screen shows it: printable ASCII as is,
+/// anything else (ESC and every other control character, DEL, C1 codes,
+/// Unicode bidi and format characters, any non-ASCII) as `\u{XX}`. A
+/// sender must not be able to retitle, recolour or rewrite the
+/// technician's terminal, or draw fake lines with a newline.
+pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if (' '..='~').contains(&c) {
+            out.push(c);
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Alerts kept on screen.
 const ALERTS_SHOWN: usize = 8;
 const BAR_WIDTH: usize = 32;
@@ -231,7 +269,7 @@ impl View {
         let _ = write!(s, "latmon view  {source}");
         if let Some(h) = &t.hello {
             let board = if h.board.is_empty() { "-" } else { &h.board };
-            let _ = write!(s, "   board {board}  kernel {}  latmon {}", h.kernel, h.latmon_version);
+            let _ = write!(s, "   board {}  kernel {}  latmon {}", shown(board), shown(&h.kernel), shown(&h.latmon_version));
         }
         s.push('\n');
         match &t.hello {
@@ -255,12 +293,13 @@ impl View {
         let (agent_drops, clients) = t.status.as_ref().map_or((0, 0), |st| (st.frames_dropped, st.clients));
         let _ = writeln!(
             s,
-            "link  frames ok {}  CRC errors {}  resyncs {}  other errors {}  summaries lost {}  last frame {ago}  agent drops {agent_drops}{}{}",
+            "link  frames ok {}  CRC errors {}  resyncs {}  other errors {}  summaries lost {}{}  last frame {ago}  agent drops {agent_drops}{}{}",
             link.frames_good,
             link.crc_errors,
             link.resyncs,
             link.errors() - link.crc_errors,
             t.summaries_lost,
+            if t.seq_jumps > 0 { format!("  seq jumps {}", t.seq_jumps) } else { String::new() },
             if clients > 0 { format!("  clients {clients}") } else { String::new() },
             if t.restarts > 0 { format!("  agent restarts {}", t.restarts) } else { String::new() }
         );
@@ -283,7 +322,7 @@ impl View {
                     s.push_str("  OVER BUDGET");
                 }
                 if st.flags & crate::wire::STATUS_DEGRADED != 0 {
-                    let names: Vec<String> = st.detached.iter().map(|&id| t.probe_name(id)).collect();
+                    let names: Vec<String> = st.detached.iter().map(|&id| shown(&t.probe_name(id)).into_owned()).collect();
                     let _ = write!(s, "  DEGRADED: detached over budget: {}", names.join(", "));
                 }
                 s.push('\n');
@@ -292,11 +331,11 @@ impl View {
         let _ = writeln!(s, "{}", "-".repeat(78));
         for (id, p) in self.latest.iter().enumerate() {
             let Some(p) = p else { continue };
-            let via = if p.attach.is_empty() { String::new() } else { format!("  [{} via {}]", p.kind, p.attach) };
+            let via = if p.attach.is_empty() { String::new() } else { format!("  [{} via {}]", shown(&p.kind), shown(&p.attach)) };
             // Kernel-skipped runs of its programs (Status revision 2).
             let missed = t.status.as_ref().and_then(|st| st.missed.iter().find(|m| usize::from(m.id) == id)).map(|m| m.missed);
             let missed = missed.map_or(String::new(), |m| format!("  MISSED {m} (runs the kernel skipped)"));
-            let _ = writeln!(s, "{}{via}{missed}", p.name);
+            let _ = writeln!(s, "{}{via}{missed}", shown(&p.name));
             // The span the interval numbers cover: one agent interval, or
             // more after lost frames (since start for a late joiner).
             let _ = writeln!(
@@ -338,10 +377,10 @@ impl View {
                 s,
                 "  {:>14.6}s  {:<12} pid {:<7} tid {:<7} {:<16} cpu {:<3} latency {}",
                 a.time_ns as f64 / 1e9,
-                a.probe,
+                shown(&a.probe),
                 a.pid,
                 a.tid,
-                a.comm,
+                shown(&a.comm),
                 a.cpu,
                 fmt_ns(a.latency_ns)
             );
@@ -541,6 +580,54 @@ mod tests {
             assert!(s.contains(needle), "{needle:?} missing in\n{s}");
         }
         assert!(s.is_ascii());
+    }
+
+    /// Wire strings (board, kernel, probe names, kind, attach, comm) reach
+    /// the terminal with no control character: no ESC, BEL, CR, C1 CSI,
+    /// newline of their own or bidi override.
+    #[test]
+    fn escape_sequences_from_the_wire_never_reach_the_terminal() {
+        let evil = "\x1b]0;pwned\x07\x1b[31mred\r\nfake line\u{9b}2J\u{202e}\x7f";
+        let mut t = Tracker::new();
+        let mut v = View::default();
+        let mut h = hello();
+        h.board = evil.into();
+        h.kernel = evil.into();
+        h.latmon_version = evil.into();
+        h.probes[0].name = evil.into();
+        h.probes[0].kind = evil.into();
+        h.probes[0].attach = evil.into();
+        v.on_event(&t.on_frame(Frame::Hello(h)));
+        let mut hist = Hist::default();
+        v.on_event(&summary_event(&mut t, 1, &[1_000, 2_000], &mut hist));
+        v.on_event(&t.on_frame(Frame::Alert(Alert {
+            boot_id: 7,
+            probe: 0,
+            pid: 1,
+            tid: 1,
+            comm: evil.into(),
+            cpu: 0,
+            latency_ns: 5,
+            time_ns: 5,
+        })));
+        let s = v.render("tcp://x", &LinkStats::default(), &t, None);
+        assert!(s.chars().all(|c| c == '\n' || (' '..='~').contains(&c)), "raw control or non-ASCII characters in\n{s:?}");
+        assert!(s.contains("\\u{1b}]0;pwned\\u{7}"), "shown escaped: {s}");
+        assert!(!s.lines().any(|l| l.starts_with("fake line")), "a wire newline starts no line of its own");
+        assert_eq!(shown("ctrl_loop"), "ctrl_loop");
+    }
+
+    /// What the receiver set aside is said on the link line, not dropped
+    /// silently.
+    #[test]
+    fn link_line_names_what_was_set_aside() {
+        let mut t = Tracker::new();
+        let mut h = hello();
+        h.probes[0].id = 5000;
+        t.on_frame(Frame::Hello(h));
+        let l = link_line(&LinkStats::default(), &t);
+        assert!(l.ends_with("0 summaries lost, 1 entries with ids >= 1024 ignored"), "{l}");
+        assert!(!link_line(&LinkStats::default(), &Tracker::new()).contains("ignored"));
     }
 
     #[test]

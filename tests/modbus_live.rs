@@ -319,6 +319,71 @@ fn modbus_tcp_200_connect_cycles_leak_no_fd() {
 }
 
 
+/// One FC04 request for registers 0..2 on `s` and its 13-byte answer.
+fn ask_once(s: &mut std::net::TcpStream) -> [u8; 13] {
+    s.write_all(&[0, 1, 0, 0, 0, 6, 1, 4, 0, 0, 0, 2]).unwrap();
+    let mut b = [0u8; 13];
+    s.read_exact(&mut b).unwrap();
+    b
+}
+
+/// Whether the server closed `s` (EOF or reset) rather than keeping it.
+fn closed_by_server(s: &mut std::net::TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let mut b = [0u8; 64];
+    match s.read(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+    }
+}
+
+/// Slow clients (one request, then nothing for longer than
+/// DISPLACE_IDLE, like the ones completing a request every 12 s) fill
+/// every slot but the PLC's: a newcomer (mbpoll) still gets in, by
+/// displacing the slow client idle longest, and the PLC (mbpoll polling
+/// once a second) is never the one closed. Before: "too many clients".
+#[test]
+fn modbus_tcp_slow_clients_yield_their_slot_never_the_plc() {
+    let p = port();
+    let ps = p.to_string();
+    let child = start_run(&["--probe", "runq", "--interval", "100ms", "--output", &format!("modbus-tcp://127.0.0.1:{p},clients=3")]);
+    // Line-buffered, so that what it printed survives its end.
+    let plc = Command::new("stdbuf")
+        .args(["-oL", "-eL", "mbpoll", "-m", "tcp", "-p", &ps, "-t", "3", "-0", "-r", "0", "-c", "2", "-l", "1000", "127.0.0.1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("mbpoll");
+    std::thread::sleep(Duration::from_millis(500));
+    let mut slow: Vec<std::net::TcpStream> = (0..2).map(|_| std::net::TcpStream::connect(("127.0.0.1", p)).unwrap()).collect();
+    let t0 = Instant::now();
+    for s in &mut slow {
+        assert_eq!(&ask_once(s)[9..11], &[0x4C, 0x4D]);
+    }
+    // Three slots taken: the PLC and two clients now silent for > 2 s.
+    std::thread::sleep(Duration::from_millis(2600));
+    let (ok, h, err) = mbpoll(&["-m", "tcp", "-p", &ps, "-t", "3", "-0", "-1", "-r", "0", "-c", "1", "127.0.0.1"]);
+    let newcomer_after = t0.elapsed();
+    let closed: Vec<bool> = slow.iter_mut().map(closed_by_server).collect();
+    // The PLC goes on polling undisturbed.
+    std::thread::sleep(Duration::from_millis(2500));
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(plc.id() as i32), nix::sys::signal::Signal::SIGINT);
+    let out = plc.wait_with_output().unwrap();
+    let plc_out = String::from_utf8_lossy(&out.stdout);
+    let plc_err = String::from_utf8_lossy(&out.stderr);
+    let polls = plc_out.lines().filter(|l| l.trim_start().starts_with("[0]:")).count();
+    stop(child);
+    eprintln!(
+        "FIGURES modbus displacement: newcomer after {newcomer_after:.1?} of silence: ok {ok} ({err:?}); slow clients closed {closed:?}; PLC polls {polls}, PLC errors {:?}",
+        plc_err.trim()
+    );
+    assert!(ok && h.get(&0) == Some(&0x4C4D), "the newcomer got no slot: {err}");
+    assert_eq!(closed.iter().filter(|&&c| c).count(), 1, "exactly one slow client displaced: {closed:?}");
+    assert!(closed[0], "the one idle longest (asked first) is displaced: {closed:?}");
+    assert!(polls >= 5 && !plc_err.contains("failed"), "the PLC kept its slot: {polls} polls, {plc_err}");
+}
+
 /// The serial "bus": copies bytes both ways between the masters of the
 /// agent's pty and the client's pty; `noise` bytes are put on the agent's
 /// line as soon as they are queued.

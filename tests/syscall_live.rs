@@ -194,3 +194,163 @@ fn slow_syscalls_become_alert_records_named_after_their_series() {
         assert_eq!(u(fam, "total_alerts"), SLOW, "{fam}");
     }
 }
+
+/// Entries now in the tid-keyed park hash(es) of latmon process `pid`
+/// (`sc_parked_by_tid`; BPF object names keep 15 bytes).
+fn parked_entries(pid: u32) -> usize {
+    let mut n = 0;
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().map_while(Result::ok) {
+        if std::fs::read_link(fd.path()).unwrap_or_default().to_string_lossy() != "anon_inode:bpf-map" {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy())).unwrap_or_default();
+        let Some(id) = info.lines().find_map(|l| l.strip_prefix("map_id:")).map(|v| v.trim().to_string()) else { continue };
+        let show = std::process::Command::new("bpftool").args(["-j", "map", "show", "id", &id]).output().expect("bpftool");
+        let show: serde_json::Value = serde_json::from_slice(&show.stdout).expect("bpftool JSON");
+        if show["name"] != "sc_parked_by_ti" {
+            continue;
+        }
+        let dump = std::process::Command::new("bpftool").args(["-j", "map", "dump", "id", &id]).output().expect("bpftool");
+        let dump: serde_json::Value = serde_json::from_slice(&dump.stdout).expect("bpftool JSON");
+        n += dump.as_array().map_or(0, Vec::len);
+    }
+    n
+}
+
+/// Threads named `comm` of this process in state `state` (from /proc).
+fn threads_in_state(comm: &str, state: char) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .map_while(Result::ok)
+        .filter(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            // "tid (comm) S ...": comm may hold spaces, the last ')' ends it.
+            stat.rsplit_once(") ").is_some_and(|(head, rest)| head.ends_with(&format!("({comm}")) && rest.starts_with(state))
+        })
+        .count()
+}
+
+/// `n` threads named `comm`, each blocked in one readv(2) of a shared pipe
+/// until `release` writes a byte per thread (readv: a syscall nothing else
+/// here makes, whereas std or libc may read(2) once at a thread's start).
+/// Returns (write end, handles).
+fn blocked_readers(comm: &str, n: usize) -> (std::os::fd::OwnedFd, Vec<std::thread::JoinHandle<()>>) {
+    use std::os::fd::AsRawFd;
+    let (r, w) = nix::unistd::pipe().unwrap();
+    let r = std::sync::Arc::new(r);
+    let handles = (0..n)
+        .map(|_| {
+            let r = std::sync::Arc::clone(&r);
+            std::thread::Builder::new()
+                .name(comm.into())
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    let mut b = [0u8; 1];
+                    let iov = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: 1 };
+                    // SAFETY: a valid fd and one iovec of a 1-byte buffer.
+                    let got = unsafe { libc::syscall(libc::SYS_readv, r.as_raw_fd(), &iov as *const libc::iovec, 1usize) };
+                    assert_eq!(got, 1);
+                })
+                .unwrap()
+        })
+        .collect();
+    // Every reader asleep in its read (S) before anything else happens.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while threads_in_state(comm, 'S') < n {
+        assert!(std::time::Instant::now() < deadline, "{n} readers named {comm} never all blocked");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    (w, handles)
+}
+
+fn release(w: std::os::fd::OwnedFd, handles: Vec<std::thread::JoinHandle<()>>) {
+    let bytes = vec![b'x'; handles.len()];
+    let mut at = 0;
+    while at < bytes.len() {
+        at += nix::unistd::write(&w, &bytes[at..]).unwrap();
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+/// Threads in a blocked syscall while another `STORM_EXITS` threads exit
+/// (20 000 `/bin/true` exits in the adversarial run; thread exits are the
+/// same `do_exit` and much quicker to make).
+const STORM_SLEEPERS: usize = 20;
+const STORM_EXITS: usize = 16_000;
+/// More threads blocked at once than the park hash holds
+/// (LATMON_MAX_STAMPS, bpf/latmon.h).
+const MAX_STAMPS: usize = 10_240;
+const OVERFLOW: usize = 300;
+
+/// The tid-hash builds (raw_tp; tracepoint, the path of every board
+/// without BTF): every exiting task stamps its exit syscall, which never
+/// returns. (1) 20 readers blocked while 16 000 threads exit: all 20 are
+/// counted (an LRU full of the exits' stale stamps evicted exactly these,
+/// the oldest: 0 of 20 seen, drops 0), and no entry outlives its thread.
+/// (2) More threads blocked at once than the hash holds: every stamp is
+/// counted, in its series or in drops.
+fn exit_storm_case(env: &[(&str, &str)], attach: &str, tag: &str) {
+    let storm = format!("lm-storm-{tag}");
+    let full = format!("lm-full-{tag}");
+    let p1 = format!("syscall,comm={storm},name=storm");
+    let p2 = format!("syscall,comm={full},name=full");
+    let child = start_run_attached(&["--probe", &p1, "--probe", &p2, "--interval", "500ms", "--format", "json"], env, 2);
+    let pid = child.id();
+
+    // (1) The storm.
+    let (w, sleepers) = blocked_readers(&storm, STORM_SLEEPERS);
+    let parked_before = parked_entries(pid);
+    for _ in 0..STORM_EXITS {
+        std::thread::Builder::new().name(storm.clone()).stack_size(64 * 1024).spawn(|| {}).unwrap().join().unwrap();
+    }
+    let parked_storm = parked_entries(pid);
+    release(w, sleepers);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let parked_after_storm = parked_entries(pid);
+
+    // (2) More blocked at once than fit.
+    let n = MAX_STAMPS + OVERFLOW;
+    let (w, readers) = blocked_readers(&full, n);
+    let parked_full = parked_entries(pid);
+    release(w, readers);
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let parked_end = parked_entries(pid);
+
+    let (status, out) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    let lines = json_lines(&out);
+    let readv = |name: &str| last_probe(&lines, name).map_or(0, |p| u(p, "total_count"));
+    let drops = |name: &str| last_probe(&lines, name).map_or(0, |p| u(p, "total_drops"));
+    eprintln!(
+        "FIGURES exit storm ({attach}): {STORM_SLEEPERS} readers blocked, {STORM_EXITS} thread exits: {} of {STORM_SLEEPERS} readv seen, \
+         drops {}; park hash entries: {parked_before} with the readers blocked, {parked_storm} after the storm, {parked_after_storm} once they returned; \
+         {n} readers blocked at once: {} readv seen + {} drops, {parked_full} entries while blocked, {parked_end} at the end",
+        readv("storm:readv"),
+        drops("storm"),
+        readv("full:readv"),
+        drops("full"),
+    );
+    let p = last_probe(&lines, "storm").expect("family line storm");
+    assert_eq!(p["attach"], attach, "{p}");
+    assert_eq!(readv("storm:readv"), STORM_SLEEPERS as u64, "every blocked read counted after the storm");
+    assert_eq!(drops("storm"), 0);
+    assert!(parked_storm <= STORM_SLEEPERS, "exited threads left {parked_storm} stamps in the park hash");
+    assert_eq!(parked_after_storm, 0, "no entry outlives its thread");
+    // Full: what did not fit is counted, nothing vanishes.
+    let (seen, dropped) = (readv("full:readv"), drops("full"));
+    assert!(seen <= n as u64 && seen + dropped >= n as u64, "{seen} seen + {dropped} dropped of {n} blocked reads");
+    assert!(dropped >= OVERFLOW as u64, "{n} blocked at once in a hash of {MAX_STAMPS}: {dropped} drops");
+    assert_eq!(parked_end, 0, "no entry outlives its thread");
+}
+
+#[test]
+fn raw_tp_exit_storm_loses_no_blocked_syscall_silently() {
+    exit_storm_case(&[("LATMON_SKIP_ATTACH", "tp_btf")], "raw_tp", "raw");
+}
+
+#[test]
+fn tracepoint_exit_storm_loses_no_blocked_syscall_silently() {
+    exit_storm_case(&[("LATMON_FORCE_NO_BTF", "1")], "tracepoint", "tp");
+}

@@ -81,12 +81,14 @@ fn label(nr: u32) -> String {
 
 /// Programs per mechanism, in attach order: the switch hook that parks a
 /// blocked task's stamp must run before any stamp exists; sys_exit before
-/// sys_enter so no stamp waits for a missing exit program.
-fn programs(mech: &str) -> [&'static str; 3] {
+/// sys_enter so no stamp waits for a missing exit program. The tid-hash
+/// builds first hook sched_process_exit, which deletes an exiting task's
+/// stamp (bpf/syscall.bpf.c: otherwise every exit leaves one behind).
+fn programs(mech: &str) -> &'static [&'static str] {
     match mech {
-        "tp_btf" => ["sc_switch_btf", "sc_exit_btf", "sc_enter_btf"],
-        "raw_tp" => ["sc_switch_raw", "sc_exit_raw", "sc_enter_raw"],
-        _ => ["sc_switch_tp", "sc_exit_tp", "sc_enter_tp"],
+        "tp_btf" => &["sc_switch_btf", "sc_exit_btf", "sc_enter_btf"],
+        "raw_tp" => &["sc_task_exit_raw", "sc_switch_raw", "sc_exit_raw", "sc_enter_raw"],
+        _ => &["sc_task_exit_tp", "sc_switch_tp", "sc_exit_tp", "sc_enter_tp"],
     }
 }
 
@@ -248,10 +250,10 @@ fn load_core(spec: &ProbeSpec, filter_id: i32, mech: &'static str, ringbuf: bool
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
         ro.use_ringbuf = ringbuf;
         crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
-        super::autoload_only(open.open_object_mut(), &wanted);
+        super::autoload_only(open.open_object_mut(), wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let links = attach_in_order(skel.object(), &wanted)?;
+    let links = attach_in_order(skel.object(), wanted)?;
     loaded!(skel, spec, ringbuf, types, links)
 }
 
@@ -273,10 +275,10 @@ fn load_tp(spec: &ProbeSpec, filter_id: i32, ringbuf: bool) -> Result<Loaded, St
         crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
         let id = set_tp_field!(ro.enter_id, &enter, "id", LONG_SIZES);
         log::info!("syscall: record layout from tracefs: sys_enter id{id}");
-        super::autoload_only(open.open_object_mut(), &wanted);
+        super::autoload_only(open.open_object_mut(), wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let links = attach_in_order(skel.object(), &wanted)?;
+    let links = attach_in_order(skel.object(), wanted)?;
     loaded!(skel, spec, ringbuf, nobtf_types, links)
 }
 

@@ -150,6 +150,7 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
         _ => QUEUE_BYTES,
     };
     let q = Arc::new(Queue::new(cap));
+    let max_clients = spec.clients.unwrap_or(spec::STREAM_DEFAULT_CLIENTS);
     let writer: Box<dyn FnOnce(&Queue) + Send> = match spec.endpoint.clone() {
         Endpoint::Stdio => {
             let n = name.clone();
@@ -182,14 +183,14 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
         }
         Endpoint::Tcp(addr) => {
             let l = net::Listener::bind_tcp(&addr).map_err(|e| format!("output {word}: listen: {e}"))?;
-            log::info!("output {name}: listening on {}", l.local_addr());
+            log::info!("output {name}: listening on {}, at most {max_clients} clients", l.local_addr());
             let n = name.clone();
-            Box::new(move |q: &Queue| net::serve(q, &n, l, frames))
+            Box::new(move |q: &Queue| net::serve(q, &n, l, frames, max_clients))
         }
         Endpoint::Unix(path) => {
             let l = net::Listener::bind_unix(&path).map_err(|e| format!("output {word}: listen: {e}"))?;
             let n = name.clone();
-            Box::new(move |q: &Queue| net::serve(q, &n, l, frames))
+            Box::new(move |q: &Queue| net::serve(q, &n, l, frames, max_clients))
         }
         Endpoint::Udp(addr) => {
             let s = net::udp_to(&addr).map_err(|e| format!("output {word}: {e}"))?;
@@ -223,6 +224,67 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
         dropped_logged: 0,
         last_drop_log: None,
     }))
+}
+
+/// What `latmon check` does for an output: everything [`open`] would do
+/// that can fail - parse the word, bind the listening address (and let it
+/// go at once), check the file's or socket's directory - without starting
+/// a thread, creating a file or taking a socket path from a running
+/// latmon. A serial device that is absent is not an error (run waits for
+/// it either); the returned note says so.
+pub fn check(word: &str, global: Option<Format>) -> Result<Option<String>, String> {
+    let bind = |addr: &str| std::net::TcpListener::bind(addr).map(drop).map_err(|e| format!("output {word}: listen on {addr}: {e}"));
+    if spec::is_modbus(word) {
+        let m = spec::ModbusSpec::parse(word).map_err(|e| e.to_string())?;
+        return match m.transport {
+            spec::ModbusTransport::Tcp(t) => bind(&t.addr).map(|()| None),
+            spec::ModbusTransport::Rtu(s) => Ok(serial_note(&s.path)),
+        };
+    }
+    if let Some(addr) = word.strip_prefix(prom::SCHEME) {
+        let sa = prom::parse_addr(addr)?;
+        return bind(&sa.to_string()).map(|()| None);
+    }
+    let spec = LinkSpec::parse(word).map_err(|e| e.to_string())?;
+    let _ = spec.effective_format(global);
+    match &spec.endpoint {
+        Endpoint::Stdio => Ok(None),
+        Endpoint::Serial(s) => Ok(serial_note(&s.path)),
+        Endpoint::Tcp(addr) => bind(addr).map(|()| None),
+        Endpoint::Udp(addr) => net::udp_to(addr).map(|_| None).map_err(|e| format!("output {word}: {e}")),
+        Endpoint::Unix(path) => {
+            dir_writable(path).map_err(|e| format!("output {word}: {e}"))?;
+            match std::fs::symlink_metadata(path) {
+                Ok(m) if !std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
+                    Err(format!("output {word}: {path} exists and is not a socket"))
+                }
+                _ => Ok(None),
+            }
+        }
+        Endpoint::File(path) => match std::fs::metadata(path) {
+            // Appending to an existing file: open it as run would (no
+            // truncation; nothing is written).
+            Ok(_) => std::fs::OpenOptions::new().append(true).open(path).map(|_| None).map_err(|e| format!("output {word}: {e}")),
+            Err(_) => dir_writable(path).map(|()| None).map_err(|e| format!("output {word}: {e}")),
+        },
+    }
+}
+
+/// The directory `path` would be created in exists and is writable.
+fn dir_writable(path: &str) -> Result<(), String> {
+    let p = std::path::Path::new(path);
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!("directory {} does not exist", dir.display()));
+    }
+    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).map_err(|e| format!("directory {}: {e}", dir.display()))
+}
+
+fn serial_note(path: &str) -> Option<String> {
+    (!std::path::Path::new(path).exists()).then(|| format!("{path} is absent now; latmon run opens it when it appears"))
 }
 
 /// Start a writer thread with the agent's signals blocked.

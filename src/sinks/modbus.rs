@@ -43,6 +43,12 @@ const CLIENT_OUT_MAX: usize = 16 * 1024;
 const TICK: Duration = Duration::from_millis(100);
 /// Rejected connections are logged as warnings at most this often.
 const REJECT_LOG_PERIOD: Duration = Duration::from_secs(10);
+/// At the client limit, a new connection displaces the client whose last
+/// complete request is the oldest, if that is at least this long ago; if
+/// every client asked something more recently, the newcomer is refused. A
+/// PLC polling once a second is never displaced; a client polling every
+/// 12 s holds its slot only while nobody else wants one.
+pub const DISPLACE_IDLE: Duration = Duration::from_secs(2);
 
 /// What the agent thread and a server thread share.
 #[derive(Default)]
@@ -192,6 +198,9 @@ enum Unanswered {
 /// quantities of 0 or above 125 03.
 fn answer(adu: &[u8], proto: ModbusProto, unit: Option<u8>, image: &Image, resp: &mut Vec<u8>) -> Result<(), Unanswered> {
     let tcp = proto == ModbusProto::TcpUdp;
+    if adu.get(if tcp { 7 } else { 1 }).is_some_and(|&fc| fc >= 0x80) {
+        return refuse_exception_code(adu, tcp, unit, resp);
+    }
     // On TCP without a configured unit: whatever unit id the client uses.
     let unit_id = unit.unwrap_or_else(|| adu.get(6).copied().unwrap_or(0));
     // Unit 0 is a broadcast on serial lines only.
@@ -228,6 +237,53 @@ fn answer(adu: &[u8], proto: ModbusProto, unit: Option<u8>, image: &Image, resp:
         return Err(Unanswered::NotForUs);
     }
     frame.finalize_response().map_err(Unanswered::Malformed)
+}
+
+/// A request whose function code is 0x80 or more (the codes of exception
+/// responses: no function has one). rmodbus would answer with function
+/// byte fc + 0x80, wrapped (0x84 -> `04 01`, a malformed reply; an
+/// overflow panic in a debug build): answer exception 01 with the
+/// function byte as received (its exception bit is already set).
+fn refuse_exception_code(adu: &[u8], tcp: bool, unit: Option<u8>, resp: &mut Vec<u8>) -> Result<(), Unanswered> {
+    resp.clear();
+    let illegal_function = 0x01;
+    if tcp {
+        // MBAP header checked by the caller; the PDU is at least the byte.
+        let (Some(&unit_id), Some(&fc)) = (adu.get(6), adu.get(7)) else { return Err(Unanswered::Malformed(ErrorKind::FrameBroken)) };
+        if unit.is_some_and(|u| u != unit_id) {
+            return Err(Unanswered::NotForUs);
+        }
+        resp.extend_from_slice(&[adu[0], adu[1], 0, 0, 0, 3, unit_id, fc, illegal_function]);
+        return Ok(());
+    }
+    if adu.len() < 4 {
+        return Err(Unanswered::Malformed(ErrorKind::FrameBroken));
+    }
+    let (body, crc) = adu.split_at(adu.len() - 2);
+    if crc16(body) != u16::from_le_bytes([crc[0], crc[1]]) {
+        return Err(Unanswered::Malformed(ErrorKind::FrameCRCError));
+    }
+    // Unit 0 (broadcast) and other units get no reply on a serial line.
+    if unit.is_none_or(|u| u != body[0]) {
+        return Err(Unanswered::NotForUs);
+    }
+    resp.extend_from_slice(&[body[0], body[1], illegal_function]);
+    let c = crc16(resp);
+    resp.extend_from_slice(&c.to_le_bytes());
+    Ok(())
+}
+
+/// The Modbus RTU CRC (CRC-16/MODBUS: reflected 0x8005, init 0xFFFF),
+/// sent low byte first.
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc = 0xFFFFu16;
+    for &b in data {
+        crc ^= u16::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xA001 } else { crc >> 1 };
+        }
+    }
+    crc
 }
 
 struct Client {
@@ -310,6 +366,18 @@ impl Client {
     }
 }
 
+/// At the client limit: which client a newcomer displaces (by position),
+/// given each client's last complete request (connection time before the
+/// first): the one idle longest, if idle for `min_idle` at least.
+fn displaced(last_requests: impl Iterator<Item = Instant>, now: Instant, min_idle: Duration) -> Option<usize> {
+    last_requests
+        .map(|t| now.saturating_duration_since(t))
+        .enumerate()
+        .filter(|&(_, idle)| idle >= min_idle)
+        .max_by_key(|&(_, idle)| idle)
+        .map(|(i, _)| i)
+}
+
 /// The Modbus TCP server thread: one poll loop for the listener and every
 /// client, non-blocking sockets throughout.
 fn serve_tcp(name: &str, listener: TcpListener, spec: &ModbusTcpSpec, unit: Option<u8>, shared: &Shared) {
@@ -374,13 +442,24 @@ fn serve_tcp(name: &str, listener: TcpListener, spec: &ModbusTcpSpec, unit: Opti
                         break;
                     }
                 };
-                let why = if !spec.allow.is_empty() && !spec.allow.iter().any(|n| n.contains(peer.ip())) {
+                let mut why = if !spec.allow.is_empty() && !spec.allow.iter().any(|n| n.contains(peer.ip())) {
                     Some("not in the allowlist")
-                } else if clients.len() >= spec.max_clients {
-                    Some("too many clients")
                 } else {
                     None
                 };
+                if why.is_none() && clients.len() >= spec.max_clients {
+                    match displaced(clients.iter().map(|c| c.last_request), Instant::now(), DISPLACE_IDLE) {
+                        Some(i) => {
+                            let old = clients.remove(i);
+                            log::info!(
+                                "output {name}: client {} (no request for {:.1?}) makes room for {peer}",
+                                old.peer,
+                                old.last_request.elapsed()
+                            );
+                        }
+                        None => why = Some("too many clients, each asked within the last 2 s"),
+                    }
+                }
                 if let Some(why) = why {
                     if last_reject_log.is_none_or(|t| t.elapsed() >= REJECT_LOG_PERIOD) {
                         log::warn!("output {name}: connection from {peer} refused: {why}");
@@ -571,6 +650,37 @@ mod tests {
         );
     }
 
+    /// Function codes 0x80..=0xFF (exception codes, no function) get
+    /// exception 01 with their own function byte, not fc + 0x80 wrapped.
+    #[test]
+    fn function_codes_with_the_exception_bit_get_exception_01() {
+        for fc in [0x80u8, 0x83, 0x84, 0x90, 0xAB, 0xFF] {
+            let r = ask_tcp(&[fc, 0, 0, 0, 1], None).unwrap_or_else(|e| panic!("{fc:#x}: {e:?}"));
+            assert_eq!(r, [0x12, 0x34, 0, 0, 0, 3, 9, fc, 1], "{fc:#x}");
+            assert_eq!(ask_tcp(&[fc, 0, 0, 0, 1], Some(17)), Err(Unanswered::NotForUs));
+            assert_eq!(ask_tcp(&[fc], None).map(|r| r[7..].to_vec()), Ok(vec![fc, 1]), "a bare function byte");
+            // RTU, CRC checked by rmodbus's client side.
+            let mut req = vec![1, fc, 0, 0, 0, 1];
+            req.extend_from_slice(&crc16(&req).to_le_bytes());
+            let mut r = Vec::new();
+            answer(&req, ModbusProto::Rtu, Some(1), &image(), &mut r).unwrap();
+            assert_eq!(&r[..3], &[1, fc, 1]);
+            assert_eq!(&r[3..], &crc16(&r[..3]).to_le_bytes());
+            let mut damaged = req.clone();
+            damaged[2] ^= 1;
+            assert_eq!(answer(&damaged, ModbusProto::Rtu, Some(1), &image(), &mut r), Err(Unanswered::Malformed(ErrorKind::FrameCRCError)));
+            req[0] = 0;
+            let n = req.len();
+            let c = crc16(&req[..n - 2]);
+            req[n - 2..].copy_from_slice(&c.to_le_bytes());
+            assert_eq!(answer(&req, ModbusProto::Rtu, Some(1), &image(), &mut r), Err(Unanswered::NotForUs), "broadcast");
+        }
+        // Our CRC is the one rmodbus checks.
+        let mut req = Vec::new();
+        ModbusRequest::new(1, ModbusProto::Rtu).generate_get_inputs(0, 2, &mut req).unwrap();
+        assert_eq!(&req[req.len() - 2..], &crc16(&req[..req.len() - 2]).to_le_bytes());
+    }
+
     #[test]
     fn tcp_units_and_malformed() {
         assert_eq!(ask_tcp(&[3, 0, 0, 0, 1], Some(17)), Err(Unanswered::NotForUs), "other unit");
@@ -615,6 +725,17 @@ mod tests {
         mreq.generate_get_holdings(200, 1, &mut w).unwrap();
         answer(&w, ModbusProto::Rtu, Some(1), &image(), &mut r).unwrap();
         assert_eq!(mreq.parse_ok(&r), Err(ErrorKind::IllegalDataAddress));
+    }
+
+    #[test]
+    fn newcomers_displace_the_client_idle_longest_never_a_busy_one() {
+        let now = Instant::now();
+        let ago = |ms: u64| now - Duration::from_millis(ms);
+        // A 1 Hz PLC (asked 0.9 s ago) and slow clients of 12 s.
+        assert_eq!(displaced([ago(900), ago(5_000), ago(11_000), ago(2_500)].into_iter(), now, DISPLACE_IDLE), Some(2));
+        // Everyone asked within 2 s: nobody is displaced.
+        assert_eq!(displaced([ago(900), ago(1_999), ago(10)].into_iter(), now, DISPLACE_IDLE), None);
+        assert_eq!(displaced(std::iter::empty(), now, DISPLACE_IDLE), None);
     }
 
     #[test]

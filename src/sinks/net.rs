@@ -2,8 +2,10 @@
 //! Socket outputs. `tcp://` and `unix:` listen and push the stream to every
 //! connected client with non-blocking writes and a bounded buffer per
 //! client: a client that falls too far behind, stalls or dies is
-//! disconnected without delaying the agent or the other clients. `udp://`
-//! sends one datagram per record.
+//! disconnected without delaying the agent or the other clients. At most
+//! `clients=N` (default 8) are served; at the limit a newcomer displaces
+//! the client furthest behind, or is refused when every client is caught
+//! up (see [`displaced`]). `udp://` sends one datagram per record.
 
 use std::io::{self, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
@@ -112,16 +114,51 @@ impl Drop for Listener {
     }
 }
 
-/// The writer thread of a listening output.
-pub fn serve(q: &Queue, name: &str, listener: Listener, frames: bool) {
+/// Refused connections are logged as warnings at most this often.
+const REFUSE_LOG_PERIOD: Duration = Duration::from_secs(10);
+
+/// At the client limit, which client a newcomer displaces (by position),
+/// given each client's bytes waiting for it, oldest connection first: the
+/// one furthest behind (of equals, the newest: established clients keep
+/// their slots). None when every client is caught up: then the newcomer is
+/// refused. So a
+/// client that reads what it is sent keeps its slot; one that does not
+/// read holds a slot only until someone else wants it (and in any case
+/// only until [`CLIENT_BACKLOG_MAX`] or [`CLIENT_STALL_MAX`]).
+pub fn displaced(pending: impl Iterator<Item = usize>) -> Option<usize> {
+    pending.enumerate().filter(|&(_, p)| p > 0).max_by_key(|&(i, p)| (p, i)).map(|(i, _)| i)
+}
+
+/// The writer thread of a listening output, serving `max_clients` at once.
+pub fn serve(q: &Queue, name: &str, listener: Listener, frames: bool, max_clients: usize) {
     let mut clients: Vec<Client> = Vec::new();
     let (mut data, mut lens) = (Vec::new(), Vec::new());
     let mut closing = false;
+    let mut last_refuse_log: Option<Instant> = None;
+    let mut refused = 0u64;
     loop {
         let popped = if closing { Pop::Closed } else { q.pop(&mut data, &mut lens, Duration::from_millis(20)) };
         loop {
             match listener.accept() {
                 Ok(Some((conn, peer))) => {
+                    if clients.len() >= max_clients {
+                        match displaced(clients.iter().map(Client::pending)) {
+                            Some(i) => {
+                                // remove, not swap_remove: the order stays the connection order.
+                                let old = clients.remove(i);
+                                log::info!("output {name}: client {} ({} bytes behind) makes room for {peer}", old.peer, old.pending());
+                            }
+                            None => {
+                                refused += 1;
+                                if last_refuse_log.is_none_or(|t| t.elapsed() >= REFUSE_LOG_PERIOD) {
+                                    log::warn!("output {name}: connection from {peer} refused: {max_clients} clients, all caught up ({refused} refused so far)");
+                                    last_refuse_log = Some(Instant::now());
+                                }
+                                drop(conn);
+                                continue;
+                            }
+                        }
+                    }
                     log::info!("output {name}: client {peer} connected");
                     let mut buf = Vec::with_capacity(4096);
                     if frames {
@@ -234,4 +271,17 @@ pub fn udp_to(addr: &str) -> io::Result<UdpSocket> {
     let s = UdpSocket::bind(local)?;
     s.connect(target)?;
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newcomers_displace_the_client_furthest_behind_never_a_reader() {
+        assert_eq!(displaced([0, 4096, 0, 70_000, 12].into_iter()), Some(3));
+        assert_eq!(displaced([0, 0, 0].into_iter()), None, "everyone caught up: the newcomer is refused");
+        assert_eq!(displaced([5, 5, 0].into_iter()), Some(1), "ties: the newer client");
+        assert_eq!(displaced(std::iter::empty()), None);
+    }
 }

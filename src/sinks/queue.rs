@@ -80,9 +80,18 @@ impl Queue {
 
     /// Queue the records `buf[..]` split by `lens`, all or none. Returns
     /// false (and counts them dropped) when they do not fit.
+    ///
+    /// A group larger than the whole queue (one interval of a config with
+    /// many series and full histograms) could never fit: it is taken
+    /// alone, into an empty queue, instead of being dropped every interval
+    /// and silencing the output for good. The queue then holds one
+    /// interval's output at most (itself bounded: `wire::MAX_PROBES`
+    /// probes and series).
     pub fn push_group(&self, buf: &[u8], lens: &[usize]) -> bool {
         let mut g = self.lock();
-        if g.closed || g.data.len() + buf.len() > self.cap_bytes || g.lens.len() + lens.len() > self.max_records {
+        let fits = g.data.len() + buf.len() <= self.cap_bytes && g.lens.len() + lens.len() <= self.max_records;
+        let alone = g.data.is_empty() && (buf.len() > self.cap_bytes || lens.len() > self.max_records);
+        if g.closed || !(fits || alone) {
             g.dropped_records += lens.len() as u64;
             g.dropped_bytes += buf.len() as u64;
             return false;
@@ -200,6 +209,22 @@ mod tests {
         assert!(!q.push(&[5]), "closed queues take nothing");
         assert_eq!(q.pop(&mut out, &mut lens, Duration::ZERO), Pop::Data);
         assert_eq!(q.pop(&mut out, &mut lens, Duration::ZERO), Pop::Closed);
+    }
+
+    /// A group larger than the queue is taken when the queue is empty (it
+    /// was dropped every time: the output went silent for good).
+    #[test]
+    fn a_group_larger_than_the_queue_goes_alone() {
+        let q = Queue::new(100);
+        assert!(q.push_group(&[7; 150], &[50, 50, 50]), "alone into an empty queue");
+        assert!(!q.push(&[1]), "then the queue is full");
+        assert_eq!(q.dropped(), (1, 1));
+        let (mut out, mut lens) = (Vec::new(), Vec::new());
+        assert_eq!(q.pop(&mut out, &mut lens, Duration::ZERO), Pop::Data);
+        assert_eq!((out.len(), &lens[..]), (150, &[50, 50, 50][..]));
+        assert!(q.push(&[1; 10]));
+        assert!(!q.push_group(&[7; 150], &[150]), "not behind other records");
+        q.close(Instant::now());
     }
 
     #[test]

@@ -54,6 +54,9 @@ pub struct Source {
 /// serial lines are always reopened (unplugging is normal for them).
 pub fn open(word: &str, follow: bool) -> Result<Source, String> {
     let spec = LinkSpec::parse(word).map_err(|e| e.to_string())?;
+    if spec.clients.is_some() {
+        return Err(format!("source {word}: clients= is an option of outputs"));
+    }
     let name = spec.endpoint.to_string();
     let kind = match spec.endpoint {
         Endpoint::Stdio => Kind::Stdin,

@@ -64,6 +64,9 @@ pub struct LinkSpec {
     /// `,budget=...`; None: the default (serial lines
     /// [`DEFAULT_SERIAL_BUDGET_PERCENT`] of the line rate, others unlimited).
     pub budget: Option<BudgetSpec>,
+    /// `,clients=N` (tcp:// and unix: outputs): clients served at once;
+    /// None: [`STREAM_DEFAULT_CLIENTS`].
+    pub clients: Option<usize>,
 }
 
 /// An output's byte budget as written: `budget=30%` (of a serial line's
@@ -115,6 +118,11 @@ impl BudgetSpec {
             .ok_or_else(|| format!("budget must be at least {MIN_BUDGET_BPS}B/s, not {v:?}"))
     }
 }
+
+/// tcp:// and unix: outputs: clients served at once unless `,clients=N`.
+pub const STREAM_DEFAULT_CLIENTS: usize = 8;
+/// The most `,clients=N` may ask for.
+pub const STREAM_MAX_CLIENTS: usize = 64;
 
 /// Why a SINK/SOURCE word is not valid.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,6 +223,7 @@ impl LinkSpec {
         };
         let mut format = None;
         let mut budget = None;
+        let mut clients = None;
         for opt in parts {
             let (k, v) = opt.split_once('=').ok_or_else(|| bad_opt(format!("option {opt:?} is not KEY=VALUE")))?;
             let (k, v) = (k.trim(), v.trim());
@@ -230,8 +239,18 @@ impl LinkSpec {
                 budget = Some(b);
                 continue;
             }
+            if k == "clients" && matches!(endpoint, Endpoint::Tcp(_) | Endpoint::Unix(_)) {
+                clients = Some(
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=STREAM_MAX_CLIENTS).contains(n))
+                        .ok_or_else(|| bad_opt(format!("clients must be 1..{STREAM_MAX_CLIENTS}, not {v:?}")))?,
+                );
+                continue;
+            }
             let Endpoint::Serial(s) = &mut endpoint else {
-                return Err(bad_opt(format!("unknown option {k:?} (only format=... and budget=... here)")));
+                let known = if matches!(endpoint, Endpoint::Tcp(_) | Endpoint::Unix(_)) { "format, budget, clients" } else { "only format=... and budget=... here" };
+                return Err(bad_opt(format!("unknown option {k:?} ({known})")));
             };
             match k {
                 "parity" => {
@@ -264,7 +283,7 @@ impl LinkSpec {
                 _ => return Err(bad_opt(format!("unknown serial option {k:?} (parity, flow, data, stop, format, budget)"))),
             }
         }
-        Ok(LinkSpec { endpoint, format, budget })
+        Ok(LinkSpec { endpoint, format, budget, clients })
     }
 
     /// The output's byte budget in bytes per second (None: unlimited).
@@ -541,7 +560,8 @@ mod tests {
             ("serial:/dev/ttyS1,colour=red", "unknown serial option"),
             ("tcp://nohost", "HOST:PORT"),
             ("tcp://h:99999", "HOST:PORT"),
-            ("tcp://h:1,parity=even", "only format"),
+            ("tcp://h:1,parity=even", "unknown option \"parity\" (format, budget, clients)"),
+            ("udp://h:1,parity=even", "only format"),
             ("tcp://h:1,budget=30%", "needs a line rate"),
             ("serial:/dev/ttyS1,budget=0%", "1..100"),
             ("serial:/dev/ttyS1,budget=fast", "budget must be PERCENT%"),
@@ -568,6 +588,20 @@ mod tests {
         assert_eq!(b("file:/x"), None, "files are unlimited unless set");
         assert_eq!(b("tcp://h:1,budget=2000B/s"), Some(2_000));
         assert_eq!(b("-"), None);
+    }
+
+    #[test]
+    fn stream_listeners_take_a_client_limit() {
+        assert_eq!(LinkSpec::parse("tcp://127.0.0.1:7070,clients=3").unwrap().clients, Some(3));
+        assert_eq!(LinkSpec::parse("unix:/run/l.sock,clients=64,format=json").unwrap().clients, Some(64));
+        assert_eq!(LinkSpec::parse("tcp://127.0.0.1:7070").unwrap().clients, None);
+        for bad in ["tcp://127.0.0.1:7070,clients=0", "tcp://127.0.0.1:7070,clients=65", "unix:/x,clients=many"] {
+            let e = LinkSpec::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("clients must be 1..64"), "{bad}: {e}");
+        }
+        for no in ["udp://127.0.0.1:7070,clients=2", "file:/tmp/x,clients=2", "serial:/dev/ttyS0,clients=2"] {
+            assert!(LinkSpec::parse(no).unwrap_err().to_string().contains("\"clients\""), "{no}");
+        }
     }
 
     #[test]

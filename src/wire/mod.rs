@@ -63,6 +63,11 @@ pub const MAX_NAME_LEN: usize = 96;
 /// are ignored (and counted), so a frame cannot make a receiver allocate
 /// state for 65536 probes.
 pub const MAX_PROBES: usize = 1024;
+/// A seq gap larger than this between two Summaries is not believed to be
+/// lost summaries (at the shortest interval, 10 ms, it is almost three
+/// hours of them): a wild seq is counted in `Tracker::seq_jumps`, never
+/// added to `summaries_lost`.
+pub const MAX_SEQ_GAP: u64 = 1 << 20;
 
 const fn payload_budget(frame: usize) -> usize {
     // Largest n with n + ceil(n / 254) + 1 <= frame.

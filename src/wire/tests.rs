@@ -619,3 +619,62 @@ fn boot_ids_differ_per_run() {
     assert_ne!(boot_id(k, 1, 100), boot_id(k, 1, 101));
     assert_eq!(boot_id(k, 1, 100), boot_id(k, 1, 100));
 }
+
+fn probe_desc(id: u16, name: &str) -> ProbeDesc {
+    ProbeDesc { id, name: name.into(), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), scheme: BucketScheme::LATMON }
+}
+
+fn hello_with(boot_id: u32, probes: Vec<ProbeDesc>) -> Hello {
+    Hello {
+        protocol_revision: PROTOCOL_REVISION,
+        latmon_version: "0.1.0".into(),
+        board: String::new(),
+        kernel: String::new(),
+        boot_id,
+        start_ns: 0,
+        interval_ns: 1_000_000_000,
+        probe_count: probes.len() as u16,
+        probes,
+    }
+}
+
+/// Hello entries with ids of MAX_PROBES or more are ignored (the
+/// spec), not kept: many such Hellos leave the probe table bounded.
+#[test]
+fn hello_entries_with_huge_ids_are_not_kept() {
+    let mut t = Tracker::new();
+    for round in 0..50u16 {
+        let probes = (0..100u16).map(|i| probe_desc(MAX_PROBES as u16 + round * 100 + i, "x")).chain([probe_desc(round % 3, "ok")]).collect();
+        t.on_frame(Frame::Hello(hello_with(5, probes)));
+    }
+    let h = t.hello.as_ref().unwrap();
+    assert_eq!(h.probes.iter().map(|p| p.id).collect::<Vec<_>>(), [0, 1, 2], "only ids below MAX_PROBES are kept");
+    assert_eq!(t.ignored_entries, 50 * 100);
+    // The first Hello of a boot too.
+    let mut t = Tracker::new();
+    t.on_frame(Frame::Hello(hello_with(6, vec![probe_desc(u16::MAX, "big"), probe_desc(0, "a")])));
+    assert_eq!(t.hello.as_ref().unwrap().probes.len(), 1);
+}
+
+fn summary_seq(seq: u64) -> Frame {
+    Frame::Summary(Summary { seq, boot_id: 1, time_ns: seq, last: false, probes: Vec::new(), merge: 0, base_seq: 0 })
+}
+
+/// A wild seq is no loss of 1.8e19 summaries, and u64::MAX does not
+/// overflow.
+#[test]
+fn wild_seq_jumps_are_not_counted_as_lost() {
+    let mut t = Tracker::new();
+    t.on_frame(summary_seq(1));
+    t.on_frame(summary_seq(4));
+    assert_eq!(t.summaries_lost, 2);
+    t.on_frame(summary_seq(u64::MAX - 7));
+    assert_eq!((t.summaries_lost, t.seq_jumps), (2, 1));
+    t.on_frame(summary_seq(u64::MAX));
+    assert_eq!(t.summaries_lost, 8);
+    t.on_frame(summary_seq(u64::MAX));
+    t.on_frame(summary_seq(3));
+    assert_eq!((t.summaries_lost, t.seq_jumps, t.restarts), (8, 1, 1));
+    t.on_frame(summary_seq(3 + MAX_SEQ_GAP + 1));
+    assert_eq!((t.summaries_lost, t.seq_jumps), (8 + MAX_SEQ_GAP, 1), "the largest believed gap");
+}

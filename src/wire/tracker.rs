@@ -65,6 +65,9 @@ pub struct Tracker {
     pub status: Option<Status>,
     /// Probe entries ignored because their id is `MAX_PROBES` or more.
     pub ignored_entries: u64,
+    /// Summaries whose seq jumped ahead by more than [`MAX_SEQ_GAP`]: a
+    /// sender's error, not losses.
+    pub seq_jumps: u64,
     /// Delta entries (or quiet probes of a delta's range) that arrived
     /// without the state they apply to: interval shown, totals inexact.
     pub deltas_unusable: u64,
@@ -135,13 +138,15 @@ impl Tracker {
 
     pub fn on_frame(&mut self, f: Frame) -> Event {
         match f {
-            Frame::Hello(h) => {
+            Frame::Hello(mut h) => {
                 self.new_boot(h.boot_id);
+                // Entries with ids of MAX_PROBES or more are ignored (the
+                // spec): neither tracked nor kept in the probe table, so
+                // the table holds MAX_PROBES entries at most.
+                let sent = h.probes.len();
+                h.probes.retain(|d| (d.id as usize) < MAX_PROBES);
+                self.ignored_entries += (sent - h.probes.len()) as u64;
                 for d in &h.probes {
-                    if d.id as usize >= MAX_PROBES {
-                        self.ignored_entries += 1;
-                        continue;
-                    }
                     let ok = d.scheme == BucketScheme::LATMON;
                     let t = self.track(d.id);
                     t.scheme_ok = ok;
@@ -226,7 +231,10 @@ impl Tracker {
                 self.summaries_lost += 1;
                 self.last_lost = Some((l, base_seq));
             }
-            Some(l) if base_seq == 0 && seq > l + 1 => self.summaries_lost += seq - l - 1,
+            Some(l) if base_seq == 0 && seq > l + 1 => match seq - l - 1 {
+                gap if gap <= MAX_SEQ_GAP => self.summaries_lost += gap,
+                _ => self.seq_jumps += 1,
+            },
             _ => {}
         }
         self.last_seq = Some(seq);
