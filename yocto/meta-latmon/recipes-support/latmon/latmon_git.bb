@@ -81,7 +81,7 @@ SRC_URI = "\
 "
 require ${BPN}-crates.inc
 
-SRCREV_latmon ??= "428f5488b4f3ac4928370321bfd35484a1c2e9b9"
+SRCREV_latmon ??= "74ca0235a814e4cb2d9607d2f57d0747331a6ce8"
 SRCREV_FORMAT = "latmon"
 
 inherit cargo cargo-update-recipe-crates pkgconfig systemd update-rc.d
