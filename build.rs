@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use libbpf_cargo::util::CargoWarningFormatter;
 use libbpf_cargo::SkeletonBuilder;
 use tracing_subscriber::filter::{LevelFilter, Targets};
-use tracing_subscriber::prelude::*;
 use tracing_subscriber::fmt;
+use tracing_subscriber::prelude::*;
 
 #[path = "src/core_relos.rs"]
 mod core_relos;
@@ -233,9 +233,7 @@ fn limits_rs(header: &Path) -> String {
         let Some(name) = name.strip_prefix("LATMON_") else {
             continue;
         };
-        let value: u64 = value
-            .parse()
-            .unwrap_or_else(|_| panic!("latmon.h: LATMON_{name} must be a decimal literal"));
+        let value: u64 = value.parse().unwrap_or_else(|_| panic!("latmon.h: LATMON_{name} must be a decimal literal"));
         writeln!(rs, "pub const {name}: usize = {value};").unwrap();
     }
     rs

@@ -11,10 +11,17 @@ static __always_inline __u32 latmon_log2_u32(__u32 v)
 {
 	__u32 r, s;
 
-	r = (v > 0xffff) << 4; v >>= r;
-	s = (v > 0xff) << 3;   v >>= s; r |= s;
-	s = (v > 0xf) << 2;    v >>= s; r |= s;
-	s = (v > 0x3) << 1;    v >>= s; r |= s;
+	r = (v > 0xffff) << 4;
+	v >>= r;
+	s = (v > 0xff) << 3;
+	v >>= s;
+	r |= s;
+	s = (v > 0xf) << 2;
+	v >>= s;
+	r |= s;
+	s = (v > 0x3) << 1;
+	v >>= s;
+	r |= s;
 	return r | (v >> 1);
 }
 

@@ -105,10 +105,7 @@ static __always_inline __u32 slot(__u32 d)
 
 /* A frame's identity: the low 32 bits of its entry SP, bit 0 set so that
  * a known frame is never 0 (0 means "no SP": kprobe, fentry). */
-static __always_inline __u32 frame_id(__u64 entry_sp)
-{
-	return (__u32)entry_sp | 1;
-}
+static __always_inline __u32 frame_id(__u64 entry_sp) { return (__u32)entry_sp | 1; }
 
 /* Set before load. Index: probe id. 0 / empty means "no filter". */
 const volatile __u32 nr_probes = 0;
@@ -123,8 +120,8 @@ struct func_key {
 };
 
 struct func_stack {
-	__u32 depth;    /* stamps held, 0..MAX_DEPTH */
-	__u32 overflow; /* calls deeper than the stack, inside the top one */
+	__u32 depth;	     /* stamps held, 0..MAX_DEPTH */
+	__u32 overflow;	     /* calls deeper than the stack, inside the top one */
 	__u32 sp[MAX_DEPTH]; /* low 32 bits of the entry SP (0: unknown) */
 	__u64 ts[MAX_DEPTH];
 };
@@ -177,10 +174,7 @@ static __always_inline bool wanted(__u32 id, __u64 pid_tgid)
 /* Is the frame at `a` at the same or a higher address than the frame at
  * `b`, on the same stack? Low 32 bits, wrap-safe. Stacks grow down: a
  * caller's frame is strictly above its callees'. */
-static __always_inline bool at_or_above(__u32 a, __u32 b)
-{
-	return a - b < SAME_STACK_WINDOW;
-}
+static __always_inline bool at_or_above(__u32 a, __u32 b) { return a - b < SAME_STACK_WINDOW; }
 
 /* `sp`: frame_id() of the entry SP (uprobe), 0 when unknown. */
 static __always_inline int on_entry(__u32 id, __u32 sp)
@@ -310,39 +304,24 @@ static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
 
 #ifndef LATMON_NO_BTF
 SEC("fentry")
-int BPF_PROG(func_fentry)
-{
-	return on_entry(fentry_probe_id, 0);
-}
+int BPF_PROG(func_fentry) { return on_entry(fentry_probe_id, 0); }
 
 SEC("fexit")
-int BPF_PROG(func_fexit)
-{
-	return on_return(ctx, fentry_probe_id, 0);
-}
+int BPF_PROG(func_fexit) { return on_return(ctx, fentry_probe_id, 0); }
 #endif
 
 /* ---- kprobe/kretprobe: probe id in the attach cookie ------------------- */
 
 SEC("kprobe")
-int BPF_KPROBE(func_kentry)
-{
-	return on_entry(bpf_get_attach_cookie(ctx), 0);
-}
+int BPF_KPROBE(func_kentry) { return on_entry(bpf_get_attach_cookie(ctx), 0); }
 
 SEC("kretprobe")
-int BPF_KRETPROBE(func_kexit)
-{
-	return on_return(ctx, bpf_get_attach_cookie(ctx), 0);
-}
+int BPF_KRETPROBE(func_kexit) { return on_return(ctx, bpf_get_attach_cookie(ctx), 0); }
 
 /* ---- uprobe/uretprobe: probe id in the attach cookie, frames by SP ----- */
 
 SEC("uprobe")
-int BPF_KPROBE(func_uentry)
-{
-	return on_entry(bpf_get_attach_cookie(ctx), frame_id(PT_REGS_SP(ctx)));
-}
+int BPF_KPROBE(func_uentry) { return on_entry(bpf_get_attach_cookie(ctx), frame_id(PT_REGS_SP(ctx))); }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(func_uexit)
@@ -358,7 +337,7 @@ int BPF_KRETPROBE(func_uexit)
 SEC("raw_tp/sched_process_exit")
 int func_task_exit(void *ctx)
 {
-	struct func_key key = { .tid = (__u32)bpf_get_current_pid_tgid() };
+	struct func_key key = {.tid = (__u32)bpf_get_current_pid_tgid()};
 	struct func_stack *st;
 
 	for (__u32 id = 0; id < MAX_PROBES; id++) {

@@ -69,9 +69,9 @@ __u32 irq_alert_next;
 __s64 irq_thread_pending;
 
 struct irq_cpu {
-	__u64 entry_ns;        /* handler running since (0: none) */
+	__u64 entry_ns;	       /* handler running since (0: none) */
 	__u64 thread_entry_ns; /* entry of the last action that has a thread */
-	__u64 thread;          /* that action's thread (task_struct address) */
+	__u64 thread;	       /* that action's thread (task_struct address) */
 	__u32 irq;
 	__u32 thread_irq;
 	__u64 soft_ns[LATMON_SOFTIRQ_VECS];
@@ -79,7 +79,7 @@ struct irq_cpu {
 
 struct thread_stamp {
 	__u64 entry_ns; /* hardirq entry (0: none in flight) */
-	__u64 wake_ns;  /* sched_waking of the thread */
+	__u64 wake_ns;	/* sched_waking of the thread */
 	__u32 irq;
 	__u32 pad;
 };
@@ -184,7 +184,7 @@ static __always_inline void irq_alert(void *ctx, struct latmon_irq_key *key, __u
 static __always_inline void record_irq(void *ctx, __u32 irq, __u32 kind, __s64 delta,
 				       const struct latmon_alert_who *who)
 {
-	struct latmon_irq_key key = { .irq = irq, .kind = kind };
+	struct latmon_irq_key key = {.irq = irq, .kind = kind};
 	struct latmon_hist *h = bpf_map_lookup_elem(&irq_hist, &key);
 
 	if (!h) {

@@ -25,7 +25,7 @@
 
 /* Bounded map sizes. */
 #define LATMON_MAX_STAMPS 10240 /* in-flight start stamps (threads) */
-#define LATMON_COMM_LEN 16      /* TASK_COMM_LEN */
+#define LATMON_COMM_LEN 16	/* TASK_COMM_LEN */
 #define LATMON_SELFTEST_VALUES 512
 
 /* syscall: raw syscall ids below SYSCALL_IDS get a histogram slot the first
@@ -53,18 +53,17 @@
 
 /* timer and chain series: slots of one per-CPU array (see timer.bpf.c). */
 #define LATMON_TIMER_SERIES 8
-#define LATMON_TS_TIMER 0       /* timer: intended expiry -> running */
-#define LATMON_TS_CHAIN 1       /* chain: event -> running, end to end */
-#define LATMON_TS_CHAIN_TIMER 2 /* chain stage: timer expiry -> wakeup */
-#define LATMON_TS_CHAIN_IRQ 3   /* chain stage: hardirq entry -> wakeup */
-#define LATMON_TS_CHAIN_RUN 4   /* chain stage: wakeup -> running */
-#define LATMON_TS_CHAIN_RESPONSE 5 /* chain stage: running -> response function returns */
+#define LATMON_TS_TIMER 0	      /* timer: intended expiry -> running */
+#define LATMON_TS_CHAIN 1	      /* chain: event -> running, end to end */
+#define LATMON_TS_CHAIN_TIMER 2	      /* chain stage: timer expiry -> wakeup */
+#define LATMON_TS_CHAIN_IRQ 3	      /* chain stage: hardirq entry -> wakeup */
+#define LATMON_TS_CHAIN_RUN 4	      /* chain stage: wakeup -> running */
+#define LATMON_TS_CHAIN_RESPONSE 5    /* chain stage: running -> response function returns */
 #define LATMON_TS_CHAIN_TO_RESPONSE 6 /* chain: event -> response, end to end */
-#define LATMON_TS_CHAIN_IRQ_THREAD 7 /* chain stage: hardirq entry -> wakeup by kernel threads */
+#define LATMON_TS_CHAIN_IRQ_THREAD 7  /* chain stage: hardirq entry -> wakeup by kernel threads */
 /* chain: kernel threads an IRQ's wakeup is followed through (IRQ thread,
  * then e.g. a workqueue worker) before it reaches the named thread. */
 #define LATMON_CHAIN_MAX_HOPS 3
-
 
 /* Function latency (kfunc/ufunc, bpf/func.bpf.c). One BPF object serves up
  * to MAX_FUNC_PROBES probes; a probe's id indexes every per-probe array. */
@@ -89,14 +88,12 @@
 #if !defined(__cplusplus)
 _Static_assert(LATMON_FUNC_MAX_DEPTH > 0 && (LATMON_FUNC_MAX_DEPTH & (LATMON_FUNC_MAX_DEPTH - 1)) == 0,
 	       "FUNC_MAX_DEPTH must be a power of two");
-_Static_assert(LATMON_MAX_FUNC_PROBES >= 32 &&
-	       (LATMON_MAX_FUNC_PROBES & (LATMON_MAX_FUNC_PROBES - 1)) == 0,
+_Static_assert(LATMON_MAX_FUNC_PROBES >= 32 && (LATMON_MAX_FUNC_PROBES & (LATMON_MAX_FUNC_PROBES - 1)) == 0,
 	       "MAX_FUNC_PROBES: at least 32, a power of two (BPF masks ids with it)");
 _Static_assert(LATMON_ALERT_RATE > 0 && LATMON_ALERT_BURST > 0, "alert rate and burst must be positive");
 _Static_assert(LATMON_TS_CHAIN_IRQ_THREAD < LATMON_TIMER_SERIES, "timer series fit the map");
 _Static_assert(LATMON_HIST_SUBS == 1 << LATMON_HIST_SUB_BITS, "SUBS = 2^SUB_BITS");
-_Static_assert(LATMON_HIST_BUCKETS ==
-	       (LATMON_HIST_MAX_LOG2 - LATMON_HIST_SUB_BITS + 1) << LATMON_HIST_SUB_BITS,
+_Static_assert(LATMON_HIST_BUCKETS == (LATMON_HIST_MAX_LOG2 - LATMON_HIST_SUB_BITS + 1) << LATMON_HIST_SUB_BITS,
 	       "BUCKETS must cover every power of two up to MAX_LOG2");
 #endif
 
@@ -107,18 +104,18 @@ struct latmon_hist {
 	__u64 sum_ns;
 	__u64 min_ns;
 	__u64 max_ns;
-	__u64 drops;   /* events lost to a full map or a clock that went back */
-	__u64 alerts;  /* events above the probe's threshold */
+	__u64 drops;  /* events lost to a full map or a clock that went back */
+	__u64 alerts; /* events above the probe's threshold */
 	__u64 slots[LATMON_HIST_BUCKETS];
 };
 
 /* A latency above its probe's threshold (func family), as sent to user
  * space through the alert ring buffer (or perf buffer). */
 struct latmon_alert {
-	__u64 time_ns;     /* CLOCK_MONOTONIC when the slow call returned */
+	__u64 time_ns; /* CLOCK_MONOTONIC when the slow call returned */
 	__u64 latency_ns;
 	__u32 probe_id;
-	__u32 pid;         /* thread group id */
+	__u32 pid; /* thread group id */
 	__u32 tid;
 	__u32 cpu;
 	char comm[LATMON_COMM_LEN];
@@ -140,8 +137,8 @@ struct latmon_irq_key {
  * describes it (src/tpformat.rs parses it). The no-BTF builds read their
  * tracepoint fields through these, set in rodata before load. */
 struct latmon_tp_field {
-	__u16 offset;   /* bytes from the start of the record */
-	__u8 size;      /* 1, 2, 4 or 8 (16 for a comm, read as bytes) */
+	__u16 offset;	/* bytes from the start of the record */
+	__u8 size;	/* 1, 2, 4 or 8 (16 for a comm, read as bytes) */
 	__u8 is_signed; /* sign-extend when shorter than 8 bytes */
 };
 

@@ -176,7 +176,7 @@ int BPF_PROG(runq_switch_btf, bool preempt, struct task_struct *prev, struct tas
 		return 0;
 	now_ns = bpf_ktime_get_ns();
 	{
-		struct latmon_alert_who who = { .pid = next->tgid, .tid = next->pid, .comm = &next->comm };
+		struct latmon_alert_who who = {.pid = next->tgid, .tid = next->pid, .comm = &next->comm};
 
 		record(ctx, (__s64)(now_ns - *start_ns), &who);
 	}
@@ -224,7 +224,7 @@ int BPF_PROG(runq_switch_raw, bool preempt, struct task_struct *prev, struct tas
 	if (!start_ns)
 		return 0;
 	{
-		struct latmon_alert_who who = { .pid = BPF_CORE_READ(next, tgid), .tid = pid, .comm = &next->comm };
+		struct latmon_alert_who who = {.pid = BPF_CORE_READ(next, tgid), .tid = pid, .comm = &next->comm};
 
 		record(ctx, (__s64)(bpf_ktime_get_ns() - *start_ns), &who);
 	}
@@ -298,16 +298,10 @@ static __always_inline int wakeup_tp(void *ctx, const volatile struct latmon_tp_
 }
 
 SEC("tracepoint/sched/sched_wakeup")
-int runq_wakeup_tp(void *ctx)
-{
-	return wakeup_tp(ctx, &wakeup_pid, &wakeup_comm, false);
-}
+int runq_wakeup_tp(void *ctx) { return wakeup_tp(ctx, &wakeup_pid, &wakeup_comm, false); }
 
 SEC("tracepoint/sched/sched_wakeup_new")
-int runq_wakeup_new_tp(void *ctx)
-{
-	return wakeup_tp(ctx, &wakeup_new_pid, &wakeup_new_comm, true);
-}
+int runq_wakeup_new_tp(void *ctx) { return wakeup_tp(ctx, &wakeup_new_pid, &wakeup_new_comm, true); }
 
 SEC("tracepoint/sched/sched_switch")
 int runq_switch_tp(void *ctx)
@@ -329,15 +323,14 @@ int runq_switch_tp(void *ctx)
 		}
 	}
 	/* A preempted task stays runnable: its wait starts now. */
-	if (prev_wanted && !(state & (report_max - 1)) &&
-	    latmon_tp_comm_is(ctx, &switch_prev_comm, filter_comm))
+	if (prev_wanted && !(state & (report_max - 1)) && latmon_tp_comm_is(ctx, &switch_prev_comm, filter_comm))
 		stamp_tid(prev);
 	start_ns = bpf_map_lookup_elem(&runq_start_by_pid, &next);
 	if (!start_ns)
 		return 0;
 	{
 		/* The record carries no tgid: the alert's pid is the thread's. */
-		struct latmon_alert_who who = { .pid = next, .tid = next, .comm = ctx + switch_next_comm.offset };
+		struct latmon_alert_who who = {.pid = next, .tid = next, .comm = ctx + switch_next_comm.offset};
 
 		record(ctx, (__s64)(bpf_ktime_get_ns() - *start_ns), &who);
 	}

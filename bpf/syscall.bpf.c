@@ -75,7 +75,7 @@ __u32 sc_slot_id[LATMON_SYSCALL_SLOTS];
 __u32 sc_nslots;
 
 struct sc_stamp {
-	__u64 ts;   /* 0: empty */
+	__u64 ts; /* 0: empty */
 	__u64 id;
 	__u64 task; /* raw_tp: the parking task_struct, against tid reuse */
 };

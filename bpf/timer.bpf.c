@@ -94,14 +94,14 @@ __s64 chain_carriers;
  * PREEMPT_RT every SCHED_OTHER sleeper) expire with interrupts enabled, so
  * a hard timer's expiry can nest inside a soft one's, before its wakeup. */
 struct expiring {
-	__u64 sleeper;    /* task the expiring hrtimer_sleeper wakes (address) */
+	__u64 sleeper;	  /* task the expiring hrtimer_sleeper wakes (address) */
 	__u64 expires_ns; /* its intended expiry, CLOCK_MONOTONIC */
 };
 
 struct timer_cpu {
 	struct expiring exp[2]; /* [hrtimer::is_soft] */
-	__u64 irq_ns;           /* chain: a hardirq handler runs since (0: none) */
-	__u64 thread_irq_ns;    /* chain: a handler that returned IRQ_WAKE_THREAD
+	__u64 irq_ns;		/* chain: a hardirq handler runs since (0: none) */
+	__u64 thread_irq_ns;	/* chain: a handler that returned IRQ_WAKE_THREAD
 				 * began then; its IRQ thread's wakeup follows */
 };
 
@@ -110,10 +110,10 @@ enum { WAITING = 0, RAN = 1, RESPONDED = 2 };
 
 struct wake_stamp {
 	__u64 start_ns; /* the event: intended expiry or hardirq entry (0: none) */
-	__u64 wake_ns;  /* sched_waking */
-	__u64 run_ns;   /* chain: the task ran */
-	__u32 cause;    /* LATMON_TS_CHAIN_TIMER or LATMON_TS_CHAIN_IRQ */
-	__u32 running;  /* WAITING, RAN (chain: awaiting the response), RESPONDED */
+	__u64 wake_ns;	/* sched_waking */
+	__u64 run_ns;	/* chain: the task ran */
+	__u32 cause;	/* LATMON_TS_CHAIN_TIMER or LATMON_TS_CHAIN_IRQ */
+	__u32 running;	/* WAITING, RAN (chain: awaiting the response), RESPONDED */
 };
 
 struct {

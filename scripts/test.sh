@@ -16,6 +16,12 @@ stage() { # NAME CMD...: run one stage and say how long it took
   "$@"
   echo "test.sh: $name passed in $(( $(date +%s) - s )) s"
 }
+# Style gates: rustfmt (rustfmt.toml) and clang-format for bpf/ (.clang-format).
+lint() {
+  cargo fmt --check
+  clang-format --dry-run -Werror bpf/*.c bpf/*.h
+}
+stage "style gates" lint
 # --no-fail-fast: one CI run reports every failing test, not just the first binary's.
 stage "cargo tests" cargo test --locked --release --no-fail-fast
 # The Yocto layer: oelint-adv, kas, systemd-analyze, kernel options (yocto/).

@@ -323,7 +323,8 @@ impl Agent {
     /// and detach only).
     fn replan(&mut self) {
         let n = self.slots.len();
-        self.session = session(&self.cfg, self.start_ns, self.generation, self.slots.iter().map(|s| s.info.clone()).collect());
+        self.session =
+            session(&self.cfg, self.start_ns, self.generation, self.slots.iter().map(|s| s.info.clone()).collect());
         self.session.failed.clone_from(&self.failed);
         self.report.probes.resize_with(n, ProbeReport::empty);
         self.totals.resize_with(n, Hist::default);
@@ -336,7 +337,8 @@ impl Agent {
         self.budget_costs = vec![None; n];
         // Sampled with or without run-time statistics: the kernel's miss
         // counts need none.
-        let progs: Vec<Vec<RawFd>> = self.slots.iter().map(|s| if s.probe.is_some() { s.progs.clone() } else { Vec::new() }).collect();
+        let progs: Vec<Vec<RawFd>> =
+            self.slots.iter().map(|s| if s.probe.is_some() { s.progs.clone() } else { Vec::new() }).collect();
         self.costs.rebuild(&progs);
         log::debug!("cost: {} BPF programs sampled", self.costs.programs());
     }
@@ -358,8 +360,10 @@ impl Agent {
     /// Drop to `id` (all probes are attached, every map is open). On old
     /// kernels that need it, CAP_BPF is kept (see privs::needs_bpf_cap).
     pub fn drop_privileges(&mut self, id: &privs::Identity) -> Result<()> {
-        let release = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
-        let unpriv = std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled").unwrap_or_else(|_| "1".into());
+        let release =
+            nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
+        let unpriv =
+            std::fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled").unwrap_or_else(|_| "1".into());
         let keep = privs::needs_bpf_cap(&release, &unpriv);
         if self.cfg.mlockall {
             crate::hygiene::mlock_before_drop();
@@ -426,7 +430,8 @@ impl Agent {
             self.totals[i].clone_from(&s.prev);
         }
         self.report.agent.rss_bytes = self.rss_bytes();
-        let tick = Tick { session: &self.session, report: &self.report, totals: &self.totals, read_errors: &self.read_errors };
+        let tick =
+            Tick { session: &self.session, report: &self.report, totals: &self.totals, read_errors: &self.read_errors };
         crate::sinks::share_link_stats(sinks);
         for s in sinks.iter_mut() {
             s.emit(&tick);
@@ -530,11 +535,15 @@ impl Agent {
         s.state = ProbeState::DetachedOverBudget;
         self.report.probes[i].state = s.state;
         self.report.agent.degraded = true;
-        self.report.agent.detached = self.slots.iter().filter(|s| s.state == ProbeState::DetachedOverBudget).count() as u32;
-        let progs: Vec<Vec<RawFd>> = self.slots.iter().map(|s| if s.probe.is_some() { s.progs.clone() } else { Vec::new() }).collect();
+        self.report.agent.detached =
+            self.slots.iter().filter(|s| s.state == ProbeState::DetachedOverBudget).count() as u32;
+        let progs: Vec<Vec<RawFd>> =
+            self.slots.iter().map(|s| if s.probe.is_some() { s.progs.clone() } else { Vec::new() }).collect();
         self.costs.rebuild(&progs);
         if self.slots.iter().all(|s| s.probe.is_none()) {
-            log::error!("every probe is detached over budget: latmon measures nothing now (raise overhead_budget and reload)");
+            log::error!(
+                "every probe is detached over budget: latmon measures nothing now (raise overhead_budget and reload)"
+            );
         }
     }
 
@@ -642,13 +651,18 @@ impl Agent {
         self.cpus = cost::online_cpus();
         self.budget = BudgetWatch::default();
         self.report.agent.degraded = self.slots.iter().any(|s| s.state == ProbeState::DetachedOverBudget);
-        self.report.agent.detached = self.slots.iter().filter(|s| s.state == ProbeState::DetachedOverBudget).count() as u32;
+        self.report.agent.detached =
+            self.slots.iter().filter(|s| s.state == ProbeState::DetachedOverBudget).count() as u32;
         self.report.agent.over_budget = false;
         self.report.agent.over_budget_intervals = 0;
         self.generation += 1;
         self.report.probes.clear();
         self.replan();
-        log::info!("reload: {} probes ({} running)", self.slots.len(), self.slots.iter().filter(|s| s.probe.is_some()).count());
+        log::info!(
+            "reload: {} probes ({} running)",
+            self.slots.len(),
+            self.slots.iter().filter(|s| s.probe.is_some()).count()
+        );
     }
 }
 
@@ -785,7 +799,11 @@ fn run_loop(cfg: &Config, sinks: &mut [Box<dyn Sink>], opts: &RunOptions<'_>, no
         agent.tick(finished, sinks);
         let degraded = agent.report.agent.degraded;
         if degraded != was_degraded {
-            notify.send(if degraded { "STATUS=degraded: a probe was detached over overhead_budget" } else { "STATUS=monitoring" });
+            notify.send(if degraded {
+                "STATUS=degraded: a probe was detached over overhead_budget"
+            } else {
+                "STATUS=monitoring"
+            });
             was_degraded = degraded;
         }
         if finished {

@@ -36,7 +36,12 @@ impl std::ops::Deref for Embedded {
 
 // zlib, linked statically by libbpf-sys (libelf needs it).
 extern "C" {
-    fn uncompress(dest: *mut u8, dest_len: *mut std::ffi::c_ulong, src: *const u8, src_len: std::ffi::c_ulong) -> std::ffi::c_int;
+    fn uncompress(
+        dest: *mut u8,
+        dest_len: *mut std::ffi::c_ulong,
+        src: *const u8,
+        src_len: std::ffi::c_ulong,
+    ) -> std::ffi::c_int;
 }
 
 /// A zlib stream that inflates to exactly `len` bytes, or zlib's error.
@@ -113,12 +118,21 @@ mod tests {
     #[test]
     fn the_tracepoint_families_no_btf_objects_carry_no_core_relocation() {
         for (name, obj, core) in [
-            ("runq", &include_bytes!(concat!(env!("OUT_DIR"), "/runq_nobtf.bpf.o"))[..],
-             &include_bytes!(concat!(env!("OUT_DIR"), "/runq.bpf.o"))[..]),
-            ("syscall", &include_bytes!(concat!(env!("OUT_DIR"), "/syscall_nobtf.bpf.o"))[..],
-             &include_bytes!(concat!(env!("OUT_DIR"), "/syscall.bpf.o"))[..]),
-            ("irq", &include_bytes!(concat!(env!("OUT_DIR"), "/irq_nobtf.bpf.o"))[..],
-             &include_bytes!(concat!(env!("OUT_DIR"), "/irq.bpf.o"))[..]),
+            (
+                "runq",
+                &include_bytes!(concat!(env!("OUT_DIR"), "/runq_nobtf.bpf.o"))[..],
+                &include_bytes!(concat!(env!("OUT_DIR"), "/runq.bpf.o"))[..],
+            ),
+            (
+                "syscall",
+                &include_bytes!(concat!(env!("OUT_DIR"), "/syscall_nobtf.bpf.o"))[..],
+                &include_bytes!(concat!(env!("OUT_DIR"), "/syscall.bpf.o"))[..],
+            ),
+            (
+                "irq",
+                &include_bytes!(concat!(env!("OUT_DIR"), "/irq_nobtf.bpf.o"))[..],
+                &include_bytes!(concat!(env!("OUT_DIR"), "/irq.bpf.o"))[..],
+            ),
         ] {
             assert_eq!(core_relo_bytes(obj), Ok(0), "{name}_nobtf must load without kernel BTF");
             // The control: the same reader finds the CO-RE build's

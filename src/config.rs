@@ -90,9 +90,14 @@ pub enum ProbeKind {
     Syscall(Option<String>),
     /// Event (timer or IRQ) -> wakeup -> running, in stages, for a named
     /// thread; optionally -> the return of an application function.
-    Chain { response: Option<UserFunc> },
+    Chain {
+        response: Option<UserFunc>,
+    },
     Kfunc(String),
-    Ufunc { binary: String, symbol: String },
+    Ufunc {
+        binary: String,
+        symbol: String,
+    },
 }
 
 /// A function in a user-space binary or shared library: `/path:SYMBOL`.
@@ -194,8 +199,9 @@ impl ProbeSpec {
                 _ => return Err(bad("expected kfunc:FUNCTION, e.g. kfunc:do_nanosleep")),
             },
             "ufunc" => {
-                let UserFunc { binary, symbol } =
-                    arg.and_then(UserFunc::parse).ok_or_else(|| bad("expected ufunc:/absolute/path/to/binary:SYMBOL"))?;
+                let UserFunc { binary, symbol } = arg
+                    .and_then(UserFunc::parse)
+                    .ok_or_else(|| bad("expected ufunc:/absolute/path/to/binary:SYMBOL"))?;
                 ProbeKind::Ufunc { binary, symbol }
             }
             "" => return Err(bad("empty probe spec")),
@@ -216,10 +222,16 @@ impl ProbeSpec {
                 .map(|(k, v)| (k.trim(), v.trim()))
                 .ok_or_else(|| bad(&format!("option {opt:?} is not KEY=VALUE")))?;
             match k {
-                "pid" => p.pid = Some(v.parse().ok().filter(|&n| n > 0).ok_or_else(|| bad("pid must be a positive integer"))?),
+                "pid" => {
+                    p.pid =
+                        Some(v.parse().ok().filter(|&n| n > 0).ok_or_else(|| bad("pid must be a positive integer"))?)
+                }
                 "comm" => {
                     if v.is_empty() || v.len() >= COMM_LEN {
-                        return Err(bad(&format!("comm must be 1..{} bytes (the kernel truncates task names)", COMM_LEN - 1)));
+                        return Err(bad(&format!(
+                            "comm must be 1..{} bytes (the kernel truncates task names)",
+                            COMM_LEN - 1
+                        )));
                     }
                     p.comm = Some(v.to_string());
                 }
@@ -429,7 +441,8 @@ impl Default for Config {
 impl Config {
     /// Parse and validate a TOML config file's text.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::BadFile(e.to_string().trim().to_string()))?;
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::BadFile(e.to_string().trim().to_string()))?;
         let mut c = Config::default();
         c.board = raw.board;
         c.btf_path = raw.btf_path;
@@ -518,7 +531,10 @@ impl Config {
         let mut sorted = self.housekeeping_cpus.clone();
         sorted.sort_unstable();
         if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-            return Err(ConfigError::OutOfRange { key: "housekeeping_cpus", why: format!("CPU {} is listed twice", w[0]) });
+            return Err(ConfigError::OutOfRange {
+                key: "housekeeping_cpus",
+                why: format!("CPU {} is listed twice", w[0]),
+            });
         }
         if !(-20..=19).contains(&self.nice) {
             return Err(ConfigError::OutOfRange { key: "nice", why: "must be in -20..=19".into() });
@@ -564,9 +580,10 @@ pub fn check_duration(d: Option<Duration>) -> Result<(), ConfigError> {
             key: "duration",
             why: "must be more than 0 (leave it out to run until stopped)".into(),
         }),
-        Some(d) if d > MAX_DURATION => {
-            Err(ConfigError::OutOfRange { key: "duration", why: format!("must be at most {MAX_DURATION:?} (366 days)") })
-        }
+        Some(d) if d > MAX_DURATION => Err(ConfigError::OutOfRange {
+            key: "duration",
+            why: format!("must be at most {MAX_DURATION:?} (366 days)"),
+        }),
         _ => Ok(()),
     }
 }
@@ -604,10 +621,14 @@ mod tests {
         refused("duration = \"0\"", "duration: must be more than 0");
         refused("duration = \"18446744073s\"", "duration: must be at most");
         let many: Vec<String> = (0..=MAX_CONFIG_PROBES).map(|i| format!("\"runq,name=r{i}\"")).collect();
-        refused(&format!("probes = [{}]", many.join(",")), &format!("33 probes configured; at most {MAX_CONFIG_PROBES}"));
+        refused(
+            &format!("probes = [{}]", many.join(",")),
+            &format!("33 probes configured; at most {MAX_CONFIG_PROBES}"),
+        );
         refused("probes = [\"runq,threshold=0s\"]", "threshold");
         let ok: Vec<String> = (0..MAX_CONFIG_PROBES).map(|i| format!("\"runq,name=r{i}\"")).collect();
-        let c = Config::from_toml(&format!("probes = [{}]\ninterval = \"60m\"\nduration = \"1s\"", ok.join(","))).unwrap();
+        let c =
+            Config::from_toml(&format!("probes = [{}]\ninterval = \"60m\"\nduration = \"1s\"", ok.join(","))).unwrap();
         assert_eq!((c.probes.len(), c.interval), (MAX_CONFIG_PROBES, MAX_INTERVAL));
     }
 
@@ -623,9 +644,18 @@ mod tests {
         assert_eq!(ProbeSpec::parse("chain,comm=ctrl").unwrap().kind, ProbeKind::Chain { response: None });
         assert_eq!(
             ProbeSpec::parse("chain,comm=ctrl,response=/opt/robot/bin/ctrl:cycle_done").unwrap().kind,
-            ProbeKind::Chain { response: Some(UserFunc { binary: "/opt/robot/bin/ctrl".into(), symbol: "cycle_done".into() }) }
+            ProbeKind::Chain {
+                response: Some(UserFunc { binary: "/opt/robot/bin/ctrl".into(), symbol: "cycle_done".into() })
+            }
         );
-        for (spec, series) in [("syscall", true), ("syscall:read", false), ("irq", true), ("softirq", true), ("timer", false), ("runq", false)] {
+        for (spec, series) in [
+            ("syscall", true),
+            ("syscall:read", false),
+            ("irq", true),
+            ("softirq", true),
+            ("timer", false),
+            ("runq", false),
+        ] {
             assert_eq!(ProbeSpec::parse(spec).unwrap().kind.has_series(), series, "{spec}");
         }
         let u = ProbeSpec::parse("ufunc:/lib/x86_64-linux-gnu/libc.so.6:nanosleep,threshold=1ms").unwrap();
@@ -698,7 +728,10 @@ mod tests {
         let d = Config::from_toml("overhead_budget = { ns_per_event = 300 }").unwrap();
         assert_eq!(d.overhead_budget.unwrap().intervals, DEFAULT_BUDGET_INTERVALS);
         let z = Config::default();
-        assert_eq!((z.sched, z.nice, z.mlockall, z.user, z.overhead_budget), (Sched::Other, DEFAULT_NICE, false, None, None));
+        assert_eq!(
+            (z.sched, z.nice, z.mlockall, z.user, z.overhead_budget),
+            (Sched::Other, DEFAULT_NICE, false, None, None)
+        );
     }
 
     #[test]

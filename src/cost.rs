@@ -175,11 +175,11 @@ impl CostTable {
                     Some(i) => i,
                     None => {
                         // A new program counts from now.
-                        let last = old
-                            .iter()
-                            .find(|s| s.id == id)
-                            .and_then(|s| s.last)
-                            .or(Some(Cost { runs: now.runs, run_time_ns: now.run_time_ns, missed: now.missed }));
+                        let last = old.iter().find(|s| s.id == id).and_then(|s| s.last).or(Some(Cost {
+                            runs: now.runs,
+                            run_time_ns: now.run_time_ns,
+                            missed: now.missed,
+                        }));
                         self.slots.push(Slot { id, fd, last, delta: Cost::default(), owners: 0, weight: 0 });
                         self.slots.len() - 1
                     }
@@ -269,7 +269,9 @@ impl CostTable {
 
     /// Whether probe i has programs whose cost is split with other probes.
     pub fn shared(&self, i: usize) -> bool {
-        self.probes.get(i).is_some_and(|m| m.iter().any(|&at| self.probes.iter().filter(|o| o.contains(&at)).count() > 1))
+        self.probes
+            .get(i)
+            .is_some_and(|m| m.iter().any(|&at| self.probes.iter().filter(|o| o.contains(&at)).count() > 1))
     }
 
     /// Distinct programs sampled.

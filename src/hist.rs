@@ -22,8 +22,7 @@ pub const fn bucket_index(v: u64) -> usize {
     if msb >= HIST_MAX_LOG2 {
         return BUCKETS - 1;
     }
-    ((msb - HIST_SUB_BITS + 1) << HIST_SUB_BITS)
-        + ((v >> (msb - HIST_SUB_BITS)) as usize & (HIST_SUBS - 1))
+    ((msb - HIST_SUB_BITS + 1) << HIST_SUB_BITS) + ((v >> (msb - HIST_SUB_BITS)) as usize & (HIST_SUBS - 1))
 }
 
 /// `[lo, hi)` in ns of bucket `i`. The last bucket is open-ended; its `hi` is
@@ -137,11 +136,8 @@ impl Hist {
         } else {
             last.map_or(self.max_ns, |i| bucket_bounds(i).1.saturating_sub(1).min(self.max_ns))
         };
-        d.min_ns = if min_exact {
-            self.min_ns
-        } else {
-            first.map_or(self.min_ns, |i| bucket_bounds(i).0.max(self.min_ns))
-        };
+        d.min_ns =
+            if min_exact { self.min_ns } else { first.map_or(self.min_ns, |i| bucket_bounds(i).0.max(self.min_ns)) };
         // A single event is both the min and the max.
         if d.count == 1 && max_exact {
             d.min_ns = d.max_ns;
@@ -154,7 +150,11 @@ impl Hist {
 
     /// Mean in ns (0 when empty).
     pub fn mean_ns(&self) -> u64 {
-        if self.count == 0 { 0 } else { self.sum_ns / self.count }
+        if self.count == 0 {
+            0
+        } else {
+            self.sum_ns / self.count
+        }
     }
 
     /// Value at quantile `q` (0..=1): the rank's bucket, interpolated

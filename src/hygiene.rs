@@ -71,7 +71,8 @@ pub fn parse_cpu_list(s: &str) -> Vec<u32> {
 pub fn apply(cfg: &Config) -> Result<Applied, String> {
     if !cfg.housekeeping_cpus.is_empty() {
         let online = online_cpu_list();
-        let usable: Vec<u32> = cfg.housekeeping_cpus.iter().copied().filter(|c| online.is_empty() || online.contains(c)).collect();
+        let usable: Vec<u32> =
+            cfg.housekeeping_cpus.iter().copied().filter(|c| online.is_empty() || online.contains(c)).collect();
         if usable.is_empty() {
             return Err(format!(
                 "housekeeping_cpus {:?}: none of these CPUs is online (online: {online:?})",
@@ -99,7 +100,10 @@ pub fn apply(cfg: &Config) -> Result<Applied, String> {
     // The raw syscall: musl's sched_setscheduler() is a stub that always
     // fails with ENOSYS (glibc's wrapper is this same syscall).
     // SAFETY: pid 0 is the calling thread; param is valid.
-    if unsafe { libc::syscall(libc::SYS_sched_setscheduler, 0 as libc::pid_t, policy, &param as *const libc::sched_param) } != 0 {
+    if unsafe {
+        libc::syscall(libc::SYS_sched_setscheduler, 0 as libc::pid_t, policy, &param as *const libc::sched_param)
+    } != 0
+    {
         return Err(format!("sched = {name}: {}", std::io::Error::last_os_error()));
     }
     if cfg.sched == Sched::Other {

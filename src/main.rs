@@ -195,7 +195,10 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
     let reload = || run_config(&a);
-    let opts = agent::RunOptions { reload: a.common.config.is_some().then_some(&reload as &dyn Fn() -> Result<Config>), drop_to: identity };
+    let opts = agent::RunOptions {
+        reload: a.common.config.is_some().then_some(&reload as &dyn Fn() -> Result<Config>),
+        drop_to: identity,
+    };
     agent::run_with(&cfg, &mut sinks, opts)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -381,9 +384,11 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     if let Ok(c) = &cfg {
         rep.outputs = output_plans(c);
         rep.housekeeping_cpus = c.housekeeping_cpus.clone();
-        rep.drop_to = c.user.as_ref().and_then(|u| privs::resolve(u, c.group.as_deref()).ok()).map(|i| {
-            format!("{}:{} (uid {} gid {})", i.user, i.group, i.uid, i.gid)
-        });
+        rep.drop_to = c
+            .user
+            .as_ref()
+            .and_then(|u| privs::resolve(u, c.group.as_deref()).ok())
+            .map(|i| format!("{}:{} (uid {} gid {})", i.user, i.group, i.uid, i.gid));
     }
     let privileged = agent::require_bpf_privilege();
     rep.btf_source = probes::btf_source();
@@ -433,7 +438,8 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
                         let b = cfg.overhead_budget;
                         for (i, c) in at.into_iter().zip(costs) {
                             let over = b.is_some_and(|b| {
-                                b.ns_per_event.is_some_and(|l| c.runs >= cost::MIN_RUNS_FOR_NS_BUDGET && c.ns_per_event() > l)
+                                b.ns_per_event
+                                    .is_some_and(|l| c.runs >= cost::MIN_RUNS_FOR_NS_BUDGET && c.ns_per_event() > l)
                                     || b.cpu_percent.is_some_and(|l| all.cpu_percent(wall, cpus) > l)
                             });
                             rep.probes[i].cost = Some(PlanCost {
@@ -511,12 +517,16 @@ fn print_check(r: &CheckReport) {
             continue;
         }
         let budget = match (out.budget_bps, out.line_bps) {
-            (Some(b), Some(l)) => format!("budget {b} B/s ({}% of the line's {l} B/s): delta summaries, keyframes, degradation steps if needed", b as u64 * 100 / l.max(1) as u64),
+            (Some(b), Some(l)) => format!(
+                "budget {b} B/s ({}% of the line's {l} B/s): delta summaries, keyframes, degradation steps if needed",
+                b as u64 * 100 / l.max(1) as u64
+            ),
             (Some(b), None) => format!("budget {b} B/s: delta summaries, keyframes, degradation steps if needed"),
             (None, _) => "unlimited".to_string(),
         };
         let note = out.note.as_ref().map_or(String::new(), |n| format!(" ({n})"));
-        let _ = writeln!(o, "output       {} ({}): {budget}; ok{note}", out.output, out.format.as_deref().unwrap_or("-"));
+        let _ =
+            writeln!(o, "output       {} ({}): {budget}; ok{note}", out.output, out.format.as_deref().unwrap_or("-"));
     }
     if let Some(d) = &r.drop_to {
         let _ = writeln!(o, "drops to     {d} after attach");
@@ -554,7 +564,11 @@ fn print_check(r: &CheckReport) {
                             c.events_per_s,
                             c.bpf_cpu_percent,
                             if c.over_budget { "  OVER BUDGET" } else { "" },
-                            if c.bpf_missed > 0 { format!("  MISSED {} runs (the kernel skipped them)", c.bpf_missed) } else { String::new() }
+                            if c.bpf_missed > 0 {
+                                format!("  MISSED {} runs (the kernel skipped them)", c.bpf_missed)
+                            } else {
+                                String::new()
+                            }
                         );
                     }
                 }
@@ -597,9 +611,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Check(a) => cmd_check(a),
         Cmd::View(a) => source_duration(&a).and_then(|d| view::run_view(&a.source, d)).map(|()| ExitCode::SUCCESS),
-        Cmd::Decode(a) => {
-            source_duration(&a).and_then(|d| view::run_decode(&a.source, d)).map(|_| ExitCode::SUCCESS)
-        }
+        Cmd::Decode(a) => source_duration(&a).and_then(|d| view::run_decode(&a.source, d)).map(|_| ExitCode::SUCCESS),
     };
     match res {
         Ok(code) => code,

@@ -334,7 +334,13 @@ mod tests {
     use crate::summary::{FailedProbe, IntervalReport, ProbeInfo};
 
     fn info(name: &str, attach: &str) -> ProbeInfo {
-        ProbeInfo { name: name.into(), kind: "runq".into(), attach: attach.into(), mode: String::new(), btf_mode: String::new() }
+        ProbeInfo {
+            name: name.into(),
+            kind: "runq".into(),
+            attach: attach.into(),
+            mode: String::new(),
+            btf_mode: String::new(),
+        }
     }
 
     fn u32_at(w: &[u16], a: u16) -> u32 {
@@ -367,7 +373,8 @@ mod tests {
         cur.drops = 2;
         cur.alerts = 1;
         let p = ProbeReport::new(&info("runq", "tp_btf"), &prev, &cur);
-        let mut q = ProbeReport::new(&info("second-probe-with-long-name", "raw_tp"), &Hist::default(), &Hist::default());
+        let mut q =
+            ProbeReport::new(&info("second-probe-with-long-name", "raw_tp"), &Hist::default(), &Hist::default());
         q.total_count = 0x1_0000_0002;
         q.count = 5_000_000_000;
         IntervalReport {
@@ -390,7 +397,17 @@ mod tests {
         img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 3] }, &AgentStatus::default());
         let w = img.words();
         assert_eq!(w.len(), 32 + 3 * 40);
-        assert_eq!(&w[..6], &[MAGIC, MAP_VERSION, 3, BLOCK_WORDS, HEADER_WORDS, status::RUNNING | status::PROBE_FAILED | status::READ_ERRORS]);
+        assert_eq!(
+            &w[..6],
+            &[
+                MAGIC,
+                MAP_VERSION,
+                3,
+                BLOCK_WORDS,
+                HEADER_WORDS,
+                status::RUNNING | status::PROBE_FAILED | status::READ_ERRORS
+            ]
+        );
         assert_eq!(u32_at(w, reg::BOOT_ID), 0xDEAD_BEEF);
         assert_eq!(&w[8..12], &[0x0102, 0x0304, 0x0506, 0x0708], "u64 high word first");
         assert_eq!(u32_at(w, reg::INTERVAL_US), 1_000_001, "rounded up");
@@ -422,7 +439,8 @@ mod tests {
         assert_eq!(&w[b as usize..b as usize + 4], &[STATE_ATTACHED, 2, 1, 2]);
         assert_eq!(u64_at(w, b + off::TOTAL_COUNT), 0x1_0000_0002);
         assert_eq!(u32_at(w, b + off::COUNT), u32::MAX, "interval count saturates");
-        let name: Vec<u8> = w[(b + off::NAME) as usize..(b + off::NAME + 8) as usize].iter().flat_map(|x| x.to_be_bytes()).collect();
+        let name: Vec<u8> =
+            w[(b + off::NAME) as usize..(b + off::NAME + 8) as usize].iter().flat_map(|x| x.to_be_bytes()).collect();
         assert_eq!(&name, b"second-probe-wit", "truncated to 16 bytes");
     }
 
@@ -475,10 +493,29 @@ mod tests {
 
     #[test]
     fn codes() {
-        for (m, c) in [("tp_btf", 1), ("raw_tp", 2), ("tracepoint", 3), ("fentry", 4), ("kprobe", 5), ("uprobe", 6), ("", 0), ("new", 255)] {
+        for (m, c) in [
+            ("tp_btf", 1),
+            ("raw_tp", 2),
+            ("tracepoint", 3),
+            ("fentry", 4),
+            ("kprobe", 5),
+            ("uprobe", 6),
+            ("", 0),
+            ("new", 255),
+        ] {
             assert_eq!(mechanism_code(m), c, "{m}");
         }
-        for (k, c) in [("runq", 1), ("syscall", 2), ("irq", 3), ("softirq", 4), ("timer", 5), ("kfunc", 6), ("ufunc", 7), ("chain", 8), ("x", 0)] {
+        for (k, c) in [
+            ("runq", 1),
+            ("syscall", 2),
+            ("irq", 3),
+            ("softirq", 4),
+            ("timer", 5),
+            ("kfunc", 6),
+            ("ufunc", 7),
+            ("chain", 8),
+            ("x", 0),
+        ] {
             assert_eq!(kind_code(k), c, "{k}");
         }
         assert_eq!(us_ceil(0), 0);

@@ -154,7 +154,11 @@ fn prctl(op: libc::c_int, a: libc::c_ulong) -> io::Result<()> {
 }
 
 fn cap_last_cap() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(63).min(63)
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63)
+        .min(63)
 }
 
 /// Step 1 (before any thread exists): no new privileges, an empty
@@ -254,7 +258,13 @@ pub fn drop_to(id: &Identity, keep_cap: Option<u32>) -> Result<Held, String> {
     for t in std::fs::read_dir("/proc/self/task").map_err(|e| e.to_string())?.map_while(Result::ok) {
         let h = held_in(&std::fs::read_to_string(t.path().join("status")).unwrap_or_default());
         if h.uid != want_uid || h.cap_eff & !keep != 0 || h.cap_prm & !keep != 0 || h.cap_amb != 0 {
-            bad.push(format!("thread {}: uid {} CapEff {:x} CapPrm {:x}", t.file_name().to_string_lossy(), h.uid, h.cap_eff, h.cap_prm));
+            bad.push(format!(
+                "thread {}: uid {} CapEff {:x} CapPrm {:x}",
+                t.file_name().to_string_lossy(),
+                h.uid,
+                h.cap_eff,
+                h.cap_prm
+            ));
         }
     }
     // setuid(0) must fail now.
@@ -273,7 +283,8 @@ mod tests {
     use super::*;
 
     const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\n# comment\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\nlatmon:x:990:985::/var/lib/latmon:/usr/sbin/nologin\nbroken:x\n";
-    const GROUP: &str = "root:x:0:\ndialout:x:20:latmon,ops\nnogroup:x:65534:\nlatmon:x:985:\ntracing:x:7:ops, latmon\n";
+    const GROUP: &str =
+        "root:x:0:\ndialout:x:20:latmon,ops\nnogroup:x:65534:\nlatmon:x:985:\ntracing:x:7:ops, latmon\n";
 
     #[test]
     fn users_and_groups_from_files() {

@@ -81,8 +81,16 @@ pub struct Map {
 /// (what `exp2` gives, correctly rounded) so that the product needs no
 /// libm: the native x86_64 build links nothing but libc
 /// (tests/cli.rs `libbpf_libelf_and_zlib_are_linked_statically`).
-const OCTAVE: [f64; 8] =
-    [1.0, 1.090_507_732_665_257_7, 1.189_207_115_002_721, 1.296_839_554_651_009_6, 1.414_213_562_373_095_1, 1.542_210_825_407_940_7, 1.681_792_830_507_429, 1.834_008_086_409_342_4];
+const OCTAVE: [f64; 8] = [
+    1.0,
+    1.090_507_732_665_257_7,
+    1.189_207_115_002_721,
+    1.296_839_554_651_009_6,
+    1.414_213_562_373_095_1,
+    1.542_210_825_407_940_7,
+    1.681_792_830_507_429,
+    1.834_008_086_409_342_4,
+];
 
 /// Upper bound of schema-3 bucket `i`, in nanoseconds: 1e9 * 2^(i/8).
 /// The power of two is exact (powi) and so is the factor for `i % 8 == 0`,

@@ -325,13 +325,7 @@ pub fn render_text(r: &IntervalReport) -> String {
 
 /// [`render_text`] appended to `s`: no allocation once `s` has room.
 pub fn render_text_into(s: &mut String, r: &IntervalReport) {
-    let _ = writeln!(
-        s,
-        "--- seq {}{}  interval {}",
-        r.seq,
-        if r.last { " (final)" } else { "" },
-        Ns(r.interval_ns)
-    );
+    let _ = writeln!(s, "--- seq {}{}  interval {}", r.seq, if r.last { " (final)" } else { "" }, Ns(r.interval_ns));
     let a = &r.agent;
     if a.cost_measured {
         let _ = write!(
@@ -477,8 +471,21 @@ mod tests {
         }
         let p = &v["probes"][0];
         for k in [
-            "name", "kind", "attach", "count", "total_count", "min_ns", "max_ns", "mean_ns", "p50_ns", "p90_ns",
-            "p99_ns", "p999_ns", "buckets", "drops", "alerts",
+            "name",
+            "kind",
+            "attach",
+            "count",
+            "total_count",
+            "min_ns",
+            "max_ns",
+            "mean_ns",
+            "p50_ns",
+            "p90_ns",
+            "p99_ns",
+            "p999_ns",
+            "buckets",
+            "drops",
+            "alerts",
         ] {
             assert!(p.get(k).is_some(), "{k}");
         }
@@ -514,7 +521,8 @@ mod tests {
         let mut family = ProbeReport::new(&info(), &prev, &cur);
         (family.bpf_runs, family.total_bpf_runs, family.bpf_ns_per_event) = (9, 9, 120);
         let series = ProbeReport::new(&ProbeInfo { name: "runq:x".into(), ..info() }, &prev, &cur);
-        let mut idle = ProbeReport::new(&ProbeInfo { name: "idle".into(), ..info() }, &Hist::default(), &Hist::default());
+        let mut idle =
+            ProbeReport::new(&ProbeInfo { name: "idle".into(), ..info() }, &Hist::default(), &Hist::default());
         idle.total_count = 0;
         let r = IntervalReport {
             seq: 1,
@@ -557,10 +565,7 @@ mod tests {
         let t = render_text(&r);
         assert!(t.contains("alerts 5/5 (records dropped 2/2)"), "{t}");
         assert!(t.contains("alerts: 2 above threshold"), "{t}");
-        assert!(
-            t.contains("  ALERT ctrl  latency 2.10ms  pid 10 tid 11 (ctrl_loop)  cpu 1  at 12.000000345s"),
-            "{t}"
-        );
+        assert!(t.contains("  ALERT ctrl  latency 2.10ms  pid 10 tid 11 (ctrl_loop)  cpu 1  at 12.000000345s"), "{t}");
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["alert_records"][0]["latency_ns"], 2_100_000);
         assert_eq!(v["probes"][0]["alerts_dropped"], 2);
@@ -583,6 +588,9 @@ mod tests {
         };
         assert!(render_text(&r).contains("  MISSED 92/300\n"), "{}", render_text(&r));
         let v = serde_json::to_value(&r).unwrap();
-        assert_eq!((v["probes"][0]["bpf_missed"].as_u64(), v["probes"][0]["total_bpf_missed"].as_u64()), (Some(92), Some(300)));
+        assert_eq!(
+            (v["probes"][0]["bpf_missed"].as_u64(), v["probes"][0]["total_bpf_missed"].as_u64()),
+            (Some(92), Some(300))
+        );
     }
 }

@@ -373,11 +373,8 @@ print fmt: \"irq=%d name=%s\", REC->irq, __get_str(name)
         let f = Format::parse("x/y", "\tfield:int a;\toffset:70000;\tsize:4;\tsigned:1;\n").unwrap();
         assert!(TpField::of(&f, "a", PID_SIZES).is_err());
         // A flags table that is not powers of two gives no guess.
-        let f = Format {
-            event: "x".into(),
-            fields: vec![],
-            print_fmt: "__print_flags(x, \"|\", { 0x03, \"S\" })".into(),
-        };
+        let f =
+            Format { event: "x".into(), fields: vec![], print_fmt: "__print_flags(x, \"|\", { 0x03, \"S\" })".into() };
         assert_eq!(f.sched_switch_report_max(), None);
     }
 }

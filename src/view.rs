@@ -75,9 +75,20 @@ pub fn json_line(r: &Result<Event, FrameError>) -> String {
     let res = match r {
         Ok(Event::Hello(h)) => serde_json::to_string(&Tagged::<Hello> { ty: "hello", body: h }),
         Ok(Event::Summary { boot_id, report, ids, keyframe, merge, inexact }) => {
-            let names: Vec<String> =
-                ids.iter().zip(&report.probes).filter(|(id, _)| inexact.contains(id)).map(|(_, p)| p.name.clone()).collect();
-            serde_json::to_string(&SummaryLine { ty: "summary", boot_id: *boot_id, keyframe: *keyframe, merge: *merge, inexact: &names, report })
+            let names: Vec<String> = ids
+                .iter()
+                .zip(&report.probes)
+                .filter(|(id, _)| inexact.contains(id))
+                .map(|(_, p)| p.name.clone())
+                .collect();
+            serde_json::to_string(&SummaryLine {
+                ty: "summary",
+                boot_id: *boot_id,
+                keyframe: *keyframe,
+                merge: *merge,
+                inexact: &names,
+                report,
+            })
         }
         Ok(Event::Request(r)) => serde_json::to_string(&Tagged::<crate::wire::Request> { ty: "request", body: r }),
         Ok(Event::Alert(a)) => serde_json::to_string(&Tagged::<AlertRecord> { ty: "alert", body: a }),
@@ -132,7 +143,12 @@ pub fn budget_words(t: &Tracker) -> Option<String> {
         return None;
     }
     let step = crate::wire::Step::from_byte(l.step);
-    let mut w = format!("budget {} B/s, using {} B/s, keyframes every {:.0} s", l.budget_bps, l.used_bps, f64::from(l.keyframe_ms) / 1000.0);
+    let mut w = format!(
+        "budget {} B/s, using {} B/s, keyframes every {:.0} s",
+        l.budget_bps,
+        l.used_bps,
+        f64::from(l.keyframe_ms) / 1000.0
+    );
     if step != crate::wire::Step::None {
         let _ = write!(
             w,
@@ -172,7 +188,9 @@ pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
                 dec.feed(&buf[..n], &mut |r| {
                     let lost_before = tracker.summaries_lost;
                     let ev = r.map(|f| tracker.on_frame(f));
-                    if let (true, Some((after_seq, through_seq))) = (tracker.summaries_lost > lost_before, tracker.last_lost) {
+                    if let (true, Some((after_seq, through_seq))) =
+                        (tracker.summaries_lost > lost_before, tracker.last_lost)
+                    {
                         let l = LostLine { ty: "lost", after_seq, through_seq };
                         lines.push_str(&serde_json::to_string(&l).unwrap_or_default());
                         lines.push('\n');
@@ -269,7 +287,13 @@ impl View {
         let _ = write!(s, "latmon view  {source}");
         if let Some(h) = &t.hello {
             let board = if h.board.is_empty() { "-" } else { &h.board };
-            let _ = write!(s, "   board {}  kernel {}  latmon {}", shown(board), shown(&h.kernel), shown(&h.latmon_version));
+            let _ = write!(
+                s,
+                "   board {}  kernel {}  latmon {}",
+                shown(board),
+                shown(&h.kernel),
+                shown(&h.latmon_version)
+            );
         }
         s.push('\n');
         match &t.hello {
@@ -322,7 +346,8 @@ impl View {
                     s.push_str("  OVER BUDGET");
                 }
                 if st.flags & crate::wire::STATUS_DEGRADED != 0 {
-                    let names: Vec<String> = st.detached.iter().map(|&id| shown(&t.probe_name(id)).into_owned()).collect();
+                    let names: Vec<String> =
+                        st.detached.iter().map(|&id| shown(&t.probe_name(id)).into_owned()).collect();
                     let _ = write!(s, "  DEGRADED: detached over budget: {}", names.join(", "));
                 }
                 s.push('\n');
@@ -331,9 +356,14 @@ impl View {
         let _ = writeln!(s, "{}", "-".repeat(78));
         for (id, p) in self.latest.iter().enumerate() {
             let Some(p) = p else { continue };
-            let via = if p.attach.is_empty() { String::new() } else { format!("  [{} via {}]", shown(&p.kind), shown(&p.attach)) };
+            let via = if p.attach.is_empty() {
+                String::new()
+            } else {
+                format!("  [{} via {}]", shown(&p.kind), shown(&p.attach))
+            };
             // Kernel-skipped runs of its programs (Status revision 2).
-            let missed = t.status.as_ref().and_then(|st| st.missed.iter().find(|m| usize::from(m.id) == id)).map(|m| m.missed);
+            let missed =
+                t.status.as_ref().and_then(|st| st.missed.iter().find(|m| usize::from(m.id) == id)).map(|m| m.missed);
             let missed = missed.map_or(String::new(), |m| format!("  MISSED {m} (runs the kernel skipped)"));
             let _ = writeln!(s, "{}{via}{missed}", shown(&p.name));
             // The span the interval numbers cover: one agent interval, or
@@ -367,11 +397,20 @@ impl View {
                     let _ = writeln!(s, "  since start      count {}", p.total_count);
                 }
             }
-            let _ = writeln!(s, "  drops {}/{}  alerts {}/{}  (interval/since start)", p.drops, p.total_drops, p.alerts, p.total_alerts);
+            let _ = writeln!(
+                s,
+                "  drops {}/{}  alerts {}/{}  (interval/since start)",
+                p.drops, p.total_drops, p.alerts, p.total_alerts
+            );
             bars(&mut s, p);
         }
         let _ = writeln!(s, "{}", "-".repeat(78));
-        let _ = writeln!(s, "alerts: {} received{}", self.alerts_seen, if self.alerts.is_empty() { "" } else { ", newest first" });
+        let _ = writeln!(
+            s,
+            "alerts: {} received{}",
+            self.alerts_seen,
+            if self.alerts.is_empty() { "" } else { ", newest first" }
+        );
         for a in &self.alerts {
             let _ = writeln!(
                 s,
@@ -407,7 +446,15 @@ fn bars(s: &mut String, p: &ProbeReport) {
     let peak = rows.iter().map(|r| r.2).max().unwrap_or(1).max(1);
     for (lo, hi, c) in rows {
         let n = ((c as u128 * BAR_WIDTH as u128).div_ceil(peak as u128)) as usize;
-        let _ = writeln!(s, "  {:>9} .. {:<9} {:>9} |{:<w$}|", fmt_ns(lo), fmt_ns(hi), c, "#".repeat(n.min(BAR_WIDTH)), w = BAR_WIDTH);
+        let _ = writeln!(
+            s,
+            "  {:>9} .. {:<9} {:>9} |{:<w$}|",
+            fmt_ns(lo),
+            fmt_ns(hi),
+            c,
+            "#".repeat(n.min(BAR_WIDTH)),
+            w = BAR_WIDTH
+        );
     }
 }
 
@@ -474,7 +521,6 @@ pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
     eprintln!("latmon: {}", link_line(&dec.stats, &tracker));
     Ok(())
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -611,7 +657,10 @@ mod tests {
             time_ns: 5,
         })));
         let s = v.render("tcp://x", &LinkStats::default(), &t, None);
-        assert!(s.chars().all(|c| c == '\n' || (' '..='~').contains(&c)), "raw control or non-ASCII characters in\n{s:?}");
+        assert!(
+            s.chars().all(|c| c == '\n' || (' '..='~').contains(&c)),
+            "raw control or non-ASCII characters in\n{s:?}"
+        );
         assert!(s.contains("\\u{1b}]0;pwned\\u{7}"), "shown escaped: {s}");
         assert!(!s.lines().any(|l| l.starts_with("fake line")), "a wire newline starts no line of its own");
         assert_eq!(shown("ctrl_loop"), "ctrl_loop");
@@ -661,7 +710,11 @@ mod tests {
             },
         }));
         let s = v.render("serial:/dev/ttyS1@9600", &LinkStats::default(), &t, None);
-        for needle in ["budget 480 B/s, using 410 B/s, keyframes every 60 s", "DEGRADED step 2 (roll-up): 1 buckets per power of two, 31 series rolled up", "5 alerts shed"] {
+        for needle in [
+            "budget 480 B/s, using 410 B/s, keyframes every 60 s",
+            "DEGRADED step 2 (roll-up): 1 buckets per power of two, 31 series rolled up",
+            "5 alerts shed",
+        ] {
             assert!(s.contains(needle), "{needle:?} missing in\n{s}");
         }
         assert!(link_line(&LinkStats::default(), &t).contains("budget 480 B/s"));
@@ -715,7 +768,23 @@ mod tests {
         assert_eq!(v["type"], "summary");
         assert_eq!(v["interval_ns"], 1_000_000_000u64);
         let p = &v["probes"][0];
-        for k in ["name", "kind", "attach", "count", "total_count", "min_ns", "max_ns", "mean_ns", "p50_ns", "p90_ns", "p99_ns", "p999_ns", "buckets", "drops", "alerts"] {
+        for k in [
+            "name",
+            "kind",
+            "attach",
+            "count",
+            "total_count",
+            "min_ns",
+            "max_ns",
+            "mean_ns",
+            "p50_ns",
+            "p90_ns",
+            "p99_ns",
+            "p999_ns",
+            "buckets",
+            "drops",
+            "alerts",
+        ] {
             assert!(p.get(k).is_some(), "{k} missing in {p}");
         }
         assert_eq!(p["name"], "runq");
@@ -724,6 +793,12 @@ mod tests {
             serde_json::from_str(&json_line(&Err(FrameError::Crc { len: 9, expected: 1, actual: 2 }))).unwrap();
         assert_eq!(bad["type"], "bad_frame");
         assert_eq!(bad["reason"], "crc");
-        let _ = ProbeInfo { name: String::new(), kind: String::new(), attach: String::new(), mode: String::new(), btf_mode: String::new() };
+        let _ = ProbeInfo {
+            name: String::new(),
+            kind: String::new(),
+            attach: String::new(),
+            mode: String::new(),
+            btf_mode: String::new(),
+        };
     }
 }

@@ -151,14 +151,17 @@ fn f(v: &Value, k: &str) -> f64 {
 }
 
 fn probe<'a>(line: &'a Value, name: &str) -> &'a Value {
-    line["probes"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("no probe {name} in {line}"))
+    line["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no probe {name} in {line}"))
 }
 
 fn has_probe(line: &Value, name: &str) -> bool {
     line["probes"].as_array().is_some_and(|a| a.iter().any(|p| p["name"] == name))
 }
-
-
 
 /// Wait until bpftool lists none of `ids` (the kernel frees programs from
 /// a deferred work item).
@@ -243,7 +246,22 @@ fn own_cost_is_reported_in_json_text_and_status_frames() {
     let fo = format!("file:{},format=frames", frames.display());
     let to = format!("file:{},format=text", text.display());
     let run = Run::start(
-        &["--probe", "runq", "--probe", "runq,comm=lm-cost,name=pp", "--interval", "300ms", "--format", "json", "--output", "-", "--output", &fo, "--output", &to],
+        &[
+            "--probe",
+            "runq",
+            "--probe",
+            "runq,comm=lm-cost,name=pp",
+            "--interval",
+            "300ms",
+            "--format",
+            "json",
+            "--output",
+            "-",
+            "--output",
+            &fo,
+            "--output",
+            &to,
+        ],
         &[],
     );
     run.wait_stderr("running: 2 of 2 probes", Duration::from_secs(20));
@@ -255,9 +273,17 @@ fn own_cost_is_reported_in_json_text_and_status_frames() {
     assert!(status.success());
     for name in ["runq", "pp"] {
         let p = probe(&busy, name);
-        let (runs, ns, npe, eps, cpu) =
-            (u(p, "bpf_runs"), u(p, "bpf_run_time_ns"), u(p, "bpf_ns_per_event"), u(p, "events_per_s"), f(p, "bpf_cpu_percent"));
-        eprintln!("FIGURES cost {name}: {runs} runs, {ns} ns, {npe} ns/event, {eps} events/s, {cpu}% CPU, state {}", p["state"]);
+        let (runs, ns, npe, eps, cpu) = (
+            u(p, "bpf_runs"),
+            u(p, "bpf_run_time_ns"),
+            u(p, "bpf_ns_per_event"),
+            u(p, "events_per_s"),
+            f(p, "bpf_cpu_percent"),
+        );
+        eprintln!(
+            "FIGURES cost {name}: {runs} runs, {ns} ns, {npe} ns/event, {eps} events/s, {cpu}% CPU, state {}",
+            p["state"]
+        );
         assert!(runs > 0 && ns > 0, "{p}");
         assert_eq!(npe, ns / runs);
         assert!((20..100_000).contains(&npe), "{npe} ns/event: implausible");
@@ -320,7 +346,10 @@ fn check_measures_own_cost() {
     eprintln!("{text}");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     load.join().unwrap();
-    assert!(text.contains("own cost     measured over") && text.contains("ns/event") && text.contains("OVER BUDGET"), "{text}");
+    assert!(
+        text.contains("own cost     measured over") && text.contains("ns/event") && text.contains("OVER BUDGET"),
+        "{text}"
+    );
 }
 
 // ------------------------------------------------------------- 2. budget
@@ -398,9 +427,16 @@ fn over_budget_detaches_the_most_expensive_probe_and_says_so_everywhere() {
     assert!(ids_after.is_empty(), "programs still held: {ids_after:?}");
     assert_unloaded(&ids_before);
     // Log, text, wire, Prometheus.
-    assert!(stderr.iter().any(|l| l.contains("DETACHED over budget") && l.contains("ns/event > budget 1 ns")), "{stderr:#?}");
+    assert!(
+        stderr.iter().any(|l| l.contains("DETACHED over budget") && l.contains("ns/event > budget 1 ns")),
+        "{stderr:#?}"
+    );
     let t = std::fs::read_to_string(&text).unwrap();
-    assert!(t.contains("OVER BUDGET: 2 consecutive interval(s)") && t.contains("DETACHED (detached: over budget): counts frozen"), "{t}");
+    assert!(
+        t.contains("OVER BUDGET: 2 consecutive interval(s)")
+            && t.contains("DETACHED (detached: over budget): counts frozen"),
+        "{t}"
+    );
     assert!(t.contains("DEGRADED: 2 probe(s) detached over budget"));
     let dec = decode(&frames);
     let st: Vec<&Value> = dec.iter().filter(|l| l["type"] == "status").collect();
@@ -411,7 +447,9 @@ fn over_budget_detaches_the_most_expensive_probe_and_says_so_everywhere() {
     assert!(metrics.contains("latmon_degraded 1"), "{metrics}");
     assert_eq!(plc_status & 0x4, 0x4, "Modbus status bit 2 (over budget) after the detach: {plc_status:#06x}");
     assert!(
-        metrics.lines().any(|l| l.starts_with(&format!("latmon_probe_detached_over_budget{{probe=\"{name}\"")) && l.ends_with(" 1")),
+        metrics.lines().any(
+            |l| l.starts_with(&format!("latmon_probe_detached_over_budget{{probe=\"{name}\"")) && l.ends_with(" 1")
+        ),
         "{metrics}"
     );
 }
@@ -510,10 +548,11 @@ fn privileges_are_dropped_after_attach_and_monitoring_continues() {
     let mut tasks = Vec::new();
     for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().map_while(Result::ok) {
         let tid = t.file_name().to_string_lossy().into_owned();
-        let fields: Vec<String> = ["Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:", "NoNewPrivs:"]
-            .iter()
-            .map(|k| status_field(pid, Some(&tid), k))
-            .collect();
+        let fields: Vec<String> =
+            ["Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:", "NoNewPrivs:"]
+                .iter()
+                .map(|k| status_field(pid, Some(&tid), k))
+                .collect();
         tasks.push((tid, fields));
     }
     eprintln!("FIGURES privileges: {tasks:?}");
@@ -559,7 +598,10 @@ fn keep_bpf_cap_path_keeps_exactly_cap_bpf() {
     run.wait_stderr("running: 1 of 1", Duration::from_secs(20));
     assert_eq!(status_field(run.pid(), None, "Uid:"), "0\t0\t0\t0");
     let _ = run.stop();
-    let cfg = write_config("keep.toml", "probes = [\"runq,comm=lm-keep\"]\ninterval = \"200ms\"\nformat = \"json\"\nuser = \"nobody\"\n");
+    let cfg = write_config(
+        "keep.toml",
+        "probes = [\"runq,comm=lm-keep\"]\ninterval = \"200ms\"\nformat = \"json\"\nuser = \"nobody\"\n",
+    );
     let run = Run::start(&["--config", cfg.to_str().unwrap()], &[("LATMON_KEEP_BPF_CAP", "1")]);
     run.wait_stderr("capability 39 kept", Duration::from_secs(20));
     let eff = status_field(run.pid(), None, "CapEff:");
@@ -604,7 +646,9 @@ fn sighup_reloads_keeping_counts_adding_and_removing_probes() {
     pipe_ping_pong("lm-hup-b", 1000);
     pipe_ping_pong("lm-hup-a", 500);
     let both = run.wait_line("a and b", Duration::from_secs(5), |l| {
-        has_probe(l, "b") && u(probe(l, "b"), "total_count") >= 2000 && u(probe(l, "a"), "total_count") >= a_before + 1000
+        has_probe(l, "b")
+            && u(probe(l, "b"), "total_count") >= 2000
+            && u(probe(l, "a"), "total_count") >= a_before + 1000
     });
     let ids_two = prog_ids_of(run.pid());
     assert!(ids_one.iter().all(|id| ids_two.contains(id)), "a kept its programs: {ids_one:?} -> {ids_two:?}");
@@ -646,7 +690,10 @@ fn sighup_reloads_keeping_counts_adding_and_removing_probes() {
         .filter(|l| l["type"] == "hello")
         .map(|l| l["probes"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect())
         .collect();
-    assert!(tables.contains(&vec!["a".to_string(), "b".to_string()]) && tables.last() == Some(&vec!["b".to_string()]), "{tables:?}");
+    assert!(
+        tables.contains(&vec!["a".to_string(), "b".to_string()]) && tables.last() == Some(&vec!["b".to_string()]),
+        "{tables:?}"
+    );
     let last_sum = dec.iter().rev().find(|l| l["type"] == "summary").unwrap();
     assert_eq!(u(probe(last_sum, "b"), "total_count"), u(probe(lines.last().unwrap(), "b"), "total_count"));
 }
@@ -656,7 +703,13 @@ fn sighup_after_the_privilege_drop_removes_but_cannot_add() {
     let cfg = tmp("hup-priv.toml");
     let write = |probes: &str| {
         // mlockall too: allocations after the drop (the reload) must work.
-        std::fs::write(&cfg, format!("probes = [{probes}]\ninterval = \"200ms\"\nformat = \"json\"\nuser = \"nobody\"\nmlockall = true\n")).unwrap();
+        std::fs::write(
+            &cfg,
+            format!(
+                "probes = [{probes}]\ninterval = \"200ms\"\nformat = \"json\"\nuser = \"nobody\"\nmlockall = true\n"
+            ),
+        )
+        .unwrap();
     };
     write("\"runq,comm=lm-hp-a,name=a\", \"runq,comm=lm-hp-b,name=b\"");
     let run = Run::start(&["--config", cfg.to_str().unwrap()], &[]);
@@ -666,7 +719,9 @@ fn sighup_after_the_privilege_drop_removes_but_cannot_add() {
     run.wait_stderr("probe c not started: privileges were dropped", Duration::from_secs(10));
     run.wait_stderr("reload: probe b removed", Duration::from_secs(10));
     pipe_ping_pong("lm-hp-a", 500);
-    let l = run.wait_line("a alone", Duration::from_secs(5), |l| !has_probe(l, "b") && u(probe(l, "a"), "total_count") >= 1000);
+    let l = run.wait_line("a alone", Duration::from_secs(5), |l| {
+        !has_probe(l, "b") && u(probe(l, "a"), "total_count") >= 1000
+    });
     assert!(!has_probe(&l, "c"));
     let (status, _, _) = run.stop();
     assert!(status.success());
@@ -704,7 +759,12 @@ fn systemd_readiness_watchdog_and_stopping() {
         }
         assert!(status.success());
         let texts: Vec<&str> = msgs.iter().map(|m| m.1.as_str()).collect();
-        eprintln!("FIGURES notify ({env_value}): {} messages, first {:?}, last {:?}", texts.len(), texts.first(), texts.last());
+        eprintln!(
+            "FIGURES notify ({env_value}): {} messages, first {:?}, last {:?}",
+            texts.len(),
+            texts.first(),
+            texts.last()
+        );
         assert!(texts[0].starts_with("READY=1\n") && texts[0].contains("MAINPID="), "{texts:?}");
         let dogs: Vec<Instant> = msgs.iter().filter(|m| m.1 == "WATCHDOG=1").map(|m| m.0).collect();
         assert!(dogs.len() >= 10, "{texts:?}");
@@ -722,7 +782,20 @@ fn systemd_readiness_watchdog_and_stopping() {
 #[test]
 fn prometheus_exposition_passes_promtool() {
     let run = Run::start(
-        &["--probe", "runq", "--probe", "runq,comm=lm-prom,name=quoted \"x\"", "--interval", "200ms", "--format", "json", "--output", "-", "--output", "prom://127.0.0.1:0"],
+        &[
+            "--probe",
+            "runq",
+            "--probe",
+            "runq,comm=lm-prom,name=quoted \"x\"",
+            "--interval",
+            "200ms",
+            "--format",
+            "json",
+            "--output",
+            "-",
+            "--output",
+            "prom://127.0.0.1:0",
+        ],
         &[],
     );
     let addr = run.prom_addr();
@@ -752,17 +825,37 @@ fn prometheus_exposition_passes_promtool() {
     // The content: histogram per probe with labels, cost metrics.
     let series = |prefix: &str| body.lines().filter(|l| l.starts_with(prefix)).count();
     assert_eq!(series("latmon_latency_seconds_bucket{probe=\"runq\",kind=\"runq\",attach=\"tp_btf\""), 30);
-    assert!(body.contains("latmon_latency_seconds_bucket{probe=\"quoted \\\"x\\\"\",kind=\"runq\",attach=\"tp_btf\",le=\"+Inf\"}"), "{body}");
+    assert!(
+        body.contains(
+            "latmon_latency_seconds_bucket{probe=\"quoted \\\"x\\\"\",kind=\"runq\",attach=\"tp_btf\",le=\"+Inf\"}"
+        ),
+        "{body}"
+    );
     let count_line = body.lines().find(|l| l.starts_with("latmon_latency_seconds_count{probe=\"runq\"")).unwrap();
     let count: u64 = count_line.rsplit(' ').next().unwrap().parse().unwrap();
-    let inf_line = body.lines().find(|l| l.starts_with("latmon_latency_seconds_bucket{probe=\"runq\"") && l.contains("+Inf")).unwrap();
+    let inf_line = body
+        .lines()
+        .find(|l| l.starts_with("latmon_latency_seconds_bucket{probe=\"runq\"") && l.contains("+Inf"))
+        .unwrap();
     assert_eq!(inf_line.rsplit(' ').next().unwrap().parse::<u64>().unwrap(), count);
-    assert!(count > 0 && lines.iter().any(|l| u(probe(l, "runq"), "total_count") == count), "the count of an interval's total");
+    assert!(
+        count > 0 && lines.iter().any(|l| u(probe(l, "runq"), "total_count") == count),
+        "the count of an interval's total"
+    );
     for m in [
-        "latmon_probe_bpf_runs_total{", "latmon_probe_bpf_run_seconds_total{", "latmon_probe_bpf_seconds_per_event{",
-        "latmon_probe_bpf_cpu_ratio{", "latmon_probe_bpf_events_per_second{", "latmon_probe_drops_total{",
-        "latmon_probe_alerts_total{", "latmon_over_budget 0", "latmon_degraded 0", "latmon_bpf_cpu_ratio ",
-        "latmon_probe_up{", "latmon_info{", "latmon_probe_bpf_missed_total{",
+        "latmon_probe_bpf_runs_total{",
+        "latmon_probe_bpf_run_seconds_total{",
+        "latmon_probe_bpf_seconds_per_event{",
+        "latmon_probe_bpf_cpu_ratio{",
+        "latmon_probe_bpf_events_per_second{",
+        "latmon_probe_drops_total{",
+        "latmon_probe_alerts_total{",
+        "latmon_over_budget 0",
+        "latmon_degraded 0",
+        "latmon_bpf_cpu_ratio ",
+        "latmon_probe_up{",
+        "latmon_info{",
+        "latmon_probe_bpf_missed_total{",
     ] {
         assert!(body.contains(m), "{m} in {body}");
     }
@@ -782,7 +875,22 @@ fn rss_stays_flat_over_an_hour_of_intervals() {
     let frames = tmp("rss.frames");
     let fo = format!("file:{},format=frames", frames.display());
     let run = Run::start_keeping(
-        &["--probe", "runq", "--interval", "10ms", "--format", "json", "--output", "-", "--output", &fo, "--output", "prom://127.0.0.1:0", "--output", "file:/dev/null,format=text"],
+        &[
+            "--probe",
+            "runq",
+            "--interval",
+            "10ms",
+            "--format",
+            "json",
+            "--output",
+            "-",
+            "--output",
+            &fo,
+            "--output",
+            "prom://127.0.0.1:0",
+            "--output",
+            "file:/dev/null,format=text",
+        ],
         &[],
         200,
     );

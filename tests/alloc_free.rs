@@ -108,7 +108,13 @@ fn emit_does_not_allocate(word: &str) {
         start_ns: 0,
         interval_ns: 1_000_000_000,
         probes: (0..n)
-            .map(|i| ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() })
+            .map(|i| ProbeInfo {
+                name: format!("p{i}"),
+                kind: "runq".into(),
+                attach: "tp_btf".into(),
+                mode: String::new(),
+                btf_mode: String::new(),
+            })
             .collect(),
         failed: Vec::new(),
     };
@@ -159,7 +165,13 @@ fn modbus_output_emit_does_not_allocate() {
         start_ns: 0,
         interval_ns: 1_000_000_000,
         probes: (0..n)
-            .map(|i| ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() })
+            .map(|i| ProbeInfo {
+                name: format!("p{i}"),
+                kind: "runq".into(),
+                attach: "tp_btf".into(),
+                mode: String::new(),
+                btf_mode: String::new(),
+            })
             .collect(),
         failed: Vec::new(),
     };

@@ -25,7 +25,8 @@ fn tmp(name: &str) -> std::path::PathBuf {
 fn check_json(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
     let out = latmon().args(["check", "--json"]).args(args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("check JSON: {e}\n{}\n{err}", String::from_utf8_lossy(&out.stdout)));
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("check JSON: {e}\n{}\n{err}", String::from_utf8_lossy(&out.stdout)));
     (out.status.code(), v, err)
 }
 
@@ -68,7 +69,11 @@ fn check_judges_outputs_as_run_opens_them() {
     let text = latmon().args(["check", "--measure", "0", "--config", cfg.to_str().unwrap()]).output().unwrap();
     assert_eq!(text.status.code(), Some(2));
     let text = String::from_utf8_lossy(&text.stdout);
-    assert_eq!(text.lines().filter(|l| l.starts_with("output ") && l.contains(" INVALID: ")).count(), bad.len(), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("output ") && l.contains(" INVALID: ")).count(),
+        bad.len(),
+        "{text}"
+    );
     drop(busy);
 
     // What run accepts, check accepts; nothing is created or taken.
@@ -156,7 +161,14 @@ fn view_and_decode_survive_min_above_max() {
         start_ns: 0,
         interval_ns: 1_000_000_000,
         probe_count: 1,
-        probes: vec![ProbeDesc { id: 0, name: "runq".into(), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), scheme: BucketScheme::LATMON }],
+        probes: vec![ProbeDesc {
+            id: 0,
+            name: "runq".into(),
+            kind: "runq".into(),
+            attach: "tp_btf".into(),
+            mode: String::new(),
+            scheme: BucketScheme::LATMON,
+        }],
     };
     let summary = |seq: u64, count: u64, min_ns: u64, max_ns: u64| {
         Frame::Summary(Summary {
@@ -191,12 +203,18 @@ fn view_and_decode_survive_min_above_max() {
     assert!(screen.contains("runq") && screen.contains("seq 2"), "{screen}");
     let decode = latmon().args(["decode", &src]).output().unwrap();
     assert!(decode.status.success(), "decode: {:?}", decode.status);
-    assert_eq!(json_lines(&String::from_utf8_lossy(&decode.stdout)).iter().filter(|l| l["type"] == "summary").count(), 2);
+    assert_eq!(
+        json_lines(&String::from_utf8_lossy(&decode.stdout)).iter().filter(|l| l["type"] == "summary").count(),
+        2
+    );
 }
 
 fn rss_kib(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap()
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
 }
 
 /// Whether the server closed `s` (EOF) - a refused or displaced client -

@@ -29,7 +29,10 @@ fn check_reports_kernel_features_and_the_plan() {
         assert!(!f["error"].as_str().unwrap().is_empty());
     }
     let plan = &v["probes"][0];
-    assert_eq!((plan["name"].as_str(), plan["ok"].as_bool(), plan["attach"].as_str()), (Some("runq"), Some(true), Some("tp_btf")));
+    assert_eq!(
+        (plan["name"].as_str(), plan["ok"].as_bool(), plan["attach"].as_str()),
+        (Some("runq"), Some(true), Some("tp_btf"))
+    );
 }
 
 #[test]
@@ -44,8 +47,12 @@ fn check_lists_each_outputs_budget() {
     .unwrap();
     let out = latmon().args(["check", "--json", "--config"]).arg(&cfg).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let budgets: Vec<(String, Option<u64>)> =
-        v["outputs"].as_array().unwrap().iter().map(|o| (o["output"].as_str().unwrap().to_string(), o["budget_bps"].as_u64())).collect();
+    let budgets: Vec<(String, Option<u64>)> = v["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["output"].as_str().unwrap().to_string(), o["budget_bps"].as_u64()))
+        .collect();
     assert_eq!(
         budgets,
         [
@@ -57,7 +64,10 @@ fn check_lists_each_outputs_budget() {
     );
     let text = latmon().args(["check", "--config"]).arg(&cfg).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("output       serial:/dev/ttyS1@9600 (frames): budget 480 B/s (50% of the line's 960 B/s)"), "{text}");
+    assert!(
+        text.contains("output       serial:/dev/ttyS1@9600 (frames): budget 480 B/s (50% of the line's 960 B/s)"),
+        "{text}"
+    );
     assert!(text.contains("output       file:/tmp/x.bin (frames): unlimited"), "{text}");
 }
 
@@ -85,14 +95,27 @@ fn unknown_probe_is_a_clear_one_line_error() {
 #[test]
 fn a_probe_that_cannot_run_is_reported_and_the_others_keep_running() {
     let out = latmon()
-        .args(["run", "--probe", "runq", "--probe", "kfunc:do_nanosleep", "--duration", "300ms", "--interval", "100ms", "--format", "json"])
+        .args([
+            "run",
+            "--probe",
+            "runq",
+            "--probe",
+            "kfunc:do_nanosleep",
+            "--duration",
+            "300ms",
+            "--interval",
+            "100ms",
+            "--format",
+            "json",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "runq still runs: {}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
     // This host has no kprobes and refuses fentry: one line names the
     // probe and why each rung of its ladder failed.
-    let line = err.lines().find(|l| l.contains("probe kfunc:do_nanosleep: cannot attach")).unwrap_or_else(|| panic!("{err}"));
+    let line =
+        err.lines().find(|l| l.contains("probe kfunc:do_nanosleep: cannot attach")).unwrap_or_else(|| panic!("{err}"));
     assert!(line.contains("fentry: ") && line.contains("kprobe: "), "each rung is named: {line}");
     let lines = json_lines(&String::from_utf8_lossy(&out.stdout));
     assert!(!lines.is_empty());
@@ -116,7 +139,8 @@ fn not_root_is_named_as_the_cause() {
     let bin = dir.join("latmon");
     std::fs::copy(env!("CARGO_BIN_EXE_latmon"), &bin).unwrap();
     std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let out = std::process::Command::new(&bin).args(["run", "--duration", "1s"]).uid(65534).gid(65534).output().unwrap();
+    let out =
+        std::process::Command::new(&bin).args(["run", "--duration", "1s"]).uid(65534).gid(65534).output().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

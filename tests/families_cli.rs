@@ -38,10 +38,8 @@ fn the_default_runs_runq_syscall_and_irq_with_series() {
     for family in ["runq", "syscall", "irq"] {
         assert!(names.contains(&family), "{family} in the default: {names:?}");
     }
-    let statx = last
-        .iter()
-        .find(|p| p["name"].as_str().unwrap().starts_with("syscall:"))
-        .expect("at least one syscall series");
+    let statx =
+        last.iter().find(|p| p["name"].as_str().unwrap().starts_with("syscall:")).expect("at least one syscall series");
     assert_eq!((statx["kind"].as_str(), statx["attach"].as_str()), (Some("syscall"), Some("tp_btf")));
     // Series are appended behind the configured probes, so that no
     // probe's position (its id on the wire) ever moves.

@@ -57,7 +57,14 @@ fn run_target(args: &[&str]) -> Ran {
         .find_map(|w| w.strip_prefix("self_ns="))
         .map(|v| v.split(',').map(|d| d.parse().unwrap()).collect())
         .unwrap_or_default();
-    Ran { pid: field("pid"), calls: field("calls"), over_1ms: field("over_1ms"), mean_ns: field("mean_ns"), self_ns, elapsed }
+    Ran {
+        pid: field("pid"),
+        calls: field("calls"),
+        over_1ms: field("over_1ms"),
+        mean_ns: field("mean_ns"),
+        self_ns,
+        elapsed,
+    }
 }
 
 /// Run latmon with `probes` (one summary: a long interval, stopped by
@@ -175,9 +182,10 @@ fn a_1ms_threshold_alerts_for_the_2ms_calls_only() {
 fn the_perf_buffer_fallback_delivers_the_same_alerts() {
     let _s = serial();
     let mut ran = Ran::default();
-    let (sum, err) = monitor(&[spec("lm_work", ",threshold=1ms,name=work")], &[("LATMON_ALERT_BUFFER", "perf")], || {
-        ran = run_target(&["work", "30", "200000", "10", "2000000"]);
-    });
+    let (sum, err) =
+        monitor(&[spec("lm_work", ",threshold=1ms,name=work")], &[("LATMON_ALERT_BUFFER", "perf")], || {
+            ran = run_target(&["work", "30", "200000", "10", "2000000"]);
+        });
     assert!(err.iter().any(|l| l.contains("via perf buffer")), "{err:#?}");
     let p = probe(&sum, "work");
     assert_eq!(u(p, "count"), 40);
@@ -200,11 +208,7 @@ fn an_alert_storm_is_rate_limited_in_the_kernel_and_counted() {
     // Token bucket: BURST at once, then RATE per second; racing CPUs may
     // each take the last token (at most one extra per CPU).
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    eprintln!(
-        "FIGURES storm: {calls} alerts in {:?}: {recs} records, {} dropped",
-        ran.elapsed,
-        u(p, "alerts_dropped")
-    );
+    eprintln!("FIGURES storm: {calls} alerts in {:?}: {recs} records, {} dropped", ran.elapsed, u(p, "alerts_dropped"));
     let allowed = ALERT_BURST as u64 + (ALERT_RATE as f64 * ran.elapsed.as_secs_f64()).ceil() as u64 + cpus;
     assert!(recs >= ALERT_BURST as u64, "at least the burst gets through: {recs}");
     assert!(recs <= allowed, "{recs} records for {calls} alerts in {:?} (allowed {allowed})", ran.elapsed);
@@ -251,12 +255,26 @@ fn recursive_calls_pair_level_by_level() {
         ran = run_target(&["recurse", "50", "5", "200000"]);
     });
     let p = probe(&sum, "rec");
-    eprintln!("FIGURES recursion: count {} drops {} min {} max {}", u(p, "count"), u(p, "drops"), u(p, "min_ns"), u(p, "max_ns"));
+    eprintln!(
+        "FIGURES recursion: count {} drops {} min {} max {}",
+        u(p, "count"),
+        u(p, "drops"),
+        u(p, "min_ns"),
+        u(p, "max_ns")
+    );
     assert_eq!((u(p, "count"), u(p, "drops")), (250, 0));
     assert_readings_follow_truth("recursion", p["buckets"].as_array().unwrap(), &ran.self_ns);
     let (min, max) = (*ran.self_ns.iter().min().unwrap(), *ran.self_ns.iter().max().unwrap());
-    assert!((min.saturating_sub(1_000)..=min + TRAP_SLACK_NS).contains(&u(p, "min_ns")), "min {} vs innermost {min}", u(p, "min_ns"));
-    assert!((max.saturating_sub(1_000)..=max + TRAP_SLACK_NS).contains(&u(p, "max_ns")), "max {} vs outermost {max}", u(p, "max_ns"));
+    assert!(
+        (min.saturating_sub(1_000)..=min + TRAP_SLACK_NS).contains(&u(p, "min_ns")),
+        "min {} vs innermost {min}",
+        u(p, "min_ns")
+    );
+    assert!(
+        (max.saturating_sub(1_000)..=max + TRAP_SLACK_NS).contains(&u(p, "max_ns")),
+        "max {} vs outermost {max}",
+        u(p, "max_ns")
+    );
 }
 
 #[test]
@@ -434,7 +452,15 @@ fn attach_option_pins_a_rung_and_only_failures_mean_a_non_zero_exit() {
     }
     // A run whose every probe fails exits non-zero with the reasons.
     let out = latmon()
-        .args(["run", "--probe", "ufunc:/nonexistent/x:f", "--probe", "kfunc:no_such_kernel_function_xyz", "--duration", "1s"])
+        .args([
+            "run",
+            "--probe",
+            "ufunc:/nonexistent/x:f",
+            "--probe",
+            "kfunc:no_such_kernel_function_xyz",
+            "--duration",
+            "1s",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -498,7 +524,11 @@ fn check_names_the_btf_mode_of_every_probe() {
     let _s = serial();
     let work = spec("lm_work", ",name=work");
     let check = |envs: &[(&str, &str)]| -> serde_json::Value {
-        let out = latmon().envs(envs.iter().copied()).args(["check", "--json", "--probe", &work, "--probe", "runq"]).output().unwrap();
+        let out = latmon()
+            .envs(envs.iter().copied())
+            .args(["check", "--json", "--probe", &work, "--probe", "runq"])
+            .output()
+            .unwrap();
         serde_json::from_slice(&out.stdout).unwrap()
     };
     // This host has BTF: CO-RE.
@@ -512,9 +542,16 @@ fn check_names_the_btf_mode_of_every_probe() {
     assert_eq!((v["btf"].as_bool(), v["force_no_btf"].as_bool()), (Some(true), Some(true)));
     assert!(v["btf_source"].is_null(), "{v}");
     let p = &v["probes"][0];
-    assert_eq!((p["ok"].as_bool(), p["attach"].as_str(), p["btf_mode"].as_str()), (Some(true), Some("uprobe"), Some("no-btf")));
+    assert_eq!(
+        (p["ok"].as_bool(), p["attach"].as_str(), p["btf_mode"].as_str()),
+        (Some(true), Some("uprobe"), Some("no-btf"))
+    );
     let runq = &v["probes"][1];
-    assert_eq!((runq["ok"].as_bool(), runq["attach"].as_str(), runq["btf_mode"].as_str()), (Some(true), Some("tracepoint"), Some("no-btf")), "{runq}");
+    assert_eq!(
+        (runq["ok"].as_bool(), runq["attach"].as_str(), runq["btf_mode"].as_str()),
+        (Some(true), Some("tracepoint"), Some("no-btf")),
+        "{runq}"
+    );
     // The text form says it too.
     let out = latmon().env(NO_BTF.0, NO_BTF.1).args(["check", "--probe", &work]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

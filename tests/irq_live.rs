@@ -65,9 +65,18 @@ fn softirq_case(env: &[(&str, &str)], attach: &str) {
     assert_eq!((p["kind"].as_str(), p["attach"].as_str()), (Some("softirq"), Some(attach)));
     assert!(during >= 100, "the load raised only {during} NET_RX softirqs");
     // latmon attached before and detached after the load window.
-    assert!(u(p, "total_count") >= during, "latmon saw {} NET_RX runs, the kernel counted {during} in the load window", u(p, "total_count"));
+    assert!(
+        u(p, "total_count") >= during,
+        "latmon saw {} NET_RX runs, the kernel counted {during} in the load window",
+        u(p, "total_count")
+    );
     // Each run is a bounded piece of work.
-    let p50 = lines.iter().filter_map(|l| l["probes"].as_array().unwrap().iter().find(|p| p["name"] == "softirq:NET_RX")).map(|p| u(p, "p50_ns")).max().unwrap();
+    let p50 = lines
+        .iter()
+        .filter_map(|l| l["probes"].as_array().unwrap().iter().find(|p| p["name"] == "softirq:NET_RX"))
+        .map(|p| u(p, "p50_ns"))
+        .max()
+        .unwrap();
     assert!((100..10_000_000).contains(&p50), "implausible NET_RX p50 {p50} ns");
     let fam = last_probe(&lines, "softirq").unwrap();
     assert!(u(fam, "total_count") >= u(p, "total_count"), "the family line sums the vectors");
@@ -102,7 +111,8 @@ fn irq_case(env: &[(&str, &str)], attach: &str) {
             Some(name) => format!("irq:{n} {name}"),
             None => format!("irq:{n}"),
         };
-        let p = last_probe(&lines, &series).unwrap_or_else(|| panic!("IRQ {n} fired {delta} times, no series {series:?}"));
+        let p =
+            last_probe(&lines, &series).unwrap_or_else(|| panic!("IRQ {n} fired {delta} times, no series {series:?}"));
         // latmon's window covers the load window, but /proc/interrupts
         // counts interrupts as the flow handler takes them, which is not
         // one-to-one with handler runs: measured here, irq_handler_exit
@@ -154,7 +164,16 @@ fn interrupts_above_the_threshold_become_alert_records_in_every_build() {
         (&[("LATMON_FORCE_NO_BTF", "1")][..], "tracepoint"),
     ] {
         let child = start_run_attached(
-            &["--probe", "irq,threshold=1ns", "--probe", "softirq,threshold=1ns", "--interval", "60m", "--format", "json"],
+            &[
+                "--probe",
+                "irq,threshold=1ns",
+                "--probe",
+                "softirq,threshold=1ns",
+                "--interval",
+                "60m",
+                "--format",
+                "json",
+            ],
             env,
             2,
         );
@@ -166,7 +185,8 @@ fn interrupts_above_the_threshold_become_alert_records_in_every_build() {
         assert!(status.success(), "latmon exited with {status}");
         let lines = json_lines(&out);
         let last = lines.last().unwrap();
-        let records: Vec<&serde_json::Value> = lines.iter().filter_map(|l| l["alert_records"].as_array()).flatten().collect();
+        let records: Vec<&serde_json::Value> =
+            lines.iter().filter_map(|l| l["alert_records"].as_array()).flatten().collect();
         let allowed = ALERT_BURST as u64 + (ALERT_RATE as f64 * secs).ceil() as u64 + 2;
         let mut checked = Vec::new();
         for p in last["probes"].as_array().unwrap() {
@@ -183,8 +203,14 @@ fn interrupts_above_the_threshold_become_alert_records_in_every_build() {
             // admitted in between (microseconds) is counted but still in
             // the buffer. Never the other way round: no record without
             // its event in the counts.
-            assert!(n + dropped <= alerts && n + dropped + 3 >= alerts, "every alert is a record or a counted drop: {n} + {dropped} of {alerts}: {p}");
-            assert!(n >= alerts.min(ALERT_BURST as u64) && n <= allowed, "{name}: {n} records of {alerts} (allowed {allowed})");
+            assert!(
+                n + dropped <= alerts && n + dropped + 3 >= alerts,
+                "every alert is a record or a counted drop: {n} + {dropped} of {alerts}: {p}"
+            );
+            assert!(
+                n >= alerts.min(ALERT_BURST as u64) && n <= allowed,
+                "{name}: {n} records of {alerts} (allowed {allowed})"
+            );
             checked.push(format!("{name}: {n}+{dropped}"));
         }
         eprintln!("FIGURES irq/softirq alerts ({attach}, {secs:.1} s): {}", checked.join(", "));

@@ -40,7 +40,8 @@ fn hammer(cpu: usize, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
         let mut n = 0;
         while !stop.load(Ordering::Relaxed) {
             // SAFETY: key and buf are valid for the call.
-            let rc = unsafe { libbpf_sys::bpf_map_lookup_elem(fd, (&key as *const u32).cast(), buf.as_mut_ptr().cast()) };
+            let rc =
+                unsafe { libbpf_sys::bpf_map_lookup_elem(fd, (&key as *const u32).cast(), buf.as_mut_ptr().cast()) };
             assert_eq!(rc, 0);
             n += 1;
         }
@@ -139,7 +140,9 @@ fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_repo
             .output()
             .expect("mbpoll (apt-get install mbpoll)");
         let text = String::from_utf8_lossy(&out.stdout);
-        let v = text.lines().find_map(|l| l.trim().strip_prefix(&format!("[{r}]:")).and_then(|v| v.split_whitespace().next()?.parse().ok()));
+        let v = text.lines().find_map(|l| {
+            l.trim().strip_prefix(&format!("[{r}]:")).and_then(|v| v.split_whitespace().next()?.parse().ok())
+        });
         v.unwrap_or_else(|| panic!("mbpoll -t {t} -r {r}: {text}"))
     };
     let (status_bits, modbus_missed) = (poll("3", "5"), poll("3:int", "22"));
@@ -150,7 +153,17 @@ fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_repo
     let (m_btf, _) = reported(&out_btf);
     let counted = |out: &str| -> Vec<u64> {
         let lines = json_lines(out);
-        ["irq", "softirq"].iter().map(|n| lines.last().unwrap()["probes"].as_array().unwrap().iter().find(|p| p["name"] == *n).map_or(0, |p| u(p, "total_count"))).collect()
+        ["irq", "softirq"]
+            .iter()
+            .map(|n| {
+                lines.last().unwrap()["probes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|p| p["name"] == *n)
+                    .map_or(0, |p| u(p, "total_count"))
+            })
+            .collect()
     };
     eprintln!(
         "FIGURES kernel misses with {lookups} 1-MiB map lookups on {cpus} CPUs: tracepoint build {m_nobtf} reported \
@@ -167,7 +180,10 @@ fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_repo
     assert_eq!((truth_btf, m_btf), (0, 0), "tp_btf programs are not skipped for map syscalls");
     eprintln!("FIGURES Modbus: status 0x{status_bits:04x}, missed register {modbus_missed}");
     assert!(status_bits & 0x20 != 0, "Modbus status bit 5 (missed): 0x{status_bits:04x}");
-    assert!(modbus_missed > 0 && modbus_missed as u64 <= truth_nobtf, "Modbus missed {modbus_missed}, kernel {truth_nobtf}");
+    assert!(
+        modbus_missed > 0 && modbus_missed as u64 <= truth_nobtf,
+        "Modbus missed {modbus_missed}, kernel {truth_nobtf}"
+    );
     let plan: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
     let irq_cost = &plan["probes"][0]["cost"];
     eprintln!("FIGURES check --measure 700ms under the load: {irq_cost}");

@@ -20,7 +20,6 @@ use common::*;
 use latmon::wire::{decode_fragment, Frame, FrameDecoder};
 use serde_json::Value;
 
-
 /// Read what is available on `f` within `wait`.
 fn read_some(f: &mut File, buf: &mut [u8], wait: Duration) -> usize {
     let mut fds = [nix::poll::PollFd::new(f.as_fd(), nix::poll::PollFlags::POLLIN)];
@@ -169,7 +168,8 @@ impl LiveDecode {
             std::thread::sleep(Duration::from_millis(20));
         }
         let mut child = self.child;
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .unwrap();
         child.wait().unwrap();
         self.reader.join().unwrap();
         let out = self.out.lock().unwrap().clone();
@@ -228,7 +228,9 @@ fn serial_pty_frames_decode_to_what_run_printed() {
         }
         for p in o["probes"].as_array_mut().unwrap() {
             let p = p.as_object_mut().unwrap();
-            p.retain(|k, _| !(k == "state" || k.starts_with("bpf_") || k.starts_with("total_bpf_") || k == "events_per_s"));
+            p.retain(|k, _| {
+                !(k == "state" || k.starts_with("bpf_") || k.starts_with("total_bpf_") || k == "events_per_s")
+            });
         }
         v
     };
@@ -324,10 +326,12 @@ fn serial_device_unplugged_and_back_is_reopened() {
     assert!(out_seqs.len() >= 10, "stdout kept its summaries: {out_seqs:?}");
     assert!(out_seqs.windows(2).all(|w| w[1] == w[0] + 1), "no summary missing on stdout: {out_seqs:?}");
     assert!(matches!(second.first(), Some(Frame::Hello(_))), "Hello first after reopening: {:?}", second.first());
-    let seqs: Vec<u64> = second.iter().filter_map(|f| if let Frame::Summary(s) = f { Some(s.seq) } else { None }).collect();
+    let seqs: Vec<u64> =
+        second.iter().filter_map(|f| if let Frame::Summary(s) = f { Some(s.seq) } else { None }).collect();
     assert!(!seqs.is_empty() && seqs[0] > last_seq_a.unwrap() + 5, "summaries resume after the gap: {seqs:?}");
     assert!(out_seqs.last() >= seqs.last(), "stdout has every summary the device got: {out_seqs:?} vs {seqs:?}");
-    let dropped = second.iter().rev().find_map(|f| if let Frame::Status(s) = f { Some(s.frames_dropped) } else { None });
+    let dropped =
+        second.iter().rev().find_map(|f| if let Frame::Status(s) = f { Some(s.frames_dropped) } else { None });
     assert!(dropped.unwrap_or(0) > 0, "records dropped while unplugged are reported: {dropped:?}");
     let _ = std::fs::remove_file(&link);
     let _ = std::fs::remove_dir(&dir);
@@ -383,7 +387,20 @@ fn series_born_mid_run_keep_every_probe_labelled_over_frames() {
     let _ = std::fs::remove_file(&path);
     let file = format!("file:{}", path.display());
     let run = start_run_attached(
-        &["--probe", "syscall", "--probe", "runq,name=after", "--interval", "100ms", "--format", "json", "--output", "-", "--output", &format!("{file},format=frames")],
+        &[
+            "--probe",
+            "syscall",
+            "--probe",
+            "runq,name=after",
+            "--interval",
+            "100ms",
+            "--format",
+            "json",
+            "--output",
+            "-",
+            "--output",
+            &format!("{file},format=frames"),
+        ],
         &[],
         2,
     );
@@ -410,7 +427,12 @@ fn series_born_mid_run_keep_every_probe_labelled_over_frames() {
             .iter()
             .map(|p| {
                 let n = |k: &str| p[k].as_u64().unwrap();
-                (p["name"].as_str().unwrap().to_string(), n("count"), n("total_count"), p["kind"].as_str().unwrap().to_string())
+                (
+                    p["name"].as_str().unwrap().to_string(),
+                    n("count"),
+                    n("total_count"),
+                    p["kind"].as_str().unwrap().to_string(),
+                )
             })
             .collect();
         e.sort();
@@ -435,7 +457,20 @@ fn file_output_replays_in_decode_and_view() {
     let path = std::env::temp_dir().join(format!("latmon-file-{}.bin", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let file = format!("file:{}", path.display());
-    let run = start_run(&["--probe", "runq", "--interval", "100ms", "--duration", "1s", "--format", "json", "--output", "-", "--output", &format!("{file},format=frames")]);
+    let run = start_run(&[
+        "--probe",
+        "runq",
+        "--interval",
+        "100ms",
+        "--duration",
+        "1s",
+        "--format",
+        "json",
+        "--output",
+        "-",
+        "--output",
+        &format!("{file},format=frames"),
+    ]);
     let (status, out) = finish(run);
     assert!(status.success());
     let run = json_lines(&out);
@@ -449,7 +484,16 @@ fn file_output_replays_in_decode_and_view() {
     let v = latmon().args(["view", &file]).output().unwrap();
     assert!(v.status.success());
     let screen = String::from_utf8_lossy(&v.stdout);
-    for needle in ["latmon view  file:", "runq  [runq via tp_btf]", "p99.9", "since start      count", "frames ok", "CRC errors 0", "(final)", "alerts: 0 received"] {
+    for needle in [
+        "latmon view  file:",
+        "runq  [runq via tp_btf]",
+        "p99.9",
+        "since start      count",
+        "frames ok",
+        "CRC errors 0",
+        "(final)",
+        "alerts: 0 received",
+    ] {
         assert!(screen.contains(needle), "{needle:?} missing:\n{screen}");
     }
     let _ = std::fs::remove_file(&path);
@@ -469,7 +513,20 @@ fn udp_and_unix_links() {
     // Unix: the agent listens, the decoder connects.
     let sock = std::env::temp_dir().join(format!("latmon-{}.sock", std::process::id()));
     let unix = format!("unix:{}", sock.display());
-    let run = start_run(&["--probe", "runq", "--interval", "100ms", "--duration", "1500ms", "--output", &udp, "--output", &unix, "--output", "-,format=json"]);
+    let run = start_run(&[
+        "--probe",
+        "runq",
+        "--interval",
+        "100ms",
+        "--duration",
+        "1500ms",
+        "--output",
+        &udp,
+        "--output",
+        &unix,
+        "--output",
+        "-,format=json",
+    ]);
     let unix_decode = spawn_decode(&unix);
     let (status, out) = finish(run);
     assert!(status.success());
@@ -548,7 +605,16 @@ fn signals_landing_on_a_serialport_thread_reach_the_agent() {
 #[test]
 fn a_receivers_request_gets_the_whole_table_and_keyframes() {
     let mut a = pty();
-    let run = start_run(&["--probe", "runq", "--interval", "100ms", "--duration", "5s", "--output", &format!("serial:{}@115200", a.path)]);
+    let run = start_run(&[
+        "--probe",
+        "runq",
+        "--interval",
+        "100ms",
+        "--duration",
+        "5s",
+        "--output",
+        &format!("serial:{}@115200", a.path),
+    ]);
     let read_frames = |p: &mut Pty, wait: Duration| {
         let mut d = FrameDecoder::new();
         let mut frames = Vec::new();
@@ -570,6 +636,9 @@ fn a_receivers_request_gets_the_whole_table_and_keyframes() {
     let after = read_frames(&mut a, Duration::from_millis(1500));
     let (status, _) = finish(run);
     assert!(status.success());
-    assert!(after.iter().any(|f| matches!(f, Frame::Hello(h) if h.probes.len() == h.probe_count as usize)), "the whole table: {after:?}");
+    assert!(
+        after.iter().any(|f| matches!(f, Frame::Hello(h) if h.probes.len() == h.probe_count as usize)),
+        "the whole table: {after:?}"
+    );
     assert!(after.iter().any(|f| matches!(f, Frame::Summary(_))), "keyframes follow: {after:?}");
 }

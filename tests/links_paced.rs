@@ -52,7 +52,13 @@ struct Line {
 
 /// Forward `from` to `to` at no more than `bytes_per_s`, whole frames,
 /// dropping `drop_per_mille` ‰ of them at random.
-fn paced_relay(mut from: File, mut to: File, bytes_per_s: u64, drop_per_mille: u64, stop: Arc<AtomicBool>) -> JoinHandle<Line> {
+fn paced_relay(
+    mut from: File,
+    mut to: File,
+    bytes_per_s: u64,
+    drop_per_mille: u64,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<Line> {
     std::thread::spawn(move || {
         let mut line = Line::default();
         let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
@@ -104,7 +110,22 @@ fn paced_relay(mut from: File, mut to: File, bytes_per_s: u64, drop_per_mille: u
 
 fn stress(secs: u64) -> Child {
     Command::new("stress-ng")
-        .args(["--cpu", "1", "--cpu-load", "20", "--sock", "1", "--timer", "1", "--fork", "1", "--hdd", "1", "--msg", "1"])
+        .args([
+            "--cpu",
+            "1",
+            "--cpu-load",
+            "20",
+            "--sock",
+            "1",
+            "--timer",
+            "1",
+            "--fork",
+            "1",
+            "--hdd",
+            "1",
+            "--msg",
+            "1",
+        ])
         .args(["--timeout", &format!("{secs}s"), "--quiet"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -140,7 +161,13 @@ fn paced_run(baud: u32, extra: &[&str], config: Option<&str>, drop_per_mille: u6
     std::thread::sleep(Duration::from_millis(500));
     let stop = Arc::new(AtomicBool::new(false));
     let bytes_per_s = baud as u64 / 10;
-    let relay = paced_relay(a.master.try_clone().unwrap(), b.master.try_clone().unwrap(), bytes_per_s, drop_per_mille, stop.clone());
+    let relay = paced_relay(
+        a.master.try_clone().unwrap(),
+        b.master.try_clone().unwrap(),
+        bytes_per_s,
+        drop_per_mille,
+        stop.clone(),
+    );
     let out = format!("serial:{}@{baud}", a.path);
     let dur = format!("{secs}s");
     let mut args: Vec<&str> = Vec::new();
@@ -195,7 +222,17 @@ fn compare(p: &Paced) -> Compared {
     let by_seq: BTreeMap<u64, HashMap<String, u64>> = p
         .run
         .iter()
-        .map(|r| (u(r, "seq"), r["probes"].as_array().unwrap().iter().map(|q| (q["name"].as_str().unwrap().to_string(), u(q, "total_count"))).collect()))
+        .map(|r| {
+            (
+                u(r, "seq"),
+                r["probes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|q| (q["name"].as_str().unwrap().to_string(), u(q, "total_count")))
+                    .collect(),
+            )
+        })
         .collect();
     let mut c = Compared::default();
     let last_seq = *by_seq.keys().last().unwrap();
@@ -210,7 +247,8 @@ fn compare(p: &Paced) -> Compared {
         }
         let seq = u(d, "seq");
         let Some(agent) = by_seq.get(&seq) else { panic!("decode has seq {seq} the agent never printed") };
-        let inexact: Vec<&str> = d["inexact"].as_array().map_or(Vec::new(), |a| a.iter().map(|x| x.as_str().unwrap()).collect());
+        let inexact: Vec<&str> =
+            d["inexact"].as_array().map_or(Vec::new(), |a| a.iter().map(|x| x.as_str().unwrap()).collect());
         for q in d["probes"].as_array().unwrap() {
             let name = q["name"].as_str().unwrap();
             if name.ends_with(":other") {
@@ -222,7 +260,12 @@ fn compare(p: &Paced) -> Compared {
                 continue;
             }
             let want = agent.get(name).unwrap_or_else(|| panic!("seq {seq}: {name} not in the agent's JSON"));
-            assert_eq!(u(q, "total_count"), *want, "seq {seq} {name}: decode's total differs from the agent's (keyframe {})", d["keyframe"]);
+            assert_eq!(
+                u(q, "total_count"),
+                *want,
+                "seq {seq} {name}: decode's total differs from the agent's (keyframe {})",
+                d["keyframe"]
+            );
             if d["keyframe"] == true {
                 c.keyframe_entries += 1;
                 if behind.remove(name).is_some() {
@@ -300,8 +343,13 @@ fn one_percent_frame_loss_is_reported_and_healed_by_keyframes() {
 fn beaglebone_config_fits_9600_baud_by_degrading() {
     // The BeagleBone's probes (board-configs/beaglebone-black.toml) on a
     // 9600-baud line; its btf_path does not exist here (this kernel has BTF).
-    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/board-configs/beaglebone-black.toml")).unwrap();
-    let cfg: String = src.lines().filter(|l| !l.starts_with("btf_path") && !l.starts_with("outputs") && !l.starts_with("housekeeping")).map(|l| format!("{l}\n")).collect();
+    let src =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/board-configs/beaglebone-black.toml")).unwrap();
+    let cfg: String = src
+        .lines()
+        .filter(|l| !l.starts_with("btf_path") && !l.starts_with("outputs") && !l.starts_with("housekeeping"))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let path = std::env::temp_dir().join(format!("latmon-bb-{}.toml", std::process::id()));
     std::fs::write(&path, cfg).unwrap();
     let p = paced_run(9_600, &[], Some(path.to_str().unwrap()), 0);

@@ -14,7 +14,13 @@ use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
 use latmon::wire::{Frame, FrameDecoder};
 
 fn info(i: usize) -> ProbeInfo {
-    ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() }
+    ProbeInfo {
+        name: format!("p{i}"),
+        kind: "runq".into(),
+        attach: "tp_btf".into(),
+        mode: String::new(),
+        btf_mode: String::new(),
+    }
 }
 
 #[test]
@@ -113,7 +119,10 @@ fn tcp_stalled_client_dropped_while_other_served_on_time() {
             _ => arrivals.push((s, at)),
         }
     }
-    eprintln!("{seq} summaries emitted; slowest emit {slowest_emit:?}; clients seen {:?}", &clients_seen[..clients_seen.len().min(3)]);
+    eprintln!(
+        "{seq} summaries emitted; slowest emit {slowest_emit:?}; clients seen {:?}",
+        &clients_seen[..clients_seen.len().min(3)]
+    );
     assert_eq!(clients_seen.first(), Some(&2), "both clients were served at first");
     assert_eq!(clients_seen.last(), Some(&1), "the stalled client was disconnected: {clients_seen:?}");
     // (A blocked write would take seconds; the bound leaves room for a

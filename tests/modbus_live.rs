@@ -28,7 +28,9 @@ fn port() -> u16 {
 fn python() -> &'static str {
     static PY: OnceLock<String> = OnceLock::new();
     PY.get_or_init(|| {
-        let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/modbus-venv.sh")).output().expect("modbus-venv.sh");
+        let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/modbus-venv.sh"))
+            .output()
+            .expect("modbus-venv.sh");
         assert!(out.status.success(), "modbus-venv.sh: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     })
@@ -194,7 +196,8 @@ fn modbus_tcp_mbpoll_and_pymodbus_read_what_json_says() {
 
     // mbpoll, 32-bit holding registers, big-endian word order (-B): header
     // and probe blocks 0 and 1 in one request, so from one interval.
-    let (ok, v, err) = mbpoll(&["-m", "tcp", "-p", &ps, "-t", "4:int", "-B", "-0", "-1", "-r", "0", "-c", "56", "127.0.0.1"]);
+    let (ok, v, err) =
+        mbpoll(&["-m", "tcp", "-p", &ps, "-t", "4:int", "-B", "-0", "-1", "-r", "0", "-c", "56", "127.0.0.1"]);
     assert!(ok, "mbpoll: {err}");
     let u = |i: usize| v[&i] as u32 as u64;
     let seq = u(8) << 32 | u(10);
@@ -209,7 +212,15 @@ fn modbus_tcp_mbpoll_and_pymodbus_read_what_json_says() {
     assert_eq!(u(b + 4) << 32 | u(b + 6), n(jp, "total_count"));
     assert_eq!(u(b + 8), n(jp, "count"));
     assert!(n(jp, "count") > 0, "the load made run-queue events");
-    for (o, k) in [(10, "p50_ns"), (12, "p90_ns"), (14, "p99_ns"), (16, "p999_ns"), (18, "max_ns"), (24, "min_ns"), (26, "mean_ns")] {
+    for (o, k) in [
+        (10, "p50_ns"),
+        (12, "p90_ns"),
+        (14, "p99_ns"),
+        (16, "p999_ns"),
+        (18, "max_ns"),
+        (24, "min_ns"),
+        (26, "mean_ns"),
+    ] {
         assert_eq!(u(b + o), us(&jp[k]), "{k}");
     }
     for (o, k) in [(20, "alerts"), (22, "drops"), (28, "total_alerts"), (30, "total_drops")] {
@@ -232,8 +243,10 @@ fn modbus_tcp_mbpoll_and_pymodbus_read_what_json_says() {
     // The same image as input registers and as holding registers.
     let mut same = false;
     for _ in 0..3 {
-        let (_, a, _) = mbpoll(&["-m", "tcp", "-p", &ps, "-t", "3:int", "-B", "-0", "-1", "-r", "0", "-c", "36", "127.0.0.1"]);
-        let (_, h, _) = mbpoll(&["-m", "tcp", "-p", &ps, "-t", "4:int", "-B", "-0", "-1", "-r", "0", "-c", "36", "127.0.0.1"]);
+        let (_, a, _) =
+            mbpoll(&["-m", "tcp", "-p", &ps, "-t", "3:int", "-B", "-0", "-1", "-r", "0", "-c", "36", "127.0.0.1"]);
+        let (_, h, _) =
+            mbpoll(&["-m", "tcp", "-p", &ps, "-t", "4:int", "-B", "-0", "-1", "-r", "0", "-c", "36", "127.0.0.1"]);
         if a.get(&10) == h.get(&10) {
             assert_eq!(a, h, "FC04 and FC03 read the same interval differently");
             same = true;
@@ -263,10 +276,22 @@ fn modbus_tcp_mbpoll_and_pymodbus_read_what_json_says() {
     // The exception codes, as the clients report them.
     let e = pyclient(&["exceptions", "--tcp", "127.0.0.1", &ps]);
     eprintln!("pymodbus exception codes: {e}");
-    for k in ["write_register", "write_registers", "write_coil", "write_coils", "read_coils", "read_discrete_inputs", "mask_write_register", "readwrite_registers"] {
+    for k in [
+        "write_register",
+        "write_registers",
+        "write_coil",
+        "write_coils",
+        "read_coils",
+        "read_discrete_inputs",
+        "mask_write_register",
+        "readwrite_registers",
+    ] {
         assert_eq!(e[k], 1, "{k}");
     }
-    assert_eq!((&e["input_out_of_range"], &e["holding_past_end"], &e["header_after"]), (&Value::from(2), &Value::from(2), &Value::from("ok")));
+    assert_eq!(
+        (&e["input_out_of_range"], &e["holding_past_end"], &e["header_after"]),
+        (&Value::from(2), &Value::from(2), &Value::from("ok"))
+    );
     let (ok, _, err) = mbpoll(&["-m", "tcp", "-p", &ps, "-t", "4", "-0", "-1", "-r", "5", "127.0.0.1", "7"]);
     eprintln!("mbpoll write: {}", err.trim());
     assert!(!ok && err.contains("Illegal function"), "mbpoll write: {err}");
@@ -284,7 +309,16 @@ fn fd_count(pid: u32) -> usize {
 fn modbus_tcp_200_connect_cycles_leak_no_fd() {
     let p = port();
     let ps = p.to_string();
-    let child = start_run(&["--probe", "runq", "--interval", "500ms", "--output", &format!("modbus-tcp://127.0.0.1:{p}"), "--output", "-"]);
+    let child = start_run(&[
+        "--probe",
+        "runq",
+        "--interval",
+        "500ms",
+        "--output",
+        &format!("modbus-tcp://127.0.0.1:{p}"),
+        "--output",
+        "-",
+    ]);
     let pid = child.id();
     // One client first, so the server is past every first-use allocation.
     assert_eq!(pyclient(&["cycles", "1", "--tcp", "127.0.0.1", &ps])["ok"], 1);
@@ -318,7 +352,6 @@ fn modbus_tcp_200_connect_cycles_leak_no_fd() {
     stop(child);
 }
 
-
 /// One FC04 request for registers 0..2 on `s` and its 13-byte answer.
 fn ask_once(s: &mut std::net::TcpStream) -> [u8; 13] {
     s.write_all(&[0, 1, 0, 0, 0, 6, 1, 4, 0, 0, 0, 2]).unwrap();
@@ -347,16 +380,42 @@ fn closed_by_server(s: &mut std::net::TcpStream) -> bool {
 fn modbus_tcp_slow_clients_yield_their_slot_never_the_plc() {
     let p = port();
     let ps = p.to_string();
-    let child = start_run(&["--probe", "runq", "--interval", "100ms", "--output", &format!("modbus-tcp://127.0.0.1:{p},clients=3")]);
+    let child = start_run(&[
+        "--probe",
+        "runq",
+        "--interval",
+        "100ms",
+        "--output",
+        &format!("modbus-tcp://127.0.0.1:{p},clients=3"),
+    ]);
     // Line-buffered, so that what it printed survives its end.
     let plc = Command::new("stdbuf")
-        .args(["-oL", "-eL", "mbpoll", "-m", "tcp", "-p", &ps, "-t", "3", "-0", "-r", "0", "-c", "2", "-l", "1000", "127.0.0.1"])
+        .args([
+            "-oL",
+            "-eL",
+            "mbpoll",
+            "-m",
+            "tcp",
+            "-p",
+            &ps,
+            "-t",
+            "3",
+            "-0",
+            "-r",
+            "0",
+            "-c",
+            "2",
+            "-l",
+            "1000",
+            "127.0.0.1",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("mbpoll");
     std::thread::sleep(Duration::from_millis(500));
-    let mut slow: Vec<std::net::TcpStream> = (0..2).map(|_| std::net::TcpStream::connect(("127.0.0.1", p)).unwrap()).collect();
+    let mut slow: Vec<std::net::TcpStream> =
+        (0..2).map(|_| std::net::TcpStream::connect(("127.0.0.1", p)).unwrap()).collect();
     let t0 = Instant::now();
     for s in &mut slow {
         assert_eq!(&ask_once(s)[9..11], &[0x4C, 0x4D]);
@@ -488,8 +547,15 @@ fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
     std::fs::create_dir_all(&dir).unwrap();
     let link = dir.join("ttyPLC");
     let _ = std::fs::remove_file(&link);
-    let mut sink = sinks::open(&format!("modbus-rtu:serial:{}@9600,parity=none", link.display()), None).expect("absent device is not fatal");
-    let info = ProbeInfo { name: "runq".into(), kind: "runq".into(), attach: "raw_tp".into(), mode: String::new(), btf_mode: String::new() };
+    let mut sink = sinks::open(&format!("modbus-rtu:serial:{}@9600,parity=none", link.display()), None)
+        .expect("absent device is not fatal");
+    let info = ProbeInfo {
+        name: "runq".into(),
+        kind: "runq".into(),
+        attach: "raw_tp".into(),
+        mode: String::new(),
+        btf_mode: String::new(),
+    };
     let session = Session {
         board: "b".into(),
         kernel: "k".into(),
@@ -538,7 +604,14 @@ fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
 fn chain_probe_blocks_read_family_8() {
     // A PLC told the family of each block: chain read 0 (unknown).
     let p = port();
-    let child = start_run(&["--probe", "chain,comm=lm-nochain", "--interval", "200ms", "--output", &format!("modbus-tcp://127.0.0.1:{p}")]);
+    let child = start_run(&[
+        "--probe",
+        "chain,comm=lm-nochain",
+        "--interval",
+        "200ms",
+        "--output",
+        &format!("modbus-tcp://127.0.0.1:{p}"),
+    ]);
     std::thread::sleep(Duration::from_millis(600));
     let family = mbpoll_input_register(p, 32 + 2);
     let index = mbpoll_input_register(p, 32 + 3);

@@ -23,7 +23,13 @@ fn port() -> u16 {
 }
 
 fn info(i: usize) -> ProbeInfo {
-    ProbeInfo { name: format!("p{i}"), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() }
+    ProbeInfo {
+        name: format!("p{i}"),
+        kind: "runq".into(),
+        attach: "tp_btf".into(),
+        mode: String::new(),
+        btf_mode: String::new(),
+    }
 }
 
 /// Two attached probes (blocks 0 and 1) and a failed one (block 2).
@@ -54,7 +60,15 @@ fn report(seq: u64, s: &Session) -> IntervalReport {
             p
         })
         .collect();
-    IntervalReport { seq, time_ns: seq * 1_000_000, interval_ns: 1_000_000, last: false, probes, alert_records: Vec::new(), agent: Default::default() }
+    IntervalReport {
+        seq,
+        time_ns: seq * 1_000_000,
+        interval_ns: 1_000_000,
+        last: false,
+        probes,
+        alert_records: Vec::new(),
+        agent: Default::default(),
+    }
 }
 
 fn emit(sink: &mut Box<dyn Sink>, s: &Session, seq: u64) -> Duration {
@@ -126,7 +140,21 @@ fn check_consistent(w: &[u16]) -> u64 {
             u32_at(w, b + off::TOTAL_ALERTS),
             u32_at(w, b + off::TOTAL_DROPS),
         ];
-        let want = [seq * 5_000_000_029 + i, seq + i, v(1), v(2), v(3), v(4), v(5), v(0), v(1), seq % 7, seq % 5, seq, seq * 2];
+        let want = [
+            seq * 5_000_000_029 + i,
+            seq + i,
+            v(1),
+            v(2),
+            v(3),
+            v(4),
+            v(5),
+            v(0),
+            v(1),
+            seq % 7,
+            seq % 5,
+            seq,
+            seq * 2,
+        ];
         assert_eq!(got, want, "block {i} of a read that says seq {seq}");
     }
     seq
@@ -270,7 +298,10 @@ fn exceptions_and_malformed_frames() {
     c.write_all(&two).unwrap();
     let mut resp = [0u8; 22];
     c.read_exact(&mut resp).unwrap();
-    assert_eq!((&resp[..2], &resp[9..11], &resp[11..13], &resp[20..22]), (&[0u8, 1][..], &[0x4Cu8, 0x4D][..], &[0u8, 2][..], &[0u8, 1][..]));
+    assert_eq!(
+        (&resp[..2], &resp[9..11], &resp[11..13], &resp[20..22]),
+        (&[0u8, 1][..], &[0x4Cu8, 0x4D][..], &[0u8, 2][..], &[0u8, 1][..])
+    );
 
     // Garbage and bad MBAP headers cost only their own connection, while
     // a polling client is served throughout.
@@ -360,9 +391,16 @@ fn connection_limit_idle_timeout_allowlist_unit() {
         // More often than the server's poll timeout: every poll has data.
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(closed || closed_within(&mut slow, Duration::from_millis(100)), "trickling client kept for {:?}", t0.elapsed());
+    assert!(
+        closed || closed_within(&mut slow, Duration::from_millis(100)),
+        "trickling client kept for {:?}",
+        t0.elapsed()
+    );
     let held = t0.elapsed();
-    assert!(held > Duration::from_millis(600) && held < Duration::from_millis(3500), "trickling client dropped after {held:?}");
+    assert!(
+        held > Duration::from_millis(600) && held < Duration::from_millis(3500),
+        "trickling client dropped after {held:?}"
+    );
     sink.close(Duration::from_secs(1));
 
     let p = port();

@@ -9,7 +9,8 @@ mod common;
 use common::*;
 
 fn check_json(args: &[&str], env: &[(&str, &str)]) -> (i32, serde_json::Value) {
-    let out = latmon().args(["check", "--json", "--measure", "0s"]).args(args).envs(env.iter().copied()).output().unwrap();
+    let out =
+        latmon().args(["check", "--json", "--measure", "0s"]).args(args).envs(env.iter().copied()).output().unwrap();
     let v = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("check --json: {e}: {}", String::from_utf8_lossy(&out.stdout)));
     (out.status.code().unwrap(), v)
@@ -50,7 +51,10 @@ fn check_names_the_no_btf_tracepoint_mode_per_probe() {
     assert!(out.status.success(), "{text}");
     for name in ["runq", "syscall"] {
         let line = text.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_else(|| panic!("{text}"));
-        assert!(line.contains("ok via tracepoint, no-btf build (") && line.contains("layout from tracefs format"), "{line}");
+        assert!(
+            line.contains("ok via tracepoint, no-btf build (") && line.contains("layout from tracefs format"),
+            "{line}"
+        );
     }
 
     // With BTF the same probes stay on tp_btf, co-re.
@@ -76,7 +80,10 @@ fn fake_events(dir: &std::path::Path, events: &[&str]) {
 fn a_record_without_a_needed_field_is_named_and_others_keep_running() {
     let dir = std::env::temp_dir().join(format!("latmon-fake-events-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    fake_events(&dir, &["sched/sched_wakeup", "sched/sched_wakeup_new", "sched/sched_switch", "raw_syscalls/sys_enter"]);
+    fake_events(
+        &dir,
+        &["sched/sched_wakeup", "sched/sched_wakeup_new", "sched/sched_switch", "raw_syscalls/sys_enter"],
+    );
     // A kernel whose sched_switch record has no prev_state...
     let sw = dir.join("sched/sched_switch/format");
     let text = std::fs::read_to_string(&sw).unwrap();
@@ -104,7 +111,19 @@ fn a_record_without_a_needed_field_is_named_and_others_keep_running() {
     // latmon run keeps the probes that can run (here: irq, from real formats).
     fake_events(&dir, &["irq/irq_handler_entry", "irq/irq_handler_exit"]);
     let out = latmon()
-        .args(["run", "--probe", "runq", "--probe", "irq", "--duration", "600ms", "--interval", "200ms", "--format", "json"])
+        .args([
+            "run",
+            "--probe",
+            "runq",
+            "--probe",
+            "irq",
+            "--duration",
+            "600ms",
+            "--interval",
+            "200ms",
+            "--format",
+            "json",
+        ])
         .envs(env)
         .output()
         .unwrap();
@@ -135,7 +154,11 @@ fn an_unusable_btf_path_falls_through_to_the_tracepoint_build() {
     assert_eq!(v["btf_source"].as_str(), junk.to_str(), "{v}");
     for name in ["runq", "softirq"] {
         let p = plan(&v, name);
-        assert_eq!((p["ok"].as_bool(), p["attach"].as_str(), p["btf_mode"].as_str()), (Some(true), Some("tracepoint"), Some("no-btf")), "{p}");
+        assert_eq!(
+            (p["ok"].as_bool(), p["attach"].as_str(), p["btf_mode"].as_str()),
+            (Some(true), Some("tracepoint"), Some("no-btf")),
+            "{p}"
+        );
     }
     assert_eq!(rc, 0);
     let _ = std::fs::remove_dir_all(&dir);

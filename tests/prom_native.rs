@@ -105,7 +105,8 @@ impl Prometheus {
         if let Some(t) = at {
             path.push_str(&format!("&time={t:.3}"));
         }
-        let (status, body) = http_get(&self.addr, &path).unwrap_or_else(|| panic!("{} Prometheus: no answer", self.what));
+        let (status, body) =
+            http_get(&self.addr, &path).unwrap_or_else(|| panic!("{} Prometheus: no answer", self.what));
         let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{}: {e}: {body}", self.what));
         assert_eq!((status, v["status"].as_str()), (200, Some("success")), "{} {q}: {body}", self.what);
         v["data"]["result"].as_array().unwrap().clone()
@@ -126,7 +127,12 @@ impl Prometheus {
             if got == Some(want) {
                 return;
             }
-            assert!(Instant::now() < deadline, "{} Prometheus: {q} = {got:?}, want {want}; log: {}", self.what, self.log());
+            assert!(
+                Instant::now() < deadline,
+                "{} Prometheus: {q} = {got:?}, want {want}; log: {}",
+                self.what,
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(250));
         }
     }
@@ -229,8 +235,21 @@ fn prom_addr(stderr: &std::sync::Mutex<Vec<String>>) -> String {
 fn prometheus_native_histograms_keep_latmons_resolution() {
     assert!(Path::new(PROMETHEUS).exists(), "{PROMETHEUS} (Debian package prometheus; scripts/install-deps.sh)");
     let probe = format!("ufunc:{}:lm_work,name=work", lm_target().display());
-    let (latmon, stderr) =
-        start_run_logged(&["--probe", &probe, "--interval", "250ms", "--format", "json", "--output", "-", "--output", "prom://127.0.0.1:0"], &[]);
+    let (latmon, stderr) = start_run_logged(
+        &[
+            "--probe",
+            &probe,
+            "--interval",
+            "250ms",
+            "--format",
+            "json",
+            "--output",
+            "-",
+            "--output",
+            "prom://127.0.0.1:0",
+        ],
+        &[],
+    );
     let mut latmon = Latmon(Some(latmon));
     let target = prom_addr(&stderr);
 
@@ -279,7 +298,11 @@ fn prometheus_native_histograms_keep_latmons_resolution() {
     let n_gap = native.scalar(count_n, Some(gap_unix)).unwrap();
     let c_end = classic.scalar(count_c, Some(end)).unwrap();
     let c_gap = classic.scalar(count_c, Some(gap_unix)).unwrap();
-    assert_eq!((n_end - n_gap, c_end - c_gap), (1000.0, 1000.0), "window counts: native {n_gap}..{n_end}, classic {c_gap}..{c_end}");
+    assert_eq!(
+        (n_end - n_gap, c_end - c_gap),
+        (1000.0, 1000.0),
+        "window counts: native {n_gap}..{n_end}, classic {c_gap}..{c_end}"
+    );
     // The native server holds a native histogram, not classic buckets.
     let raw = native.query("latmon_latency_seconds{probe=\"work\"}", Some(end));
     assert!(raw.first().is_some_and(|s| s.get("histogram").is_some()), "native histogram stored: {raw:?}");
@@ -291,7 +314,9 @@ fn prometheus_native_histograms_keep_latmons_resolution() {
     let mut failures = Vec::new();
     for q in [0.5, 0.99] {
         let nq = format!("histogram_quantile({q}, increase(latmon_latency_seconds{{probe=\"work\"}}[{w}]))");
-        let cq = format!("histogram_quantile({q}, sum by (le) (increase(latmon_latency_seconds_bucket{{probe=\"work\"}}[{w}])))");
+        let cq = format!(
+            "histogram_quantile({q}, sum by (le) (increase(latmon_latency_seconds_bucket{{probe=\"work\"}}[{w}])))"
+        );
         let pn = native.scalar(&nq, Some(end)).unwrap() * 1e9;
         let pc = classic.scalar(&cq, Some(end)).unwrap() * 1e9;
         let pl = ours.quantile(q) as f64;
@@ -316,8 +341,17 @@ fn prometheus_native_histograms_keep_latmons_resolution() {
         let rec = p.scalar("latmon:latency_seconds:p99_1m{probe=\"work\"}", Some(end));
         let events = p.scalar("latmon:events:rate1m{probe=\"work\"}", Some(end));
         eprintln!("FIGURES {what} server, recording rules at the end: latmon:latency_seconds:p99_1m {rec:?} s, latmon:events:rate1m {events:?}/s");
-        assert!(rec.is_some_and(|v| v > 0.0) && events.is_some_and(|v| v > 0.0), "{what}: recording rules produce nothing: {}", p.log());
+        assert!(
+            rec.is_some_and(|v| v > 0.0) && events.is_some_and(|v| v > 0.0),
+            "{what}: recording rules produce nothing: {}",
+            p.log()
+        );
     }
-    eprintln!("FIGURES counts: window {} (latmon) = {} (native) = {} (classic); total {n_end} / {c_end}", ours.count, n_end - n_gap, c_end - c_gap);
+    eprintln!(
+        "FIGURES counts: window {} (latmon) = {} (native) = {} (classic); total {n_end} / {c_end}",
+        ours.count,
+        n_end - n_gap,
+        c_end - c_gap
+    );
     assert!(failures.is_empty(), "native quantiles off by more than latmon's bucket error: {failures:?}");
 }

@@ -21,7 +21,10 @@ fn repo(p: &str) -> PathBuf {
 
 /// `promtool ARGS`: (success, what it said).
 fn promtool(args: &[&str]) -> (bool, String) {
-    let out = Command::new("promtool").args(args).output().expect("promtool (Debian package prometheus; scripts/install-deps.sh)");
+    let out = Command::new("promtool")
+        .args(args)
+        .output()
+        .expect("promtool (Debian package prometheus; scripts/install-deps.sh)");
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
@@ -48,9 +51,17 @@ fn the_rule_tests_catch_a_broken_rule() {
         ("the deadline", "{kind=\"timer\"} > 0.001", "{kind=\"timer\"} > 0.002"),
         ("the timer's 5 min", "> 0.001\n        for: 5m", "> 0.001\n        for: 1m"),
         ("the degraded state", "latmon_degraded == 1", "latmon_degraded == 0"),
-        ("kernel-skipped runs", "increase(latmon_probe_bpf_missed_total[5m]) > 0", "increase(latmon_probe_bpf_missed_total[30m]) > 0"),
+        (
+            "kernel-skipped runs",
+            "increase(latmon_probe_bpf_missed_total[5m]) > 0",
+            "increase(latmon_probe_bpf_missed_total[30m]) > 0",
+        ),
         ("link errors", "or increase(latmon_output_errors_total[10m]) > 0", ""),
-        ("the classic quantile branch", "sum by (job, instance, probe, kind, attach, le) (rate(latmon_latency_seconds_bucket[1m])))", "sum by (job, instance, probe, kind, attach, le) (rate(latmon_latency_seconds_bucket[1m]))) * 2"),
+        (
+            "the classic quantile branch",
+            "sum by (job, instance, probe, kind, attach, le) (rate(latmon_latency_seconds_bucket[1m])))",
+            "sum by (job, instance, probe, kind, attach, le) (rate(latmon_latency_seconds_bucket[1m]))) * 2",
+        ),
     ];
     for (what, from, to) in mutants {
         assert!(rules.contains(from), "mutant {what}: {from:?} not in the rules");
@@ -63,8 +74,15 @@ fn the_rule_tests_catch_a_broken_rule() {
 
 #[test]
 fn a_folded_family_and_link_counters_pass_promtool_check_metrics() {
-    let info = |name: &str| ProbeInfo { name: name.into(), kind: "syscall".into(), attach: "raw_tp".into(), mode: String::new(), btf_mode: String::new() };
-    let probes: Vec<ProbeInfo> = std::iter::once(info("sys")).chain((0..40).map(|k| info(&format!("sys:call{k}")))).collect();
+    let info = |name: &str| ProbeInfo {
+        name: name.into(),
+        kind: "syscall".into(),
+        attach: "raw_tp".into(),
+        mode: String::new(),
+        btf_mode: String::new(),
+    };
+    let probes: Vec<ProbeInfo> =
+        std::iter::once(info("sys")).chain((0..40).map(|k| info(&format!("sys:call{k}")))).collect();
     let totals: Vec<Hist> = (0..probes.len())
         .map(|k| {
             let mut h = Hist::default();
@@ -79,15 +97,33 @@ fn a_folded_family_and_link_counters_pass_promtool_check_metrics() {
         probes: probes.iter().zip(&totals).map(|(p, h)| ProbeReport::new(p, &Hist::default(), h)).collect(),
         ..Default::default()
     };
-    let session = Session { board: "b".into(), kernel: "6.18".into(), boot_id: 7, start_ns: 0, interval_ns: 1, probes, failed: Vec::new() };
+    let session = Session {
+        board: "b".into(),
+        kernel: "6.18".into(),
+        boot_id: 7,
+        start_ns: 0,
+        interval_ns: 1,
+        probes,
+        failed: Vec::new(),
+    };
     let errors = vec![0u64; totals.len()];
     let mut snap = snapshot(&Tick { session: &session, report: &report, totals: &totals, read_errors: &errors }, 16);
-    snap.links = vec![("serial:/dev/ttyS1@115200".into(), Some(LinkStats { dropped: 4, errors: 0 })), (String::new(), None), ("modbus-tcp://0.0.0.0:502".into(), Some(LinkStats { dropped: 0, errors: 2 }))];
+    snap.links = vec![
+        ("serial:/dev/ttyS1@115200".into(), Some(LinkStats { dropped: 4, errors: 0 })),
+        (String::new(), None),
+        ("modbus-tcp://0.0.0.0:502".into(), Some(LinkStats { dropped: 0, errors: 2 })),
+    ];
     let mut text = String::new();
     render_text(&mut text, &snap);
     assert!(text.contains("latmon_series_folded{probe=\"sys\",kind=\"syscall\",attach=\"raw_tp\"} 24"), "{text}");
     assert!(text.contains("latmon_output_errors_total{output=\"modbus-tcp://0.0.0.0:502\"} 2"));
-    let mut p = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("promtool");
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
     p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
     let out = p.wait_with_output().unwrap();
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

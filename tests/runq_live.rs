@@ -4,8 +4,6 @@
 
 mod common;
 
-
-
 use common::*;
 
 const ROUND_TRIPS: usize = 2000;
@@ -39,16 +37,15 @@ fn runq_tracepoint_build_agrees_with_co_re_on_the_same_workload() {
     let comm = "lm-pingboth";
     let core = format!("runq,comm={comm},name=core");
     let tp = format!("runq,comm={comm},attach=tracepoint,name=tp");
-    let child = start_run_attached(
-        &["--probe", &core, "--probe", &tp, "--interval", "500ms", "--format", "json"],
-        &[],
-        2,
-    );
+    let child =
+        start_run_attached(&["--probe", &core, "--probe", &tp, "--interval", "500ms", "--format", "json"], &[], 2);
     pipe_ping_pong(comm, ROUND_TRIPS);
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
-    let last = |name: &str| lines.last().unwrap()["probes"].as_array().unwrap().iter().find(|p| p["name"] == name).cloned().unwrap();
+    let last = |name: &str| {
+        lines.last().unwrap()["probes"].as_array().unwrap().iter().find(|p| p["name"] == name).cloned().unwrap()
+    };
     let (c, t) = (last("core"), last("tp"));
     assert_eq!((c["attach"].as_str(), t["attach"].as_str()), (Some("tp_btf"), Some("tracepoint")));
     let (nc, nt) = (u(&c, "total_count"), u(&t, "total_count"));
@@ -68,35 +65,31 @@ fn runq_tracepoint_pid_filter_admits_only_that_process() {
     let comm = "lm-pingpid";
     let me = format!("runq,comm={comm},pid={},attach=tracepoint,name=mine", std::process::id());
     let other = format!("runq,comm={comm},pid=1,attach=tracepoint,name=init");
-    let child = start_run_attached(
-        &["--probe", &me, "--probe", &other, "--interval", "500ms", "--format", "json"],
-        &[],
-        2,
-    );
+    let child =
+        start_run_attached(&["--probe", &me, "--probe", &other, "--interval", "500ms", "--format", "json"], &[], 2);
     pipe_ping_pong(comm, ROUND_TRIPS);
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
     let total = |name: &str| {
-        u(lines.last().unwrap()["probes"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap(), "total_count")
+        u(
+            lines.last().unwrap()["probes"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap(),
+            "total_count",
+        )
     };
     // Each thread's first wakeup may precede its first switch-out.
-    assert!(total("mine") >= 2 * ROUND_TRIPS as u64 - 2, "pid filter counted {} of >= {}", total("mine"), 2 * ROUND_TRIPS);
+    assert!(
+        total("mine") >= 2 * ROUND_TRIPS as u64 - 2,
+        "pid filter counted {} of >= {}",
+        total("mine"),
+        2 * ROUND_TRIPS
+    );
     assert_eq!(total("init"), 0, "no thread named {comm} belongs to pid 1");
 }
 
 fn ping_pong_case(comm: &str, env: &[(&str, &str)], attach: &str) {
     let spec = format!("runq,comm={comm}");
-    let child = start_run_env(&[
-        "--probe",
-        &spec,
-        "--interval",
-        "300ms",
-        "--duration",
-        "3s",
-        "--format",
-        "json",
-    ], env);
+    let child = start_run_env(&["--probe", &spec, "--interval", "300ms", "--duration", "3s", "--format", "json"], env);
     pipe_ping_pong(comm, ROUND_TRIPS);
     let (status, out) = finish(child);
     assert!(status.success(), "latmon exited with {status}");
@@ -157,8 +150,6 @@ fn comm_filter_excludes_other_tasks() {
     assert_eq!(total, 0, "no task is named lm-nobody-here");
 }
 
-
-
 #[test]
 fn sigint_flushes_final_summary_and_detaches() {
     let child = start_run(&["--probe", "runq", "--interval", "10s", "--format", "json"]);
@@ -216,15 +207,26 @@ fn runq_waits_above_the_threshold_become_alert_records_in_every_build() {
         let lines = json_lines(&out);
         let p = lines.last().unwrap()["probes"][0].clone();
         assert_eq!(p["attach"], attach);
-        let recs: Vec<&serde_json::Value> =
-            lines.iter().filter_map(|l| l["alert_records"].as_array()).flatten().filter(|r| r["probe"] == "runq").collect();
+        let recs: Vec<&serde_json::Value> = lines
+            .iter()
+            .filter_map(|l| l["alert_records"].as_array())
+            .flatten()
+            .filter(|r| r["probe"] == "runq")
+            .collect();
         let (count, alerts, dropped) = (u(&p, "total_count"), u(&p, "total_alerts"), u(&p, "total_alerts_dropped"));
-        eprintln!("FIGURES runq alerts ({attach}): {count} waits, {alerts} above 1 ns: {} records, {dropped} dropped", recs.len());
+        eprintln!(
+            "FIGURES runq alerts ({attach}): {count} waits, {alerts} above 1 ns: {} records, {dropped} dropped",
+            recs.len()
+        );
         assert!(count >= 1000, "{p}");
         assert_eq!(alerts, count, "every wait is longer than 1 ns: {p}");
         assert_eq!(recs.len() as u64 + dropped, alerts, "every alert is a record or a counted drop: {p}");
         let allowed = ALERT_BURST as u64 + (ALERT_RATE as f64 * secs).ceil() as u64 + 2;
-        assert!(recs.len() as u64 >= ALERT_BURST as u64 && recs.len() as u64 <= allowed, "{} records (allowed {allowed})", recs.len());
+        assert!(
+            recs.len() as u64 >= ALERT_BURST as u64 && recs.len() as u64 <= allowed,
+            "{} records (allowed {allowed})",
+            recs.len()
+        );
         for r in &recs {
             assert_eq!(r["comm"], comm, "the record names the task that waited: {r}");
             assert!(u(r, "latency_ns") >= 1 && u(r, "tid") > 0, "{r}");

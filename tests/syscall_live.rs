@@ -54,11 +54,8 @@ fn nanosleep_case(env: &[(&str, &str)], attach: &str) {
     };
     let one = format!("syscall:nanosleep,comm={comm}");
     let all = format!("syscall,comm={comm},name=sys");
-    let child = start_run_attached(
-        &["--probe", &one, "--probe", &all, "--interval", "500ms", "--format", "json"],
-        env,
-        2,
-    );
+    let child =
+        start_run_attached(&["--probe", &one, "--probe", &all, "--interval", "500ms", "--format", "json"], env, 2);
     sleeper(comm);
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
@@ -76,7 +73,11 @@ fn nanosleep_case(env: &[(&str, &str)], attach: &str) {
         .sum();
     assert_eq!(interval_sum, SLEEPS, "interval counts add up to the total");
     // Not a single getppid leaks into a syscall:NAME probe.
-    assert!(lines.iter().all(|l| l["probes"].as_array().unwrap().iter().all(|p| !p["name"].as_str().unwrap().starts_with("syscall:nanosleep:"))));
+    assert!(lines.iter().all(|l| l["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| !p["name"].as_str().unwrap().starts_with("syscall:nanosleep:"))));
 
     // The family: a series per syscall, named from this arch's table.
     let ns = last_probe(&lines, "sys:nanosleep").expect("series sys:nanosleep");
@@ -89,7 +90,9 @@ fn nanosleep_case(env: &[(&str, &str)], attach: &str) {
     // The right buckets: a 1 ms nanosleep takes at least 1 ms (the kernel
     // never wakes it early) and, on any sane machine, well under 50 ms.
     for l in &lines {
-        for p in l["probes"].as_array().unwrap().iter().filter(|p| p["name"] == "syscall:nanosleep" && u(p, "count") > 0) {
+        for p in
+            l["probes"].as_array().unwrap().iter().filter(|p| p["name"] == "syscall:nanosleep" && u(p, "count") > 0)
+        {
             assert!(u(p, "min_ns") >= 1_000_000, "nanosleep(1ms) shorter than 1 ms: {p}");
             assert!(buckets_within(p, 1_000_000, 50_000_000), "buckets outside [1ms, 50ms): {p}");
             let bucket_sum: u64 = p["buckets"].as_array().unwrap().iter().map(|b| b[2].as_u64().unwrap()).sum();
@@ -121,7 +124,17 @@ fn no_btf_tracepoint_build_counts_the_same() {
 #[test]
 fn unknown_syscall_name_is_reported_and_others_keep_running() {
     let out = latmon()
-        .args(["run", "--probe", "syscall:no_such_call", "--probe", "syscall:getppid", "--duration", "300ms", "--format", "json"])
+        .args([
+            "run",
+            "--probe",
+            "syscall:no_such_call",
+            "--probe",
+            "syscall:getppid",
+            "--duration",
+            "300ms",
+            "--format",
+            "json",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -145,13 +158,18 @@ fn slow_syscalls_become_alert_records_named_after_their_series() {
         ("lm-sca-perf", &[("LATMON_ALERT_BUFFER", "perf")][..], "tp_btf"),
     ] {
         // `check` names the buffer the records travel through.
-        let plan = latmon().args(["check", "--json", "--measure", "0s", "--probe", "syscall,threshold=1ms"]).envs(env.iter().copied()).output().unwrap();
+        let plan = latmon()
+            .args(["check", "--json", "--measure", "0s", "--probe", "syscall,threshold=1ms"])
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
         let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
         let via = if comm.ends_with("perf") { "via perf buffer" } else { "via ringbuf" };
         assert!(plan["probes"][0]["mode"].as_str().unwrap().contains(via), "{plan}");
         let one = format!("syscall:nanosleep,comm={comm},threshold=1ms");
         let all = format!("syscall,comm={comm},threshold=1ms,name=sys");
-        let child = start_run_attached(&["--probe", &one, "--probe", &all, "--interval", "60m", "--format", "json"], env, 2);
+        let child =
+            start_run_attached(&["--probe", &one, "--probe", &all, "--interval", "60m", "--format", "json"], env, 2);
         let tid = std::thread::Builder::new()
             .name(comm.into())
             .spawn(|| {
@@ -173,23 +191,44 @@ fn slow_syscalls_become_alert_records_named_after_their_series() {
         assert!(status.success(), "latmon exited with {status}");
         let lines = json_lines(&out);
         let records = |probe: &str| -> Vec<serde_json::Value> {
-            lines.iter().filter_map(|l| l["alert_records"].as_array()).flatten().filter(|r| r["probe"] == probe).cloned().collect()
+            lines
+                .iter()
+                .filter_map(|l| l["alert_records"].as_array())
+                .flatten()
+                .filter(|r| r["probe"] == probe)
+                .cloned()
+                .collect()
         };
         for name in ["syscall:nanosleep", "sys:nanosleep"] {
             let p = last_probe(&lines, name).unwrap_or_else(|| panic!("{name} reported"));
             assert_eq!(p["attach"], attach);
-            assert_eq!((u(p, "total_count"), u(p, "total_alerts"), u(p, "total_alerts_dropped")), (SLOW, SLOW, 0), "{p}");
+            assert_eq!(
+                (u(p, "total_count"), u(p, "total_alerts"), u(p, "total_alerts_dropped")),
+                (SLOW, SLOW, 0),
+                "{p}"
+            );
             let recs = records(name);
             eprintln!("FIGURES syscall alerts ({comm}, {attach}): {name}: {} records of {SLOW} slow calls", recs.len());
-            assert_eq!(recs.len() as u64, SLOW, "every 2 ms nanosleep above 1 ms is a record (under the burst): {recs:?}");
+            assert_eq!(
+                recs.len() as u64,
+                SLOW,
+                "every 2 ms nanosleep above 1 ms is a record (under the burst): {recs:?}"
+            );
             for r in &recs {
-                assert_eq!((r["comm"].as_str(), u(r, "tid"), u(r, "pid")), (Some(comm), tid, std::process::id() as u64), "{r}");
+                assert_eq!(
+                    (r["comm"].as_str(), u(r, "tid"), u(r, "pid")),
+                    (Some(comm), tid, std::process::id() as u64),
+                    "{r}"
+                );
                 assert!((2_000_000..50_000_000).contains(&u(r, "latency_ns")), "{r}");
             }
         }
         let gp = last_probe(&lines, "sys:getppid").expect("series sys:getppid");
         assert_eq!((u(gp, "total_count"), u(gp, "total_alerts")), (GETPPIDS, 0), "{gp}");
-        assert!(records("sys:getppid").is_empty() && records("sys").is_empty(), "fast calls raise no alert; records name the series");
+        assert!(
+            records("sys:getppid").is_empty() && records("sys").is_empty(),
+            "fast calls raise no alert; records name the series"
+        );
         let fam = last_probe(&lines, "sys").unwrap();
         assert_eq!(u(fam, "total_alerts"), SLOW, "{fam}");
     }
@@ -203,14 +242,19 @@ fn parked_entries(pid: u32) -> usize {
         if std::fs::read_link(fd.path()).unwrap_or_default().to_string_lossy() != "anon_inode:bpf-map" {
             continue;
         }
-        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy())).unwrap_or_default();
-        let Some(id) = info.lines().find_map(|l| l.strip_prefix("map_id:")).map(|v| v.trim().to_string()) else { continue };
-        let show = std::process::Command::new("bpftool").args(["-j", "map", "show", "id", &id]).output().expect("bpftool");
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()))
+            .unwrap_or_default();
+        let Some(id) = info.lines().find_map(|l| l.strip_prefix("map_id:")).map(|v| v.trim().to_string()) else {
+            continue;
+        };
+        let show =
+            std::process::Command::new("bpftool").args(["-j", "map", "show", "id", &id]).output().expect("bpftool");
         let show: serde_json::Value = serde_json::from_slice(&show.stdout).expect("bpftool JSON");
         if show["name"] != "sc_parked_by_ti" {
             continue;
         }
-        let dump = std::process::Command::new("bpftool").args(["-j", "map", "dump", "id", &id]).output().expect("bpftool");
+        let dump =
+            std::process::Command::new("bpftool").args(["-j", "map", "dump", "id", &id]).output().expect("bpftool");
         let dump: serde_json::Value = serde_json::from_slice(&dump.stdout).expect("bpftool JSON");
         n += dump.as_array().map_or(0, Vec::len);
     }
@@ -225,7 +269,8 @@ fn threads_in_state(comm: &str, state: char) -> usize {
         .filter(|t| {
             let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
             // "tid (comm) S ...": comm may hold spaces, the last ')' ends it.
-            stat.rsplit_once(") ").is_some_and(|(head, rest)| head.ends_with(&format!("({comm}")) && rest.starts_with(state))
+            stat.rsplit_once(") ")
+                .is_some_and(|(head, rest)| head.ends_with(&format!("({comm}")) && rest.starts_with(state))
         })
         .count()
 }
@@ -248,7 +293,8 @@ fn blocked_readers(comm: &str, n: usize) -> (std::os::fd::OwnedFd, Vec<std::thre
                     let mut b = [0u8; 1];
                     let iov = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: 1 };
                     // SAFETY: a valid fd and one iovec of a 1-byte buffer.
-                    let got = unsafe { libc::syscall(libc::SYS_readv, r.as_raw_fd(), &iov as *const libc::iovec, 1usize) };
+                    let got =
+                        unsafe { libc::syscall(libc::SYS_readv, r.as_raw_fd(), &iov as *const libc::iovec, 1usize) };
                     assert_eq!(got, 1);
                 })
                 .unwrap()
@@ -296,7 +342,8 @@ fn exit_storm_case(env: &[(&str, &str)], attach: &str, tag: &str) {
     let full = format!("lm-full-{tag}");
     let p1 = format!("syscall,comm={storm},name=storm");
     let p2 = format!("syscall,comm={full},name=full");
-    let child = start_run_attached(&["--probe", &p1, "--probe", &p2, "--interval", "500ms", "--format", "json"], env, 2);
+    let child =
+        start_run_attached(&["--probe", &p1, "--probe", &p2, "--interval", "500ms", "--format", "json"], env, 2);
     let pid = child.id();
 
     // (1) The storm.

@@ -47,7 +47,8 @@ fn control_loop(comm: &str) {
                         next.tv_nsec -= 1_000_000_000;
                         next.tv_sec += 1;
                     }
-                    let rc = libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &next, std::ptr::null_mut());
+                    let rc =
+                        libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &next, std::ptr::null_mut());
                     assert_eq!(rc, 0);
                 }
             }
@@ -116,7 +117,10 @@ fn chain_stages_add_up_to_the_end_to_end_latency() {
     let total = last_probe(&lines, "chain");
     let timer = last_probe(&lines, "chain:timer");
     let wakeup = last_probe(&lines, "chain:wakeup");
-    assert!(lines.iter().all(|l| l["probes"].as_array().unwrap().iter().all(|p| p["name"] != "chain:irq")), "no IRQ wakes a sleeping timer loop");
+    assert!(
+        lines.iter().all(|l| l["probes"].as_array().unwrap().iter().all(|p| p["name"] != "chain:irq")),
+        "no IRQ wakes a sleeping timer loop"
+    );
     let n = u(total, "total_count");
     assert_within_overruns(n, total);
     assert_eq!(u(timer, "total_count"), n, "{timer}");
@@ -165,31 +169,51 @@ fn chain_response_stage_ends_at_the_functions_return() {
     let lines = json_lines(&out);
     let l = lines.last().unwrap();
     let find = |n: &str| {
-        l["probes"].as_array().unwrap().iter().find(|p| p["name"] == n).cloned().unwrap_or_else(|| panic!("no {n} in {l}"))
+        l["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == n)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {n} in {l}"))
     };
     let (total, timer, wakeup, resp, to_resp) =
         (find("chain"), find("chain:timer"), find("chain:wakeup"), find("chain:response"), find("chain:to-response"));
     let n = u(&total, "count");
-    eprintln!("FIGURES chain events {n} for 300 cycles, {late} deadlines already past at sleep, {slept} cycles left the CPU");
+    eprintln!(
+        "FIGURES chain events {n} for 300 cycles, {late} deadlines already past at sleep, {slept} cycles left the CPU"
+    );
     // Every cycle that blocked was woken by its timer (`slept`, from the
     // thread's voluntary context switches); a timer that fires before the
     // thread has left the CPU is an event too. Under load a few blocking
     // sleeps show no traced hrtimer_expire_entry for their sleeper at all
     // (debug counters in the expiry program: e.g. 2992 expiries for 2997
     // blocking sleeps of 3000) - lost before any latmon logic; allow 3 %.
-    assert!(n <= 300 && n * 100 >= slept * 97, "{n} events for {slept} blocking sleeps of 300 cycles ({late} deadlines past at sleep): {total}");
+    assert!(
+        n <= 300 && n * 100 >= slept * 97,
+        "{n} events for {slept} blocking sleeps of 300 cycles ({late} deadlines past at sleep): {total}"
+    );
     for p in [&timer, &wakeup, &resp, &to_resp] {
         assert_eq!(u(p, "count"), n, "every event has every stage: {p}");
     }
     assert_eq!(u(&resp, "drops"), 0, "every cycle's lm_cycle returned before the next deadline: {resp}");
     // Sums: n x mean + r, 0 <= r < n, for each series.
-    let (mt, ma, mb, mr, me) =
-        (u(&total, "mean_ns"), u(&timer, "mean_ns"), u(&wakeup, "mean_ns"), u(&resp, "mean_ns"), u(&to_resp, "mean_ns"));
+    let (mt, ma, mb, mr, me) = (
+        u(&total, "mean_ns"),
+        u(&timer, "mean_ns"),
+        u(&wakeup, "mean_ns"),
+        u(&resp, "mean_ns"),
+        u(&to_resp, "mean_ns"),
+    );
     assert!(ma + mb <= mt && mt <= ma + mb + 1, "stage means {ma} + {mb} vs event -> running {mt}");
     assert!(ma + mb + mr <= me && me <= ma + mb + mr + 2, "stage means {ma} + {mb} + {mr} vs event -> response {me}");
     // The response holds lm_cycle's own duration, and little more.
     let (own_min, own_max) = (*own.iter().min().unwrap(), *own.iter().max().unwrap());
-    eprintln!("FIGURES chain response: n {n} response mean {mr} min {} max {} (lm_cycle itself {own_min}..{own_max})", u(&resp, "min_ns"), u(&resp, "max_ns"));
+    eprintln!(
+        "FIGURES chain response: n {n} response mean {mr} min {} max {} (lm_cycle itself {own_min}..{own_max})",
+        u(&resp, "min_ns"),
+        u(&resp, "max_ns")
+    );
     assert!(u(&resp, "min_ns") >= own_min, "a response shorter than the function itself: {resp}");
     assert!(u(&resp, "max_ns") >= own_max, "{resp}");
     assert!(mr < own_max + 500_000, "response mean {mr} far above the function's own {own_max}: {resp}");
@@ -226,12 +250,20 @@ fn assert_alerts_accounted(lines: &[serde_json::Value], name: &str, comm: &str, 
     let p = last_probe(lines, name);
     let recs = records(lines, name);
     let (alerts, dropped) = (u(p, "total_alerts"), u(p, "total_alerts_dropped"));
-    eprintln!("FIGURES {name}: {} events, {alerts} above the threshold: {} records, {dropped} dropped", u(p, "total_count"), recs.len());
+    eprintln!(
+        "FIGURES {name}: {} events, {alerts} above the threshold: {} records, {dropped} dropped",
+        u(p, "total_count"),
+        recs.len()
+    );
     assert!(alerts > 0, "{p}");
     assert_eq!(recs.len() as u64 + dropped, alerts, "every alert is a record or a counted drop: {p}");
     let cpus = std::thread::available_parallelism().unwrap().get() as u64;
     let allowed = ALERT_BURST as u64 + (ALERT_RATE as f64 * seconds).ceil() as u64 + cpus;
-    assert!(recs.len() as u64 >= (ALERT_BURST as u64).min(alerts) && recs.len() as u64 <= allowed, "{} records (allowed {allowed})", recs.len());
+    assert!(
+        recs.len() as u64 >= (ALERT_BURST as u64).min(alerts) && recs.len() as u64 <= allowed,
+        "{} records (allowed {allowed})",
+        recs.len()
+    );
     for r in &recs {
         assert_eq!((r["comm"].as_str(), u(r, "pid")), (Some(comm), pid), "{r}");
         assert!(u(r, "latency_ns") > 1_000, "{r}");
@@ -259,7 +291,8 @@ fn chain_alerts_through_the_perf_buffer_name_the_followed_thread() {
     let _s = serial();
     let target = lm_target();
     let spec = format!("chain,comm=lm-target,threshold=1us,response={}:lm_cycle", target.display());
-    let child = start_run_env(&["--probe", &spec, "--interval", "60m", "--format", "json"], &[("LATMON_ALERT_BUFFER", "perf")]);
+    let child =
+        start_run_env(&["--probe", &spec, "--interval", "60m", "--format", "json"], &[("LATMON_ALERT_BUFFER", "perf")]);
     let t0 = std::time::Instant::now();
     let run = std::process::Command::new(target).args(["cycle", "200", "1000", "100"]).output().unwrap();
     let secs = t0.elapsed().as_secs_f64() + 0.5;

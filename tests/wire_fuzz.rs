@@ -72,7 +72,8 @@ impl Rng {
         }
     }
     fn string(&mut self) -> String {
-        const NASTY: &[&str] = &["\x1b]0;owned\x07", "\x1b[2J", "\r\n", "\u{9b}31m", "\u{202e}", "\x7f", "\0", "µs", "runq", "sys:read"];
+        const NASTY: &[&str] =
+            &["\x1b]0;owned\x07", "\x1b[2J", "\r\n", "\u{9b}31m", "\u{202e}", "\x7f", "\0", "µs", "runq", "sys:read"];
         let mut s = String::new();
         for _ in 0..self.below(4) {
             if self.chance(50) {
@@ -102,7 +103,11 @@ impl Gen {
         if self.rng.chance(95) {
             BucketScheme::LATMON
         } else {
-            BucketScheme { family: self.rng.next() as u8, sub_bits: self.rng.next() as u8, max_log2: self.rng.next() as u8 }
+            BucketScheme {
+                family: self.rng.next() as u8,
+                sub_bits: self.rng.next() as u8,
+                max_log2: self.rng.next() as u8,
+            }
         }
     }
 
@@ -153,7 +158,10 @@ impl Gen {
         while (i as usize) < end as usize && buckets.len() < 300 && self.rng.chance(85) {
             i += self.rng.either(5, 400, 20);
             let idx = if self.rng.chance(1) { self.rng.next() as u16 } else { i as u16 };
-            buckets.push((idx, if self.rng.chance(80) { self.rng.below(self.count[slot].max(1)) } else { self.rng.wild() }));
+            buckets.push((
+                idx,
+                if self.rng.chance(80) { self.rng.below(self.count[slot].max(1)) } else { self.rng.wild() },
+            ));
             i += 1;
         }
         ProbeCounts {
@@ -211,12 +219,19 @@ impl Gen {
             bytes_dropped: self.rng.wild(),
             clients: self.rng.next() as u32,
             probes: (0..n)
-                .map(|_| ProbeHealth { id: self.rng.id(), read_errors: self.rng.wild(), run_count: self.rng.wild(), run_time_ns: self.rng.wild() })
+                .map(|_| ProbeHealth {
+                    id: self.rng.id(),
+                    read_errors: self.rng.wild(),
+                    run_count: self.rng.wild(),
+                    run_time_ns: self.rng.wild(),
+                })
                 .collect(),
             flags: self.rng.next() as u32,
             bpf_cpu_ppm: self.rng.next() as u32,
             detached: (0..self.rng.below(6)).map(|_| self.rng.id()).collect(),
-            missed: (0..self.rng.below(6)).map(|_| ProbeMissed { id: self.rng.id(), missed: self.rng.wild() }).collect(),
+            missed: (0..self.rng.below(6))
+                .map(|_| ProbeMissed { id: self.rng.id(), missed: self.rng.wild() })
+                .collect(),
         }
     }
 
@@ -307,7 +322,10 @@ fn seal(payload: &mut Vec<u8>, wire: &mut Vec<u8>) {
 
 fn rss_kib() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap()
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
 }
 
 #[test]
@@ -399,7 +417,10 @@ fn crc_valid_frames_with_inconsistent_bodies_never_panic_and_stay_bounded() {
     assert!(s.frames_good > frames as u64 / 2 && s.body_errors > frames as u64 / 50, "{s:?}");
     assert!(tracker.ignored_entries > 0 && tracker.seq_jumps > 0 && tracker.restarts > 0);
     assert!(tracker.summaries_lost <= MAX_SEQ_GAP * events, "a wild seq is no loss");
-    assert!(tracker.hello.as_ref().is_none_or(|h| h.probes.len() <= MAX_PROBES && h.probes.iter().all(|p| (p.id as usize) < MAX_PROBES)));
+    assert!(tracker
+        .hello
+        .as_ref()
+        .is_none_or(|h| h.probes.len() <= MAX_PROBES && h.probes.iter().all(|p| (p.id as usize) < MAX_PROBES)));
     assert!(view.alerts.len() <= 8);
     assert!(rss_peak - rss_warm.min(rss_peak) <= RSS_GROWTH_MAX_KIB, "RSS grew from {rss_warm} to {rss_peak} KiB");
 }

@@ -39,7 +39,14 @@ fn arb_name() -> impl Strategy<Value = String> {
 }
 
 fn arb_hello() -> impl Strategy<Value = Hello> {
-    (arb_name(), arb_name(), any::<u32>(), any::<u64>(), any::<u64>(), prop::collection::vec((arb_name(), arb_name()), 0..12))
+    (
+        arb_name(),
+        arb_name(),
+        any::<u32>(),
+        any::<u64>(),
+        any::<u64>(),
+        prop::collection::vec((arb_name(), arb_name()), 0..12),
+    )
         .prop_map(|(board, kernel, boot_id, start_ns, interval_ns, probes)| Hello {
             protocol_revision: PROTOCOL_REVISION,
             latmon_version: "0.1.0".into(),
@@ -230,8 +237,12 @@ fn sample_frames(rng: &mut XorShift, n: usize) -> Vec<Vec<u8>> {
                 for _ in 0..rng.below(500) {
                     h.record(rng.below(1 << 30));
                 }
-                enc.summary(SummaryHeader { seq, boot_id: 42, time_ns: seq, last: false }, std::slice::from_ref(&h), &mut out)
-                    .unwrap();
+                enc.summary(
+                    SummaryHeader { seq, boot_id: 42, time_ns: seq, last: false },
+                    std::slice::from_ref(&h),
+                    &mut out,
+                )
+                .unwrap();
             }
         }
     }

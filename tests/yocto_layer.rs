@@ -21,8 +21,8 @@ const TARGETS: &[&str] = &["aarch64-unknown-linux-musl", "armv7-unknown-linux-gn
 
 /// Baud rates a Linux serial port can be set to with termios' Bxxx names.
 const BAUDS: &[u32] = &[
-    9600, 19200, 38400, 57600, 115200, 230400, 460800, 500000, 576000, 921600, 1000000, 1152000, 1500000,
-    2000000, 2500000, 3000000, 3500000, 4000000,
+    9600, 19200, 38400, 57600, 115200, 230400, 460800, 500000, 576000, 921600, 1000000, 1152000, 1500000, 2000000,
+    2500000, 3000000, 3500000, 4000000,
 ];
 
 fn board_configs() -> Vec<PathBuf> {
@@ -79,7 +79,9 @@ fn board_configs_name_target_link_uart_and_housekeeping_cpus() {
         let (dev, baud, named) = &serial[0];
         assert!(named, "{name}: the link {dev} must name its baud (serial:/dev/{dev}@BAUD)");
         assert!(BAUDS.contains(baud), "{name}: baud {baud} is not a termios rate");
-        let cpus = Some(&c.housekeeping_cpus).filter(|v| !v.is_empty()).unwrap_or_else(|| panic!("{name}: no housekeeping_cpus"));
+        let cpus = Some(&c.housekeeping_cpus)
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| panic!("{name}: no housekeeping_cpus"));
         assert!(!cpus.is_empty());
         assert!(c.probes.iter().any(|s| s.threshold.is_some()), "{name}: no probe has an alert threshold");
     }
@@ -168,8 +170,7 @@ fn service_files_take_link_uart_and_cpus_from_the_config() {
             .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
             .collect();
         let want_tty = serial_outputs(&name, &c).into_iter().next().map(|(dev, _, _)| dev).unwrap_or_default();
-        let want_cpus =
-            c.housekeeping_cpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        let want_cpus = c.housekeeping_cpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
         assert_eq!(facts["LINK_TTY"], want_tty, "{name}");
         assert_eq!(facts["HOUSEKEEPING_CPUS"], want_cpus, "{name}");
         let unit = std::fs::read_to_string(out_dir.join("latmon.service")).unwrap();
@@ -205,16 +206,13 @@ fn latmon_crates_inc_matches_cargo_lock() {
         .arg("--check")
         .output()
         .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     // And independently of the script: every crates.io package of
     // Cargo.lock, with its checksum, is in the .inc, and nothing else.
     let lock = std::fs::read_to_string(Path::new(TOP).join("Cargo.lock")).unwrap();
-    let inc = std::fs::read_to_string(Path::new(TOP).join("yocto/meta-latmon/recipes-support/latmon/latmon-crates.inc")).unwrap();
+    let inc =
+        std::fs::read_to_string(Path::new(TOP).join("yocto/meta-latmon/recipes-support/latmon/latmon-crates.inc"))
+            .unwrap();
     let mut want = Vec::new();
     for pkg in lock.split("[[package]]").skip(1) {
         let field = |k: &str| {

@@ -80,19 +80,10 @@ impl<T: plain::Plain + Default> PerCpuArray<T> {
     pub(crate) fn new(map: &dyn MapCore) -> Result<Self, String> {
         let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| e.to_string())?;
         if map.value_size() as usize != size_of::<T>() {
-            return Err(format!(
-                "map value is {} bytes, expected {}",
-                map.value_size(),
-                size_of::<T>()
-            ));
+            return Err(format!("map value is {} bytes, expected {}", map.value_size(), size_of::<T>()));
         }
         let stride = size_of::<T>().next_multiple_of(8);
-        Ok(PerCpuArray {
-            fd: map.as_fd().as_raw_fd(),
-            buf: vec![0; stride * ncpus],
-            stride,
-            _t: Default::default(),
-        })
+        Ok(PerCpuArray { fd: map.as_fd().as_raw_fd(), buf: vec![0; stride * ncpus], stride, _t: Default::default() })
     }
 
     pub(crate) fn read(&mut self, key: u32, mut each: impl FnMut(&T)) -> Result<(), String> {
@@ -109,8 +100,7 @@ impl<T: plain::Plain + Default> PerCpuArray<T> {
         }
         let mut v = T::default();
         for chunk in self.buf.chunks_exact(self.stride) {
-            plain::copy_from_bytes(&mut v, &chunk[..size_of::<T>()])
-                .map_err(|e| format!("{e:?}"))?;
+            plain::copy_from_bytes(&mut v, &chunk[..size_of::<T>()]).map_err(|e| format!("{e:?}"))?;
             each(&v);
         }
         Ok(())
@@ -192,9 +182,7 @@ impl AlertFeed {
                     let built = PerfBufferBuilder::new(&map)
                         .pages(ALERT_PERF_PAGES)
                         .sample_cb(move |_cpu, d: &[u8]| push(d))
-                        .lost_cb(|cpu, n| {
-                            log::warn!("alerts: perf buffer lost {n} alert records on CPU {cpu}")
-                        })
+                        .lost_cb(|cpu, n| log::warn!("alerts: perf buffer lost {n} alert records on CPU {cpu}"))
                         .build();
                     let pb = match built {
                         Ok(pb) => pb,
@@ -212,12 +200,7 @@ impl AlertFeed {
                 }
             })
             .map_err(|e| format!("spawn alert reader: {e}"))?;
-        let feed = AlertFeed {
-            flush,
-            queue,
-            stop,
-            thread: Some(thread),
-        };
+        let feed = AlertFeed { flush, queue, stop, thread: Some(thread) };
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(feed),
             Ok(Err(e)) => Err(e),
@@ -251,11 +234,7 @@ impl AlertFeed {
     }
 
     pub(crate) fn queue_dropped(&self, id: u32) -> u64 {
-        self.queue
-            .lock()
-            .ok()
-            .and_then(|q| q.dropped.get(id as usize).copied())
-            .unwrap_or(0)
+        self.queue.lock().ok().and_then(|q| q.dropped.get(id as usize).copied()).unwrap_or(0)
     }
 }
 
@@ -285,10 +264,7 @@ fn push_record(queue: &Mutex<AlertQueue>, names: &[String], decode: DecodeAlert,
 
 /// A kernel alert record, read through the generated type `T` of the
 /// build that wrote it, as the summary's `AlertRecord` (lossy UTF-8 comm).
-pub(crate) fn decode_alert<T: RawAlert>(
-    data: &[u8],
-    names: &[String],
-) -> Option<(usize, AlertRecord)> {
+pub(crate) fn decode_alert<T: RawAlert>(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
     let mut raw = T::default();
     // Perf buffer samples may carry trailing padding; never less.
     plain::copy_from_bytes(&mut raw, data.get(..ALERT_RECORD_BYTES)?).ok()?;
@@ -306,10 +282,8 @@ macro_rules! alert_types {
         // bpf/latmon.h; every bit pattern is valid.
         unsafe impl ::plain::Plain for $types::latmon_alert {}
         unsafe impl ::plain::Plain for $types::latmon_alert_drops {}
-        const _: () = assert!(
-            ::std::mem::size_of::<$types::latmon_alert>()
-                == $crate::probes::alerts::ALERT_RECORD_BYTES
-        );
+        const _: () =
+            assert!(::std::mem::size_of::<$types::latmon_alert>() == $crate::probes::alerts::ALERT_RECORD_BYTES);
         const _: () = assert!(::std::mem::size_of::<$types::latmon_alert_drops>() == 16);
 
         impl $crate::probes::alerts::RawAlertDrops for $types::latmon_alert_drops {
@@ -323,12 +297,7 @@ macro_rules! alert_types {
                 self.probe_id
             }
             fn record(&self, probe: String) -> $crate::summary::AlertRecord {
-                let comm: Vec<u8> = self
-                    .comm
-                    .iter()
-                    .map(|&c| c as u8)
-                    .take_while(|&c| c != 0)
-                    .collect();
+                let comm: Vec<u8> = self.comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
                 $crate::summary::AlertRecord {
                     probe,
                     pid: self.pid,
@@ -414,17 +383,11 @@ mod tests {
     fn alert_records_decode_with_lossy_comm_and_never_panic() {
         let names = vec!["a".to_string(), "b".to_string()];
         let (id, r) = decode(&raw(1, b"ctrl\xffloop"), &names).unwrap();
-        assert_eq!(
-            (id, r.probe.as_str(), r.pid, r.tid, r.cpu),
-            (1, "b", 7, 8, 1)
-        );
+        assert_eq!((id, r.probe.as_str(), r.pid, r.tid, r.cpu), (1, "b", 7, 8, 1));
         assert_eq!(r.comm, "ctrl\u{fffd}loop");
         assert_eq!(r.latency_ns, 2_000_000);
         // A full 16-byte comm without NUL stays within the array.
-        assert_eq!(
-            decode(&raw(0, b"0123456789abcdef"), &names).unwrap().1.comm,
-            "0123456789abcdef"
-        );
+        assert_eq!(decode(&raw(0, b"0123456789abcdef"), &names).unwrap().1.comm, "0123456789abcdef");
         // Unknown probe id, short record: rejected, not a panic.
         assert!(decode(&raw(2, b"x"), &names).is_none());
         assert!(decode(&raw(0, b"x")[..20], &names).is_none());
@@ -437,11 +400,7 @@ mod tests {
     #[test]
     fn the_queue_is_bounded_and_counts_what_it_drops() {
         let names = vec!["a".to_string()];
-        let q = Mutex::new(AlertQueue {
-            per_probe: vec![VecDeque::new()],
-            dropped: vec![0],
-            ..Default::default()
-        });
+        let q = Mutex::new(AlertQueue { per_probe: vec![VecDeque::new()], dropped: vec![0], ..Default::default() });
         for _ in 0..ALERT_QUEUE + 3 {
             push_record(&q, &names, decode, &raw(0, b"x"));
         }

@@ -45,7 +45,9 @@ pub extern "C" fn latmon_uprobe_target() -> u64 {
 fn try_prog(kind: &str) -> Result<(), String> {
     let want = format!("feat_{kind}");
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<FeaturesSkel<'static>, String> {
-        let mut open = FeaturesSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open = FeaturesSkelBuilder::default()
+            .open_opts(super::open_opts(), storage)
+            .map_err(|e| libbpf_error("open", &e))?;
         for mut prog in open.open_object_mut().progs_mut() {
             let on = prog.name().to_string_lossy() == want;
             prog.set_autoload(on);

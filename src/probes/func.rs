@@ -36,10 +36,7 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::rc::Rc;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{
-    KprobeOpts, Link, MapHandle, MapMut, OpenObject, ProgramMut,
-    UprobeOpts,
-};
+use libbpf_rs::{KprobeOpts, Link, MapHandle, MapMut, OpenObject, ProgramMut, UprobeOpts};
 
 use super::alerts::{decode_alert, want_ringbuf, AlertFeed, DecodeAlert, PerCpuArray, ReadDrops};
 use super::{clear_libbpf_warning, ladder, libbpf_error, BtfMode, Owned, PerCpuHist, Probe, ProbeError, ReadHist};
@@ -101,7 +98,6 @@ macro_rules! func_build {
             use crate::bpf::$skel::{types, $Builder, $Open, $Skel};
 
             crate::probes::alerts::alert_types!(types);
-
 
             pub(super) type Skel = $Skel<'static>;
 
@@ -172,9 +168,7 @@ macro_rules! func_build {
                 fn readers(&self) -> Result<Readers, String> {
                     Ok(Readers {
                         hist: Box::new(PerCpuHist::<types::latmon_hist>::new(&self.maps.func_hist)?),
-                        alert_drops: Box::new(PerCpuArray::<types::latmon_alert_drops>::new(
-                            &self.maps.alert_drops,
-                        )?),
+                        alert_drops: Box::new(PerCpuArray::<types::latmon_alert_drops>::new(&self.maps.alert_drops)?),
                         decode_alert: decode_alert::<types::latmon_alert>,
                     })
                 }
@@ -335,9 +329,7 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
             let res = ladder(&probe, &spec.ladder(), |_| attach_uprobe(set, id, binary, symbol, pid));
             match res {
                 Ok((links, mech)) => (links, None, mech),
-                Err(ProbeError::Attach { tried, .. })
-                    if tried.iter().any(|(_, why)| symbol_missing(why)) =>
-                {
+                Err(ProbeError::Attach { tried, .. }) if tried.iter().any(|(_, why)| symbol_missing(why)) => {
                     return Err(ProbeError::Target {
                         probe,
                         what: format!("symbol {symbol} not found in {binary} (no such function in its symbol tables)"),
@@ -356,7 +348,8 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
     let mut mode = pairing.to_string();
     let thr = threshold_ns(spec);
     if thr > 0 {
-        mode += &format!(", alerts above {} via {}", fmt_ns(thr), if set.use_ringbuf { "ringbuf" } else { "perf buffer" });
+        mode +=
+            &format!(", alerts above {} via {}", fmt_ns(thr), if set.use_ringbuf { "ringbuf" } else { "perf buffer" });
     }
     Ok(Func {
         info: ProbeInfo {
@@ -417,14 +410,10 @@ fn attach_fentry(
 fn attach_kprobe(set: &FuncSet, id: u32, func: &str) -> Result<Vec<Link>, String> {
     let opts = || KprobeOpts { cookie: u64::from(id), ..Default::default() };
     let progs = set.skel.progs();
-    let exit = progs
-        .kexit
-        .attach_kprobe_with_opts(true, func, opts())
-        .map_err(|e| libbpf_error("attach kretprobe", &e))?;
-    let entry = progs
-        .kentry
-        .attach_kprobe_with_opts(false, func, opts())
-        .map_err(|e| libbpf_error("attach kprobe", &e))?;
+    let exit =
+        progs.kexit.attach_kprobe_with_opts(true, func, opts()).map_err(|e| libbpf_error("attach kretprobe", &e))?;
+    let entry =
+        progs.kentry.attach_kprobe_with_opts(false, func, opts()).map_err(|e| libbpf_error("attach kprobe", &e))?;
     Ok(vec![exit, entry])
 }
 
@@ -458,9 +447,9 @@ fn explain(mech: &str, func: &str, raw: String) -> String {
         "fentry" if has("-ESRCH", "No such process") => {
             format!("no BTF for {func} (ESRCH): the function is inlined, static or not in the kernel's BTF")
         }
-        "kprobe" if has("-ENOENT", "No such file or directory") => format!(
-            "no kprobe on {func} (ENOENT): kernel built without CONFIG_KPROBES, or {func} cannot be probed"
-        ),
+        "kprobe" if has("-ENOENT", "No such file or directory") => {
+            format!("no kprobe on {func} (ENOENT): kernel built without CONFIG_KPROBES, or {func} cannot be probed")
+        }
         _ => raw,
     }
 }

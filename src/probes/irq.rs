@@ -24,18 +24,18 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
 use super::alerts::{alert_feed, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
 use super::series::{Family as FamilyProbe, Role, Slot, Source};
 use super::{
-    attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, tracefs_format, BtfMode, Owned, PerCpuHist,
-    Probe, ProbeError, RawHist,
+    attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, tracefs_format, BtfMode, Owned, PerCpuHist, Probe,
+    ProbeError, RawHist,
 };
 use crate::bpf::irq::{types, IrqSkelBuilder};
 use crate::bpf::irq_nobtf::{types as nobtf_types, IrqNobtfSkelBuilder};
 use crate::bpf::limits::{
     IRQ_ALERT_SLOTS, IRQ_KIND_HANDLER, IRQ_KIND_THREAD, IRQ_KIND_THREAD_HARDIRQ, IRQ_KIND_THREAD_WAKEUP, SOFTIRQ_VECS,
 };
-use crate::tpformat::PID_SIZES;
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
 use crate::summary::{AlertRecord, ProbeInfo};
+use crate::tpformat::PID_SIZES;
 
 // SAFETY: a #[repr(C)] pair of u32s generated from latmon.h.
 unsafe impl plain::Plain for types::latmon_irq_key {}
@@ -109,7 +109,7 @@ pub fn parse_interrupts(text: &str) -> HashMap<u32, String> {
         let Some((irq, rest)) = line.split_once(':') else { continue };
         let Ok(irq) = irq.trim().parse::<u32>() else { continue };
         let mut fields = rest.split_whitespace().skip(ncpus).skip(1).peekable(); // counts, chip
-        // The hardware IRQ: `5-edge`, or `27` followed by `Level`/`Edge`.
+                                                                                 // The hardware IRQ: `5-edge`, or `27` followed by `Level`/`Edge`.
         if let Some(hw) = fields.peek() {
             let digits = hw.split('-').next().unwrap_or("");
             if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -348,7 +348,8 @@ pub fn open(spec: &ProbeSpec, family: Family, threads: ThreadPath) -> Result<Box
         mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
     }
     let btf_mode = if mech == "tracepoint" { BtfMode::NoBtf } else { BtfMode::CoRe };
-    let info = ProbeInfo { name: probe, kind: kind.into(), attach: mech.into(), mode, btf_mode: btf_mode.as_str().into() };
+    let info =
+        ProbeInfo { name: probe, kind: kind.into(), attach: mech.into(), mode, btf_mode: btf_mode.as_str().into() };
     let source = Irqs {
         alerts: l.alerts,
         alert_drops: l.alert_drops,
@@ -410,10 +411,17 @@ macro_rules! loaded {
     }};
 }
 
-fn load_core(spec: &ProbeSpec, family: Family, mech: &'static str, threads: bool, ringbuf: bool) -> Result<Loaded, String> {
+fn load_core(
+    spec: &ProbeSpec,
+    family: Family,
+    mech: &'static str,
+    threads: bool,
+    ringbuf: bool,
+) -> Result<Loaded, String> {
     let wanted = programs(family, mech, threads);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
-        let mut open = IrqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open =
+            IrqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
         ro.use_ringbuf = ringbuf;
@@ -433,8 +441,9 @@ fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, St
     };
     let wanted = programs(family, "tracepoint", false);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
-        let mut open =
-            IrqNobtfSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open = IrqNobtfSkelBuilder::default()
+            .open_opts(super::open_opts(), storage)
+            .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
         ro.use_ringbuf = ringbuf;
@@ -488,7 +497,11 @@ ERR:          0\n";
     #[test]
     fn program_sets() {
         assert_eq!(programs(Family::Softirq, "raw_tp", false), ["softirq_exit_raw", "softirq_entry_raw"]);
-        assert_eq!(programs(Family::Irq, "raw_tp", true), ["irq_exit_raw", "irq_entry_raw"], "no thread path on raw_tp");
+        assert_eq!(
+            programs(Family::Irq, "raw_tp", true),
+            ["irq_exit_raw", "irq_entry_raw"],
+            "no thread path on raw_tp"
+        );
         assert_eq!(programs(Family::Irq, "tp_btf", true).len(), 4);
         assert_eq!(programs(Family::Irq, "tracepoint", true), ["irq_exit_tp", "irq_entry_tp"], "no thread path");
         assert_eq!(programs(Family::Softirq, "tracepoint", false), ["softirq_exit_tp", "softirq_entry_tp"]);

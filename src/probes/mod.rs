@@ -11,11 +11,11 @@ pub mod series;
 pub mod syscall;
 pub mod timer;
 
+use std::ffi::CString;
 use std::fmt;
 use std::mem::{size_of, ManuallyDrop, MaybeUninit};
 use std::os::fd::{AsRawFd, RawFd};
 use std::ptr::NonNull;
-use std::ffi::CString;
 use std::sync::{Mutex, OnceLock};
 
 use libbpf_rs::{Link, MapCore, Object, OpenObject, PrintLevel};
@@ -276,11 +276,7 @@ impl<T: RawHist> PerCpuHist<T> {
         // SAFETY: buf holds stride * possible-CPUs bytes, as the kernel
         // writes; key points to a plain value of the map's key size.
         let rc = unsafe {
-            libbpf_rs::libbpf_sys::bpf_map_lookup_elem(
-                self.fd,
-                (key as *const K).cast(),
-                self.buf.as_mut_ptr().cast(),
-            )
+            libbpf_rs::libbpf_sys::bpf_map_lookup_elem(self.fd, (key as *const K).cast(), self.buf.as_mut_ptr().cast())
         };
         if rc != 0 {
             return Err(std::io::Error::last_os_error().to_string());
@@ -358,7 +354,11 @@ pub(crate) fn ladder_for(spec: &ProbeSpec) -> Vec<&'static str> {
         return all;
     }
     let tp: Vec<&'static str> = all.iter().copied().filter(|m| *m == "tracepoint").collect();
-    if tp.is_empty() { all } else { tp }
+    if tp.is_empty() {
+        all
+    } else {
+        tp
+    }
 }
 
 /// The reason a CO-RE rung cannot run without kernel types.

@@ -15,8 +15,10 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
 use super::alerts::{alert_feed, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
-use super::{ladder, ladder_for, libbpf_error, set_comm, set_tp_field, tracefs_format, BtfMode, Owned, PerCpuHist,
-    Probe, ProbeError, ReadHist};
+use super::{
+    ladder, ladder_for, libbpf_error, set_comm, set_tp_field, tracefs_format, BtfMode, Owned, PerCpuHist, Probe,
+    ProbeError, ReadHist,
+};
 use crate::bpf::runq::{types, RunqSkelBuilder};
 use crate::bpf::runq_nobtf::{types as nobtf_types, RunqNobtfSkelBuilder};
 use crate::config::ProbeSpec;
@@ -108,7 +110,13 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
         mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
     }
     Ok(Box::new(Runq {
-        info: ProbeInfo { name: probe, kind: "runq".into(), attach: mech.into(), mode, btf_mode: btf_mode.as_str().into() },
+        info: ProbeInfo {
+            name: probe,
+            kind: "runq".into(),
+            attach: mech.into(),
+            mode,
+            btf_mode: btf_mode.as_str().into(),
+        },
         l,
     }))
 }
@@ -132,7 +140,8 @@ fn threshold_ns(spec: &ProbeSpec) -> u64 {
 
 fn load_core(spec: &ProbeSpec, mech: &'static str, ringbuf: bool) -> Result<Loaded, String> {
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
-        let mut open = RunqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open =
+            RunqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_tgid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
@@ -153,15 +162,19 @@ fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
     let fmt = |event: &str| tracefs_format("sched", event).map_err(|e| e.to_string());
     let (wakeup, wakeup_new, switch) = (fmt("sched_wakeup")?, fmt("sched_wakeup_new")?, fmt("sched_switch")?);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
-        let mut open =
-            RunqNobtfSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open = RunqNobtfSkelBuilder::default()
+            .open_opts(super::open_opts(), storage)
+            .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_tgid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
         set_tp_field!(ro.switch_next_comm, &switch, "next_comm", COMM_SIZES);
-        let w = (set_tp_field!(ro.wakeup_pid, &wakeup, "pid", PID_SIZES), set_tp_field!(ro.wakeup_comm, &wakeup, "comm", COMM_SIZES));
+        let w = (
+            set_tp_field!(ro.wakeup_pid, &wakeup, "pid", PID_SIZES),
+            set_tp_field!(ro.wakeup_comm, &wakeup, "comm", COMM_SIZES),
+        );
         set_tp_field!(ro.wakeup_new_pid, &wakeup_new, "pid", PID_SIZES);
         set_tp_field!(ro.wakeup_new_comm, &wakeup_new, "comm", COMM_SIZES);
         let sw = [
@@ -177,7 +190,13 @@ fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
         log::info!(
             "runq: record layout from tracefs: sched_wakeup pid{} comm{}, sched_switch prev_pid{} prev_comm{} \
              prev_state{} next_pid{}, TASK_REPORT_MAX {:#x}",
-            w.0, w.1, sw[0], sw[1], sw[2], sw[3], ro.report_max
+            w.0,
+            w.1,
+            sw[0],
+            sw[1],
+            sw[2],
+            sw[3],
+            ro.report_max
         );
         // The pid= thread set only matters with a pid filter.
         if spec.pid.is_none() {

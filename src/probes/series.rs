@@ -275,7 +275,13 @@ mod tests {
     }
 
     fn info() -> ProbeInfo {
-        ProbeInfo { name: "fam".into(), kind: "syscall".into(), attach: "tp_btf".into(), mode: "m".into(), btf_mode: "co-re".into() }
+        ProbeInfo {
+            name: "fam".into(),
+            kind: "syscall".into(),
+            attach: "tp_btf".into(),
+            mode: "m".into(),
+            btf_mode: "co-re".into(),
+        }
     }
 
     #[test]

@@ -28,10 +28,10 @@ use super::{
 use crate::bpf::limits::{SYSCALL_IDS, SYSCALL_SLOTS};
 use crate::bpf::syscall::{types, SyscallSkelBuilder};
 use crate::bpf::syscall_nobtf::{types as nobtf_types, SyscallNobtfSkelBuilder};
-use crate::tpformat::LONG_SIZES;
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
 use crate::summary::{AlertRecord, ProbeInfo};
+use crate::tpformat::LONG_SIZES;
 
 mod core_alert_types {
     use crate::bpf::syscall::types;
@@ -192,7 +192,13 @@ pub fn open(spec: &ProbeSpec, only: Option<&str>) -> Result<Box<dyn Probe>, Prob
         let via = if ringbuf { "ringbuf" } else { "perf buffer" };
         mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
     }
-    let info = ProbeInfo { name: probe, kind: "syscall".into(), attach: mech.into(), mode, btf_mode: btf_mode.as_str().into() };
+    let info = ProbeInfo {
+        name: probe,
+        kind: "syscall".into(),
+        attach: mech.into(),
+        mode,
+        btf_mode: btf_mode.as_str().into(),
+    };
     let source = Syscalls {
         alerts: l.alerts,
         alert_drops: l.alert_drops,
@@ -242,7 +248,9 @@ macro_rules! loaded {
 fn load_core(spec: &ProbeSpec, filter_id: i32, mech: &'static str, ringbuf: bool) -> Result<Loaded, String> {
     let wanted = programs(mech);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
-        let mut open = SyscallSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open = SyscallSkelBuilder::default()
+            .open_opts(super::open_opts(), storage)
+            .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_id = filter_id;
         ro.filter_pid = spec.pid.unwrap_or(0);

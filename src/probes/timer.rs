@@ -167,7 +167,8 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
     let ((skel, links), mech) = ladder(&probe, &["tp_btf"], |_| load(spec, chain, ringbuf))?;
     let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
     let reader = PerCpuHist::new(&skel.maps.timer_hist).map_err(read_err)?;
-    let alert_drops = Box::new(PerCpuArray::<types::latmon_alert_drops>::new(&skel.maps.alert_drops).map_err(read_err)?);
+    let alert_drops =
+        Box::new(PerCpuArray::<types::latmon_alert_drops>::new(&skel.maps.alert_drops).map_err(read_err)?);
     let alerts = match spec.threshold {
         Some(_) => Some(alert_feed(&skel, &probe, ringbuf).map_err(read_err)?),
         None => None,
@@ -217,7 +218,8 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> 
         wanted.push("chain_response");
     }
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
-        let mut open = TimerSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open =
+            TimerSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_pid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
@@ -237,18 +239,14 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> 
     // For pid=, only that process's mapping is probed.
     let pid = spec.pid.map_or(-1, |p| p as i32);
     let opts = UprobeOpts { retprobe: true, func_name: Some(f.symbol.clone()), ..Default::default() };
-    let ret = skel
-        .progs
-        .chain_response
-        .attach_uprobe_with_opts(pid, &f.binary, 0, opts)
-        .map_err(|e| {
-            let raw = libbpf_error("attach uretprobe", &e);
-            if super::func::symbol_missing(&raw) {
-                format!("response function {} not found in {} (no such function in its symbol tables)", f.symbol, f.binary)
-            } else {
-                format!("response {}:{}: {raw}", f.binary, f.symbol)
-            }
-        })?;
+    let ret = skel.progs.chain_response.attach_uprobe_with_opts(pid, &f.binary, 0, opts).map_err(|e| {
+        let raw = libbpf_error("attach uretprobe", &e);
+        if super::func::symbol_missing(&raw) {
+            format!("response function {} not found in {} (no such function in its symbol tables)", f.symbol, f.binary)
+        } else {
+            format!("response {}:{}: {raw}", f.binary, f.symbol)
+        }
+    })?;
     // Links drop in order: the producers detach first, the uretprobe last.
     let mut links = attach_in_order(skel.object(), &programs(chain))?;
     links.push(ret);

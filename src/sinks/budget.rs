@@ -18,8 +18,8 @@ use crate::hist::BUCKETS;
 #[cfg(test)]
 use crate::summary::AlertRecord;
 use crate::wire::{
-    self, coarsen, varint_len, Encoder, Entries, Hello, LinkHeader, LinkHealth, ProbeDesc, Step, SummaryHeader, MAX_MERGE,
-    MAX_PROBES, USE_WINDOW_NS,
+    self, coarsen, varint_len, Encoder, Entries, Hello, LinkHeader, LinkHealth, ProbeDesc, Step, SummaryHeader,
+    MAX_MERGE, MAX_PROBES, USE_WINDOW_NS,
 };
 
 use super::queue::Queue;
@@ -201,7 +201,14 @@ impl Pacer {
     /// Hello's cost per second. Sets the keyframe period; takes the next
     /// degradation step when the plan does not fit. Returns true when the
     /// step changed. `can_roll`: the link has series to roll up.
-    pub fn adapt(&mut self, full_key_bytes: u64, summary_bytes: u64, dt_ns: u64, hello_bps: u64, can_roll: bool) -> bool {
+    pub fn adapt(
+        &mut self,
+        full_key_bytes: u64,
+        summary_bytes: u64,
+        dt_ns: u64,
+        hello_bps: u64,
+        can_roll: bool,
+    ) -> bool {
         self.since_change = self.since_change.saturating_add(1);
         let dt = dt_ns.max(1) as u128;
         let now_bps = (summary_bytes as u128 * 1_000_000_000 / dt) as u64;
@@ -211,7 +218,9 @@ impl Pacer {
         let delta_now = now_bps.saturating_sub(key_bps_now);
         self.delta_bps = if self.delta_bps == 0 { delta_now } else { (self.delta_bps * 3 + delta_now) / 4 };
         let plan = self.budget_bps * PLAN_PERCENT / 100;
-        let plan = plan.saturating_sub(self.alert_bps.min(self.budget_bps * ALERT_SHARE_PERCENT / 100)).saturating_sub(hello_bps);
+        let plan = plan
+            .saturating_sub(self.alert_bps.min(self.budget_bps * ALERT_SHARE_PERCENT / 100))
+            .saturating_sub(hello_bps);
         let room = plan.saturating_sub(self.delta_bps);
         let period = if room == 0 {
             KEYFRAME_MAX_NS
@@ -410,13 +419,18 @@ impl BudgetedFrames {
         }
         // Keep what was sent for entries that stay; new ones start at 0
         // (the receiver's state for an id it never saw).
-        self.sent = self.ids.iter().map(|id| old.iter().find(|(o, _)| o == id).map_or_else(Hist::default, |(_, h)| h.clone())).collect();
+        self.sent = self
+            .ids
+            .iter()
+            .map(|id| old.iter().find(|(o, _)| o == id).map_or_else(Hist::default, |(_, h)| h.clone()))
+            .collect();
         self.wire.resize_with(self.ids.len(), Hist::default);
         self.keys = Vec::with_capacity(self.ids.len());
         self.key_ids = Vec::with_capacity(self.ids.len());
         self.born_ids = Vec::with_capacity(self.ids.len());
         let old_fresh: Vec<(u16, bool)> = old.iter().map(|(id, _)| *id).zip(self.fresh.iter().copied()).collect();
-        self.fresh = self.ids.iter().map(|id| old_fresh.iter().find(|(o, _)| o == id).is_none_or(|(_, f)| *f)).collect();
+        self.fresh =
+            self.ids.iter().map(|id| old_fresh.iter().find(|(o, _)| o == id).is_none_or(|(_, f)| *f)).collect();
         self.deltas = Vec::with_capacity(self.ids.len());
     }
 
@@ -486,7 +500,16 @@ impl BudgetedFrames {
 
     /// Render one agent interval. `frames` collects (bytes, lens) per group
     /// and hands each group to `q`.
-    pub fn render(&mut self, t: &Tick<'_>, q: &Queue, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>, flags_changed: bool, status: &mut dyn FnMut(&Tick<'_>, &mut Encoder, &mut Vec<u8>, &mut Vec<usize>, LinkHealth)) {
+    pub fn render(
+        &mut self,
+        t: &Tick<'_>,
+        q: &Queue,
+        enc: &mut Encoder,
+        buf: &mut Vec<u8>,
+        lens: &mut Vec<usize>,
+        flags_changed: bool,
+        status: &mut dyn FnMut(&Tick<'_>, &mut Encoder, &mut Vec<u8>, &mut Vec<usize>, LinkHealth),
+    ) {
         let r = t.report;
         self.pacer.refill(r.time_ns);
         if q.take_resync() {
@@ -507,7 +530,8 @@ impl BudgetedFrames {
         // Hello: the whole table at start, on request and on a timer whose
         // period keeps it within its share; new rows as they appear.
         let hello_period = self.hello_period();
-        let full_due = self.last_full_hello_ns.is_none_or(|l| r.time_ns.saturating_sub(l) >= hello_period) || self.hello_requested;
+        let full_due =
+            self.last_full_hello_ns.is_none_or(|l| r.time_ns.saturating_sub(l) >= hello_period) || self.hello_requested;
         buf.clear();
         lens.clear();
         let group = |buf: &mut Vec<u8>, lens: &mut Vec<usize>, pacer: &mut Pacer| {
@@ -563,10 +587,12 @@ impl BudgetedFrames {
         // Alerts first, within their share.
         for a in &r.alert_records {
             let id = t.session.probes.iter().position(|p| p.name == a.probe).map_or(u16::MAX, |i| i as u16);
-            if enc.alert(t.session.boot_id, id, a, &mut |f| {
-                buf.extend_from_slice(f);
-                lens.push(f.len());
-            }).is_ok()
+            if enc
+                .alert(t.session.boot_id, id, a, &mut |f| {
+                    buf.extend_from_slice(f);
+                    lens.push(f.len());
+                })
+                .is_ok()
             {
                 if self.pacer.alert(buf.len()) {
                     group(buf, lens, &mut self.pacer);
@@ -708,13 +734,22 @@ impl BudgetedFrames {
         self.key_ids.extend(self.keys.iter().map(|&e| self.ids[e as usize]));
         // Everything keyframed (the first and the final summary): no delta.
         if self.keys.len() < m || m == 0 {
-            if let Err(e) = enc.delta(h, link, Entries::select(&self.wire, &self.ids, &self.deltas), cover_end, &self.key_ids, &self.born_ids, &mut out) {
+            if let Err(e) = enc.delta(
+                h,
+                link,
+                Entries::select(&self.wire, &self.ids, &self.deltas),
+                cover_end,
+                &self.key_ids,
+                &self.born_ids,
+                &mut out,
+            ) {
                 log::warn!("delta frame: {e}");
             }
         }
         self.base_seq = r.seq;
         self.last_sent_ns = r.time_ns;
-        let key_bytes: usize = self.keys.iter().map(|&e| entry_bytes(self.ids[e as usize], &self.sent[e as usize])).sum();
+        let key_bytes: usize =
+            self.keys.iter().map(|&e| entry_bytes(self.ids[e as usize], &self.sent[e as usize])).sum();
         self.last_delta_bytes = buf.len().saturating_sub(key_bytes);
         buf.len()
     }
@@ -809,7 +844,13 @@ mod tests {
         let mut enc = Encoder::new();
         let mut frame = Vec::new();
         let ids = [3u16];
-        enc.keyframe(SummaryHeader { seq: 1, boot_id: 1, time_ns: 1, last: false }, LinkHeader::default(), Entries::select(std::slice::from_ref(&h), &ids, &[0]), &mut |f| frame.extend_from_slice(f)).unwrap();
+        enc.keyframe(
+            SummaryHeader { seq: 1, boot_id: 1, time_ns: 1, last: false },
+            LinkHeader::default(),
+            Entries::select(std::slice::from_ref(&h), &ids, &[0]),
+            &mut |f| frame.extend_from_slice(f),
+        )
+        .unwrap();
         let est = entry_bytes(3, &h);
         // The frame: est plus header, CRC, COBS; the estimate is an upper bound of the entry.
         assert!(frame.len() > est && frame.len() < est + 30, "{} vs {est}", frame.len());
@@ -831,7 +872,13 @@ mod tests {
     }
 
     fn info(name: &str, kind: &str) -> ProbeInfo {
-        ProbeInfo { name: name.into(), kind: kind.into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() }
+        ProbeInfo {
+            name: name.into(),
+            kind: kind.into(),
+            attach: "tp_btf".into(),
+            mode: String::new(),
+            btf_mode: String::new(),
+        }
     }
 
     /// What one simulated run saw.
@@ -873,7 +920,15 @@ mod tests {
         let mut dec = FrameDecoder::new();
         let mut tracker = Tracker::new();
         let mut history: std::collections::BTreeMap<u64, Vec<Hist>> = Default::default();
-        let mut run = Run { keyframe_checks: 0, delta_checks: 0, lost_runs: 0, steps: vec![Step::None], bytes: 0, secs, final_exact: false };
+        let mut run = Run {
+            keyframe_checks: 0,
+            delta_checks: 0,
+            lost_runs: 0,
+            steps: vec![Step::None],
+            bytes: 0,
+            secs,
+            final_exact: false,
+        };
         let (mut data, mut dlens) = (Vec::new(), Vec::new());
         for seq in 1..=secs {
             // Series are born over the first minute.
@@ -943,7 +998,12 @@ mod tests {
                         }
                         coarsen(&mut want, merge);
                         let got = tracker.totals(id).expect("a snapshot");
-                        assert_eq!((p.total_count, got.count, got.sum_ns, got.min_ns, got.max_ns), (want.count, want.count, want.sum_ns, want.min_ns, want.max_ns), "seq {} id {id}", report.seq);
+                        assert_eq!(
+                            (p.total_count, got.count, got.sum_ns, got.min_ns, got.max_ns),
+                            (want.count, want.count, want.sum_ns, want.min_ns, want.max_ns),
+                            "seq {} id {id}",
+                            report.seq
+                        );
                         // Coarsening composes: the receiver's buckets (from
                         // finer earlier frames) agree at this frame's merge.
                         let mut g = got.clone();
@@ -960,31 +1020,37 @@ mod tests {
         }
         run.lost_runs = tracker.summaries_lost + tracker.deltas_unusable;
         // The final summary is a whole keyframe: every total exact again.
-        run.final_exact = tracker.inexact_probes() == 0 && (0..totals.len()).all(|p| {
-            let e = f.entry_of[p];
-            let id = f.ids[e];
-            let got = tracker.totals(id);
-            got.is_some_and(|g| {
-                let mut want = Hist::default();
-                match f.families.iter().find(|fam| fam.other == id) {
-                    Some(fam) => fam.members.iter().for_each(|&m| want.merge(&totals[m])),
-                    None => want.clone_from(&totals[p]),
-                }
-                coarsen(&mut want, f.pacer.merge);
-                let ok = g.count == want.count && g.sum_ns == want.sum_ns && g.slots == want.slots;
-                if !ok {
-                    eprintln!("probe {p} id {id}: {} vs {}", g.count, want.count);
-                }
-                ok
-            })
-        });
+        run.final_exact = tracker.inexact_probes() == 0
+            && (0..totals.len()).all(|p| {
+                let e = f.entry_of[p];
+                let id = f.ids[e];
+                let got = tracker.totals(id);
+                got.is_some_and(|g| {
+                    let mut want = Hist::default();
+                    match f.families.iter().find(|fam| fam.other == id) {
+                        Some(fam) => fam.members.iter().for_each(|&m| want.merge(&totals[m])),
+                        None => want.clone_from(&totals[p]),
+                    }
+                    coarsen(&mut want, f.pacer.merge);
+                    let ok = g.count == want.count && g.sum_ns == want.sum_ns && g.slots == want.slots;
+                    if !ok {
+                        eprintln!("probe {p} id {id}: {} vs {}", g.count, want.count);
+                    }
+                    ok
+                })
+            });
         run
     }
 
     #[test]
     fn deltas_and_keyframes_reconstruct_the_agents_totals() {
         let r = simulate(5_760, 40, 300, 0, 1);
-        assert!(r.keyframe_checks > 100 && r.delta_checks > 1_000, "{} keys, {} deltas checked", r.keyframe_checks, r.delta_checks);
+        assert!(
+            r.keyframe_checks > 100 && r.delta_checks > 1_000,
+            "{} keys, {} deltas checked",
+            r.keyframe_checks,
+            r.delta_checks
+        );
         assert_eq!(r.lost_runs, 0);
         assert!(r.final_exact);
         assert_eq!(r.steps, [Step::None], "115200 baud has room for this");
@@ -1084,7 +1150,16 @@ mod tests {
         let mut n = 0;
         let h = SummaryHeader { seq: 86_400, boot_id: 0xdead_beef, time_ns: 90_000_000_000_000, last: false };
         let cover = ids.iter().map(|&i| i + 1).max().unwrap_or(0);
-        enc.delta(h, LinkHeader { merge: 0, base_seq: 86_399 }, Entries::select(hists, ids, &sel), cover, &[], &[], &mut |f| n += f.len()).unwrap();
+        enc.delta(
+            h,
+            LinkHeader { merge: 0, base_seq: 86_399 },
+            Entries::select(hists, ids, &sel),
+            cover,
+            &[],
+            &[],
+            &mut |f| n += f.len(),
+        )
+        .unwrap();
         n
     }
 
@@ -1138,7 +1213,8 @@ mod tests {
         let (cum, heads) = model_hists(set, secs);
         let has_families = heads.iter().any(|&h| h != usize::MAX);
         let mut p = Pacer::new(budget);
-        let hello_period = ((hello_bytes as u128 * 1_000_000_000 / (budget * HELLO_SHARE_PERCENT / 100).max(1) as u128) as u64)
+        let hello_period = ((hello_bytes as u128 * 1_000_000_000 / (budget * HELLO_SHARE_PERCENT / 100).max(1) as u128)
+            as u64)
             .clamp(super::super::HELLO_PERIOD_NS, HELLO_MAX_PERIOD_NS);
         let hello_bps = (hello_bytes as u64 + 70) * 1_000_000_000 / hello_period;
         let mut quiet = 0;
@@ -1187,7 +1263,9 @@ mod tests {
                         Step::None => format!("keys {key_s} s"),
                         Step::CoarseBuckets => format!("step 1 (merge {merge}), keys {key_s} s"),
                         Step::RollUp => format!("step 2 (merge {merge}, roll-up), keys {key_s} s"),
-                        Step::LongerInterval => format!("step 3 (merge {merge}, roll-up, {stride} s interval), keys {key_s} s"),
+                        Step::LongerInterval => {
+                            format!("step 3 (merge {merge}, roll-up, {stride} s interval), keys {key_s} s")
+                        }
                     };
                     row.push_str(&format!(" {bps} ({how}) |"));
                 }

@@ -209,21 +209,16 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
             let mut f = Box::<FrameRender>::default();
             f.budget = spec.budget_bps().map(|b| Box::new(budget::BudgetedFrames::new(b)));
             if let Some(b) = spec.budget_bps() {
-                log::info!("output {name}: budget {b} B/s (delta summaries, keyframes at least every {} s)", budget::KEYFRAME_MAX_NS / 1_000_000_000);
+                log::info!(
+                    "output {name}: budget {b} B/s (delta summaries, keyframes at least every {} s)",
+                    budget::KEYFRAME_MAX_NS / 1_000_000_000
+                );
             }
             Render::Frames(f)
         }
     };
     let (thread, done) = spawn_writer(&name, q.clone(), writer).map_err(|e| format!("output {word}: {e}"))?;
-    Ok(Box::new(Output {
-        name,
-        render,
-        q,
-        thread: Some(thread),
-        done,
-        dropped_logged: 0,
-        last_drop_log: None,
-    }))
+    Ok(Box::new(Output { name, render, q, thread: Some(thread), done, dropped_logged: 0, last_drop_log: None }))
 }
 
 /// What `latmon check` does for an output: everything [`open`] would do
@@ -233,7 +228,9 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
 /// latmon. A serial device that is absent is not an error (run waits for
 /// it either); the returned note says so.
 pub fn check(word: &str, global: Option<Format>) -> Result<Option<String>, String> {
-    let bind = |addr: &str| std::net::TcpListener::bind(addr).map(drop).map_err(|e| format!("output {word}: listen on {addr}: {e}"));
+    let bind = |addr: &str| {
+        std::net::TcpListener::bind(addr).map(drop).map_err(|e| format!("output {word}: listen on {addr}: {e}"))
+    };
     if spec::is_modbus(word) {
         let m = spec::ModbusSpec::parse(word).map_err(|e| e.to_string())?;
         return match m.transport {
@@ -264,7 +261,11 @@ pub fn check(word: &str, global: Option<Format>) -> Result<Option<String>, Strin
         Endpoint::File(path) => match std::fs::metadata(path) {
             // Appending to an existing file: open it as run would (no
             // truncation; nothing is written).
-            Ok(_) => std::fs::OpenOptions::new().append(true).open(path).map(|_| None).map_err(|e| format!("output {word}: {e}")),
+            Ok(_) => std::fs::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .map(|_| None)
+                .map_err(|e| format!("output {word}: {e}")),
             Err(_) => dir_writable(path).map(|()| None).map_err(|e| format!("output {word}: {e}")),
         },
     }
@@ -452,67 +453,91 @@ pub fn status_flags(r: &IntervalReport) -> u32 {
 
 /// Status frames for this interval into `buf`/`lens` (the agent's and
 /// the link's health); `slot` keeps the message between intervals.
-fn status_into(slot: &mut Option<Status>, t: &Tick<'_>, q: &Queue, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>, link: wire::LinkHealth) -> u32 {
-        let (dropped, dropped_bytes) = q.dropped();
-        let s = slot.get_or_insert_with(|| Status {
-            boot_id: 0,
-            time_ns: 0,
-            seq: 0,
-            uptime_ns: 0,
-            frames_dropped: 0,
-            bytes_dropped: 0,
-            clients: 0,
-            probes: Vec::with_capacity(t.session.probes.len()),
-            flags: 0,
-            bpf_cpu_ppm: 0,
-            detached: Vec::with_capacity(t.session.probes.len()),
-            missed: Vec::with_capacity(t.session.probes.len()),
-            link: wire::LinkHealth::default(),
-        });
-        s.boot_id = t.session.boot_id;
-        s.time_ns = t.report.time_ns;
-        s.seq = t.report.seq;
-        s.uptime_ns = t.report.time_ns.saturating_sub(t.session.start_ns);
-        s.frames_dropped = dropped;
-        s.bytes_dropped = dropped_bytes;
-        s.clients = q.clients();
-        s.probes.clear();
-        s.probes.extend(t.read_errors.iter().enumerate().map(|(i, &e)| {
-            let p = t.report.probes.get(i);
-            ProbeHealth {
-                id: i as u16,
-                read_errors: e,
-                run_count: p.map_or(0, |p| p.total_bpf_runs),
-                run_time_ns: p.map_or(0, |p| p.total_bpf_run_time_ns),
-            }
-        }));
-        s.flags = status_flags(t.report);
-        s.bpf_cpu_ppm = (t.report.agent.bpf_cpu_percent * 10_000.0).round().clamp(0.0, u32::MAX as f64) as u32;
-        s.detached.clear();
-        s.detached.extend(
-            t.report.probes.iter().enumerate().filter(|(_, p)| p.state == ProbeState::DetachedOverBudget).map(|(i, _)| i as u16),
-        );
-        // Ids ascending, as the encoder's split by part expects.
-        s.missed.clear();
-        s.missed.extend(t.report.probes.iter().enumerate().filter(|(_, p)| p.total_bpf_missed > 0).map(|(i, p)| ProbeMissed {
+fn status_into(
+    slot: &mut Option<Status>,
+    t: &Tick<'_>,
+    q: &Queue,
+    enc: &mut Encoder,
+    buf: &mut Vec<u8>,
+    lens: &mut Vec<usize>,
+    link: wire::LinkHealth,
+) -> u32 {
+    let (dropped, dropped_bytes) = q.dropped();
+    let s = slot.get_or_insert_with(|| Status {
+        boot_id: 0,
+        time_ns: 0,
+        seq: 0,
+        uptime_ns: 0,
+        frames_dropped: 0,
+        bytes_dropped: 0,
+        clients: 0,
+        probes: Vec::with_capacity(t.session.probes.len()),
+        flags: 0,
+        bpf_cpu_ppm: 0,
+        detached: Vec::with_capacity(t.session.probes.len()),
+        missed: Vec::with_capacity(t.session.probes.len()),
+        link: wire::LinkHealth::default(),
+    });
+    s.boot_id = t.session.boot_id;
+    s.time_ns = t.report.time_ns;
+    s.seq = t.report.seq;
+    s.uptime_ns = t.report.time_ns.saturating_sub(t.session.start_ns);
+    s.frames_dropped = dropped;
+    s.bytes_dropped = dropped_bytes;
+    s.clients = q.clients();
+    s.probes.clear();
+    s.probes.extend(t.read_errors.iter().enumerate().map(|(i, &e)| {
+        let p = t.report.probes.get(i);
+        ProbeHealth {
             id: i as u16,
-            missed: p.total_bpf_missed,
-        }));
-        s.link = link;
-        if let Err(e) = enc.status(s, &mut |f| {
-            buf.extend_from_slice(f);
-            lens.push(f.len());
-        }) {
-            log::warn!("status frame: {e}");
+            read_errors: e,
+            run_count: p.map_or(0, |p| p.total_bpf_runs),
+            run_time_ns: p.map_or(0, |p| p.total_bpf_run_time_ns),
         }
-        s.flags
+    }));
+    s.flags = status_flags(t.report);
+    s.bpf_cpu_ppm = (t.report.agent.bpf_cpu_percent * 10_000.0).round().clamp(0.0, u32::MAX as f64) as u32;
+    s.detached.clear();
+    s.detached.extend(
+        t.report
+            .probes
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.state == ProbeState::DetachedOverBudget)
+            .map(|(i, _)| i as u16),
+    );
+    // Ids ascending, as the encoder's split by part expects.
+    s.missed.clear();
+    s.missed.extend(
+        t.report
+            .probes
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.total_bpf_missed > 0)
+            .map(|(i, p)| ProbeMissed { id: i as u16, missed: p.total_bpf_missed }),
+    );
+    s.link = link;
+    if let Err(e) = enc.status(s, &mut |f| {
+        buf.extend_from_slice(f);
+        lens.push(f.len());
+    }) {
+        log::warn!("status frame: {e}");
+    }
+    s.flags
 }
 
 impl FrameRender {
     fn status_frames(&mut self, t: &Tick<'_>, q: &Queue) {
-        self.last_flags = status_into(&mut self.status, t, q, &mut self.enc, &mut self.buf, &mut self.lens, wire::LinkHealth::default());
+        self.last_flags = status_into(
+            &mut self.status,
+            t,
+            q,
+            &mut self.enc,
+            &mut self.buf,
+            &mut self.lens,
+            wire::LinkHealth::default(),
+        );
     }
-
 
     /// New rows of a grown table: a Hello with only them (receivers keep
     /// the union by id); the whole table is what late joiners get.
@@ -556,14 +581,23 @@ impl FrameRender {
         if let Some(b) = self.budget.as_deref_mut() {
             let flags_changed = status_flags(r) != self.last_flags;
             let (status, last_flags) = (&mut self.status, &mut self.last_flags);
-            b.render(t, q, &mut self.enc, &mut self.buf, &mut self.lens, flags_changed, &mut |t, enc, buf, lens, link| {
-                *last_flags = status_into(status, t, q, enc, buf, lens, link);
-            });
+            b.render(
+                t,
+                q,
+                &mut self.enc,
+                &mut self.buf,
+                &mut self.lens,
+                flags_changed,
+                &mut |t, enc, buf, lens, link| {
+                    *last_flags = status_into(status, t, q, enc, buf, lens, link);
+                },
+            );
             if r.last {
                 let link = b.health(t.session.interval_ns);
                 self.buf.clear();
                 self.lens.clear();
-                self.last_flags = status_into(&mut self.status, t, q, &mut self.enc, &mut self.buf, &mut self.lens, link);
+                self.last_flags =
+                    status_into(&mut self.status, t, q, &mut self.enc, &mut self.buf, &mut self.lens, link);
                 q.push_group(&self.buf, &self.lens);
             }
             return;
@@ -573,7 +607,10 @@ impl FrameRender {
         // session (a family's new series, appended with new ids) sends
         // only the new rows (no Hello storm); the whole table follows on
         // the timer.
-        let new_session = self.hello.as_ref().is_some_and(|h| h.boot_id != t.session.boot_id || h.probe_count as usize > t.session.probes.len());
+        let new_session = self
+            .hello
+            .as_ref()
+            .is_some_and(|h| h.boot_id != t.session.boot_id || h.probe_count as usize > t.session.probes.len());
         if new_session {
             self.hello = None;
         }
@@ -620,10 +657,13 @@ impl FrameRender {
             self.buf.clear();
             self.lens.clear();
             let (buf, lens) = (&mut self.buf, &mut self.lens);
-            if self.enc.alert(t.session.boot_id, id, a, &mut |f| {
-                buf.extend_from_slice(f);
-                lens.push(f.len());
-            }).is_ok()
+            if self
+                .enc
+                .alert(t.session.boot_id, id, a, &mut |f| {
+                    buf.extend_from_slice(f);
+                    lens.push(f.len());
+                })
+                .is_ok()
             {
                 q.push_group(&self.buf, &self.lens);
             }

@@ -131,10 +131,11 @@ fn spawn_server(name: &str, f: Box<dyn FnOnce() + Send>) -> io::Result<(JoinHand
     stop.add(Signal::SIGTERM);
     let old = stop.thread_swap_mask(SigmaskHow::SIG_BLOCK).map_err(io::Error::from)?;
     let (tx, rx) = mpsc::channel();
-    let res = std::thread::Builder::new().name(format!("latmon-mb {name}").chars().take(15).collect()).spawn(move || {
-        f();
-        let _ = tx.send(());
-    });
+    let res =
+        std::thread::Builder::new().name(format!("latmon-mb {name}").chars().take(15).collect()).spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
     let _ = old.thread_set_mask();
     Ok((res?, rx))
 }
@@ -196,7 +197,13 @@ enum Unanswered {
 /// and every function without data here (coils, discrete inputs) gets
 /// exception 01, unknown functions 01 (rmodbus), addresses past the map 02,
 /// quantities of 0 or above 125 03.
-fn answer(adu: &[u8], proto: ModbusProto, unit: Option<u8>, image: &Image, resp: &mut Vec<u8>) -> Result<(), Unanswered> {
+fn answer(
+    adu: &[u8],
+    proto: ModbusProto,
+    unit: Option<u8>,
+    image: &Image,
+    resp: &mut Vec<u8>,
+) -> Result<(), Unanswered> {
     let tcp = proto == ModbusProto::TcpUdp;
     if adu.get(if tcp { 7 } else { 1 }).is_some_and(|&fc| fc >= 0x80) {
         return refuse_exception_code(adu, tcp, unit, resp);
@@ -209,9 +216,13 @@ fn answer(adu: &[u8], proto: ModbusProto, unit: Option<u8>, image: &Image, resp:
     frame.parse().map_err(Unanswered::Malformed)?;
     let write = matches!(
         frame.func,
-        ModbusFunction::SetCoil | ModbusFunction::SetHolding | ModbusFunction::SetCoilsBulk | ModbusFunction::SetHoldingsBulk
+        ModbusFunction::SetCoil
+            | ModbusFunction::SetHolding
+            | ModbusFunction::SetCoilsBulk
+            | ModbusFunction::SetHoldingsBulk
     );
-    let refused = frame.processing_required && matches!(frame.func, ModbusFunction::GetCoils | ModbusFunction::GetDiscretes);
+    let refused =
+        frame.processing_required && matches!(frame.func, ModbusFunction::GetCoils | ModbusFunction::GetDiscretes);
     if write || refused {
         // Read-only map: the function is refused before its data is checked.
         frame.error = None;
@@ -249,7 +260,9 @@ fn refuse_exception_code(adu: &[u8], tcp: bool, unit: Option<u8>, resp: &mut Vec
     let illegal_function = 0x01;
     if tcp {
         // MBAP header checked by the caller; the PDU is at least the byte.
-        let (Some(&unit_id), Some(&fc)) = (adu.get(6), adu.get(7)) else { return Err(Unanswered::Malformed(ErrorKind::FrameBroken)) };
+        let (Some(&unit_id), Some(&fc)) = (adu.get(6), adu.get(7)) else {
+            return Err(Unanswered::Malformed(ErrorKind::FrameBroken));
+        };
         if unit.is_some_and(|u| u != unit_id) {
             return Err(Unanswered::NotForUs);
         }
@@ -534,7 +547,9 @@ fn serve_rtu(name: &str, spec: &SerialSpec, unit: u8, shared: &Shared) {
                     }
                 }
             }
-            std::thread::sleep(TICK.min(next_try.saturating_duration_since(Instant::now())).max(Duration::from_millis(1)));
+            std::thread::sleep(
+                TICK.min(next_try.saturating_duration_since(Instant::now())).max(Duration::from_millis(1)),
+            );
             continue;
         };
         let _ = serialport::SerialPort::set_timeout(p, gap);
@@ -668,12 +683,19 @@ mod tests {
             assert_eq!(&r[3..], &crc16(&r[..3]).to_le_bytes());
             let mut damaged = req.clone();
             damaged[2] ^= 1;
-            assert_eq!(answer(&damaged, ModbusProto::Rtu, Some(1), &image(), &mut r), Err(Unanswered::Malformed(ErrorKind::FrameCRCError)));
+            assert_eq!(
+                answer(&damaged, ModbusProto::Rtu, Some(1), &image(), &mut r),
+                Err(Unanswered::Malformed(ErrorKind::FrameCRCError))
+            );
             req[0] = 0;
             let n = req.len();
             let c = crc16(&req[..n - 2]);
             req[n - 2..].copy_from_slice(&c.to_le_bytes());
-            assert_eq!(answer(&req, ModbusProto::Rtu, Some(1), &image(), &mut r), Err(Unanswered::NotForUs), "broadcast");
+            assert_eq!(
+                answer(&req, ModbusProto::Rtu, Some(1), &image(), &mut r),
+                Err(Unanswered::NotForUs),
+                "broadcast"
+            );
         }
         // Our CRC is the one rmodbus checks.
         let mut req = Vec::new();
@@ -690,7 +712,10 @@ mod tests {
         assert!(matches!(ask_tcp(&[3, 0, 0], None), Err(Unanswered::Malformed(_))), "short PDU");
         let mut bad_proto = tcp(&[3, 0, 0, 0, 1], 1);
         bad_proto[3] = 1;
-        assert!(matches!(answer(&bad_proto, ModbusProto::TcpUdp, None, &image(), &mut r), Err(Unanswered::Malformed(_))));
+        assert!(matches!(
+            answer(&bad_proto, ModbusProto::TcpUdp, None, &image(), &mut r),
+            Err(Unanswered::Malformed(_))
+        ));
         // Garbage of every short length: dropped, never a panic.
         for n in 0..12 {
             let g: Vec<u8> = (0..n).map(|i| (i * 37 + 5) as u8).collect();
@@ -712,12 +737,26 @@ mod tests {
         assert_eq!(vals, [0x4C4D, 1]);
         let mut damaged = req.clone();
         damaged[3] ^= 1;
-        assert_eq!(answer(&damaged, ModbusProto::Rtu, Some(1), &image(), &mut r), Err(Unanswered::Malformed(ErrorKind::FrameCRCError)));
-        assert_eq!(answer(&req[..5], ModbusProto::Rtu, Some(1), &image(), &mut r), Err(Unanswered::Malformed(ErrorKind::FrameBroken)));
-        assert_eq!(answer(&req, ModbusProto::Rtu, Some(2), &image(), &mut r), Err(Unanswered::NotForUs), "another slave's request");
+        assert_eq!(
+            answer(&damaged, ModbusProto::Rtu, Some(1), &image(), &mut r),
+            Err(Unanswered::Malformed(ErrorKind::FrameCRCError))
+        );
+        assert_eq!(
+            answer(&req[..5], ModbusProto::Rtu, Some(1), &image(), &mut r),
+            Err(Unanswered::Malformed(ErrorKind::FrameBroken))
+        );
+        assert_eq!(
+            answer(&req, ModbusProto::Rtu, Some(2), &image(), &mut r),
+            Err(Unanswered::NotForUs),
+            "another slave's request"
+        );
         let mut bcast = Vec::new();
         ModbusRequest::new(0, ModbusProto::Rtu).generate_set_holding(0, 1, &mut bcast).unwrap();
-        assert_eq!(answer(&bcast, ModbusProto::Rtu, Some(1), &image(), &mut r), Err(Unanswered::NotForUs), "broadcast: no reply");
+        assert_eq!(
+            answer(&bcast, ModbusProto::Rtu, Some(1), &image(), &mut r),
+            Err(Unanswered::NotForUs),
+            "broadcast: no reply"
+        );
         let mut w = Vec::new();
         mreq.generate_set_holding(0, 1, &mut w).unwrap();
         answer(&w, ModbusProto::Rtu, Some(1), &image(), &mut r).unwrap();

@@ -146,7 +146,11 @@ pub fn serve(q: &Queue, name: &str, listener: Listener, frames: bool, max_client
                             Some(i) => {
                                 // remove, not swap_remove: the order stays the connection order.
                                 let old = clients.remove(i);
-                                log::info!("output {name}: client {} ({} bytes behind) makes room for {peer}", old.peer, old.pending());
+                                log::info!(
+                                    "output {name}: client {} ({} bytes behind) makes room for {peer}",
+                                    old.peer,
+                                    old.pending()
+                                );
                             }
                             None => {
                                 refused += 1;
@@ -214,7 +218,11 @@ pub fn serve(q: &Queue, name: &str, listener: Listener, frames: bool, max_client
                 c.off = 0;
                 c.last_progress = now;
             } else if now.duration_since(c.last_progress) > CLIENT_STALL_MAX {
-                log::warn!("output {name}: client {} accepted nothing for {:?}: disconnected", c.peer, CLIENT_STALL_MAX);
+                log::warn!(
+                    "output {name}: client {} accepted nothing for {:?}: disconnected",
+                    c.peer,
+                    CLIENT_STALL_MAX
+                );
                 return false;
             }
             true

@@ -62,7 +62,8 @@ pub const LE_MAX_LOG2: usize = HIST_MAX_LOG2;
 /// Content type of the text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Content type of the protobuf format.
-pub const CONTENT_TYPE_PROTOBUF: &str = "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited";
+pub const CONTENT_TYPE_PROTOBUF: &str =
+    "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited";
 /// Series of one family shown as lines of their own by default (`series=`).
 pub const SERIES_PER_FAMILY: u32 = 16;
 /// Largest `series=` accepted.
@@ -138,7 +139,11 @@ pub fn negotiate(accept: Option<&str>) -> Format {
             _ => {}
         }
     }
-    if pb_q > 0.0 && pb_q >= text_q { Format::Protobuf } else { Format::Text }
+    if pb_q > 0.0 && pb_q >= text_q {
+        Format::Protobuf
+    } else {
+        Format::Text
+    }
 }
 
 /// One line of the exposition: a probe, or the sum of a family's series
@@ -176,7 +181,8 @@ impl Line {
         copy_str(&mut self.attach, attach);
         self.hist = Hist::default();
         (self.bpf_missed, self.read_errors, self.bpf_runs, self.bpf_run_ns) = (0, 0, 0, 0);
-        (self.up, self.detached, self.bpf_ns_per_event, self.events_per_s, self.bpf_cpu_percent) = (true, false, 0, 0, 0.0);
+        (self.up, self.detached, self.bpf_ns_per_event, self.events_per_s, self.bpf_cpu_percent) =
+            (true, false, 0, 0, 0.0);
         self.folded = None;
     }
 
@@ -240,7 +246,10 @@ const NONE: usize = usize::MAX;
 /// `i` is a series of `j`: same kind and named `NAME_OF_J:LABEL`.
 fn is_series_of(t: &Tick<'_>, i: usize, j: usize) -> bool {
     let (a, b) = (&t.session.probes[i], &t.session.probes[j]);
-    a.kind == b.kind && a.name.len() > b.name.len() + 1 && a.name.starts_with(&b.name) && a.name.as_bytes()[b.name.len()] == b':'
+    a.kind == b.kind
+        && a.name.len() > b.name.len() + 1
+        && a.name.starts_with(&b.name)
+        && a.name.as_bytes()[b.name.len()] == b':'
 }
 
 impl Snapshot {
@@ -349,7 +358,17 @@ pub fn open(word: &str) -> Result<Prom, String> {
     let (sl, st, n) = (Arc::clone(&slot), Arc::clone(&stop), name.clone());
     let thread = super::spawn_blocked("latmon-prom", move || serve(&listener, &sl, &st, &n))
         .map_err(|e| format!("output {name}: {e}"))?;
-    Ok(Prom { name, snap: Snapshot::default(), grouping: Grouping::default(), series, slot, stop, thread: Some(thread), local, skipped: 0 })
+    Ok(Prom {
+        name,
+        snap: Snapshot::default(),
+        grouping: Grouping::default(),
+        series,
+        slot,
+        stop,
+        thread: Some(thread),
+        local,
+        skipped: 0,
+    })
 }
 
 /// The server thread's buffers.
@@ -361,7 +380,12 @@ struct Server {
 }
 
 fn serve(l: &TcpListener, slot: &Mutex<Snapshot>, stop: &AtomicBool, name: &str) {
-    let mut sv = Server { map: promhist::Map::new(), text: String::with_capacity(64 * 1024), body: Vec::with_capacity(64 * 1024), counts: Box::new([0; SPAN]) };
+    let mut sv = Server {
+        map: promhist::Map::new(),
+        text: String::with_capacity(64 * 1024),
+        body: Vec::with_capacity(64 * 1024),
+        counts: Box::new([0; SPAN]),
+    };
     while !stop.load(Ordering::Relaxed) {
         let mut fds = [nix::poll::PollFd::new(l.as_fd(), nix::poll::PollFlags::POLLIN)];
         match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ACCEPT_POLL_MS)) {
@@ -389,7 +413,8 @@ fn answer(c: &mut TcpStream, slot: &Mutex<Snapshot>, sv: &mut Server) -> io::Res
     c.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut req = [0u8; MAX_REQUEST];
     let mut n = 0;
-    while n < req.len() && !req[..n].windows(4).any(|w| w == b"\r\n\r\n") && !req[..n].windows(2).any(|w| w == b"\n\n") {
+    while n < req.len() && !req[..n].windows(4).any(|w| w == b"\r\n\r\n") && !req[..n].windows(2).any(|w| w == b"\n\n")
+    {
         let k = c.read(&mut req[n..])?;
         if k == 0 {
             break;
@@ -507,32 +532,99 @@ fn expose(s: &Snapshot, out: &mut impl Exposition) {
     for l in s.lines() {
         out.histogram(l);
     }
-    lines(out, s, "latmon_probe_drops_total", Counter, "Events the probe lost (full maps, clock anomalies).", |l| l.hist.drops as f64);
-    lines(out, s, "latmon_probe_alerts_total", Counter, "Events above the probe's alert threshold.", |l| l.hist.alerts as f64);
-    lines(out, s, "latmon_probe_alert_records_dropped_total", Counter, "Alert records that never reached latmon (rate limit, full buffer).", |l| {
-        l.hist.alerts_dropped as f64
+    lines(out, s, "latmon_probe_drops_total", Counter, "Events the probe lost (full maps, clock anomalies).", |l| {
+        l.hist.drops as f64
     });
-    lines(out, s, "latmon_probe_bpf_missed_total", Counter, "Runs of the probe's BPF programs the kernel skipped (recursion_misses): events it never saw.", |l| {
-        l.bpf_missed as f64
+    lines(out, s, "latmon_probe_alerts_total", Counter, "Events above the probe's alert threshold.", |l| {
+        l.hist.alerts as f64
     });
-    lines(out, s, "latmon_probe_read_errors_total", Counter, "Failed reads of the probe's maps.", |l| l.read_errors as f64);
-    lines(out, s, "latmon_probe_up", Gauge, "1 while the probe is attached, 0 once detached (see latmon_probe_detached_over_budget).", |l| {
-        f64::from(u8::from(l.up))
+    lines(
+        out,
+        s,
+        "latmon_probe_alert_records_dropped_total",
+        Counter,
+        "Alert records that never reached latmon (rate limit, full buffer).",
+        |l| l.hist.alerts_dropped as f64,
+    );
+    lines(
+        out,
+        s,
+        "latmon_probe_bpf_missed_total",
+        Counter,
+        "Runs of the probe's BPF programs the kernel skipped (recursion_misses): events it never saw.",
+        |l| l.bpf_missed as f64,
+    );
+    lines(out, s, "latmon_probe_read_errors_total", Counter, "Failed reads of the probe's maps.", |l| {
+        l.read_errors as f64
     });
-    lines(out, s, "latmon_probe_detached_over_budget", Gauge, "1 when latmon detached the probe because its own cost broke overhead_budget.", |l| {
-        f64::from(u8::from(l.detached))
-    });
-    lines(out, s, "latmon_probe_bpf_runs_total", Counter, "Runs of the probe's BPF programs (kernel events it hooked); latmon's own cost.", |l| l.bpf_runs as f64);
-    lines(out, s, "latmon_probe_bpf_run_seconds_total", Counter, "Time spent in the probe's BPF programs; latmon's own cost.", |l| secs(l.bpf_run_ns));
-    lines(out, s, "latmon_probe_bpf_seconds_per_event", Gauge, "BPF time per hooked event over the last interval.", |l| secs(l.bpf_ns_per_event));
-    lines(out, s, "latmon_probe_bpf_events_per_second", Gauge, "Hooked events per second over the last interval.", |l| l.events_per_s as f64);
-    lines(out, s, "latmon_probe_bpf_cpu_ratio", Gauge, "Share of the machine's CPU capacity the probe's BPF took over the last interval (0..1).", |l| {
-        l.bpf_cpu_percent / 100.0
-    });
+    lines(
+        out,
+        s,
+        "latmon_probe_up",
+        Gauge,
+        "1 while the probe is attached, 0 once detached (see latmon_probe_detached_over_budget).",
+        |l| f64::from(u8::from(l.up)),
+    );
+    lines(
+        out,
+        s,
+        "latmon_probe_detached_over_budget",
+        Gauge,
+        "1 when latmon detached the probe because its own cost broke overhead_budget.",
+        |l| f64::from(u8::from(l.detached)),
+    );
+    lines(
+        out,
+        s,
+        "latmon_probe_bpf_runs_total",
+        Counter,
+        "Runs of the probe's BPF programs (kernel events it hooked); latmon's own cost.",
+        |l| l.bpf_runs as f64,
+    );
+    lines(
+        out,
+        s,
+        "latmon_probe_bpf_run_seconds_total",
+        Counter,
+        "Time spent in the probe's BPF programs; latmon's own cost.",
+        |l| secs(l.bpf_run_ns),
+    );
+    lines(
+        out,
+        s,
+        "latmon_probe_bpf_seconds_per_event",
+        Gauge,
+        "BPF time per hooked event over the last interval.",
+        |l| secs(l.bpf_ns_per_event),
+    );
+    lines(
+        out,
+        s,
+        "latmon_probe_bpf_events_per_second",
+        Gauge,
+        "Hooked events per second over the last interval.",
+        |l| l.events_per_s as f64,
+    );
+    lines(
+        out,
+        s,
+        "latmon_probe_bpf_cpu_ratio",
+        Gauge,
+        "Share of the machine's CPU capacity the probe's BPF took over the last interval (0..1).",
+        |l| l.bpf_cpu_percent / 100.0,
+    );
 
-    out.family("latmon_bpf_cpu_ratio", Gauge, "Share of the machine's CPU capacity all of latmon's BPF programs took over the last interval (0..1).");
+    out.family(
+        "latmon_bpf_cpu_ratio",
+        Gauge,
+        "Share of the machine's CPU capacity all of latmon's BPF programs took over the last interval (0..1).",
+    );
     out.sample(Labels::None, s.bpf_cpu_percent / 100.0);
-    out.family("latmon_cost_measured", Gauge, "1 when BPF run-time statistics are on and the cost metrics mean something.");
+    out.family(
+        "latmon_cost_measured",
+        Gauge,
+        "1 when BPF run-time statistics are on and the cost metrics mean something.",
+    );
     out.sample(Labels::None, f64::from(u8::from(s.cost_measured)));
     out.family("latmon_online_cpus", Gauge, "CPUs the CPU ratios are relative to.");
     out.sample(Labels::None, f64::from(s.online_cpus));
@@ -545,13 +637,21 @@ fn expose(s: &Snapshot, out: &mut impl Exposition) {
     out.family("latmon_resident_memory_bytes", Gauge, "latmon's resident set size.");
     out.sample(Labels::None, s.rss_bytes as f64);
     if s.links.iter().any(|l| l.1.is_some()) {
-        out.family("latmon_output_dropped_total", Counter, "Records (frames, lines) the output dropped since start: its link was slower than the summaries, or down.");
+        out.family(
+            "latmon_output_dropped_total",
+            Counter,
+            "Records (frames, lines) the output dropped since start: its link was slower than the summaries, or down.",
+        );
         for (name, st) in &s.links {
             if let Some(st) = st {
                 out.sample(Labels::Output(name), st.dropped as f64);
             }
         }
-        out.family("latmon_output_errors_total", Counter, "Damaged or malformed requests the output received since start (Modbus).");
+        out.family(
+            "latmon_output_errors_total",
+            Counter,
+            "Damaged or malformed requests the output received since start (Modbus).",
+        );
         for (name, st) in &s.links {
             if let Some(st) = st {
                 out.sample(Labels::Output(name), st.errors as f64);
@@ -559,7 +659,11 @@ fn expose(s: &Snapshot, out: &mut impl Exposition) {
         }
     }
     if s.lines().iter().any(|l| l.folded.is_some()) {
-        out.family("latmon_series_folded", Gauge, "Series of the family summed into its FAMILY:folded line (beyond the per-family series limit).");
+        out.family(
+            "latmon_series_folded",
+            Gauge,
+            "Series of the family summed into its FAMILY:folded line (beyond the per-family series limit).",
+        );
         for l in s.lines() {
             if let Some(n) = l.folded {
                 out.sample(Labels::Line(l), f64::from(n));
@@ -569,7 +673,14 @@ fn expose(s: &Snapshot, out: &mut impl Exposition) {
 }
 
 /// A family with one sample per line.
-fn lines(out: &mut impl Exposition, s: &Snapshot, name: &'static str, kind: Kind, help: &'static str, v: impl Fn(&Line) -> f64) {
+fn lines(
+    out: &mut impl Exposition,
+    s: &Snapshot,
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    v: impl Fn(&Line) -> f64,
+) {
     out.family(name, kind, help);
     for l in s.lines() {
         out.sample(Labels::Line(l), v(l));
@@ -588,7 +699,8 @@ impl Text<'_> {
         match labels {
             Labels::None => {}
             Labels::Line(l) => {
-                let _ = write!(s, "{{probe=\"{}\",kind=\"{}\",attach=\"{}\"", Esc(&l.probe), Esc(&l.kind), Esc(&l.attach));
+                let _ =
+                    write!(s, "{{probe=\"{}\",kind=\"{}\",attach=\"{}\"", Esc(&l.probe), Esc(&l.kind), Esc(&l.attach));
                 if let Some(le) = le {
                     let _ = write!(s, ",le=\"{le}\"");
                 }
@@ -715,7 +827,12 @@ impl Exposition for Proto<'_> {
             Kind::Gauge => pb::MetricType::Gauge,
             Kind::Histogram => pb::MetricType::Histogram,
         };
-        self.family = Some(pb::MetricFamily { name: Some(name.into()), help: Some(help.into()), r#type: Some(t as i32), metric: Vec::new() });
+        self.family = Some(pb::MetricFamily {
+            name: Some(name.into()),
+            help: Some(help.into()),
+            r#type: Some(t as i32),
+            metric: Vec::new(),
+        });
     }
 
     fn sample(&mut self, labels: Labels<'_>, v: f64) {
@@ -752,7 +869,10 @@ impl Exposition for Proto<'_> {
             schema: Some(promhist::SCHEMA),
             zero_threshold: Some(promhist::ZERO_THRESHOLD_S),
             zero_count: Some(zero),
-            positive_span: spans.into_iter().map(|(o, n)| pb::BucketSpan { offset: Some(o), length: Some(n) }).collect(),
+            positive_span: spans
+                .into_iter()
+                .map(|(o, n)| pb::BucketSpan { offset: Some(o), length: Some(n) })
+                .collect(),
             positive_delta: deltas,
         };
         self.push(pb::Metric { label: labels_pb(Labels::Line(l)), histogram: Some(hist), ..Default::default() });
@@ -852,7 +972,13 @@ mod tests {
         for v in [100u64, 255, 256, 1_000, 1_023, 1_024, 5_000_000, 100_000_000_000] {
             h.record(v);
         }
-        let info = ProbeInfo { name: "a\"b".into(), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() };
+        let info = ProbeInfo {
+            name: "a\"b".into(),
+            kind: "runq".into(),
+            attach: "tp_btf".into(),
+            mode: String::new(),
+            btf_mode: String::new(),
+        };
         let session = Session {
             board: "b".into(),
             kernel: "k".into(),
@@ -873,7 +999,9 @@ mod tests {
         let mut s = String::new();
         render(&mut s, &Tick { session: &session, report: &report, totals: &totals, read_errors: &[0] });
         let bucket = |le: &str| -> u64 {
-            let key = format!("latmon_latency_seconds_bucket{{probe=\"a\\\"b\",kind=\"runq\",attach=\"tp_btf\",le=\"{le}\"}} ");
+            let key = format!(
+                "latmon_latency_seconds_bucket{{probe=\"a\\\"b\",kind=\"runq\",attach=\"tp_btf\",le=\"{le}\"}} "
+            );
             let line = s.lines().find(|l| l.starts_with(&key)).unwrap_or_else(|| panic!("{key} in {s}"));
             line[key.len()..].parse().unwrap()
         };
@@ -890,7 +1018,13 @@ mod tests {
     }
 
     fn info(name: &str, kind: &str) -> ProbeInfo {
-        ProbeInfo { name: name.into(), kind: kind.into(), attach: "tp_btf".into(), mode: String::new(), btf_mode: String::new() }
+        ProbeInfo {
+            name: name.into(),
+            kind: kind.into(),
+            attach: "tp_btf".into(),
+            mode: String::new(),
+            btf_mode: String::new(),
+        }
     }
 
     /// A session of `names` (kind from the name's first word) with `v`
@@ -912,7 +1046,15 @@ mod tests {
             probes: probes.iter().zip(&totals).map(|(p, h)| ProbeReport::new(p, &Hist::default(), h)).collect(),
             ..Default::default()
         };
-        let session = Session { board: "b".into(), kernel: "k".into(), boot_id: 1, start_ns: 0, interval_ns: 1, probes, failed: Vec::new() };
+        let session = Session {
+            board: "b".into(),
+            kernel: "k".into(),
+            boot_id: 1,
+            start_ns: 0,
+            interval_ns: 1,
+            probes,
+            failed: Vec::new(),
+        };
         (session, report, totals)
     }
 
@@ -928,11 +1070,24 @@ mod tests {
         assert_eq!(negotiate(Some("*/*")), Format::Text);
         // Protobuf only when it is the delimited MetricFamily stream, q > 0,
         // and not below the text types.
-        assert_eq!(negotiate(Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text")), Format::Text);
+        assert_eq!(
+            negotiate(Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text")),
+            Format::Text
+        );
         assert_eq!(negotiate(Some("application/vnd.google.protobuf;encoding=delimited")), Format::Text);
-        assert_eq!(negotiate(Some("application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited; q=0")), Format::Text);
+        assert_eq!(
+            negotiate(Some(
+                "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited; q=0"
+            )),
+            Format::Text
+        );
         assert_eq!(negotiate(Some("text/plain;q=0.9, application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.5")), Format::Text);
-        assert_eq!(negotiate(Some("Application/Vnd.Google.Protobuf; proto=\"io.prometheus.client.MetricFamily\"; encoding=delimited")), Format::Protobuf);
+        assert_eq!(
+            negotiate(Some(
+                "Application/Vnd.Google.Protobuf; proto=\"io.prometheus.client.MetricFamily\"; encoding=delimited"
+            )),
+            Format::Protobuf
+        );
         assert_eq!(header("GET /metrics HTTP/1.1\r\nHost: x\r\naccept: a/b\r\n", "Accept"), Some("a/b"));
         assert_eq!(header("GET /metrics HTTP/1.1\r\nHost: x\r\n", "Accept"), None);
     }
@@ -952,12 +1107,25 @@ mod tests {
     fn a_family_past_its_series_limit_folds_the_rest_into_one_counted_line() {
         // The family "syscall" with 6 series, a probe of another kind with a
         // colon in its name, and a probe after the series.
-        let names = ["syscall", "syscall:read", "runq:x", "syscall:write", "syscall:a", "syscall:b", "syscall:c", "syscall:d", "runq"];
+        let names = [
+            "syscall",
+            "syscall:read",
+            "runq:x",
+            "syscall:write",
+            "syscall:a",
+            "syscall:b",
+            "syscall:c",
+            "syscall:d",
+            "runq",
+        ];
         let (session, report, totals) = tick_of(&names, 5_000);
         let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0, 0, 0, 0, 0, 0, 0, 0] };
         let snap = snapshot(&t, 3);
         let shown: Vec<&str> = snap.lines().iter().map(|l| l.probe.as_str()).collect();
-        assert_eq!(shown, ["syscall", "syscall:read", "runq:x", "syscall:write", "syscall:a", "syscall:folded", "runq"]);
+        assert_eq!(
+            shown,
+            ["syscall", "syscall:read", "runq:x", "syscall:write", "syscall:a", "syscall:folded", "runq"]
+        );
         let folded = &snap.lines()[5];
         // syscall:b, :c, :d are probes 5, 6, 7: 6 + 7 + 8 events.
         assert_eq!((folded.hist.count, folded.hist.drops, folded.kind.as_str()), (21, 3, "syscall"));
@@ -966,11 +1134,18 @@ mod tests {
         assert!(snap.lines()[1..].iter().all(|l| l.folded.is_none()));
         let mut text = String::new();
         render_text(&mut text, &snap);
-        assert!(text.contains("latmon_series_folded{probe=\"syscall\",kind=\"syscall\",attach=\"tp_btf\"} 3"), "{text}");
-        assert!(text.contains("latmon_latency_seconds_count{probe=\"syscall:folded\",kind=\"syscall\",attach=\"tp_btf\"} 21"));
-        assert!(text.contains("latmon_probe_drops_total{probe=\"syscall:folded\",kind=\"syscall\",attach=\"tp_btf\"} 3"));
+        assert!(
+            text.contains("latmon_series_folded{probe=\"syscall\",kind=\"syscall\",attach=\"tp_btf\"} 3"),
+            "{text}"
+        );
+        assert!(text
+            .contains("latmon_latency_seconds_count{probe=\"syscall:folded\",kind=\"syscall\",attach=\"tp_btf\"} 21"));
+        assert!(
+            text.contains("latmon_probe_drops_total{probe=\"syscall:folded\",kind=\"syscall\",attach=\"tp_btf\"} 3")
+        );
         // The bound: 128 series of one family show as limit + 2 lines.
-        let many: Vec<String> = std::iter::once("syscall".to_string()).chain((0..127).map(|k| format!("syscall:s{k}"))).collect();
+        let many: Vec<String> =
+            std::iter::once("syscall".to_string()).chain((0..127).map(|k| format!("syscall:s{k}"))).collect();
         let refs: Vec<&str> = many.iter().map(String::as_str).collect();
         let (session, report, totals) = tick_of(&refs, 1_000);
         let errs = vec![0u64; refs.len()];
@@ -985,7 +1160,10 @@ mod tests {
         let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0] };
         let mut text = String::new();
         render(&mut text, &t);
-        assert!(text.contains("latmon_series_folded{probe=\"syscall\",kind=\"syscall\",attach=\"tp_btf\"} 0"), "{text}");
+        assert!(
+            text.contains("latmon_series_folded{probe=\"syscall\",kind=\"syscall\",attach=\"tp_btf\"} 0"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -1022,7 +1200,8 @@ mod tests {
             fams.push(pb::MetricFamily::decode_length_delimited(&mut rd).expect("a delimited MetricFamily"));
         }
         // The same families, in the same order, as the text's TYPE lines.
-        let text_names: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
+        let text_names: Vec<&str> =
+            text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).map(|l| l.split(' ').next().unwrap()).collect();
         let pb_names: Vec<&str> = fams.iter().map(|f| f.name.as_deref().unwrap()).collect();
         assert_eq!(pb_names, text_names);
         let fam = |n: &str| fams.iter().find(|f| f.name.as_deref() == Some(n)).unwrap();
@@ -1030,8 +1209,12 @@ mod tests {
         let re = &fam("latmon_probe_read_errors_total");
         assert_eq!(re.r#type, Some(pb::MetricType::Counter as i32));
         assert_eq!(re.metric[0].counter.as_ref().unwrap().value, Some(2.0));
-        let labels: Vec<(String, String)> = re.metric[0].label.iter().map(|p| (p.name.clone().unwrap(), p.value.clone().unwrap())).collect();
-        assert_eq!(labels, [("probe".into(), "runq".into()), ("kind".into(), "runq".into()), ("attach".into(), "tp_btf".into())]);
+        let labels: Vec<(String, String)> =
+            re.metric[0].label.iter().map(|p| (p.name.clone().unwrap(), p.value.clone().unwrap())).collect();
+        assert_eq!(
+            labels,
+            [("probe".into(), "runq".into()), ("kind".into(), "runq".into()), ("attach".into(), "tp_btf".into())]
+        );
         let hist = fam("latmon_latency_seconds").metric[0].histogram.clone().unwrap();
         assert_eq!((hist.sample_count, hist.schema, hist.zero_count), (Some(7), Some(3), Some(1)));
         assert!(hist.zero_threshold.unwrap() > 0.0 && hist.zero_threshold.unwrap() < 1e-9);
@@ -1039,7 +1222,10 @@ mod tests {
         assert_eq!(hist.bucket.len(), LE_MAX_LOG2 - LE_MIN_LOG2 + 1);
         for b in &hist.bucket {
             let le = format!("le=\"{}\"}} {}", b.upper_bound.unwrap(), b.cumulative_count.unwrap());
-            assert!(text.lines().any(|l| l.starts_with("latmon_latency_seconds_bucket{probe=\"runq\"") && l.ends_with(&le)), "{le}");
+            assert!(
+                text.lines().any(|l| l.starts_with("latmon_latency_seconds_bucket{probe=\"runq\"") && l.ends_with(&le)),
+                "{le}"
+            );
         }
         // Native buckets: decode spans and deltas back into counts.
         let mut got = vec![];
@@ -1056,7 +1242,8 @@ mod tests {
         assert!(d.next().is_none());
         counts.fill(0);
         assert_eq!(map.fill(&h, &mut counts), 1);
-        let want: Vec<(i32, u64)> = (0..SPAN).filter(|&k| counts[k] > 0).map(|k| (k as i32 + promhist::INDEX_MIN, counts[k])).collect();
+        let want: Vec<(i32, u64)> =
+            (0..SPAN).filter(|&k| counts[k] > 0).map(|k| (k as i32 + promhist::INDEX_MIN, counts[k])).collect();
         assert_eq!(want.iter().map(|w| w.1).sum::<u64>(), 6, "every non-zero event in a native bucket");
         assert_eq!(got, want);
     }
@@ -1079,8 +1266,11 @@ mod tests {
     fn every_outputs_link_trouble_is_shown() {
         let (session, report, totals) = tick_of(&["runq"], 1_000);
         let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0] };
-        let mut sinks: Vec<Box<dyn Sink>> =
-            vec![Box::new(Reporting(LinkStats { dropped: 7, errors: 0 })), Box::new(open("127.0.0.1:0").unwrap()), Box::new(Reporting(LinkStats { dropped: 0, errors: 3 }))];
+        let mut sinks: Vec<Box<dyn Sink>> = vec![
+            Box::new(Reporting(LinkStats { dropped: 7, errors: 0 })),
+            Box::new(open("127.0.0.1:0").unwrap()),
+            Box::new(Reporting(LinkStats { dropped: 0, errors: 3 })),
+        ];
         let addr = {
             // The Prom sink, to read what it published.
             let p: &dyn Sink = &*sinks[1];
@@ -1101,6 +1291,10 @@ mod tests {
         }
         assert!(text.contains("latmon_output_dropped_total{output=\"serial:/dev/ttyS1@115200\"} 7"), "{text}");
         assert!(text.contains("latmon_output_errors_total{output=\"serial:/dev/ttyS1@115200\"} 3"), "{text}");
-        assert_eq!(text.matches("latmon_output_dropped_total{").count(), 2, "two outputs with links; not the Prometheus one");
+        assert_eq!(
+            text.matches("latmon_output_dropped_total{").count(),
+            2,
+            "two outputs with links; not the Prometheus one"
+        );
     }
 }

@@ -169,7 +169,10 @@ fn host_port(spec: &str, a: &str) -> Result<String, SpecError> {
     if ok {
         Ok(a.to_string())
     } else {
-        Err(SpecError::BadAddress { spec: spec.into(), why: "expected HOST:PORT, e.g. 0.0.0.0:7070 or [::1]:7070".into() })
+        Err(SpecError::BadAddress {
+            spec: spec.into(),
+            why: "expected HOST:PORT, e.g. 0.0.0.0:7070 or [::1]:7070".into(),
+        })
     }
 }
 
@@ -228,13 +231,18 @@ impl LinkSpec {
             let (k, v) = opt.split_once('=').ok_or_else(|| bad_opt(format!("option {opt:?} is not KEY=VALUE")))?;
             let (k, v) = (k.trim(), v.trim());
             if k == "format" {
-                format = Some(Format::parse(v).ok_or_else(|| bad_opt(format!("format must be text, json or frames, not {v:?}")))?);
+                format = Some(
+                    Format::parse(v)
+                        .ok_or_else(|| bad_opt(format!("format must be text, json or frames, not {v:?}")))?,
+                );
                 continue;
             }
             if k == "budget" {
                 let b = BudgetSpec::parse(v).map_err(bad_opt)?;
                 if matches!(b, BudgetSpec::Percent(_)) && !matches!(endpoint, Endpoint::Serial(_)) {
-                    return Err(bad_opt(format!("budget={v} needs a line rate (serial outputs); give bytes, e.g. budget=2000B/s")));
+                    return Err(bad_opt(format!(
+                        "budget={v} needs a line rate (serial outputs); give bytes, e.g. budget=2000B/s"
+                    )));
                 }
                 budget = Some(b);
                 continue;
@@ -249,7 +257,11 @@ impl LinkSpec {
                 continue;
             }
             let Endpoint::Serial(s) = &mut endpoint else {
-                let known = if matches!(endpoint, Endpoint::Tcp(_) | Endpoint::Unix(_)) { "format, budget, clients" } else { "only format=... and budget=... here" };
+                let known = if matches!(endpoint, Endpoint::Tcp(_) | Endpoint::Unix(_)) {
+                    "format, budget, clients"
+                } else {
+                    "only format=... and budget=... here"
+                };
                 return Err(bad_opt(format!("unknown option {k:?} ({known})")));
             };
             match k {
@@ -277,10 +289,17 @@ impl LinkSpec {
                         .ok_or_else(|| bad_opt("data bits must be 5..8".into()))?
                 }
                 "stop" => {
-                    s.stop_bits =
-                        v.parse().ok().filter(|b| *b == 1 || *b == 2).ok_or_else(|| bad_opt("stop bits must be 1 or 2".into()))?
+                    s.stop_bits = v
+                        .parse()
+                        .ok()
+                        .filter(|b| *b == 1 || *b == 2)
+                        .ok_or_else(|| bad_opt("stop bits must be 1 or 2".into()))?
                 }
-                _ => return Err(bad_opt(format!("unknown serial option {k:?} (parity, flow, data, stop, format, budget)"))),
+                _ => {
+                    return Err(bad_opt(format!(
+                        "unknown serial option {k:?} (parity, flow, data, stop, format, budget)"
+                    )))
+                }
             }
         }
         Ok(LinkSpec { endpoint, format, budget, clients })
@@ -295,8 +314,12 @@ impl LinkSpec {
         match (self.budget, line) {
             (Some(BudgetSpec::Unlimited), _) => None,
             (Some(BudgetSpec::BytesPerSecond(b)), _) => Some(b),
-            (Some(BudgetSpec::Percent(p)), Some(l)) => Some((l as u64 * p as u64 / 100).max(MIN_BUDGET_BPS as u64) as u32),
-            (None, Some(l)) => Some((l as u64 * DEFAULT_SERIAL_BUDGET_PERCENT as u64 / 100).max(MIN_BUDGET_BPS as u64) as u32),
+            (Some(BudgetSpec::Percent(p)), Some(l)) => {
+                Some((l as u64 * p as u64 / 100).max(MIN_BUDGET_BPS as u64) as u32)
+            }
+            (None, Some(l)) => {
+                Some((l as u64 * DEFAULT_SERIAL_BUDGET_PERCENT as u64 / 100).max(MIN_BUDGET_BPS as u64) as u32)
+            }
             (Some(BudgetSpec::Percent(_)), None) | (None, None) => None,
         }
     }
@@ -450,7 +473,9 @@ impl ModbusSpec {
                 "allow" => {
                     for net in v.split('+').filter(|n| !n.trim().is_empty()) {
                         allow.push(IpNet::parse(net).ok_or_else(|| {
-                            bad_opt(format!("allow: {net:?} is not an address or ADDRESS/PREFIX (e.g. 10.0.0.5/32+192.168.1.0/24)"))
+                            bad_opt(format!(
+                                "allow: {net:?} is not an address or ADDRESS/PREFIX (e.g. 10.0.0.5/32+192.168.1.0/24)"
+                            ))
                         })?);
                     }
                     if allow.is_empty() {
@@ -494,7 +519,11 @@ impl ModbusSpec {
             let mut s = match LinkSpec::parse(&serial_word) {
                 Ok(LinkSpec { endpoint: Endpoint::Serial(s), .. }) => s,
                 Ok(_) => return Err(bad_addr("expected modbus-rtu:serial:/dev/ttyX[@BAUD]")),
-                Err(SpecError::BadOption { why, .. }) => return Err(bad_opt(why.replace("(parity, flow, data, stop, format, budget)", "(unit, parity, flow, data, stop)"))),
+                Err(SpecError::BadOption { why, .. }) => {
+                    return Err(bad_opt(
+                        why.replace("(parity, flow, data, stop, format, budget)", "(unit, parity, flow, data, stop)"),
+                    ))
+                }
                 Err(SpecError::BadAddress { why, .. }) => return Err(bad_addr(&why)),
                 Err(e) => return Err(bad_addr(&e.to_string())),
             };
@@ -535,14 +564,23 @@ mod tests {
         );
         assert_eq!(s.format, Some(Format::Text));
         match LinkSpec::parse("serial:/dev/ttyUSB0").unwrap().endpoint {
-            Endpoint::Serial(s) => assert_eq!((s.baud, s.parity, s.flow, s.data_bits, s.stop_bits), (115_200, Parity::None, Flow::None, 8, 1)),
+            Endpoint::Serial(s) => assert_eq!(
+                (s.baud, s.parity, s.flow, s.data_bits, s.stop_bits),
+                (115_200, Parity::None, Flow::None, 8, 1)
+            ),
             e => panic!("{e:?}"),
         }
         assert_eq!(LinkSpec::parse("tcp://0.0.0.0:7070").unwrap().endpoint, Endpoint::Tcp("0.0.0.0:7070".into()));
         assert_eq!(LinkSpec::parse("tcp://[::1]:7070").unwrap().endpoint, Endpoint::Tcp("[::1]:7070".into()));
         assert_eq!(LinkSpec::parse("udp://10.0.0.2:9000").unwrap().endpoint, Endpoint::Udp("10.0.0.2:9000".into()));
-        assert_eq!(LinkSpec::parse("unix:/run/latmon.sock").unwrap().endpoint, Endpoint::Unix("/run/latmon.sock".into()));
-        assert_eq!(LinkSpec::parse("file:/var/log/latmon.bin").unwrap().endpoint, Endpoint::File("/var/log/latmon.bin".into()));
+        assert_eq!(
+            LinkSpec::parse("unix:/run/latmon.sock").unwrap().endpoint,
+            Endpoint::Unix("/run/latmon.sock".into())
+        );
+        assert_eq!(
+            LinkSpec::parse("file:/var/log/latmon.bin").unwrap().endpoint,
+            Endpoint::File("/var/log/latmon.bin".into())
+        );
         assert_eq!(LinkSpec::parse("-").unwrap().endpoint, Endpoint::Stdio);
     }
 
@@ -630,11 +668,17 @@ mod tests {
             })
         );
         assert_eq!(m.to_string(), "modbus-tcp://127.0.0.1:502");
-        let m = ModbusSpec::parse("modbus-tcp://0.0.0.0:1502,unit=17,clients=2,idle=5s,allow=10.0.0.5/32+192.168.1.0/24+::1").unwrap();
+        let m = ModbusSpec::parse(
+            "modbus-tcp://0.0.0.0:1502,unit=17,clients=2,idle=5s,allow=10.0.0.5/32+192.168.1.0/24+::1",
+        )
+        .unwrap();
         assert_eq!(m.unit, Some(17));
         let ModbusTransport::Tcp(t) = m.transport else { panic!() };
         assert_eq!((t.addr.as_str(), t.max_clients, t.idle), ("0.0.0.0:1502", 2, Duration::from_secs(5)));
-        assert_eq!(t.allow.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["10.0.0.5/32", "192.168.1.0/24", "::1/128"]);
+        assert_eq!(
+            t.allow.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            ["10.0.0.5/32", "192.168.1.0/24", "::1/128"]
+        );
         assert_eq!(ModbusSpec::parse("modbus-tcp://[::]:502").unwrap().to_string(), "modbus-tcp://[::]:502");
 
         let m = ModbusSpec::parse("modbus-rtu:serial:/dev/ttyS1@9600,unit=17,parity=none,stop=2").unwrap();

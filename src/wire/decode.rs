@@ -84,7 +84,12 @@ pub struct LinkStats {
 impl LinkStats {
     /// Damaged frames (every error except a partial frame at join).
     pub fn errors(&self) -> u64 {
-        self.crc_errors + self.cobs_errors + self.short_frames + self.oversize + self.version_mismatch + self.body_errors
+        self.crc_errors
+            + self.cobs_errors
+            + self.short_frames
+            + self.oversize
+            + self.version_mismatch
+            + self.body_errors
     }
 }
 
@@ -106,7 +111,13 @@ impl Default for FrameDecoder {
 
 impl FrameDecoder {
     pub fn new() -> Self {
-        FrameDecoder { buf: vec![0; MAX_ENCODED].into_boxed_slice(), len: 0, overflow: 0, at_start: true, stats: LinkStats::default() }
+        FrameDecoder {
+            buf: vec![0; MAX_ENCODED].into_boxed_slice(),
+            len: 0,
+            overflow: 0,
+            at_start: true,
+            stats: LinkStats::default(),
+        }
     }
 
     /// A new stream begins (reconnected): forget a partial frame and judge

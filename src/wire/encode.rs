@@ -369,13 +369,28 @@ impl Encoder {
     /// probe whose buckets do not fit the rest of a frame continues in the
     /// next one (same seq, next bucket range). Allocation-free once the
     /// plan vector has grown to the number of probes.
-    pub fn summary(&mut self, h: SummaryHeader, hists: &[Hist], out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
-        self.entries(Head { kind: Kind::Summary, h, link: LinkHeader::default(), cover_end: 0, keyed: &[], born: &[] }, Entries::all(hists), out)
+    pub fn summary(
+        &mut self,
+        h: SummaryHeader,
+        hists: &[Hist],
+        out: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize, EncodeError> {
+        self.entries(
+            Head { kind: Kind::Summary, h, link: LinkHeader::default(), cover_end: 0, keyed: &[], born: &[] },
+            Entries::all(hists),
+            out,
+        )
     }
 
     /// Keyframe (Summary) frames of a budgeted link: the cumulative state
     /// of `entries`, already coarsened to `link.merge`.
-    pub fn keyframe(&mut self, h: SummaryHeader, link: LinkHeader, entries: Entries<'_>, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
+    pub fn keyframe(
+        &mut self,
+        h: SummaryHeader,
+        link: LinkHeader,
+        entries: Entries<'_>,
+        out: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize, EncodeError> {
         self.entries(Head { kind: Kind::Summary, h, link, cover_end: 0, keyed: &[], born: &[] }, entries, out)
     }
 
@@ -398,17 +413,21 @@ impl Encoder {
         self.entries(Head { kind: Kind::Delta, h, link, cover_end, keyed, born }, entries, out)
     }
 
-    fn entries(&mut self, head: Head<'_>, entries: Entries<'_>, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
+    fn entries(
+        &mut self,
+        head: Head<'_>,
+        entries: Entries<'_>,
+        out: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize, EncodeError> {
         let h = head.h;
         // Upper bounds of the serialized sizes (exact except the marked +1s).
-        let mut frame_head = FRAME_OVERHEAD
-            + varint_len(h.seq)
-            + varint_len(h.boot_id as u64)
-            + varint_len(h.time_ns)
-            + 1
-            + 3; // entry count (<= 3 bytes)
+        let mut frame_head =
+            FRAME_OVERHEAD + varint_len(h.seq) + varint_len(h.boot_id as u64) + varint_len(h.time_ns) + 1 + 3; // entry count (<= 3 bytes)
         match head.kind {
-            Kind::Delta => frame_head += varint_len(head.link.base_seq) + 1 + 3 + 3 + 3 + 3 + 3 * (head.keyed.len() + head.born.len()),
+            Kind::Delta => {
+                frame_head +=
+                    varint_len(head.link.base_seq) + 1 + 3 + 3 + 3 + 3 + 3 * (head.keyed.len() + head.born.len())
+            }
             _ if head.link != LinkHeader::default() => frame_head += 1 + varint_len(head.link.base_seq),
             _ => {}
         }
@@ -423,7 +442,9 @@ impl Encoder {
                     .iter()
                     .map(|&v| varint_len(v))
                     .sum::<usize>()
-                + 2 + 2 + 2; // first, end, bucket count (<= 2 bytes each)
+                + 2
+                + 2
+                + 2; // first, end, bucket count (<= 2 bytes each)
             let mut first = 0usize;
             loop {
                 // As many of the remaining buckets as fit the frame; at least
@@ -467,7 +488,13 @@ impl Encoder {
         Ok(frames)
     }
 
-    fn flush_summary(&mut self, head: Head<'_>, entries: Entries<'_>, final_frame: bool, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
+    fn flush_summary(
+        &mut self,
+        head: Head<'_>,
+        entries: Entries<'_>,
+        final_frame: bool,
+        out: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize, EncodeError> {
         let plan = std::mem::take(&mut self.plan);
         let h = head.h;
         let probes = PartsRef { parts: &plan, entries };
@@ -475,7 +502,9 @@ impl Encoder {
             Kind::Delta => {
                 // Ids up to the last entry (or, when it continues in the
                 // next frame, before it); the final frame up to cover_end.
-                let (last_id, complete) = plan.last().map_or((None, true), |p| (Some(entries.get(p.entry as usize).0), p.end as usize == BUCKETS));
+                let (last_id, complete) = plan
+                    .last()
+                    .map_or((None, true), |p| (Some(entries.get(p.entry as usize).0), p.end as usize == BUCKETS));
                 let end_id = match (final_frame, last_id) {
                     (true, _) | (_, None) => head.cover_end.max(last_id.map_or(0, |i| i.saturating_add(1))),
                     (false, Some(i)) => i.saturating_add(1),
@@ -505,7 +534,14 @@ impl Encoder {
                 self.put(Kind::Delta, &body, MAX_PAYLOAD)
             }
             _ => {
-                let body = SummaryRef { seq: h.seq, boot_id: h.boot_id, time_ns: h.time_ns, last: h.last, probes, link: head.link };
+                let body = SummaryRef {
+                    seq: h.seq,
+                    boot_id: h.boot_id,
+                    time_ns: h.time_ns,
+                    last: h.last,
+                    probes,
+                    link: head.link,
+                };
                 self.put(Kind::Summary, &body, MAX_PAYLOAD)
             }
         };

@@ -375,7 +375,10 @@ pub enum Frame {
     Delta(Delta),
     Request(Request),
     /// A kind this receiver does not know (a newer sender); skipped.
-    Unknown { kind: u8, len: usize },
+    Unknown {
+        kind: u8,
+        len: usize,
+    },
 }
 
 // ------------------------------------------------- ProbeCounts (de)serialize

@@ -16,19 +16,17 @@
 //! ([`FrameDecoder`]) takes arbitrary partial reads, checks the CRC after
 //! COBS decoding, and resynchronises at the next delimiter after any damage.
 
-
 mod decode;
 mod encode;
 mod messages;
-mod tracker;
 #[cfg(test)]
 pub(crate) mod tests;
+mod tracker;
 
 pub use decode::*;
 pub use encode::*;
 pub use messages::*;
 pub use tracker::*;
-
 
 /// The version byte that starts every payload. Bumped only for incompatible
 /// changes; compatible growth appends fields (see [`PROTOCOL_REVISION`]).
@@ -115,7 +113,6 @@ impl Kind {
     }
 }
 
-
 /// LEB128 length of a postcard varint.
 pub const fn varint_len(v: u64) -> usize {
     if v == 0 {
@@ -124,4 +121,3 @@ pub const fn varint_len(v: u64) -> usize {
         (64 - v.leading_zeros() as usize).div_ceil(7)
     }
 }
-

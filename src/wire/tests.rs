@@ -66,7 +66,13 @@ fn summary_round_trip_and_tracker_deltas() {
             reports.push(report);
         }
     }
-    let info = ProbeInfo { name: "#0".into(), kind: String::new(), attach: String::new(), mode: String::new(), btf_mode: String::new() };
+    let info = ProbeInfo {
+        name: "#0".into(),
+        kind: String::new(),
+        attach: String::new(),
+        mode: String::new(),
+        btf_mode: String::new(),
+    };
     assert_eq!(reports[1].probes[0], ProbeReport::new(&info, &h1, &h2));
     assert_eq!(reports[1].interval_ns, 1_000_000_000);
     assert_eq!(reports[1].probes[1].count, 0);
@@ -104,8 +110,11 @@ fn big_probe_splits_over_frames_within_budget() {
         h.max_ns = lo;
     }
     h.sum_ns = u64::MAX;
-    let frames =
-        summary_frames(SummaryHeader { seq: 1, boot_id: u32::MAX, time_ns: u64::MAX, last: true }, &[h.clone(), h.clone()], PAYLOAD_BUDGET);
+    let frames = summary_frames(
+        SummaryHeader { seq: 1, boot_id: u32::MAX, time_ns: u64::MAX, last: true },
+        &[h.clone(), h.clone()],
+        PAYLOAD_BUDGET,
+    );
     assert!(frames.len() > 2);
     for f in &frames {
         assert!(f.len() <= FRAME_BUDGET, "{}", f.len());
@@ -130,7 +139,11 @@ fn lost_part_of_split_probe_skips_only_that_snapshot() {
         h.slots[i] = 1_000_000 + i as u64;
     }
     h.count = h.slots.iter().sum();
-    let a = summary_frames(SummaryHeader { seq: 1, boot_id: 1, time_ns: 1, last: false }, std::slice::from_ref(&h), PAYLOAD_BUDGET);
+    let a = summary_frames(
+        SummaryHeader { seq: 1, boot_id: 1, time_ns: 1, last: false },
+        std::slice::from_ref(&h),
+        PAYLOAD_BUDGET,
+    );
     let mut t = Tracker::new();
     for (i, f) in a.iter().enumerate() {
         if i == 1 {
@@ -142,7 +155,11 @@ fn lost_part_of_split_probe_skips_only_that_snapshot() {
     assert!(t.partial_dropped > 0);
     assert_eq!(t.totals(0), None);
     // The next complete summary restores everything.
-    for f in summary_frames(SummaryHeader { seq: 2, boot_id: 1, time_ns: 2, last: false }, std::slice::from_ref(&h), PAYLOAD_BUDGET) {
+    for f in summary_frames(
+        SummaryHeader { seq: 2, boot_id: 1, time_ns: 2, last: false },
+        std::slice::from_ref(&h),
+        PAYLOAD_BUDGET,
+    ) {
         let (fr, _) = decode_all(&f);
         t.on_frame(fr.into_iter().next().unwrap().unwrap());
     }
@@ -179,7 +196,8 @@ fn appended_fields_are_compatible_both_ways() {
         bytes_dropped: u64,
         clients: u32,
     }
-    let old = OldStatus { boot_id: 3, time_ns: 4, seq: 5, uptime_ns: 6, frames_dropped: 7, bytes_dropped: 8, clients: 1 };
+    let old =
+        OldStatus { boot_id: 3, time_ns: 4, seq: 5, uptime_ns: 6, frames_dropped: 7, bytes_dropped: 8, clients: 1 };
     let mut payload = vec![PROTOCOL_VERSION, Kind::Status as u8];
     payload.extend(postcard::to_allocvec(&old).unwrap());
     let newer_extra = payload.clone();
@@ -242,9 +260,14 @@ fn erfc(x: f64) -> f64 {
             + t * (0.37409196
                 + t * (0.09678418
                     + t * (-0.18628806
-                        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+                        + t * (0.27886807
+                            + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
     let r = t * poly.exp();
-    if x >= 0.0 { r } else { 2.0 - r }
+    if x >= 0.0 {
+        r
+    } else {
+        2.0 - r
+    }
 }
 
 /// Expected cumulative histogram of `n` events drawn from a mixture of
@@ -521,7 +544,12 @@ fn print_golden() {
         let frame = encode_to_vec(&f).unwrap();
         let mut p = frame[..frame.len() - 1].to_vec();
         let n = cobs::decode_in_place(&mut p).unwrap();
-        println!("{name} payload ({n} bytes):\n{}\n{name} frame ({} bytes):\n{}\n", hex(&p[..n]), frame.len(), hex(&frame));
+        println!(
+            "{name} payload ({n} bytes):\n{}\n{name} frame ({} bytes):\n{}\n",
+            hex(&p[..n]),
+            frame.len(),
+            hex(&frame)
+        );
     }
 }
 
@@ -559,9 +587,11 @@ fn golden_vectors_match_spec_byte_for_byte() {
         let h = hist(&[300, 2_500, 2_600, 40_000]);
         let mut h = h;
         h.alerts = 1;
-        enc.summary(SummaryHeader { seq: s.seq, boot_id: s.boot_id, time_ns: s.time_ns, last: s.last }, &[h], &mut |b| {
-            v.extend_from_slice(b)
-        })
+        enc.summary(
+            SummaryHeader { seq: s.seq, boot_id: s.boot_id, time_ns: s.time_ns, last: s.last },
+            &[h],
+            &mut |b| v.extend_from_slice(b),
+        )
         .unwrap();
         assert_eq!(hex(&v), hex(&spec_vector(doc, "summary", "frame")));
     }
@@ -621,7 +651,14 @@ fn boot_ids_differ_per_run() {
 }
 
 fn probe_desc(id: u16, name: &str) -> ProbeDesc {
-    ProbeDesc { id, name: name.into(), kind: "runq".into(), attach: "tp_btf".into(), mode: String::new(), scheme: BucketScheme::LATMON }
+    ProbeDesc {
+        id,
+        name: name.into(),
+        kind: "runq".into(),
+        attach: "tp_btf".into(),
+        mode: String::new(),
+        scheme: BucketScheme::LATMON,
+    }
 }
 
 fn hello_with(boot_id: u32, probes: Vec<ProbeDesc>) -> Hello {
@@ -644,7 +681,10 @@ fn hello_with(boot_id: u32, probes: Vec<ProbeDesc>) -> Hello {
 fn hello_entries_with_huge_ids_are_not_kept() {
     let mut t = Tracker::new();
     for round in 0..50u16 {
-        let probes = (0..100u16).map(|i| probe_desc(MAX_PROBES as u16 + round * 100 + i, "x")).chain([probe_desc(round % 3, "ok")]).collect();
+        let probes = (0..100u16)
+            .map(|i| probe_desc(MAX_PROBES as u16 + round * 100 + i, "x"))
+            .chain([probe_desc(round % 3, "ok")])
+            .collect();
         t.on_frame(Frame::Hello(hello_with(5, probes)));
     }
     let h = t.hello.as_ref().unwrap();

@@ -17,12 +17,21 @@ pub enum Event {
     /// `merge`: the wire bucket merge; `inexact`: ids (of `ids`) whose
     /// totals are lower bounds, an earlier delta having been lost (exact
     /// again at their next keyframe).
-    Summary { boot_id: u32, report: IntervalReport, ids: Vec<u16>, keyframe: bool, merge: u8, inexact: Vec<u16> },
+    Summary {
+        boot_id: u32,
+        report: IntervalReport,
+        ids: Vec<u16>,
+        keyframe: bool,
+        merge: u8,
+        inexact: Vec<u16>,
+    },
     Alert(AlertRecord),
     Status(Status),
     /// A receiver's request (seen when reading the agent's side of a link).
     Request(Request),
-    Unknown { kind: u8 },
+    Unknown {
+        kind: u8,
+    },
 }
 
 #[derive(Default)]
@@ -115,10 +124,7 @@ impl Tracker {
 
     /// Name of probe `id` (`#id` until a Hello names it).
     pub fn probe_name(&self, id: u16) -> String {
-        self.tracks
-            .get(id as usize)
-            .and_then(|t| t.info.as_ref())
-            .map_or_else(|| format!("#{id}"), |i| i.name.clone())
+        self.tracks.get(id as usize).and_then(|t| t.info.as_ref()).map_or_else(|| format!("#{id}"), |i| i.name.clone())
     }
 
     /// The cumulative snapshot of probe `id` (for since-start views).
@@ -345,7 +351,11 @@ impl Tracker {
                 // zero (a series born since the last summary).
                 // As of the previous summary; the first one counts from
                 // the agent's start.
-                let time = if d.base_seq == 0 || self.prev_time_ns == 0 { start_ns.unwrap_or(self.prev_time_ns) } else { self.prev_time_ns };
+                let time = if d.base_seq == 0 || self.prev_time_ns == 0 {
+                    start_ns.unwrap_or(self.prev_time_ns)
+                } else {
+                    self.prev_time_ns
+                };
                 let seq = d.base_seq;
                 let t = self.track(id as u16);
                 if t.prev.is_none() && !t.stale {
@@ -353,7 +363,11 @@ impl Tracker {
                     t.seen_seq = seq;
                 }
             }
-            let rolled = self.tracks.get(id).and_then(|t| t.info.as_ref()).is_some_and(|i| i.mode.starts_with(ROLLED_MODE_PREFIX));
+            let rolled = self
+                .tracks
+                .get(id)
+                .and_then(|t| t.info.as_ref())
+                .is_some_and(|i| i.mode.starts_with(ROLLED_MODE_PREFIX));
             if got.is_none() && rolled {
                 continue; // carried by its family's `other` entry now
             }
@@ -364,7 +378,8 @@ impl Tracker {
             }
             let delta = got.unwrap_or_default();
             let applies = !t.stale && t.prev.is_some() && t.seen_seq == d.base_seq;
-            let (prev, prev_time) = t.prev.as_deref().map_or((Hist::default(), start_ns.unwrap_or(d.time_ns)), |(h, t)| (h.clone(), *t));
+            let (prev, prev_time) =
+                t.prev.as_deref().map_or((Hist::default(), start_ns.unwrap_or(d.time_ns)), |(h, t)| (h.clone(), *t));
             let mut cur = prev.clone();
             cur.merge(&delta);
             since = Some(since.map_or(prev_time, |p: u64| p.min(prev_time)));

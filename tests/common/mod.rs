@@ -171,7 +171,10 @@ fn os_pipe() -> (std::fs::File, std::fs::File) {
 /// line it logs once every probe has been opened) or latmon exited.
 /// Returns the child (stdout piped) and every stderr line seen so far and
 /// later.
-pub fn start_run_logged(args: &[&str], envs: &[(&str, &str)]) -> (Child, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+pub fn start_run_logged(
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (Child, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     let mut child = latmon()
         .arg("-v")
         .arg("run")
@@ -290,7 +293,8 @@ pub fn pty() -> Pty {
 
 /// Disk interrupts: synced writes for `how_long`.
 pub fn disk_load(how_long: Duration) {
-    let path = std::env::temp_dir().join(format!("latmon-irq-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let path =
+        std::env::temp_dir().join(format!("latmon-irq-{}-{:?}", std::process::id(), std::thread::current().id()));
     let t0 = Instant::now();
     while t0.elapsed() < how_long {
         let mut f = std::fs::File::create(&path).unwrap();
@@ -329,10 +333,26 @@ pub fn loopback_traffic(bytes: usize) {
 /// mbpoll, a Modbus client no one here wrote, from latmon's Modbus TCP output.
 pub fn mbpoll_input_register(port: u16, reg: u16) -> i64 {
     let out = Command::new("mbpoll")
-        .args(["-m", "tcp", "-p", &port.to_string(), "-t", "3", "-0", "-1", "-r", &reg.to_string(), "-c", "1", "127.0.0.1"])
+        .args([
+            "-m",
+            "tcp",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "3",
+            "-0",
+            "-1",
+            "-r",
+            &reg.to_string(),
+            "-c",
+            "1",
+            "127.0.0.1",
+        ])
         .output()
         .expect("mbpoll (apt-get install mbpoll)");
     let text = String::from_utf8_lossy(&out.stdout);
-    let v = text.lines().find_map(|l| l.trim().strip_prefix(&format!("[{reg}]:")).and_then(|v| v.split_whitespace().next()?.parse().ok()));
+    let v = text.lines().find_map(|l| {
+        l.trim().strip_prefix(&format!("[{reg}]:")).and_then(|v| v.split_whitespace().next()?.parse().ok())
+    });
     v.unwrap_or_else(|| panic!("mbpoll -r {reg}: {text} {}", String::from_utf8_lossy(&out.stderr)))
 }
