@@ -188,6 +188,8 @@ fn view_and_decode_survive_min_above_max() {
                 end_bucket: BUCKETS as u16,
                 buckets: vec![(100, count / 2), (120, count - count / 2)],
             }],
+            merge: 0,
+            base_seq: 0,
         })
     };
     let mut bytes = vec![DELIMITER];

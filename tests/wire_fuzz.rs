@@ -192,6 +192,52 @@ impl Gen {
             time_ns: self.rng.wild(),
             last: self.rng.chance(3),
             probes: (0..n).map(|_| self.probe_counts()).collect(),
+            merge: self.merge(),
+            base_seq: self.base_seq(),
+        }
+    }
+
+    /// Revision 3 wire bucket merge: mostly the four defined, sometimes wild.
+    fn merge(&mut self) -> u8 {
+        if self.rng.chance(5) {
+            self.rng.next() as u8
+        } else {
+            self.rng.below(4) as u8
+        }
+    }
+
+    /// The summary a revision 3 frame builds on: none, the last one, an
+    /// older or a later one, or anything.
+    fn base_seq(&mut self) -> u64 {
+        match self.rng.below(10) {
+            0..=3 => 0,
+            4..=6 => self.seq.saturating_sub(1),
+            7 => self.seq.saturating_sub(self.rng.below(50)),
+            8 => self.seq.wrapping_add(self.rng.below(5)),
+            _ => self.rng.wild(),
+        }
+    }
+
+    /// A delta over an id range (kind 5), its entries as inconsistent as
+    /// the summaries'.
+    fn delta(&mut self) -> Delta {
+        self.seq = self.seq.wrapping_add(1 + self.rng.below(2));
+        let first_id = self.rng.id();
+        let end_id =
+            if self.rng.chance(10) { self.rng.id() } else { first_id.saturating_add(self.rng.below(40) as u16) };
+        let n = self.rng.either(2, 40, 6);
+        Delta {
+            seq: self.seq,
+            base_seq: self.base_seq(),
+            boot_id: self.boot_id,
+            time_ns: self.rng.wild(),
+            last: self.rng.chance(3),
+            merge: self.merge(),
+            first_id,
+            end_id,
+            probes: (0..n).map(|_| self.probe_counts()).collect(),
+            keyed: (0..self.rng.below(8)).map(|_| self.rng.id()).collect(),
+            born: (0..self.rng.below(8)).map(|_| self.rng.id()).collect(),
         }
     }
 
@@ -232,6 +278,17 @@ impl Gen {
             missed: (0..self.rng.below(6))
                 .map(|_| ProbeMissed { id: self.rng.id(), missed: self.rng.wild() })
                 .collect(),
+            link: LinkHealth {
+                budget_bps: self.rng.next() as u32,
+                used_bps: self.rng.next() as u32,
+                step: self.rng.next() as u8,
+                merge: self.merge(),
+                rolled: self.rng.next() as u16,
+                interval_ms: self.rng.next() as u32,
+                keyframe_ms: self.rng.next() as u32,
+                alerts_shed: self.rng.wild(),
+                intervals_folded: self.rng.wild(),
+            },
         }
     }
 
@@ -242,9 +299,11 @@ impl Gen {
         }
         let kind = match self.rng.below(100) {
             0..=9 => 1u8,
-            10..=79 => 2,
-            80..=89 => 3,
-            90..=97 => 4,
+            10..=59 => 2,
+            60..=79 => 5,
+            80..=87 => 3,
+            88..=95 => 4,
+            96 => 6,
             _ => self.rng.next() as u8,
         };
         let body = match kind {
@@ -252,6 +311,8 @@ impl Gen {
             2 => postcard::to_allocvec(&self.summary()),
             3 => postcard::to_allocvec(&self.alert()),
             4 => postcard::to_allocvec(&self.status()),
+            5 => postcard::to_allocvec(&self.delta()),
+            6 => postcard::to_allocvec(&Request { what: self.rng.next() as u8 }),
             _ => Ok((0..self.rng.below(64)).map(|_| self.rng.next() as u8).collect()),
         }
         .expect("every message serializes");
