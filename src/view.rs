@@ -675,7 +675,7 @@ mod tests {
         h.probes[0].id = 5000;
         t.on_frame(Frame::Hello(h));
         let l = link_line(&LinkStats::default(), &t);
-        assert!(l.ends_with("0 summaries lost, 1 entries with ids >= 1024 ignored"), "{l}");
+        assert!(l.ends_with("0 probes with inexact totals, 1 entries with ids >= 1024 ignored"), "{l}");
         assert!(!link_line(&LinkStats::default(), &Tracker::new()).contains("ignored"));
     }
 
