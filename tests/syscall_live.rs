@@ -229,8 +229,23 @@ fn slow_syscalls_become_alert_records_named_after_their_series() {
             records("sys:getppid").is_empty() && records("sys").is_empty(),
             "fast calls raise no alert; records name the series"
         );
+        // The thread's own start-up and exit calls (mmap, rt_sigprocmask,
+        // munmap, ...) can also pass 1 ms on a loaded machine, preempted
+        // mid-call: each such call is a record of its own series, from
+        // this thread, and the family's alert count is all of them.
+        let others: Vec<serde_json::Value> = lines
+            .iter()
+            .filter_map(|l| l["alert_records"].as_array())
+            .flatten()
+            .filter(|r| r["probe"].as_str().is_some_and(|p| p.starts_with("sys:") && p != "sys:nanosleep"))
+            .cloned()
+            .collect();
+        for r in &others {
+            assert_eq!((r["comm"].as_str(), u(r, "tid")), (Some(comm), tid), "{r}");
+            assert!(u(r, "latency_ns") >= 1_000_000, "{r}");
+        }
         let fam = last_probe(&lines, "sys").unwrap();
-        assert_eq!(u(fam, "total_alerts"), SLOW, "{fam}");
+        assert_eq!(u(fam, "total_alerts"), SLOW + others.len() as u64, "{fam}: other slow calls {others:?}");
     }
 }
 
