@@ -17,6 +17,7 @@ pub mod probes;
 pub mod promhist;
 pub mod sinks;
 pub mod summary;
+pub mod table;
 pub mod tpformat;
 pub mod view;
 pub mod wire;
