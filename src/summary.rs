@@ -284,10 +284,12 @@ pub struct Ns(pub u64);
 impl std::fmt::Display for Ns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (ns, v) = (self.0, self.0 as f64);
+        // Bounds where two decimals round up to the next unit: 999_995 ns
+        // is 1.00ms, not 1000.00us.
         match ns {
             0..=999 => write!(f, "{ns}ns"),
-            1_000..=999_999 => write!(f, "{:.2}us", v / 1e3),
-            1_000_000..=999_999_999 => write!(f, "{:.2}ms", v / 1e6),
+            1_000..=999_994 => write!(f, "{:.2}us", v / 1e3),
+            999_995..=999_994_999 => write!(f, "{:.2}ms", v / 1e6),
             _ => write!(f, "{:.2}s", v / 1e9),
         }
     }
@@ -552,6 +554,9 @@ mod tests {
         assert_eq!(fmt_ns(999), "999ns");
         assert_eq!(fmt_ns(1_500), "1.50us");
         assert_eq!(fmt_ns(2_000_000_000), "2.00s");
+        assert_eq!(fmt_ns(999_999_999), "1.00s", "an interval a hair short of 1 s");
+        assert_eq!(fmt_ns(999_996), "1.00ms");
+        assert_eq!(fmt_ns(999_994), "999.99us");
         assert!(!t.contains("ALERT"), "no alert section without records: {t}");
     }
 

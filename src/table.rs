@@ -361,8 +361,9 @@ impl fmt::Display for Count {
 /// Events per second of `count` events over `interval_ns` (none for an
 /// unknown interval).
 fn per_s(count: u64, interval_ns: u64) -> Option<u64> {
-    (interval_ns > 0)
-        .then(|| (u128::from(count) * 1_000_000_000 / u128::from(interval_ns)).min(u128::from(u64::MAX)) as u64)
+    // Rounded to nearest: one event in an interval a hair over 1 s is 1/s.
+    let i = u128::from(interval_ns);
+    (interval_ns > 0).then(|| ((u128::from(count) * 1_000_000_000 + i / 2) / i).min(u128::from(u64::MAX)) as u64)
 }
 
 /// `text` (cleaned) cut to `w` characters, `~` marking a cut, padded.
@@ -682,6 +683,7 @@ mod tests {
         assert_eq!(Count(12_345).to_string(), "12.3k");
         assert_eq!(Count(999_600).to_string(), "1.00M");
         assert_eq!(Count(u64::MAX).to_string(), "18.4E");
+        assert_eq!((per_s(1, SEC + 10_000_000), per_s(3, SEC / 2), per_s(1, 0)), (Some(1), Some(6), None));
     }
 
     #[test]
