@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 //! latmon: an eBPF latency monitor for real-time Linux robot controllers.
 //!
-//! Pure models (`hist`, `summary`, `config`, `tpformat`) carry their unit tests and do no
+//! Pure models (`hist`, `summary`, `table`, `config`, `tpformat`) carry their unit tests and do no
 //! I/O; `probes` (BPF) and `sinks` are the I/O edges; `agent` runs the loop.
 
 pub mod agent;

@@ -57,7 +57,7 @@ enum Cmd {
     Run(RunArgs),
     /// Report kernel features, validate the config and try every probe.
     Check(CheckArgs),
-    /// Live terminal view of a frame stream (histograms, percentiles,
+    /// Live terminal view of a frame stream (the table of `latmon run`,
     /// alerts, link quality).
     View(SourceArgs),
     /// Decode a frame stream into JSON lines, one per frame.
