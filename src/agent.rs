@@ -421,6 +421,8 @@ impl Agent {
             }
             r.probes[i].fill(&s.info, &s.prev, &s.cur);
             r.probes[i].state = s.state;
+            // Series carry their family's spec (add_new_series).
+            r.probes[i].hist = s.spec.hist;
             self.read_errors[i] = s.read_errors;
         }
         self.measure_cost(wall);

@@ -5,7 +5,8 @@
 //! `runq`, `timer`, `irq`, `softirq`, `syscall[:NAME]`, `chain`, `kfunc:FUNCTION`,
 //! `ufunc:/path/to/binary:SYMBOL`, each optionally followed by
 //! `,comm=NAME`, `,pid=N`, `,threshold=250us`, `,name=LABEL`,
-//! `,attach=MECHANISM` (pin one rung of the family's attach ladder).
+//! `,attach=MECHANISM` (pin one rung of the family's attach ladder),
+//! `,hist=true` (its histogram, and its series', under the text table).
 
 use std::fmt;
 use std::time::Duration;
@@ -166,6 +167,9 @@ pub struct ProbeSpec {
     /// `kind.mechanisms()`), e.g. to prove the kprobe path on a kernel
     /// where fentry works too.
     pub attach: Option<&'static str>,
+    /// `hist=true`: text outputs show this probe's histogram (and its
+    /// series') in bcc's style under the table.
+    pub hist: bool,
     /// The spec as written (for messages and `latmon check`).
     pub spec: String,
 }
@@ -214,6 +218,7 @@ impl ProbeSpec {
             threshold: None,
             name: head.to_string(),
             attach: None,
+            hist: false,
             spec: spec.trim().to_string(),
         };
         for opt in parts {
@@ -262,9 +267,16 @@ impl ProbeSpec {
                         bad(&format!("attach={v}: {} attaches via {}", p.kind.family(), mechs.join(" or ")))
                     })?);
                 }
+                "hist" => {
+                    p.hist = match v {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad(&format!("hist={v}: expected hist=true or hist=false"))),
+                    }
+                }
                 other => {
                     return Err(bad(&format!(
-                        "unknown option {other:?} (expected comm, pid, threshold, name, attach, response)"
+                        "unknown option {other:?} (expected comm, pid, threshold, name, attach, response, hist)"
                     )))
                 }
             }
@@ -670,6 +682,12 @@ mod tests {
         let k = ProbeSpec::parse("kfunc:do_nanosleep,attach=kprobe").unwrap();
         assert_eq!((k.attach, k.ladder()), (Some("kprobe"), vec!["kprobe"]));
         assert_eq!(k.name, "kfunc:do_nanosleep", "options are not part of the name");
+        let h = ProbeSpec::parse("syscall,hist=true").unwrap();
+        assert_eq!((h.hist, h.name.as_str()), (true, "syscall"));
+        assert!(!ProbeSpec::parse("syscall,hist=false").unwrap().hist);
+        assert!(!ProbeSpec::parse("syscall").unwrap().hist);
+        let c = Config::from_toml("probes = [\"runq,hist=true\", \"syscall\"]").unwrap();
+        assert_eq!(c.probes.iter().map(|p| p.hist).collect::<Vec<_>>(), [true, false]);
     }
 
     #[test]
@@ -683,6 +701,8 @@ mod tests {
             ("runq,pid=abc", "positive"),
             ("runq,comm=averyveryverylongname", "comm must be"),
             ("runq,colour=red", "unknown option"),
+            ("runq,hist=yes", "hist=yes: expected hist=true or hist=false"),
+            ("runq,hist", "KEY=VALUE"),
             ("runq,comm", "KEY=VALUE"),
             ("kfunc:f,attach=uprobe", "kfunc attaches via fentry or kprobe"),
             ("ufunc:/bin/x:f,attach=kprobe", "ufunc attaches via uprobe"),

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 //! latmon: an eBPF latency monitor for real-time Linux robot controllers.
 //!
-//! Pure models (`hist`, `summary`, `config`, `tpformat`) carry their unit tests and do no
+//! Pure models (`hist`, `summary`, `table`, `config`, `tpformat`) carry their unit tests and do no
 //! I/O; `probes` (BPF) and `sinks` are the I/O edges; `agent` runs the loop.
 
 pub mod agent;
@@ -17,6 +17,7 @@ pub mod probes;
 pub mod promhist;
 pub mod sinks;
 pub mod summary;
+pub mod table;
 pub mod tpformat;
 pub mod view;
 pub mod wire;

@@ -23,6 +23,8 @@ EXAMPLES:
     latmon run --probe timer,comm=ctrl_loop    # its timer wakeup latency (what cyclictest measures)
     latmon run --probe syscall,pid=1234        # per-syscall latency of one process
     latmon run --probe chain,comm=ctrl_loop    # timer/IRQ -> wakeup -> running, in stages
+    latmon run --hist                          # histograms (bcc style) under the table
+    latmon run --probe runq,hist=true --probe syscall --sort count   # runq's histogram; busiest syscalls first
     latmon run --config /etc/latmon/latmon.toml
     latmon check                               # what this kernel can attach, and the plan
     latmon check --config board.toml --json    # board bring-up: exit 0 ok, 1 probe fails, 2 invalid
@@ -55,7 +57,7 @@ enum Cmd {
     Run(RunArgs),
     /// Report kernel features, validate the config and try every probe.
     Check(CheckArgs),
-    /// Live terminal view of a frame stream (histograms, percentiles,
+    /// Live terminal view of a frame stream (the table of `latmon run`,
     /// alerts, link quality).
     View(SourceArgs),
     /// Decode a frame stream into JSON lines, one per frame.
@@ -82,6 +84,7 @@ struct Common {
     /// Probe SPEC, repeatable; replaces the config's probe list.
     /// runq | timer | irq | softirq | syscall[:NAME] | chain | kfunc:FUNC | ufunc:/path:SYM,
     /// each with optional ,comm=NAME ,pid=N ,threshold=250us ,name=LABEL ,attach=MECH
+    /// ,hist=true (its histogram under the text table)
     #[arg(long = "probe", value_name = "SPEC")]
     probes: Vec<String>,
 }
@@ -107,6 +110,15 @@ struct RunArgs {
     /// modbus-rtu:serial:/dev/ttyX[@19200][,unit=1][,parity=even] (register map: docs/modbus-map.md)
     #[arg(long = "output", value_name = "SINK", allow_hyphen_values = true)]
     outputs: Vec<String>,
+    /// Text outputs: every probe's and series' histogram (bcc style) under
+    /// the table, and every alert record. One probe's only: its spec's
+    /// ,hist=true.
+    #[arg(long)]
+    hist: bool,
+    /// Text outputs: order of a family's series in the table (the top 10
+    /// shown, the rest summed): worst p99 first, or most events first.
+    #[arg(long, value_parser = ["p99", "count"], default_value = "p99")]
+    sort: String,
 }
 
 #[derive(clap::Args)]
@@ -187,11 +199,16 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if identity.is_some() {
         privs::prepare().map_err(anyhow::Error::msg).context("preparing the privilege drop")?;
     }
+    let text = latmon::table::TextStyle {
+        sort: latmon::table::SortBy::parse(&a.sort).unwrap_or_default(),
+        hist_all: a.hist,
+        crlf: false,
+    };
     // Outputs start (bind, open) before the agent: mistakes fail early.
     let mut sinks = cfg
         .outputs
         .iter()
-        .map(|o| sinks::open(o, cfg.format))
+        .map(|o| sinks::open_with(o, cfg.format, text))
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
     let reload = || run_config(&a);

@@ -116,6 +116,11 @@ pub struct ProbeReport {
     /// BPF time as a share of the machine's CPU capacity over the
     /// interval: `bpf_run_time_ns / (interval_ns * online CPUs) * 100`.
     pub bpf_cpu_percent: f64,
+    /// Text outputs show this probe's histogram under the table (the
+    /// spec's `hist=true`, inherited by a family's series). A display
+    /// choice, not a measurement: not in JSON, not on the wire.
+    #[serde(skip)]
+    pub hist: bool,
 }
 
 /// The agent's own state for an interval: its cost and the overhead
@@ -225,6 +230,7 @@ impl ProbeReport {
             bpf_ns_per_event: 0,
             events_per_s: 0,
             bpf_cpu_percent: 0.0,
+            hist: false,
         }
     }
 
@@ -278,10 +284,12 @@ pub struct Ns(pub u64);
 impl std::fmt::Display for Ns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (ns, v) = (self.0, self.0 as f64);
+        // Bounds where two decimals round up to the next unit: 999_995 ns
+        // is 1.00ms, not 1000.00us.
         match ns {
             0..=999 => write!(f, "{ns}ns"),
-            1_000..=999_999 => write!(f, "{:.2}us", v / 1e3),
-            1_000_000..=999_999_999 => write!(f, "{:.2}ms", v / 1e6),
+            1_000..=999_994 => write!(f, "{:.2}us", v / 1e3),
+            999_995..=999_994_999 => write!(f, "{:.2}ms", v / 1e6),
             _ => write!(f, "{:.2}s", v / 1e9),
         }
     }
@@ -316,7 +324,8 @@ fn rows(buckets: &[[u64; 3]]) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
 }
 
 /// bcc-style text: a power-of-two histogram (the log-linear sub-buckets
-/// folded per power of two for a readable screen) and percentile lines.
+/// folded per power of two for a readable screen) and percentile lines,
+/// for every probe (what `latmon run --hist` shows under its table).
 pub fn render_text(r: &IntervalReport) -> String {
     let mut s = String::new();
     render_text_into(&mut s, r);
@@ -325,6 +334,15 @@ pub fn render_text(r: &IntervalReport) -> String {
 
 /// [`render_text`] appended to `s`: no allocation once `s` has room.
 pub fn render_text_into(s: &mut String, r: &IntervalReport) {
+    render_header_into(s, r);
+    for p in &r.probes {
+        render_hist_into(s, p, r.agent.cost_measured);
+    }
+    render_alerts_into(s, r, usize::MAX);
+}
+
+/// The interval's first lines: seq, latmon's own cost, budget state.
+pub fn render_header_into(s: &mut String, r: &IntervalReport) {
     let _ = writeln!(s, "--- seq {}{}  interval {}", r.seq, if r.last { " (final)" } else { "" }, Ns(r.interval_ns));
     let a = &r.agent;
     if a.cost_measured {
@@ -346,74 +364,98 @@ pub fn render_text_into(s: &mut String, r: &IntervalReport) {
     if a.degraded {
         let _ = writeln!(s, "DEGRADED: {} probe(s) detached over budget", a.detached);
     }
-    for p in &r.probes {
-        let _ = write!(
-            s,
-            "{} [{} via {}]  count {}  total {}  drops {}/{}  alerts {}/{}",
-            p.name, p.kind, p.attach, p.count, p.total_count, p.drops, p.total_drops, p.alerts, p.total_alerts
-        );
-        if p.total_alerts_dropped > 0 {
-            let _ = write!(s, " (records dropped {}/{})", p.alerts_dropped, p.total_alerts_dropped);
-        }
-        if p.total_bpf_missed > 0 {
-            // Events the kernel never let the probe see: shown only when
-            // there are some, like records dropped.
-            let _ = write!(s, "  MISSED {}/{}", p.bpf_missed, p.total_bpf_missed);
-        }
-        s.push('\n');
-        if p.state != ProbeState::Running {
-            let _ = writeln!(s, "  DETACHED ({}): counts frozen", p.state.as_str());
-        } else if a.cost_measured && (p.total_bpf_runs > 0 || p.total_count == 0) {
-            // A series of a family (events, yet no program runs of its
-            // own) has its cost on the family line.
-            let _ = writeln!(
-                s,
-                "  cost: BPF {} ns/event  {} events/s  {:.3}% CPU",
-                p.bpf_ns_per_event, p.events_per_s, p.bpf_cpu_percent
-            );
-        }
-        if p.count == 0 {
-            let _ = writeln!(s, "  (no events)");
-            continue;
-        }
-        let peak = rows(&p.buckets).map(|r| r.2).max().unwrap_or(1).max(1);
-        let _ = writeln!(s, "  {:>26} : {:<9} distribution", "nsecs", "count");
-        for (lo, hi, c) in rows(&p.buckets) {
-            let stars = ((c as u128 * BAR_WIDTH as u128 + peak as u128 - 1) / peak as u128) as usize;
-            let _ = write!(s, "  {:>12} -> {:<11} : {:<9} |", lo, hi, c);
-            for i in 0..BAR_WIDTH {
-                s.push(if i < stars { '*' } else { ' ' });
-            }
-            s.push_str("|\n");
-        }
+}
+
+/// `text` as a terminal may show it: printable ASCII as is, anything else
+/// (control characters, escape sequences, non-ASCII) as `?`. Names and
+/// comms come from configs and the kernel (any task may set its comm).
+pub fn push_clean(s: &mut String, text: &str) {
+    s.extend(text.chars().map(|c| if (' '..='~').contains(&c) { c } else { '?' }));
+}
+
+/// One probe's bcc-style block: its line with the interval and total
+/// counts, its cost (with run-time statistics), the histogram and the
+/// percentiles.
+pub fn render_hist_into(s: &mut String, p: &ProbeReport, cost_measured: bool) {
+    push_clean(s, &p.name);
+    s.push_str(" [");
+    push_clean(s, &p.kind);
+    s.push_str(" via ");
+    push_clean(s, &p.attach);
+    let _ = write!(
+        s,
+        "]  count {}  total {}  drops {}/{}  alerts {}/{}",
+        p.count, p.total_count, p.drops, p.total_drops, p.alerts, p.total_alerts
+    );
+    if p.total_alerts_dropped > 0 {
+        let _ = write!(s, " (records dropped {}/{})", p.alerts_dropped, p.total_alerts_dropped);
+    }
+    if p.total_bpf_missed > 0 {
+        // Events the kernel never let the probe see: shown only when
+        // there are some, like records dropped.
+        let _ = write!(s, "  MISSED {}/{}", p.bpf_missed, p.total_bpf_missed);
+    }
+    s.push('\n');
+    if p.state != ProbeState::Running {
+        let _ = writeln!(s, "  DETACHED ({}): counts frozen", p.state.as_str());
+    } else if cost_measured && (p.total_bpf_runs > 0 || p.total_count == 0) {
+        // A series of a family (events, yet no program runs of its
+        // own) has its cost on the family line.
         let _ = writeln!(
             s,
-            "  min {}  mean {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
-            Ns(p.min_ns),
-            Ns(p.mean_ns),
-            Ns(p.p50_ns),
-            Ns(p.p90_ns),
-            Ns(p.p99_ns),
-            Ns(p.p999_ns),
-            Ns(p.max_ns)
+            "  cost: BPF {} ns/event  {} events/s  {:.3}% CPU",
+            p.bpf_ns_per_event, p.events_per_s, p.bpf_cpu_percent
         );
     }
-    if !r.alert_records.is_empty() {
-        let _ = writeln!(s, "alerts: {} above threshold", r.alert_records.len());
-        for a in &r.alert_records {
-            let _ = writeln!(
-                s,
-                "  ALERT {}  latency {}  pid {} tid {} ({})  cpu {}  at {}.{:09}s",
-                a.probe,
-                Ns(a.latency_ns),
-                a.pid,
-                a.tid,
-                a.comm,
-                a.cpu,
-                a.time_ns / 1_000_000_000,
-                a.time_ns % 1_000_000_000
-            );
+    if p.count == 0 {
+        let _ = writeln!(s, "  (no events)");
+        return;
+    }
+    let peak = rows(&p.buckets).map(|r| r.2).max().unwrap_or(1).max(1);
+    let _ = writeln!(s, "  {:>26} : {:<9} distribution", "nsecs", "count");
+    for (lo, hi, c) in rows(&p.buckets) {
+        let stars = ((c as u128 * BAR_WIDTH as u128 + peak as u128 - 1) / peak as u128) as usize;
+        let _ = write!(s, "  {:>12} -> {:<11} : {:<9} |", lo, hi, c);
+        for i in 0..BAR_WIDTH {
+            s.push(if i < stars { '*' } else { ' ' });
         }
+        s.push_str("|\n");
+    }
+    let _ = writeln!(
+        s,
+        "  min {}  mean {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+        Ns(p.min_ns),
+        Ns(p.mean_ns),
+        Ns(p.p50_ns),
+        Ns(p.p90_ns),
+        Ns(p.p99_ns),
+        Ns(p.p999_ns),
+        Ns(p.max_ns)
+    );
+}
+
+/// The interval's alert records, at most `max` of them (then a line with
+/// how many more), and how many records the kernel dropped.
+pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize) {
+    let dropped: u64 = r.probes.iter().map(|p| p.alerts_dropped).sum();
+    if r.alert_records.is_empty() && dropped == 0 {
+        return;
+    }
+    let _ = write!(s, "alerts: {} above threshold", r.alert_records.len());
+    if dropped > 0 {
+        let _ = write!(s, " ({dropped} more, records dropped)");
+    }
+    s.push('\n');
+    for a in r.alert_records.iter().take(max) {
+        s.push_str("  ALERT ");
+        push_clean(s, &a.probe);
+        let _ = write!(s, "  latency {}  pid {} tid {} (", Ns(a.latency_ns), a.pid, a.tid);
+        push_clean(s, &a.comm);
+        let _ = writeln!(s, ")  cpu {}  at {}.{:09}s", a.cpu, a.time_ns / 1_000_000_000, a.time_ns % 1_000_000_000);
+    }
+    if r.alert_records.len() > max {
+        let _ =
+            writeln!(s, "  ... {} more alert records (JSON and frames carry them all)", r.alert_records.len() - max);
     }
 }
 
@@ -512,6 +554,9 @@ mod tests {
         assert_eq!(fmt_ns(999), "999ns");
         assert_eq!(fmt_ns(1_500), "1.50us");
         assert_eq!(fmt_ns(2_000_000_000), "2.00s");
+        assert_eq!(fmt_ns(999_999_999), "1.00s", "an interval a hair short of 1 s");
+        assert_eq!(fmt_ns(999_996), "1.00ms");
+        assert_eq!(fmt_ns(999_994), "999.99us");
         assert!(!t.contains("ALERT"), "no alert section without records: {t}");
     }
 

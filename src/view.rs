@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::sinks::source::{self, Got};
 use crate::summary::{fmt_ns, AlertRecord, IntervalReport, ProbeReport};
+use crate::table::{SortBy, Table};
 use crate::wire::{Event, FrameDecoder, FrameError, Hello, LinkStats, Status, Tracker};
 
 // ------------------------------------------------------------------ decode
@@ -239,7 +240,6 @@ pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
 
 /// Alerts kept on screen.
 const ALERTS_SHOWN: usize = 8;
-const BAR_WIDTH: usize = 32;
 
 /// What the live view shows: the latest interval per probe, recent alerts.
 #[derive(Default)]
@@ -252,6 +252,8 @@ pub struct View {
     pub time_ns: u64,
     pub interval_ns: u64,
     pub last: bool,
+    /// The table's working memory (kept between screens).
+    table: Table,
 }
 
 impl View {
@@ -282,7 +284,7 @@ impl View {
     }
 
     /// The screen as text (ASCII, for any terminal).
-    pub fn render(&self, source: &str, link: &LinkStats, t: &Tracker, since_frame: Option<Duration>) -> String {
+    pub fn render(&mut self, source: &str, link: &LinkStats, t: &Tracker, since_frame: Option<Duration>) -> String {
         let mut s = String::new();
         let _ = write!(s, "latmon view  {source}");
         if let Some(h) = &t.hello {
@@ -354,55 +356,20 @@ impl View {
             }
         }
         let _ = writeln!(s, "{}", "-".repeat(78));
-        for (id, p) in self.latest.iter().enumerate() {
-            let Some(p) = p else { continue };
-            let via = if p.attach.is_empty() {
-                String::new()
-            } else {
-                format!("  [{} via {}]", shown(&p.kind), shown(&p.attach))
-            };
-            // Kernel-skipped runs of its programs (Status revision 2).
-            let missed =
-                t.status.as_ref().and_then(|st| st.missed.iter().find(|m| usize::from(m.id) == id)).map(|m| m.missed);
-            let missed = missed.map_or(String::new(), |m| format!("  MISSED {m} (runs the kernel skipped)"));
-            let _ = writeln!(s, "{}{via}{missed}", shown(&p.name));
-            // The span the interval numbers cover: one agent interval, or
-            // more after lost frames (since start for a late joiner).
-            let _ = writeln!(
-                s,
-                "  {:<16} count {:<9} p50 {:<9} p90 {:<9} p99 {:<9} p99.9 {:<9} max {}",
-                format!("last {}", fmt_ns(self.interval_ns)),
-                p.count,
-                fmt_ns(p.p50_ns),
-                fmt_ns(p.p90_ns),
-                fmt_ns(p.p99_ns),
-                fmt_ns(p.p999_ns),
-                fmt_ns(p.max_ns)
-            );
-            match t.totals(id as u16) {
-                Some(h) if h.count > 0 => {
-                    let q = h.percentiles();
-                    let _ = writeln!(
-                        s,
-                        "  since start      count {:<9} p50 {:<9} p90 {:<9} p99 {:<9} p99.9 {:<9} max {}",
-                        h.count,
-                        fmt_ns(q.p50_ns),
-                        fmt_ns(q.p90_ns),
-                        fmt_ns(q.p99_ns),
-                        fmt_ns(q.p999_ns),
-                        fmt_ns(h.max_ns)
-                    );
-                }
-                _ => {
-                    let _ = writeln!(s, "  since start      count {}", p.total_count);
-                }
+        // The table of `latmon run` (src/table.rs): a family's worst
+        // series and the rest summed, not every series' histogram. Its
+        // numbers cover the last interval the link delivered (more than
+        // one after lost frames; since start for a late joiner).
+        self.table.render_into(&mut s, self.latest.as_slice(), self.interval_ns, SortBy::P99);
+        // Kernel-skipped runs of the probes' programs (Status revision 2,
+        // since start): the table's MISS column has the agent's interval
+        // counts only.
+        if let Some(st) = t.status.as_ref().filter(|st| !st.missed.is_empty()) {
+            s.push_str("MISSED since start (runs the kernel skipped):");
+            for m in &st.missed {
+                let _ = write!(s, " {} {}", shown(&t.probe_name(m.id)), m.missed);
             }
-            let _ = writeln!(
-                s,
-                "  drops {}/{}  alerts {}/{}  (interval/since start)",
-                p.drops, p.total_drops, p.alerts, p.total_alerts
-            );
-            bars(&mut s, p);
+            s.push('\n');
         }
         let _ = writeln!(s, "{}", "-".repeat(78));
         let _ = writeln!(
@@ -428,36 +395,6 @@ impl View {
     }
 }
 
-/// The interval histogram folded per power of two, as bars.
-fn bars(s: &mut String, p: &ProbeReport) {
-    if p.count == 0 {
-        let _ = writeln!(s, "  (no events this interval)");
-        return;
-    }
-    let mut rows: Vec<(u64, u64, u64)> = Vec::new();
-    for &[lo, _, c] in &p.buckets {
-        let row_lo = if lo == 0 { 0 } else { 1u64 << (63 - lo.leading_zeros()) };
-        let row_hi = if lo == 0 { 1 } else { row_lo.saturating_mul(2) };
-        match rows.last_mut() {
-            Some(r) if r.0 == row_lo => r.2 += c,
-            _ => rows.push((row_lo, row_hi, c)),
-        }
-    }
-    let peak = rows.iter().map(|r| r.2).max().unwrap_or(1).max(1);
-    for (lo, hi, c) in rows {
-        let n = ((c as u128 * BAR_WIDTH as u128).div_ceil(peak as u128)) as usize;
-        let _ = writeln!(
-            s,
-            "  {:>9} .. {:<9} {:>9} |{:<w$}|",
-            fmt_ns(lo),
-            fmt_ns(hi),
-            c,
-            "#".repeat(n.min(BAR_WIDTH)),
-            w = BAR_WIDTH
-        );
-    }
-}
-
 /// `latmon view SOURCE`: redraws on every summary (at most 10 times a
 /// second) and once a second while idle. Connections are re-established;
 /// a file or stdin ends the view after drawing the last screen.
@@ -475,18 +412,19 @@ pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
     let mut last_frame: Option<Instant> = None;
     let mut last_draw: Option<Instant> = None;
     let mut dirty = true;
-    let draw = |view: &View, dec: &FrameDecoder, tracker: &Tracker, last_frame: Option<Instant>| -> io::Result<()> {
-        let screen = view.render(&name, &dec.stats, tracker, last_frame.map(|t| t.elapsed()));
-        let mut out = io::stdout().lock();
-        if tty {
-            out.write_all(b"\x1b[H\x1b[2J")?;
-            out.write_all(screen.replace('\n', "\r\n").as_bytes())?;
-        } else {
-            out.write_all(screen.as_bytes())?;
-            out.write_all(b"\n")?;
-        }
-        out.flush()
-    };
+    let draw =
+        |view: &mut View, dec: &FrameDecoder, tracker: &Tracker, last_frame: Option<Instant>| -> io::Result<()> {
+            let screen = view.render(&name, &dec.stats, tracker, last_frame.map(|t| t.elapsed()));
+            let mut out = io::stdout().lock();
+            if tty {
+                out.write_all(b"\x1b[H\x1b[2J")?;
+                out.write_all(screen.replace('\n', "\r\n").as_bytes())?;
+            } else {
+                out.write_all(screen.as_bytes())?;
+                out.write_all(b"\n")?;
+            }
+            out.flush()
+        };
     loop {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
@@ -510,14 +448,14 @@ pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
         let min_gap = if tty { Duration::from_millis(100) } else { Duration::from_secs(1) };
         let due = since.is_none_or(|d| (dirty && d >= min_gap) || d >= Duration::from_secs(1));
         if due && !replay {
-            if draw(&view, &dec, &tracker, last_frame).is_err() {
+            if draw(&mut view, &dec, &tracker, last_frame).is_err() {
                 return Ok(());
             }
             last_draw = Some(Instant::now());
             dirty = false;
         }
     }
-    let _ = draw(&view, &dec, &tracker, last_frame);
+    let _ = draw(&mut view, &dec, &tracker, last_frame);
     eprintln!("latmon: {}", link_line(&dec.stats, &tracker));
     Ok(())
 }
@@ -609,18 +547,19 @@ mod tests {
         }));
         v.on_event(&ev);
         let s = v.render("serial:/dev/ttyUSB0@115200", &link, &t, Some(Duration::from_millis(300)));
-        assert!(s.contains("runq  [runq via tp_btf]  MISSED 92 (runs the kernel skipped)"), "{s}");
+        assert!(s.contains("\nMISSED since start (runs the kernel skipped): runq 92\n"), "{s}");
+        // The table of `latmon run`: 4 events in the last 1 s interval.
+        let row = s.lines().find(|l| l.starts_with("runq ")).unwrap_or_else(|| panic!("{s}"));
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cols[..3], ["runq", "tp_btf", "4"], "{s}");
+        assert!(cols.len() == 10 && cols[6].ends_with("us"), "max: {s}");
         for needle in [
             "board arm1",
-            "runq  [runq via tp_btf]",
-            "last 1.00s       count 4",
-            "since start      count 6",
-            "p99.9",
+            "P99.9",
             "frames ok 4  CRC errors 2  resyncs 3",
             "last frame 0.3s ago",
             "ctrl_loop",
             "latency 900.00us",
-            "|################################|",
             "seq 2",
         ] {
             assert!(s.contains(needle), "{needle:?} missing in\n{s}");
@@ -682,7 +621,7 @@ mod tests {
     #[test]
     fn screen_and_decode_show_the_budget_the_step_and_losses() {
         let mut t = Tracker::new();
-        let v = View::default();
+        let mut v = View::default();
         t.on_frame(Frame::Hello(hello()));
         t.on_frame(Frame::Status(crate::wire::Status {
             boot_id: 7,

@@ -153,6 +153,61 @@ fn emit_does_not_allocate(word: &str) {
     assert_eq!(allocs, 0, "allocations on the agent thread per interval ({word})");
 }
 
+/// The text table (a family whose series are sorted, the top 10 shown,
+/// the rest summed) and the histograms under it allocate nothing either.
+#[test]
+fn text_output_emit_does_not_allocate() {
+    use latmon::table::{SortBy, TextStyle};
+    for style in [TextStyle::default(), TextStyle { sort: SortBy::Count, hist_all: true, crlf: false }] {
+        let mut sink = sinks::open_with("file:/dev/null,format=text", None, style).unwrap();
+        let n = 40;
+        let info = |i: usize| ProbeInfo {
+            name: if i == 0 { "syscall".into() } else { format!("syscall:s{i}") },
+            kind: "syscall".into(),
+            attach: "tp_btf".into(),
+            mode: String::new(),
+            btf_mode: String::new(),
+        };
+        let session = Session {
+            board: "b".into(),
+            kernel: "k".into(),
+            boot_id: 1,
+            start_ns: 0,
+            interval_ns: 1_000_000_000,
+            probes: (0..n).map(info).collect(),
+            failed: Vec::new(),
+        };
+        let totals = busy_hists(n, 3);
+        let errors = vec![0u64; n];
+        let mut r = IntervalReport {
+            seq: 1,
+            time_ns: 1,
+            interval_ns: 1_000_000_000,
+            last: false,
+            probes: (0..n).map(|i| ProbeReport::new(&session.probes[i], &Hist::default(), &totals[i])).collect(),
+            alert_records: Vec::new(),
+            agent: Default::default(),
+        };
+        for seq in 1..=3 {
+            r.seq = seq;
+            sink.emit(&Tick { session: &session, report: &r, totals: &totals, read_errors: &errors });
+        }
+        let ((), allocs) = counted(|| {
+            for seq in 4..=100 {
+                r.seq = seq;
+                // A different order each interval: the sort does the work.
+                for (i, p) in r.probes.iter_mut().enumerate() {
+                    p.p99_ns = (i as u64 * 7_919 + seq * 104_729) % 1_000_000;
+                    p.count = (i as u64 * 13 + seq) % 97;
+                }
+                sink.emit(&Tick { session: &session, report: &r, totals: &totals, read_errors: &errors });
+            }
+        });
+        sink.close(std::time::Duration::from_secs(1));
+        assert_eq!(allocs, 0, "allocations on the agent thread per interval (text, {style:?})");
+    }
+}
+
 #[test]
 fn modbus_output_emit_does_not_allocate() {
     // Port 0: any free port; nobody connects, so no reader holds an image.

@@ -26,7 +26,8 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 
 use crate::config::Format;
 use crate::hist::Hist;
-use crate::summary::{render_text_into, FailedProbe, IntervalReport, ProbeInfo, ProbeState};
+use crate::summary::{FailedProbe, IntervalReport, ProbeInfo, ProbeState};
+use crate::table::{TextRender, TextStyle};
 use crate::wire::{self, Encoder, Hello, ProbeHealth, ProbeMissed, Status, SummaryHeader};
 use queue::{Pop, Queue};
 use spec::{Endpoint, LinkSpec};
@@ -133,6 +134,12 @@ const DROP_LOG_PERIOD: Duration = Duration::from_secs(10);
 /// opened now, so mistakes fail at startup; a serial device that is absent
 /// is only reported: it is opened as soon as it appears.
 pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String> {
+    open_with(word, global, TextStyle::default())
+}
+
+/// [`open`] with what its text shows (`--sort`, `--hist`; CR LF on a
+/// serial line is set here, whatever `text` says).
+pub fn open_with(word: &str, global: Option<Format>, text: TextStyle) -> Result<Box<dyn Sink>, String> {
     if spec::is_modbus(word) {
         // A register map for PLCs: no format, its own server.
         return modbus::open(word);
@@ -199,11 +206,7 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
         }
     };
     let render = match format {
-        Format::Text => Render::Text {
-            buf: String::with_capacity(16 * 1024),
-            scratch: String::with_capacity(if serial_text { 16 * 1024 } else { 0 }),
-            crlf: serial_text,
-        },
+        Format::Text => Render::Text(Box::new(TextRender::new(TextStyle { crlf: serial_text, ..text }))),
         Format::Json => Render::Json(Vec::with_capacity(16 * 1024)),
         Format::Frames => {
             let mut f = Box::<FrameRender>::default();
@@ -413,7 +416,7 @@ fn stream_writer(
 }
 
 enum Render {
-    Text { buf: String, scratch: String, crlf: bool },
+    Text(Box<TextRender>),
     Json(Vec<u8>),
     Frames(Box<FrameRender>),
 }
@@ -732,22 +735,8 @@ impl Sink for Output {
         match &mut self.render {
             // Both render into buffers kept between intervals: no
             // allocation once they have grown to their working size.
-            Render::Text { buf, scratch, crlf } => {
-                buf.clear();
-                if *crlf {
-                    scratch.clear();
-                    render_text_into(scratch, t.report);
-                    // Serial terminals (minicom, screen) want CR LF.
-                    for line in scratch.split_inclusive('\n') {
-                        buf.push_str(line.strip_suffix('\n').unwrap_or(line));
-                        if line.ends_with('\n') {
-                            buf.push_str("\r\n");
-                        }
-                    }
-                } else {
-                    render_text_into(buf, t.report);
-                }
-                self.q.push(buf.as_bytes());
+            Render::Text(r) => {
+                self.q.push(r.render(t.report).as_bytes());
             }
             Render::Json(buf) => {
                 buf.clear();
