@@ -443,10 +443,7 @@ impl Config {
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let raw: RawConfig =
             toml::from_str(text).map_err(|e| ConfigError::BadFile(e.to_string().trim().to_string()))?;
-        let mut c = Config::default();
-        c.board = raw.board;
-        c.btf_path = raw.btf_path;
-        c.target = raw.target;
+        let mut c = Config { board: raw.board, btf_path: raw.btf_path, target: raw.target, ..Config::default() };
         if let Some(i) = raw.interval {
             c.interval = parse_duration(&i)?;
         }

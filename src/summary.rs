@@ -379,7 +379,7 @@ pub fn render_text_into(s: &mut String, r: &IntervalReport) {
         let peak = rows(&p.buckets).map(|r| r.2).max().unwrap_or(1).max(1);
         let _ = writeln!(s, "  {:>26} : {:<9} distribution", "nsecs", "count");
         for (lo, hi, c) in rows(&p.buckets) {
-            let stars = ((c as u128 * BAR_WIDTH as u128 + peak as u128 - 1) / peak as u128) as usize;
+            let stars = (c as u128 * BAR_WIDTH as u128).div_ceil(peak as u128) as usize;
             let _ = write!(s, "  {:>12} -> {:<11} : {:<9} |", lo, hi, c);
             for i in 0..BAR_WIDTH {
                 s.push(if i < stars { '*' } else { ' ' });

@@ -209,10 +209,12 @@ fn modbus_output_emit_does_not_allocate() {
 fn agent_interval_does_not_allocate() {
     use latmon::agent::{self, Agent};
     use latmon::config::{Budget, Config, ProbeSpec};
-    let mut cfg = Config::default();
-    cfg.probes = vec![ProbeSpec::parse("runq").unwrap(), ProbeSpec::parse("runq,comm=lm-nobody,name=quiet").unwrap()];
-    // A budget no probe breaks: the check runs every interval.
-    cfg.overhead_budget = Some(Budget { cpu_percent: Some(100.0), ns_per_event: Some(1_000_000), intervals: 3 });
+    let cfg = Config {
+        probes: vec![ProbeSpec::parse("runq").unwrap(), ProbeSpec::parse("runq,comm=lm-nobody,name=quiet").unwrap()],
+        // A budget no probe breaks: the check runs every interval.
+        overhead_budget: Some(Budget { cpu_percent: Some(100.0), ns_per_event: Some(1_000_000), intervals: 3 }),
+        ..Config::default()
+    };
     let stats = agent::enable_cost_stats();
     assert!(stats.is_some(), "BPF statistics (root)");
     let mut a = Agent::start(cfg, stats).expect("runq attaches");

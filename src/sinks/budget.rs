@@ -283,6 +283,9 @@ struct Family {
     members: Vec<usize>,
 }
 
+/// What renders a Status frame into the caller's encoder and buffers.
+pub type StatusFn<'a> = dyn FnMut(&Tick<'_>, &mut Encoder, &mut Vec<u8>, &mut Vec<usize>, LinkHealth) + 'a;
+
 /// The budgeted rendering state of one frames output.
 pub struct BudgetedFrames {
     pub pacer: Pacer,
@@ -403,12 +406,10 @@ impl BudgetedFrames {
         self.entry_of.clear();
         self.entry_of.resize(n, usize::MAX);
         let rolled: Vec<bool> = (0..n).map(|p| self.families.iter().any(|f| f.members.contains(&p))).collect();
-        for p in 0..n {
-            if !rolled[p] {
-                self.entry_of[p] = self.ids.len();
-                self.ids.push(p as u16);
-                self.src.push(p);
-            }
+        for p in (0..n).filter(|&p| !rolled[p]) {
+            self.entry_of[p] = self.ids.len();
+            self.ids.push(p as u16);
+            self.src.push(p);
         }
         for f in &self.families {
             for &m in &f.members {
@@ -500,6 +501,9 @@ impl BudgetedFrames {
 
     /// Render one agent interval. `frames` collects (bytes, lens) per group
     /// and hands each group to `q`.
+    // The encoder and both frame buffers are borrowed one by one, not as a
+    // struct, because `status` writes into the same three between groups.
+    #[allow(clippy::too_many_arguments)]
     pub fn render(
         &mut self,
         t: &Tick<'_>,
@@ -508,7 +512,7 @@ impl BudgetedFrames {
         buf: &mut Vec<u8>,
         lens: &mut Vec<usize>,
         flags_changed: bool,
-        status: &mut dyn FnMut(&Tick<'_>, &mut Encoder, &mut Vec<u8>, &mut Vec<usize>, LinkHealth),
+        status: &mut StatusFn<'_>,
     ) {
         let r = t.report;
         self.pacer.refill(r.time_ns);

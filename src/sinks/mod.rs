@@ -316,6 +316,9 @@ pub(crate) fn spawn_blocked(name: &str, f: impl FnOnce() + Send + 'static) -> io
     res
 }
 
+/// Opens a stream output again after it failed.
+type Reopen = Box<dyn FnMut() -> io::Result<Box<dyn Write + Send>> + Send>;
+
 /// Writer for byte streams: stdout, files, serial lines. With `reopen`, a
 /// link that fails (USB-serial unplugged) is closed and opened again every
 /// [`REOPEN_PERIOD`]; what arrives meanwhile is dropped and counted.
@@ -324,7 +327,7 @@ fn stream_writer(
     name: &str,
     frames: bool,
     mut w: Option<Box<dyn Write + Send>>,
-    mut reopen: Option<Box<dyn FnMut() -> io::Result<Box<dyn Write + Send>> + Send>>,
+    mut reopen: Option<Reopen>,
 ) {
     let (mut data, mut lens, mut pre) = (Vec::new(), Vec::new(), Vec::new());
     // A delimiter first, so a receiver resyncs even after a partial frame

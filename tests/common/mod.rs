@@ -62,6 +62,9 @@ pub fn start_run_attached(args: &[&str], env: &[(&str, &str)], probes: usize) ->
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
+    // Not left running behind the failed test.
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("latmon did not attach within 20 s");
 }
 
@@ -210,6 +213,8 @@ pub fn start_run_logged(
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("latmon did not start its probes within 30 s");
 }
 
