@@ -280,7 +280,7 @@ fn recursive_calls_pair_level_by_level() {
 #[test]
 fn calls_nested_deeper_than_the_stamp_stack_are_counted_drops() {
     let _s = serial();
-    let (stack, extra) = (FUNC_MAX_DEPTH as usize, 4usize);
+    let (stack, extra) = (FUNC_MAX_DEPTH, 4usize);
     let depth = stack + extra;
     let mut ran = Ran::default();
     let (sum, _) = monitor(&[spec("lm_recurse", ",name=deep")], &[], || {
