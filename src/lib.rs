@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 //! latmon: an eBPF latency monitor for real-time Linux robot controllers.
 //!
-//! Pure models (`hist`, `summary`, `config`, `tpformat`) carry their unit tests and do no
+//! Pure models (`hist`, `ident`, `summary`, `config`, `tpformat`) carry their unit tests and do no
 //! I/O; `probes` (BPF) and `sinks` are the I/O edges; `agent` runs the loop.
 
 pub mod agent;
@@ -11,6 +11,7 @@ pub mod cost;
 pub mod crc32;
 pub mod hist;
 pub mod hygiene;
+pub mod ident;
 pub mod modbus_map;
 pub mod privs;
 pub mod probes;

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 
 use latmon::config::{parse_duration, Config, Format, ProbeSpec};
+use latmon::ident::{BtfMode, Mechanism};
 use latmon::probes::{self, features};
 use latmon::{agent, cost, hygiene, privs, sinks, view};
 
@@ -241,12 +242,12 @@ struct ProbePlan {
     name: String,
     ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    attach: Option<String>,
+    attach: Option<Mechanism>,
     #[serde(skip_serializing_if = "Option::is_none")]
     mode: Option<String>,
-    /// Which build of the probe's BPF object runs: "co-re" or "no-btf".
+    /// Which build of the probe's BPF object runs.
     #[serde(skip_serializing_if = "Option::is_none")]
-    btf_mode: Option<String>,
+    btf_mode: Option<BtfMode>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
     /// latmon's own cost, measured during check (see `measure_ns`).
@@ -416,9 +417,9 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
                 match opened {
                     Ok(p) => {
                         plan.ok = true;
-                        plan.attach = Some(p.info().attach.clone());
+                        plan.attach = Some(p.info().attach);
                         plan.mode = Some(p.info().mode.clone());
-                        plan.btf_mode = Some(p.info().btf_mode.clone());
+                        plan.btf_mode = Some(p.info().btf_mode);
                         opened_ok.push((rep.probes.len(), p));
                     }
                     Err(e) => plan.error = Some(e.to_string()),
@@ -552,7 +553,7 @@ fn print_check(r: &CheckReport) {
                         "  {:<20} ok via {}, {} build ({})",
                         p.name,
                         at,
-                        p.btf_mode.as_deref().unwrap_or("?"),
+                        p.btf_mode.map_or("?", |b| b.as_str()),
                         p.mode.as_deref().unwrap_or("")
                     );
                     if let Some(c) = &p.cost {

@@ -9,6 +9,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use latmon::hist::Hist;
+use latmon::ident::{BtfMode, Family, Mechanism};
 use latmon::sinks::{self, Session, Tick};
 use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
 use latmon::wire::{Encoder, SummaryHeader};
@@ -110,10 +111,10 @@ fn emit_does_not_allocate(word: &str) {
         probes: (0..n)
             .map(|i| ProbeInfo {
                 name: format!("p{i}"),
-                kind: "runq".into(),
-                attach: "tp_btf".into(),
+                kind: Family::Runq,
+                attach: Mechanism::TpBtf,
                 mode: String::new(),
-                btf_mode: String::new(),
+                btf_mode: BtfMode::CoRe,
             })
             .collect(),
         failed: Vec::new(),
@@ -167,10 +168,10 @@ fn modbus_output_emit_does_not_allocate() {
         probes: (0..n)
             .map(|i| ProbeInfo {
                 name: format!("p{i}"),
-                kind: "runq".into(),
-                attach: "tp_btf".into(),
+                kind: Family::Runq,
+                attach: Mechanism::TpBtf,
                 mode: String::new(),
-                btf_mode: String::new(),
+                btf_mode: BtfMode::CoRe,
             })
             .collect(),
         failed: Vec::new(),

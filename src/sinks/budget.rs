@@ -463,8 +463,8 @@ impl BudgetedFrames {
             rows.push(ProbeDesc {
                 id: f.other,
                 name: name.clone(),
-                kind: head.kind.clone(),
-                attach: head.attach.clone(),
+                kind: head.kind.as_str().into(),
+                attach: head.attach.as_str().into(),
                 mode: format!("sum of {} rolled-up series", f.members.len()),
                 scheme: wire::BucketScheme::LATMON,
             });
@@ -473,8 +473,8 @@ impl BudgetedFrames {
                 rows.push(ProbeDesc {
                     id: m as u16,
                     name: p.name.clone(),
-                    kind: p.kind.clone(),
-                    attach: p.attach.clone(),
+                    kind: p.kind.as_str().into(),
+                    attach: p.attach.as_str().into(),
                     mode: format!("{ROLLED_MODE_PREFIX}{name}"),
                     scheme: wire::BucketScheme::LATMON,
                 });
@@ -861,6 +861,7 @@ mod tests {
         let _ = BUCKETS;
     }
 
+    use crate::ident::{BtfMode, Family, Mechanism};
     use crate::sinks::{queue::Pop, Session};
     use crate::summary::{IntervalReport, ProbeInfo, ProbeReport};
     use crate::wire::{Event, FrameDecoder, Tracker};
@@ -878,10 +879,10 @@ mod tests {
     fn info(name: &str, kind: &str) -> ProbeInfo {
         ProbeInfo {
             name: name.into(),
-            kind: kind.into(),
-            attach: "tp_btf".into(),
+            kind: Family::parse(kind).unwrap(),
+            attach: Mechanism::TpBtf,
             mode: String::new(),
-            btf_mode: String::new(),
+            btf_mode: BtfMode::CoRe,
         }
     }
 
