@@ -96,10 +96,6 @@ fn probe<'a>(summary: &'a serde_json::Value, name: &str) -> &'a serde_json::Valu
         .unwrap_or_else(|| panic!("no probe {name} in {summary}"))
 }
 
-fn u(v: &serde_json::Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not a number in {v}"))
-}
-
 fn alert_records<'a>(summary: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
     summary["alert_records"].as_array().map_or(Vec::new(), |a| a.iter().filter(|r| r["probe"] == name).collect())
 }
