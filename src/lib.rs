@@ -16,6 +16,7 @@ pub mod modbus_map;
 pub mod privs;
 pub mod probes;
 pub mod promhist;
+pub mod session;
 pub mod sinks;
 pub mod summary;
 pub mod tpformat;

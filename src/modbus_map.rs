@@ -13,7 +13,7 @@
 
 use std::fmt;
 
-use crate::sinks::Tick;
+use crate::session::Tick;
 use crate::summary::ProbeReport;
 
 /// Register 0: "LM".
@@ -302,7 +302,7 @@ mod tests {
     use super::*;
     use crate::hist::Hist;
     use crate::ident::{BtfMode, Family, Mechanism};
-    use crate::sinks::Session;
+    use crate::session::Session;
     use crate::summary::{FailedProbe, IntervalReport, ProbeInfo};
 
     fn info(name: &str, attach: Mechanism) -> ProbeInfo {
