@@ -148,10 +148,11 @@ impl BtfMode {
     }
 }
 
-// Display (logs, text) and Serialize (JSON) both say `as_str`.
+// Display (logs, text) and Serialize (JSON) both say `as_str`; Display
+// pads, so `{:<11}` lines up as it did for the words.
 impl fmt::Display for Family {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -163,7 +164,7 @@ impl Serialize for Family {
 
 impl fmt::Display for Mechanism {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -175,7 +176,7 @@ impl Serialize for Mechanism {
 
 impl fmt::Display for BtfMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -214,5 +215,6 @@ mod tests {
         assert_eq!(mechs, ["tp_btf", "raw_tp", "tracepoint", "fentry", "kprobe", "uprobe"]);
         assert_eq!((BtfMode::CoRe.to_string(), BtfMode::NoBtf.to_string()), ("co-re".into(), "no-btf".into()));
         assert_eq!(serde_json::to_string(&Mechanism::TpBtf).unwrap(), "\"tp_btf\"");
+        assert_eq!(format!("[{:<8}|{:>7}]", Mechanism::RawTp, Family::Irq), "[raw_tp  |    irq]");
     }
 }

@@ -31,7 +31,7 @@ impl Feature {
 
 impl std::fmt::Display for Feature {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -138,4 +138,16 @@ pub fn own_file_offset(addr: usize) -> Option<usize> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_lines_up_the_kinds() {
+        // print_text writes `{:<11}`: the words must pad as strings do.
+        assert_eq!(format!("{:<11}|", Feature::Attach(Mechanism::TpBtf)), "tp_btf     |");
+        assert_eq!(format!("{:<11}|", Feature::Ringbuf), "ringbuf    |");
+    }
 }
