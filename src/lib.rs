@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod bpf;
+pub mod check;
 pub mod config;
 pub mod cost;
 pub mod crc32;
