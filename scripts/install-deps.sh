@@ -37,5 +37,5 @@ if ! locale -a 2>/dev/null | grep -qix 'en_US.utf8'; then
 fi
 scripts/install-qemu.sh
 command -v cargo >/dev/null || { echo "install-deps: cargo not found; install Rust with rustup" >&2; exit 1; }
-rustup component add rustfmt
+rustup component add rustfmt clippy
 rustup target add aarch64-unknown-linux-gnu aarch64-unknown-linux-musl armv7-unknown-linux-gnueabihf

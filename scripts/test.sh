@@ -16,9 +16,12 @@ stage() { # NAME CMD...: run one stage and say how long it took
   "$@"
   echo "test.sh: $name passed in $(( $(date +%s) - s )) s"
 }
-# Style gates: rustfmt (rustfmt.toml) and clang-format for bpf/ (.clang-format).
+# Style gates: rustfmt (rustfmt.toml), clippy on every target (an allowance
+# only with its reason beside it) and clang-format for bpf/ (.clang-format).
+# clippy builds the BPF skeletons through build.rs, as cargo build does.
 lint() {
   cargo fmt --check
+  cargo clippy --release --all-targets --locked -- -D warnings
   clang-format --dry-run -Werror bpf/*.c bpf/*.h
 }
 stage "style gates" lint

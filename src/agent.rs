@@ -234,7 +234,7 @@ fn open_slots(specs: &[ProbeSpec]) -> (Vec<Slot>, Vec<FailedProbe>) {
 }
 
 fn failed_probe(position: usize, spec: &ProbeSpec, e: &dyn std::fmt::Display) -> FailedProbe {
-    FailedProbe { position, name: spec.name.clone(), kind: spec.kind.family().into(), why: e.to_string() }
+    FailedProbe { position, name: spec.name.clone(), kind: spec.kind.family(), why: e.to_string() }
 }
 
 impl Agent {

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::bpf::limits::COMM_LEN;
 pub use crate::cost::Budget;
+use crate::ident::{Family, Mechanism};
 
 /// CPU numbers `housekeeping_cpus` may name (the kernel's CPU_SETSIZE).
 pub const MAX_CPUS: usize = 1024;
@@ -118,30 +119,30 @@ impl UserFunc {
 }
 
 impl ProbeKind {
-    /// The family word used in specs and output (`kind` in JSON).
-    pub fn family(&self) -> &'static str {
+    /// The probe's family (its word: `Family::as_str`).
+    pub fn family(&self) -> Family {
         match self {
-            Self::Runq => "runq",
-            Self::Timer => "timer",
-            Self::Irq => "irq",
-            Self::Softirq => "softirq",
-            Self::Syscall(_) => "syscall",
-            Self::Chain { .. } => "chain",
-            Self::Kfunc(_) => "kfunc",
-            Self::Ufunc { .. } => "ufunc",
+            Self::Runq => Family::Runq,
+            Self::Timer => Family::Timer,
+            Self::Irq => Family::Irq,
+            Self::Softirq => Family::Softirq,
+            Self::Syscall(_) => Family::Syscall,
+            Self::Chain { .. } => Family::Chain,
+            Self::Kfunc(_) => Family::Kfunc,
+            Self::Ufunc { .. } => Family::Ufunc,
         }
     }
 
     /// The family's attach ladder: mechanisms in the order they are tried.
-    pub fn mechanisms(&self) -> &'static [&'static str] {
+    pub fn mechanisms(&self) -> &'static [Mechanism] {
+        use Mechanism::*;
         match self {
-            // tracepoint: the no-BTF build, record layout from tracefs.
-            Self::Runq => &["tp_btf", "raw_tp", "tracepoint"],
-            Self::Kfunc(_) => &["fentry", "kprobe"],
-            Self::Ufunc { .. } => &["uprobe"],
-            Self::Irq | Self::Softirq | Self::Syscall(_) => &["tp_btf", "raw_tp", "tracepoint"],
+            // Tracepoint: the no-BTF build, record layout from tracefs.
+            Self::Runq | Self::Irq | Self::Softirq | Self::Syscall(_) => &[TpBtf, RawTp, Tracepoint],
+            Self::Kfunc(_) => &[Fentry, Kprobe],
+            Self::Ufunc { .. } => &[Uprobe],
             // The timer wakeup path needs trusted task pointers (tp_btf).
-            Self::Timer | Self::Chain { .. } => &["tp_btf"],
+            Self::Timer | Self::Chain { .. } => &[TpBtf],
         }
     }
 
@@ -166,7 +167,7 @@ pub struct ProbeSpec {
     /// `attach=MECH`: only this rung of the ladder (one of
     /// `kind.mechanisms()`), e.g. to prove the kprobe path on a kernel
     /// where fentry works too.
-    pub attach: Option<&'static str>,
+    pub attach: Option<Mechanism>,
     /// `hist=true`: text outputs show this probe's histogram (and its
     /// series') in bcc's style under the table.
     pub hist: bool,
@@ -187,29 +188,32 @@ impl ProbeSpec {
             None => Ok(k),
             Some(_) => Err(bad(&format!("{word} takes no ':' argument"))),
         };
-        let kind = match word {
-            "runq" => no_arg(ProbeKind::Runq)?,
-            "timer" => no_arg(ProbeKind::Timer)?,
-            "irq" => no_arg(ProbeKind::Irq)?,
-            "softirq" => no_arg(ProbeKind::Softirq)?,
-            "chain" => no_arg(ProbeKind::Chain { response: None })?,
-            "syscall" => match arg {
+        let family = match Family::parse(word) {
+            Some(f) => f,
+            None if word.is_empty() => return Err(bad("empty probe spec")),
+            None => return Err(ConfigError::UnknownProbeKind(word.to_string())),
+        };
+        let kind = match family {
+            Family::Runq => no_arg(ProbeKind::Runq)?,
+            Family::Timer => no_arg(ProbeKind::Timer)?,
+            Family::Irq => no_arg(ProbeKind::Irq)?,
+            Family::Softirq => no_arg(ProbeKind::Softirq)?,
+            Family::Chain => no_arg(ProbeKind::Chain { response: None })?,
+            Family::Syscall => match arg {
                 None => ProbeKind::Syscall(None),
                 Some(n) if valid_ident(n) => ProbeKind::Syscall(Some(n.to_string())),
                 Some(_) => return Err(bad("syscall name must be an identifier, e.g. syscall:nanosleep")),
             },
-            "kfunc" => match arg {
+            Family::Kfunc => match arg {
                 Some(f) if valid_ident(f) => ProbeKind::Kfunc(f.to_string()),
                 _ => return Err(bad("expected kfunc:FUNCTION, e.g. kfunc:do_nanosleep")),
             },
-            "ufunc" => {
+            Family::Ufunc => {
                 let UserFunc { binary, symbol } = arg
                     .and_then(UserFunc::parse)
                     .ok_or_else(|| bad("expected ufunc:/absolute/path/to/binary:SYMBOL"))?;
                 ProbeKind::Ufunc { binary, symbol }
             }
-            "" => return Err(bad("empty probe spec")),
-            other => return Err(ConfigError::UnknownProbeKind(other.to_string())),
         };
         let mut p = ProbeSpec {
             kind,
@@ -263,8 +267,9 @@ impl ProbeSpec {
                 }
                 "attach" => {
                     let mechs = p.kind.mechanisms();
-                    p.attach = Some(mechs.iter().copied().find(|m| *m == v).ok_or_else(|| {
-                        bad(&format!("attach={v}: {} attaches via {}", p.kind.family(), mechs.join(" or ")))
+                    p.attach = Some(mechs.iter().copied().find(|m| m.as_str() == v).ok_or_else(|| {
+                        let words: Vec<&str> = mechs.iter().map(|m| m.as_str()).collect();
+                        bad(&format!("attach={v}: {} attaches via {}", p.kind.family(), words.join(" or ")))
                     })?);
                 }
                 "hist" => {
@@ -291,7 +296,7 @@ impl ProbeSpec {
 impl ProbeSpec {
     /// The rungs to try, in order: the family's ladder, or the one rung
     /// `attach=` pins.
-    pub fn ladder(&self) -> Vec<&'static str> {
+    pub fn ladder(&self) -> Vec<Mechanism> {
         match self.attach {
             Some(m) => vec![m],
             None => self.kind.mechanisms().to_vec(),
@@ -455,10 +460,7 @@ impl Config {
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let raw: RawConfig =
             toml::from_str(text).map_err(|e| ConfigError::BadFile(e.to_string().trim().to_string()))?;
-        let mut c = Config::default();
-        c.board = raw.board;
-        c.btf_path = raw.btf_path;
-        c.target = raw.target;
+        let mut c = Config { board: raw.board, btf_path: raw.btf_path, target: raw.target, ..Config::default() };
         if let Some(i) = raw.interval {
             c.interval = parse_duration(&i)?;
         }
@@ -676,11 +678,11 @@ mod tests {
             ProbeKind::Ufunc { binary: "/lib/x86_64-linux-gnu/libc.so.6".into(), symbol: "nanosleep".into() }
         );
         assert_eq!(u.name, "ufunc:/lib/x86_64-linux-gnu/libc.so.6:nanosleep");
-        assert_eq!(u.ladder(), ["uprobe"]);
+        assert_eq!(u.ladder(), [Mechanism::Uprobe]);
         let k = ProbeSpec::parse("kfunc:do_nanosleep").unwrap();
-        assert_eq!(k.ladder(), ["fentry", "kprobe"]);
+        assert_eq!(k.ladder(), [Mechanism::Fentry, Mechanism::Kprobe]);
         let k = ProbeSpec::parse("kfunc:do_nanosleep,attach=kprobe").unwrap();
-        assert_eq!((k.attach, k.ladder()), (Some("kprobe"), vec!["kprobe"]));
+        assert_eq!((k.attach, k.ladder()), (Some(Mechanism::Kprobe), vec![Mechanism::Kprobe]));
         assert_eq!(k.name, "kfunc:do_nanosleep", "options are not part of the name");
         let h = ProbeSpec::parse("syscall,hist=true").unwrap();
         assert_eq!((h.hist, h.name.as_str()), (true, "syscall"));

@@ -150,11 +150,7 @@ impl Hist {
 
     /// Mean in ns (0 when empty).
     pub fn mean_ns(&self) -> u64 {
-        if self.count == 0 {
-            0
-        } else {
-            self.sum_ns / self.count
-        }
+        self.sum_ns.checked_div(self.count).unwrap_or(0)
     }
 
     /// Value at quantile `q` (0..=1): the rank's bucket, interpolated

@@ -13,7 +13,7 @@
 
 use std::fmt;
 
-use crate::sinks::Tick;
+use crate::session::Tick;
 use crate::summary::ProbeReport;
 
 /// Register 0: "LM".
@@ -104,35 +104,6 @@ pub mod status {
 /// Probe block `state` values.
 pub const STATE_FAILED: u16 = 0;
 pub const STATE_ATTACHED: u16 = 1;
-
-/// `mechanism` register: the attach mechanism actually used.
-pub fn mechanism_code(attach: &str) -> u16 {
-    match attach {
-        "tp_btf" => 1,
-        "raw_tp" => 2,
-        "tracepoint" => 3,
-        "fentry" => 4,
-        "kprobe" => 5,
-        "uprobe" => 6,
-        "" => 0,
-        _ => 255,
-    }
-}
-
-/// `kind` register: the probe family.
-pub fn kind_code(kind: &str) -> u16 {
-    match kind {
-        "runq" => 1,
-        "syscall" => 2,
-        "irq" => 3,
-        "softirq" => 4,
-        "timer" => 5,
-        "kfunc" => 6,
-        "ufunc" => 7,
-        "chain" => 8,
-        _ => 0,
-    }
-}
 
 /// Agent-wide facts the Tick does not carry (yet).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -282,14 +253,14 @@ impl Image {
             self.put16(base + off::INDEX, pos as u16);
             if let Some(f) = s.failed.iter().find(|f| f.position == pos) {
                 self.put16(base + off::STATE, STATE_FAILED);
-                self.put16(base + off::KIND, kind_code(&f.kind));
+                self.put16(base + off::KIND, f.kind.modbus_code());
                 self.put_name(base, &f.name);
                 continue;
             }
             let Some(info) = s.probes.get(attached) else { continue };
             self.put16(base + off::STATE, STATE_ATTACHED);
-            self.put16(base + off::MECHANISM, mechanism_code(&info.attach));
-            self.put16(base + off::KIND, kind_code(&info.kind));
+            self.put16(base + off::MECHANISM, info.attach.modbus_code());
+            self.put16(base + off::KIND, info.kind.modbus_code());
             self.put_name(base, &info.name);
             if let Some(p) = t.report.probes.get(attached) {
                 self.put_probe(base, p);
@@ -330,17 +301,12 @@ impl Image {
 mod tests {
     use super::*;
     use crate::hist::Hist;
-    use crate::sinks::Session;
+    use crate::ident::{BtfMode, Family, Mechanism};
+    use crate::session::Session;
     use crate::summary::{FailedProbe, IntervalReport, ProbeInfo};
 
-    fn info(name: &str, attach: &str) -> ProbeInfo {
-        ProbeInfo {
-            name: name.into(),
-            kind: "runq".into(),
-            attach: attach.into(),
-            mode: String::new(),
-            btf_mode: String::new(),
-        }
+    fn info(name: &str, attach: Mechanism) -> ProbeInfo {
+        ProbeInfo { name: name.into(), kind: Family::Runq, attach, mode: String::new(), btf_mode: BtfMode::CoRe }
     }
 
     fn u32_at(w: &[u16], a: u16) -> u32 {
@@ -358,7 +324,7 @@ mod tests {
             boot_id: 0xDEAD_BEEF,
             start_ns: 1_000_000_000,
             interval_ns: 1_000_000_000,
-            probes: vec![info("runq", "tp_btf"), info("second-probe-with-long-name", "raw_tp")],
+            probes: vec![info("runq", Mechanism::TpBtf), info("second-probe-with-long-name", Mechanism::RawTp)],
             failed,
         }
     }
@@ -372,9 +338,12 @@ mod tests {
         }
         cur.drops = 2;
         cur.alerts = 1;
-        let p = ProbeReport::new(&info("runq", "tp_btf"), &prev, &cur);
-        let mut q =
-            ProbeReport::new(&info("second-probe-with-long-name", "raw_tp"), &Hist::default(), &Hist::default());
+        let p = ProbeReport::new(&info("runq", Mechanism::TpBtf), &prev, &cur);
+        let mut q = ProbeReport::new(
+            &info("second-probe-with-long-name", Mechanism::RawTp),
+            &Hist::default(),
+            &Hist::default(),
+        );
         q.total_count = 0x1_0000_0002;
         q.count = 5_000_000_000;
         IntervalReport {
@@ -390,7 +359,7 @@ mod tests {
 
     #[test]
     fn header_and_blocks() {
-        let failed = vec![FailedProbe { position: 1, name: "timer".into(), kind: "timer".into(), why: "no".into() }];
+        let failed = vec![FailedProbe { position: 1, name: "timer".into(), kind: Family::Timer, why: "no".into() }];
         let s = session(failed);
         let r = report(0x0102_0304_0506_0708);
         let mut img = Image::default();
@@ -493,30 +462,22 @@ mod tests {
 
     #[test]
     fn codes() {
-        for (m, c) in [
-            ("tp_btf", 1),
-            ("raw_tp", 2),
-            ("tracepoint", 3),
-            ("fentry", 4),
-            ("kprobe", 5),
-            ("uprobe", 6),
-            ("", 0),
-            ("new", 255),
-        ] {
-            assert_eq!(mechanism_code(m), c, "{m}");
+        // docs/modbus-map.md's tables: a PLC program reads these numbers.
+        use Mechanism::*;
+        for (m, c) in [(TpBtf, 1), (RawTp, 2), (Tracepoint, 3), (Fentry, 4), (Kprobe, 5), (Uprobe, 6)] {
+            assert_eq!(m.modbus_code(), c, "{m}");
         }
         for (k, c) in [
-            ("runq", 1),
-            ("syscall", 2),
-            ("irq", 3),
-            ("softirq", 4),
-            ("timer", 5),
-            ("kfunc", 6),
-            ("ufunc", 7),
-            ("chain", 8),
-            ("x", 0),
+            (Family::Runq, 1),
+            (Family::Syscall, 2),
+            (Family::Irq, 3),
+            (Family::Softirq, 4),
+            (Family::Timer, 5),
+            (Family::Kfunc, 6),
+            (Family::Ufunc, 7),
+            (Family::Chain, 8),
         ] {
-            assert_eq!(kind_code(k), c, "{k}");
+            assert_eq!(k.modbus_code(), c, "{k}");
         }
         assert_eq!(us_ceil(0), 0);
         assert_eq!(us_ceil(1), 1);

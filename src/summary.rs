@@ -9,20 +9,19 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::hist::{Hist, BUCKETS};
+use crate::ident::{BtfMode, Family, Mechanism};
 
 /// Static facts about an attached probe.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProbeInfo {
     pub name: String,
-    /// Family: runq, syscall, kfunc, ...
-    pub kind: String,
-    /// Mechanism actually used: tp_btf, raw_tp, tracepoint, fentry, kprobe, uprobe.
-    pub attach: String,
+    pub kind: Family,
+    /// Mechanism actually used (the rung of the attach ladder that won).
+    pub attach: Mechanism,
     /// Design detail worth knowing when reading numbers (e.g. "switch-only").
     pub mode: String,
-    /// Which build of the BPF object runs: "co-re" (relocated against the
-    /// kernel's BTF or btf_path) or "no-btf" (for kernels without BTF).
-    pub btf_mode: String,
+    /// Which build of the BPF object runs.
+    pub btf_mode: BtfMode,
 }
 
 /// A configured probe that did not attach: what outputs with fixed
@@ -32,8 +31,7 @@ pub struct FailedProbe {
     /// Index in the configured probe list (config order).
     pub position: usize,
     pub name: String,
-    /// Family: runq, syscall, kfunc, ...
-    pub kind: String,
+    pub kind: Family,
     /// Why it is not running (the attach error).
     pub why: String,
 }
@@ -69,6 +67,9 @@ impl Serialize for ProbeState {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProbeReport {
     pub name: String,
+    /// Family and mechanism as words: rendered here (`Family::as_str`,
+    /// `Mechanism::as_str`) because a receiver fills the same report
+    /// with whatever words a sender's Hello carried.
     pub kind: String,
     pub attach: String,
     pub count: u64,
@@ -193,8 +194,14 @@ impl IntervalReport {
 impl ProbeReport {
     /// Build from the cumulative snapshots at the start and end of an interval.
     pub fn new(info: &ProbeInfo, prev: &Hist, cur: &Hist) -> Self {
+        Self::labelled(&info.name, info.kind.as_str(), info.attach.as_str(), prev, cur)
+    }
+
+    /// [`ProbeReport::new`] for a row labelled with words, not types: a
+    /// receiver's, from what a sender's Hello said.
+    pub fn labelled(name: &str, kind: &str, attach: &str, prev: &Hist, cur: &Hist) -> Self {
         let mut r = ProbeReport::empty();
-        r.fill(info, prev, cur);
+        r.fill_labelled(name, kind, attach, prev, cur);
         r
     }
 
@@ -239,16 +246,18 @@ impl ProbeReport {
     /// allocation once they have grown to their working size. Cost and
     /// state are left as they are (the agent sets them).
     pub fn fill(&mut self, info: &ProbeInfo, prev: &Hist, cur: &Hist) {
+        self.fill_labelled(&info.name, info.kind.as_str(), info.attach.as_str(), prev, cur);
+    }
+
+    /// [`ProbeReport::fill`] with the labels as words (see `labelled`).
+    pub fn fill_labelled(&mut self, name: &str, kind: &str, attach: &str, prev: &Hist, cur: &Hist) {
         let d = cur.delta(prev);
         let p = d.percentiles();
-        if self.name != info.name {
-            self.name.clone_from(&info.name);
-        }
-        if self.kind != info.kind {
-            self.kind.clone_from(&info.kind);
-        }
-        if self.attach != info.attach {
-            self.attach.clone_from(&info.attach);
+        for (have, want) in [(&mut self.name, name), (&mut self.kind, kind), (&mut self.attach, attach)] {
+            if have != want {
+                have.clear();
+                have.push_str(want);
+            }
         }
         self.count = d.count;
         self.total_count = cur.count;
@@ -414,7 +423,7 @@ pub fn render_hist_into(s: &mut String, p: &ProbeReport, cost_measured: bool) {
     let peak = rows(&p.buckets).map(|r| r.2).max().unwrap_or(1).max(1);
     let _ = writeln!(s, "  {:>26} : {:<9} distribution", "nsecs", "count");
     for (lo, hi, c) in rows(&p.buckets) {
-        let stars = ((c as u128 * BAR_WIDTH as u128 + peak as u128 - 1) / peak as u128) as usize;
+        let stars = (c as u128 * BAR_WIDTH as u128).div_ceil(peak as u128) as usize;
         let _ = write!(s, "  {:>12} -> {:<11} : {:<9} |", lo, hi, c);
         for i in 0..BAR_WIDTH {
             s.push(if i < stars { '*' } else { ' ' });
@@ -466,10 +475,10 @@ mod tests {
     fn info() -> ProbeInfo {
         ProbeInfo {
             name: "runq".into(),
-            kind: "runq".into(),
-            attach: "tp_btf".into(),
+            kind: Family::Runq,
+            attach: Mechanism::TpBtf,
             mode: "switch-only".into(),
-            btf_mode: "co-re".into(),
+            btf_mode: BtfMode::CoRe,
         }
     }
 

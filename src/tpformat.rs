@@ -150,7 +150,7 @@ impl Format {
             let hex: String = hex.chars().take_while(char::is_ascii_hexdigit).collect();
             max = max.max(u64::from_str_radix(&hex, 16).ok()?);
         }
-        (max > 0 && max.is_power_of_two()).then(|| max << 1)
+        (max > 0 && max.is_power_of_two()).then_some(max << 1)
     }
 }
 

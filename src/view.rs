@@ -464,7 +464,6 @@ pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
 mod tests {
     use super::*;
     use crate::hist::Hist;
-    use crate::summary::ProbeInfo;
     use crate::wire::{Alert, BucketScheme, Frame, ProbeDesc};
 
     fn hello() -> Hello {
@@ -732,12 +731,5 @@ mod tests {
             serde_json::from_str(&json_line(&Err(FrameError::Crc { len: 9, expected: 1, actual: 2 }))).unwrap();
         assert_eq!(bad["type"], "bad_frame");
         assert_eq!(bad["reason"], "crc");
-        let _ = ProbeInfo {
-            name: String::new(),
-            kind: String::new(),
-            attach: String::new(),
-            mode: String::new(),
-            btf_mode: String::new(),
-        };
     }
 }

@@ -142,10 +142,6 @@ impl Run {
     }
 }
 
-fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("{k} missing or not a number in {v}"))
-}
-
 fn f(v: &Value, k: &str) -> f64 {
     v[k].as_f64().unwrap_or_else(|| panic!("{k} missing or not a number in {v}"))
 }

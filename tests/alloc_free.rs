@@ -9,6 +9,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use latmon::hist::Hist;
+use latmon::ident::{BtfMode, Family, Mechanism};
 use latmon::sinks::{self, Session, Tick};
 use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
 use latmon::wire::{Encoder, SummaryHeader};
@@ -110,10 +111,10 @@ fn emit_does_not_allocate(word: &str) {
         probes: (0..n)
             .map(|i| ProbeInfo {
                 name: format!("p{i}"),
-                kind: "runq".into(),
-                attach: "tp_btf".into(),
+                kind: Family::Runq,
+                attach: Mechanism::TpBtf,
                 mode: String::new(),
-                btf_mode: String::new(),
+                btf_mode: BtfMode::CoRe,
             })
             .collect(),
         failed: Vec::new(),
@@ -163,10 +164,10 @@ fn text_output_emit_does_not_allocate() {
         let n = 40;
         let info = |i: usize| ProbeInfo {
             name: if i == 0 { "syscall".into() } else { format!("syscall:s{i}") },
-            kind: "syscall".into(),
-            attach: "tp_btf".into(),
+            kind: Family::Syscall,
+            attach: Mechanism::TpBtf,
             mode: String::new(),
-            btf_mode: String::new(),
+            btf_mode: BtfMode::CoRe,
         };
         let session = Session {
             board: "b".into(),
@@ -222,10 +223,10 @@ fn modbus_output_emit_does_not_allocate() {
         probes: (0..n)
             .map(|i| ProbeInfo {
                 name: format!("p{i}"),
-                kind: "runq".into(),
-                attach: "tp_btf".into(),
+                kind: Family::Runq,
+                attach: Mechanism::TpBtf,
                 mode: String::new(),
-                btf_mode: String::new(),
+                btf_mode: BtfMode::CoRe,
             })
             .collect(),
         failed: Vec::new(),
@@ -264,10 +265,12 @@ fn modbus_output_emit_does_not_allocate() {
 fn agent_interval_does_not_allocate() {
     use latmon::agent::{self, Agent};
     use latmon::config::{Budget, Config, ProbeSpec};
-    let mut cfg = Config::default();
-    cfg.probes = vec![ProbeSpec::parse("runq").unwrap(), ProbeSpec::parse("runq,comm=lm-nobody,name=quiet").unwrap()];
-    // A budget no probe breaks: the check runs every interval.
-    cfg.overhead_budget = Some(Budget { cpu_percent: Some(100.0), ns_per_event: Some(1_000_000), intervals: 3 });
+    let cfg = Config {
+        probes: vec![ProbeSpec::parse("runq").unwrap(), ProbeSpec::parse("runq,comm=lm-nobody,name=quiet").unwrap()],
+        // A budget no probe breaks: the check runs every interval.
+        overhead_budget: Some(Budget { cpu_percent: Some(100.0), ns_per_event: Some(1_000_000), intervals: 3 }),
+        ..Config::default()
+    };
     let stats = agent::enable_cost_stats();
     assert!(stats.is_some(), "BPF statistics (root)");
     let mut a = Agent::start(cfg, stats).expect("runq attaches");

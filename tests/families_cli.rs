@@ -24,7 +24,7 @@ fn check_plans_every_rt_family_on_this_kernel() {
 
 #[test]
 fn the_default_runs_runq_syscall_and_irq_with_series() {
-    let child = start_run_attached(&["--interval", "200ms", "--format", "json"], &[], 3);
+    let child = start_run_env(&["--interval", "200ms", "--format", "json"], &[]);
     // Some syscalls of our own, so the syscall family has series.
     for _ in 0..100 {
         let _ = std::fs::metadata("/proc/self");

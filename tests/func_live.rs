@@ -96,10 +96,6 @@ fn probe<'a>(summary: &'a serde_json::Value, name: &str) -> &'a serde_json::Valu
         .unwrap_or_else(|| panic!("no probe {name} in {summary}"))
 }
 
-fn u(v: &serde_json::Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not a number in {v}"))
-}
-
 fn alert_records<'a>(summary: &'a serde_json::Value, name: &str) -> Vec<&'a serde_json::Value> {
     summary["alert_records"].as_array().map_or(Vec::new(), |a| a.iter().filter(|r| r["probe"] == name).collect())
 }
@@ -280,7 +276,7 @@ fn recursive_calls_pair_level_by_level() {
 #[test]
 fn calls_nested_deeper_than_the_stamp_stack_are_counted_drops() {
     let _s = serial();
-    let (stack, extra) = (FUNC_MAX_DEPTH as usize, 4usize);
+    let (stack, extra) = (FUNC_MAX_DEPTH, 4usize);
     let depth = stack + extra;
     let mut ran = Ran::default();
     let (sum, _) = monitor(&[spec("lm_recurse", ",name=deep")], &[], || {

@@ -12,10 +12,6 @@ use common::*;
 use latmon::config::ProbeSpec;
 use latmon::probes::irq::{self, Family, ThreadPath};
 
-fn u(v: &serde_json::Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not a number in {v}"))
-}
-
 fn last_probe<'a>(lines: &'a [serde_json::Value], name: &str) -> Option<&'a serde_json::Value> {
     lines.last()?["probes"].as_array()?.iter().find(|p| p["name"] == name)
 }
@@ -147,7 +143,7 @@ fn threaded_irq_path_loads_and_attaches() {
     latmon::probes::route_libbpf_logs();
     let spec = ProbeSpec::parse("irq").unwrap();
     let p = irq::open(&spec, Family::Irq, ThreadPath::On).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(p.info().attach, "tp_btf");
+    assert_eq!(p.info().attach, latmon::ident::Mechanism::TpBtf);
     assert!(p.info().mode.contains("irq threads"), "{}", p.info().mode);
 }
 
@@ -163,7 +159,7 @@ fn interrupts_above_the_threshold_become_alert_records_in_every_build() {
         (&[("LATMON_SKIP_ATTACH", "tp_btf")][..], "raw_tp"),
         (&[("LATMON_FORCE_NO_BTF", "1")][..], "tracepoint"),
     ] {
-        let child = start_run_attached(
+        let child = start_run_env(
             &[
                 "--probe",
                 "irq,threshold=1ns",
@@ -175,7 +171,6 @@ fn interrupts_above_the_threshold_become_alert_records_in_every_build() {
                 "json",
             ],
             env,
-            2,
         );
         let t0 = Instant::now();
         loopback_traffic(8 << 20);

@@ -20,10 +20,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use libbpf_rs::libbpf_sys;
 
-fn u(v: &serde_json::Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not a number in {v}"))
-}
-
 /// BPF map lookups in a loop on `cpu` until `stop`: each copies a 1 MiB
 /// value out of an array map, holding the CPU's bpf_prog_active meanwhile.
 fn hammer(cpu: usize, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
@@ -110,7 +106,7 @@ fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_repo
     let modbus = format!("modbus-tcp://127.0.0.1:{port}");
     let with_modbus: Vec<&str> = args.iter().copied().chain(["--output", "-", "--output", &modbus]).collect();
     let (nobtf, nobtf_err) = start_run_logged(&with_modbus, &[("LATMON_FORCE_NO_BTF", "1")]);
-    let btf = start_run_attached(&args, &[], 2);
+    let btf = start_run_env(&args, &[]);
     std::thread::sleep(Duration::from_millis(300));
     let done = Arc::new(AtomicBool::new(false));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -29,10 +29,6 @@ fn read_some(f: &mut File, buf: &mut [u8], wait: Duration) -> usize {
     }
 }
 
-fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"))
-}
-
 /// What the line between the two ptys did to the frames.
 #[derive(Default, Debug)]
 struct Line {
@@ -390,7 +386,7 @@ fn series_born_mid_run_keep_every_probe_labelled_over_frames() {
     let path = std::env::temp_dir().join(format!("latmon-series-{}.bin", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let file = format!("file:{}", path.display());
-    let run = start_run_attached(
+    let run = start_run_env(
         &[
             "--probe",
             "syscall",
@@ -406,7 +402,6 @@ fn series_born_mid_run_keep_every_probe_labelled_over_frames() {
             &format!("{file},format=frames"),
         ],
         &[],
-        2,
     );
     // Syscalls of our own, spread over several intervals.
     for _ in 0..8 {

@@ -197,10 +197,6 @@ fn paced_run(baud: u32, extra: &[&str], config: Option<&str>, drop_per_mille: u6
     Paced { run: json_lines(&out), dec: json_lines(&dout), line, secs }
 }
 
-fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"))
-}
-
 /// What the comparison found.
 #[derive(Debug, Default)]
 struct Compared {

@@ -9,6 +9,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use latmon::hist::Hist;
+use latmon::ident::{BtfMode, Family, Mechanism};
 use latmon::sinks::{self, Session, Tick};
 use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
 use latmon::wire::{Frame, FrameDecoder};
@@ -16,10 +17,10 @@ use latmon::wire::{Frame, FrameDecoder};
 fn info(i: usize) -> ProbeInfo {
     ProbeInfo {
         name: format!("p{i}"),
-        kind: "runq".into(),
-        attach: "tp_btf".into(),
+        kind: Family::Runq,
+        attach: Mechanism::TpBtf,
         mode: String::new(),
-        btf_mode: String::new(),
+        btf_mode: BtfMode::CoRe,
     }
 }
 

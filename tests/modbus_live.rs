@@ -540,6 +540,7 @@ fn modbus_rtu_over_a_pty_pair_with_pymodbus_and_mbpoll() {
 #[test]
 fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
     use latmon::hist::Hist;
+    use latmon::ident::{BtfMode, Family, Mechanism};
     use latmon::sinks::{self, Session, Tick};
     use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
     // No BPF here: the output alone, with one synthetic interval.
@@ -551,10 +552,10 @@ fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
         .expect("absent device is not fatal");
     let info = ProbeInfo {
         name: "runq".into(),
-        kind: "runq".into(),
-        attach: "raw_tp".into(),
+        kind: Family::Runq,
+        attach: Mechanism::RawTp,
         mode: String::new(),
-        btf_mode: String::new(),
+        btf_mode: BtfMode::CoRe,
     };
     let session = Session {
         board: "b".into(),

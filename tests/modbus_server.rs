@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use latmon::hist::Hist;
+use latmon::ident::{BtfMode, Family, Mechanism};
 use latmon::modbus_map::{off, reg, status, BLOCK_WORDS, HEADER_WORDS, MAGIC};
 use latmon::sinks::{self, Session, Sink, Tick};
 use latmon::summary::{FailedProbe, IntervalReport, ProbeInfo, ProbeReport};
@@ -25,10 +26,10 @@ fn port() -> u16 {
 fn info(i: usize) -> ProbeInfo {
     ProbeInfo {
         name: format!("p{i}"),
-        kind: "runq".into(),
-        attach: "tp_btf".into(),
+        kind: Family::Runq,
+        attach: Mechanism::TpBtf,
         mode: String::new(),
-        btf_mode: String::new(),
+        btf_mode: BtfMode::CoRe,
     }
 }
 
@@ -41,7 +42,7 @@ fn session() -> Session {
         start_ns: 0,
         interval_ns: 1_000_000,
         probes: vec![info(0), info(1)],
-        failed: vec![FailedProbe { position: 2, name: "timer".into(), kind: "timer".into(), why: "absent".into() }],
+        failed: vec![FailedProbe { position: 2, name: "timer".into(), kind: Family::Timer, why: "absent".into() }],
     }
 }
 

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use latmon::hist::Hist;
+use latmon::ident::{BtfMode, Family, Mechanism};
 use latmon::sinks::prom::{render_text, snapshot};
 use latmon::sinks::{LinkStats, Session, Tick};
 use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
@@ -76,10 +77,10 @@ fn the_rule_tests_catch_a_broken_rule() {
 fn a_folded_family_and_link_counters_pass_promtool_check_metrics() {
     let info = |name: &str| ProbeInfo {
         name: name.into(),
-        kind: "syscall".into(),
-        attach: "raw_tp".into(),
+        kind: Family::Syscall,
+        attach: Mechanism::RawTp,
         mode: String::new(),
-        btf_mode: String::new(),
+        btf_mode: BtfMode::CoRe,
     };
     let probes: Vec<ProbeInfo> =
         std::iter::once(info("sys")).chain((0..40).map(|k| info(&format!("sys:call{k}")))).collect();

@@ -8,10 +8,6 @@ use common::*;
 
 const ROUND_TRIPS: usize = 2000;
 
-fn u(v: &serde_json::Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not a number in {v}"))
-}
-
 #[test]
 fn runq_counts_ping_pong_wakeups_filtered_by_comm() {
     ping_pong_case("lm-pingpong", &[], "tp_btf");
@@ -37,8 +33,7 @@ fn runq_tracepoint_build_agrees_with_co_re_on_the_same_workload() {
     let comm = "lm-pingboth";
     let core = format!("runq,comm={comm},name=core");
     let tp = format!("runq,comm={comm},attach=tracepoint,name=tp");
-    let child =
-        start_run_attached(&["--probe", &core, "--probe", &tp, "--interval", "500ms", "--format", "json"], &[], 2);
+    let child = start_run_env(&["--probe", &core, "--probe", &tp, "--interval", "500ms", "--format", "json"], &[]);
     pipe_ping_pong(comm, ROUND_TRIPS);
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
@@ -65,8 +60,7 @@ fn runq_tracepoint_pid_filter_admits_only_that_process() {
     let comm = "lm-pingpid";
     let me = format!("runq,comm={comm},pid={},attach=tracepoint,name=mine", std::process::id());
     let other = format!("runq,comm={comm},pid=1,attach=tracepoint,name=init");
-    let child =
-        start_run_attached(&["--probe", &me, "--probe", &other, "--interval", "500ms", "--format", "json"], &[], 2);
+    let child = start_run_env(&["--probe", &me, "--probe", &other, "--interval", "500ms", "--format", "json"], &[]);
     pipe_ping_pong(comm, ROUND_TRIPS);
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");

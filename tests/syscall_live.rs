@@ -10,10 +10,6 @@ use common::*;
 const SLEEPS: u64 = 100;
 const GETPPIDS: u64 = 5000;
 
-fn u(v: &serde_json::Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not a number in {v}"))
-}
-
 /// The last report's entry named `name` (totals since start live there).
 fn last_probe<'a>(lines: &'a [serde_json::Value], name: &str) -> Option<&'a serde_json::Value> {
     lines.last()?["probes"].as_array()?.iter().find(|p| p["name"] == name)
@@ -54,8 +50,7 @@ fn nanosleep_case(env: &[(&str, &str)], attach: &str) {
     };
     let one = format!("syscall:nanosleep,comm={comm}");
     let all = format!("syscall,comm={comm},name=sys");
-    let child =
-        start_run_attached(&["--probe", &one, "--probe", &all, "--interval", "500ms", "--format", "json"], env, 2);
+    let child = start_run_env(&["--probe", &one, "--probe", &all, "--interval", "500ms", "--format", "json"], env);
     sleeper(comm);
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
@@ -168,8 +163,7 @@ fn slow_syscalls_become_alert_records_named_after_their_series() {
         assert!(plan["probes"][0]["mode"].as_str().unwrap().contains(via), "{plan}");
         let one = format!("syscall:nanosleep,comm={comm},threshold=1ms");
         let all = format!("syscall,comm={comm},threshold=1ms,name=sys");
-        let child =
-            start_run_attached(&["--probe", &one, "--probe", &all, "--interval", "60m", "--format", "json"], env, 2);
+        let child = start_run_env(&["--probe", &one, "--probe", &all, "--interval", "60m", "--format", "json"], env);
         let tid = std::thread::Builder::new()
             .name(comm.into())
             .spawn(|| {
@@ -357,8 +351,7 @@ fn exit_storm_case(env: &[(&str, &str)], attach: &str, tag: &str) {
     let full = format!("lm-full-{tag}");
     let p1 = format!("syscall,comm={storm},name=storm");
     let p2 = format!("syscall,comm={full},name=full");
-    let child =
-        start_run_attached(&["--probe", &p1, "--probe", &p2, "--interval", "500ms", "--format", "json"], env, 2);
+    let child = start_run_env(&["--probe", &p1, "--probe", &p2, "--interval", "500ms", "--format", "json"], env);
     let pid = child.id();
 
     // (1) The storm.

@@ -17,10 +17,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn u(v: &serde_json::Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not a number in {v}"))
-}
-
 fn last_probe<'a>(lines: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
     lines
         .last()

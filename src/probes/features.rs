@@ -10,13 +10,54 @@ use serde::Serialize;
 
 use super::{clear_libbpf_warning, libbpf_error, Owned};
 use crate::bpf::features::{FeaturesSkel, FeaturesSkelBuilder};
+use crate::ident::Mechanism;
+
+/// What `latmon check` tries: an attach mechanism, or BPF ring buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    Attach(Mechanism),
+    Ringbuf,
+}
+
+impl Feature {
+    /// Its word in `latmon check` (text and JSON `kind`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Feature::Attach(m) => m.as_str(),
+            Feature::Ringbuf => "ringbuf",
+        }
+    }
+}
+
+impl std::fmt::Display for Feature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for Feature {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
 
 /// Attach kinds `latmon check` reports, in ladder order within families.
-pub const KINDS: &[&str] = &["tracepoint", "tp_btf", "raw_tp", "kprobe", "fentry", "uprobe", "ringbuf"];
+pub const KINDS: [Feature; 7] = {
+    use Mechanism::*;
+    [
+        Feature::Attach(Tracepoint),
+        Feature::Attach(TpBtf),
+        Feature::Attach(RawTp),
+        Feature::Attach(Kprobe),
+        Feature::Attach(Fentry),
+        Feature::Attach(Uprobe),
+        Feature::Ringbuf,
+    ]
+};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct KindStatus {
-    pub kind: &'static str,
+    pub kind: Feature,
     pub ok: bool,
     /// Why not, when `ok` is false.
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -26,10 +67,13 @@ pub struct KindStatus {
 /// Probe every kind in `KINDS`.
 pub fn detect() -> Vec<KindStatus> {
     KINDS
-        .iter()
-        .map(|&kind| {
+        .into_iter()
+        .map(|kind| {
             clear_libbpf_warning();
-            let r = if kind == "ringbuf" { try_ringbuf() } else { try_prog(kind) };
+            let r = match kind {
+                Feature::Ringbuf => try_ringbuf(),
+                Feature::Attach(m) => try_prog(m),
+            };
             KindStatus { kind, ok: r.is_ok(), error: r.err().unwrap_or_default() }
         })
         .collect()
@@ -42,7 +86,8 @@ pub extern "C" fn latmon_uprobe_target() -> u64 {
     std::hint::black_box(1)
 }
 
-fn try_prog(kind: &str) -> Result<(), String> {
+/// Load and attach bpf/features.bpf.c's `feat_MECHANISM` program.
+fn try_prog(kind: Mechanism) -> Result<(), String> {
     let want = format!("feat_{kind}");
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<FeaturesSkel<'static>, String> {
         let mut open = FeaturesSkelBuilder::default()
@@ -59,7 +104,7 @@ fn try_prog(kind: &str) -> Result<(), String> {
         .progs_mut()
         .find(|p| p.name().to_string_lossy() == want)
         .ok_or_else(|| format!("no program {want}"))?;
-    let _link = if kind == "uprobe" {
+    let _link = if kind == Mechanism::Uprobe {
         let offset = own_file_offset(latmon_uprobe_target as *const () as usize)
             .ok_or("cannot locate latmon's own text in /proc/self/maps")?;
         prog.attach_uprobe(false, std::process::id() as i32, "/proc/self/exe", offset)
@@ -93,4 +138,16 @@ pub fn own_file_offset(addr: usize) -> Option<usize> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_lines_up_the_kinds() {
+        // print_text writes `{:<11}`: the words must pad as strings do.
+        assert_eq!(format!("{:<11}|", Feature::Attach(Mechanism::TpBtf)), "tp_btf     |");
+        assert_eq!(format!("{:<11}|", Feature::Ringbuf), "ringbuf    |");
+    }
 }

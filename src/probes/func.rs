@@ -43,6 +43,7 @@ use super::{clear_libbpf_warning, ladder, libbpf_error, BtfMode, Owned, PerCpuHi
 use crate::bpf::limits::MAX_FUNC_PROBES;
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::Hist;
+use crate::ident::Mechanism;
 use crate::summary::{fmt_ns, AlertRecord, ProbeInfo};
 
 /// What every copy of the object is configured with before load.
@@ -302,10 +303,10 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
     let (links, own, mech) = match &spec.kind {
         ProbeKind::Kfunc(func) => {
             let res = ladder(&probe, &spec.ladder(), |mech| match mech {
-                "fentry" if set.btf_mode == BtfMode::NoBtf => {
+                Mechanism::Fentry if set.btf_mode == BtfMode::NoBtf => {
                     Err("needs the kernel's BTF; the func probes run the no-BTF build here".to_string())
                 }
-                "fentry" => attach_fentry(set, specs, id, func)
+                Mechanism::Fentry => attach_fentry(set, specs, id, func)
                     .map(|(own, links)| (links, Some(own)))
                     .map_err(|e| explain(mech, func, e)),
                 _ => attach_kprobe(set, id, func).map(|links| (links, None)).map_err(|e| explain(mech, func, e)),
@@ -341,8 +342,8 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
         other => return Err(ProbeError::Unsupported { probe, kind: other.family() }),
     };
     let pairing = match mech {
-        "uprobe" => "uprobe/uretprobe, frames paired by stack pointer",
-        "kprobe" => "kprobe/kretprobe, nested calls paired in order",
+        Mechanism::Uprobe => "uprobe/uretprobe, frames paired by stack pointer",
+        Mechanism::Kprobe => "kprobe/kretprobe, nested calls paired in order",
         _ => "fentry/fexit, nested calls paired in order",
     };
     let mut mode = pairing.to_string();
@@ -352,13 +353,7 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
             &format!(", alerts above {} via {}", fmt_ns(thr), if set.use_ringbuf { "ringbuf" } else { "perf buffer" });
     }
     Ok(Func {
-        info: ProbeInfo {
-            name: probe,
-            kind: spec.kind.family().into(),
-            attach: mech.into(),
-            mode,
-            btf_mode: set.btf_mode.as_str().into(),
-        },
+        info: ProbeInfo { name: probe, kind: spec.kind.family(), attach: mech, mode, btf_mode: set.btf_mode },
         id,
         links,
         _own: own,
@@ -438,16 +433,16 @@ fn attach_uprobe(set: &FuncSet, id: u32, binary: &str, symbol: &str, pid: i32) -
 
 /// The usual kfunc failures in words; libbpf's own line stays in the
 /// debug log (-vv). Anything else is reported as libbpf said it.
-fn explain(mech: &str, func: &str, raw: String) -> String {
+fn explain(mech: Mechanism, func: &str, raw: String) -> String {
     let has = |errno: &str, text: &str| raw.contains(errno) || raw.contains(text);
     match mech {
-        "fentry" if has("-EPERM", "Operation not permitted") => {
+        Mechanism::Fentry if has("-EPERM", "Operation not permitted") => {
             "the kernel refuses fentry/fexit programs here (EPERM at load)".into()
         }
-        "fentry" if has("-ESRCH", "No such process") => {
+        Mechanism::Fentry if has("-ESRCH", "No such process") => {
             format!("no BTF for {func} (ESRCH): the function is inlined, static or not in the kernel's BTF")
         }
-        "kprobe" if has("-ENOENT", "No such file or directory") => {
+        Mechanism::Kprobe if has("-ENOENT", "No such file or directory") => {
             format!("no kprobe on {func} (ENOENT): kernel built without CONFIG_KPROBES, or {func} cannot be probed")
         }
         _ => raw,
@@ -511,12 +506,12 @@ impl Probe for Func {
 
     fn bpf_programs(&self) -> Vec<RawFd> {
         let fd = |p: &libbpf_rs::ProgramMut<'_>| p.as_fd().as_raw_fd();
-        let mut fds = match (&self._own, self.info.attach.as_str()) {
+        let mut fds = match (&self._own, self.info.attach) {
             // fentry: this probe's own copy, exact.
             (Some(own), _) => vec![fd(&own.progs.func_fentry), fd(&own.progs.func_fexit)],
             // kprobe/uprobe: the set's programs, shared by its probes of
             // that kind (the cookie tells them apart).
-            (None, "kprobe") => {
+            (None, Mechanism::Kprobe) => {
                 let p = self.set.skel.progs();
                 vec![fd(p.kentry), fd(p.kexit)]
             }
@@ -539,11 +534,12 @@ mod tests {
 
     #[test]
     fn kfunc_failures_are_put_in_words() {
-        let e = explain("fentry", "f", "load: Operation not permitted (os error 1) (libbpf: ... -EPERM)".into());
+        let e =
+            explain(Mechanism::Fentry, "f", "load: Operation not permitted (os error 1) (libbpf: ... -EPERM)".into());
         assert_eq!(e, "the kernel refuses fentry/fexit programs here (EPERM at load)");
-        let e = explain("kprobe", "f", "attach kretprobe: failed (libbpf: ... perf event: -ENOENT)".into());
+        let e = explain(Mechanism::Kprobe, "f", "attach kretprobe: failed (libbpf: ... perf event: -ENOENT)".into());
         assert!(e.starts_with("no kprobe on f (ENOENT)"), "{e}");
-        assert!(explain("fentry", "f", "load: -ESRCH".into()).contains("no BTF for f"));
-        assert_eq!(explain("kprobe", "f", "something else".into()), "something else");
+        assert!(explain(Mechanism::Fentry, "f", "load: -ESRCH".into()).contains("no BTF for f"));
+        assert_eq!(explain(Mechanism::Kprobe, "f", "something else".into()), "something else");
     }
 }

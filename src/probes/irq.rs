@@ -24,7 +24,7 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
 use super::alerts::{alert_feed, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
 use super::series::{Family as FamilyProbe, Role, Slot, Source};
 use super::{
-    attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, tracefs_format, BtfMode, Owned, PerCpuHist, Probe,
+    attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, tracefs_format, Owned, PerCpuHist, Probe,
     ProbeError, RawHist,
 };
 use crate::bpf::irq::{types, IrqSkelBuilder};
@@ -34,6 +34,7 @@ use crate::bpf::limits::{
 };
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
+use crate::ident::Mechanism;
 use crate::summary::{AlertRecord, ProbeInfo};
 use crate::tpformat::PID_SIZES;
 
@@ -61,6 +62,16 @@ pub enum Family {
     Softirq,
 }
 
+impl Family {
+    /// The probe family this half measures.
+    fn ident(self) -> crate::ident::Family {
+        match self {
+            Family::Irq => crate::ident::Family::Irq,
+            Family::Softirq => crate::ident::Family::Softirq,
+        }
+    }
+}
+
 /// Whether the `irq` probe attaches the threaded-path programs (they run on
 /// every wakeup and context switch, so only where they can see something).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,11 +85,11 @@ pub enum ThreadPath {
 
 /// Programs in attach order for a family, mechanism and thread path. The
 /// switch program goes before the waking program that creates stamps.
-fn programs(family: Family, mech: &str, threads: bool) -> Vec<&'static str> {
-    let btf = mech == "tp_btf";
+fn programs(family: Family, mech: Mechanism, threads: bool) -> Vec<&'static str> {
+    let btf = mech == Mechanism::TpBtf;
     match family {
-        Family::Softirq if mech == "tracepoint" => vec!["softirq_exit_tp", "softirq_entry_tp"],
-        Family::Irq if mech == "tracepoint" => vec!["irq_exit_tp", "irq_entry_tp"],
+        Family::Softirq if mech == Mechanism::Tracepoint => vec!["softirq_exit_tp", "softirq_entry_tp"],
+        Family::Irq if mech == Mechanism::Tracepoint => vec!["irq_exit_tp", "irq_entry_tp"],
         Family::Softirq if btf => vec!["softirq_exit_btf", "softirq_entry_btf"],
         Family::Softirq => vec!["softirq_exit_raw", "softirq_entry_raw"],
         Family::Irq if btf && threads => {
@@ -328,28 +339,23 @@ pub fn open(spec: &ProbeSpec, family: Family, threads: ThreadPath) -> Result<Box
             ThreadPath::On => true,
             ThreadPath::IfThreadsExist => irq_threads_exist(),
         };
-    let kind = match family {
-        Family::Irq => "irq",
-        Family::Softirq => "softirq",
-    };
+    let kind = family.ident();
     let ringbuf = want_ringbuf();
     let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
-        "tracepoint" => load_tp(spec, family, ringbuf),
+        Mechanism::Tracepoint => load_tp(spec, family, ringbuf),
         _ if !core => Err(super::needs_btf(kind)),
         _ => load_core(spec, family, mech, threads, ringbuf),
     })?;
     let mut mode = match family {
-        Family::Irq if threads && mech == "tp_btf" => "per-cpu stamp, irq threads".to_string(),
-        _ if mech == "tracepoint" => format!("per-cpu stamp, {}", super::TP_LAYOUT),
+        Family::Irq if threads && mech == Mechanism::TpBtf => "per-cpu stamp, irq threads".to_string(),
+        _ if mech == Mechanism::Tracepoint => format!("per-cpu stamp, {}", super::TP_LAYOUT),
         _ => "per-cpu stamp".to_string(),
     };
     if let Some(thr) = spec.threshold {
         let via = if ringbuf { "ringbuf" } else { "perf buffer" };
         mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
     }
-    let btf_mode = if mech == "tracepoint" { BtfMode::NoBtf } else { BtfMode::CoRe };
-    let info =
-        ProbeInfo { name: probe, kind: kind.into(), attach: mech.into(), mode, btf_mode: btf_mode.as_str().into() };
+    let info = ProbeInfo { name: probe, kind, attach: mech, mode, btf_mode: super::tp_family_build(mech) };
     let source = Irqs {
         alerts: l.alerts,
         alert_drops: l.alert_drops,
@@ -414,7 +420,7 @@ macro_rules! loaded {
 fn load_core(
     spec: &ProbeSpec,
     family: Family,
-    mech: &'static str,
+    mech: Mechanism,
     threads: bool,
     ringbuf: bool,
 ) -> Result<Loaded, String> {
@@ -439,7 +445,7 @@ fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, St
         Family::Irq => [fmt("irq_handler_entry")?, fmt("irq_handler_exit")?],
         Family::Softirq => [fmt("softirq_entry")?, fmt("softirq_exit")?],
     };
-    let wanted = programs(family, "tracepoint", false);
+    let wanted = programs(family, Mechanism::Tracepoint, false);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
         let mut open = IrqNobtfSkelBuilder::default()
             .open_opts(super::open_opts(), storage)
@@ -496,14 +502,11 @@ ERR:          0\n";
 
     #[test]
     fn program_sets() {
-        assert_eq!(programs(Family::Softirq, "raw_tp", false), ["softirq_exit_raw", "softirq_entry_raw"]);
-        assert_eq!(
-            programs(Family::Irq, "raw_tp", true),
-            ["irq_exit_raw", "irq_entry_raw"],
-            "no thread path on raw_tp"
-        );
-        assert_eq!(programs(Family::Irq, "tp_btf", true).len(), 4);
-        assert_eq!(programs(Family::Irq, "tracepoint", true), ["irq_exit_tp", "irq_entry_tp"], "no thread path");
-        assert_eq!(programs(Family::Softirq, "tracepoint", false), ["softirq_exit_tp", "softirq_entry_tp"]);
+        use Mechanism::{RawTp, TpBtf, Tracepoint};
+        assert_eq!(programs(Family::Softirq, RawTp, false), ["softirq_exit_raw", "softirq_entry_raw"]);
+        assert_eq!(programs(Family::Irq, RawTp, true), ["irq_exit_raw", "irq_entry_raw"], "no thread path on raw_tp");
+        assert_eq!(programs(Family::Irq, TpBtf, true).len(), 4);
+        assert_eq!(programs(Family::Irq, Tracepoint, true), ["irq_exit_tp", "irq_entry_tp"], "no thread path");
+        assert_eq!(programs(Family::Softirq, Tracepoint, false), ["softirq_exit_tp", "softirq_entry_tp"]);
     }
 }

@@ -22,6 +22,8 @@ use libbpf_rs::{Link, MapCore, Object, OpenObject, PrintLevel};
 
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::{Hist, BUCKETS};
+pub use crate::ident::BtfMode;
+use crate::ident::{Family, Mechanism};
 use crate::summary::{AlertRecord, ProbeInfo};
 
 /// Why a probe is not running.
@@ -29,11 +31,11 @@ use crate::summary::{AlertRecord, ProbeInfo};
 #[non_exhaustive]
 pub enum ProbeError {
     /// This build of latmon has no such probe family (yet).
-    Unsupported { probe: String, kind: &'static str },
+    Unsupported { probe: String, kind: Family },
     /// The kernel lacks something the probe needs (BTF, a config option).
     KernelFeature { probe: String, what: String },
     /// Every mechanism of the attach ladder failed; one reason per rung.
-    Attach { probe: String, tried: Vec<(&'static str, String)> },
+    Attach { probe: String, tried: Vec<(Mechanism, String)> },
     /// Reading the probe's maps failed.
     Read { probe: String, why: String },
     /// What the probe points at does not exist: a binary, a symbol in it,
@@ -141,16 +143,16 @@ pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> 
 /// attaches wins. Returns the winner and its rung name, or every failure.
 pub(crate) fn ladder<T>(
     probe: &str,
-    rungs: &[&'static str],
-    mut attempt: impl FnMut(&'static str) -> Result<T, String>,
-) -> Result<(T, &'static str), ProbeError> {
+    rungs: &[Mechanism],
+    mut attempt: impl FnMut(Mechanism) -> Result<T, String>,
+) -> Result<(T, Mechanism), ProbeError> {
     let mut tried = Vec::new();
     // LATMON_SKIP_ATTACH=tp_btf,fentry skips rungs: how the fallback paths
     // are tested on kernels where the preferred rung works, and a field
     // workaround for a kernel whose preferred mechanism misbehaves.
     let skip = std::env::var("LATMON_SKIP_ATTACH").unwrap_or_default();
     for &rung in rungs {
-        if skip.split(',').any(|s| s.trim() == rung) {
+        if skip.split(',').any(|s| s.trim() == rung.as_str()) {
             tried.push((rung, "skipped (LATMON_SKIP_ATTACH)".to_string()));
             continue;
         }
@@ -348,12 +350,12 @@ pub(crate) use set_tp_field;
 /// The attach ladder of a family with a no-BTF tracepoint build: without
 /// kernel types only its `tracepoint` rung can run (unless the spec pins
 /// another, which then fails with the reason).
-pub(crate) fn ladder_for(spec: &ProbeSpec) -> Vec<&'static str> {
+pub(crate) fn ladder_for(spec: &ProbeSpec) -> Vec<Mechanism> {
     let all = spec.ladder();
     if kernel_btf_present() {
         return all;
     }
-    let tp: Vec<&'static str> = all.iter().copied().filter(|m| *m == "tracepoint").collect();
+    let tp: Vec<Mechanism> = all.iter().copied().filter(|m| *m == Mechanism::Tracepoint).collect();
     if tp.is_empty() {
         all
     } else {
@@ -361,8 +363,18 @@ pub(crate) fn ladder_for(spec: &ProbeSpec) -> Vec<&'static str> {
     }
 }
 
+/// The build a rung of a family with a no-BTF tracepoint build runs: the
+/// no-BTF one on the classic tracepoint rung, CO-RE on the others.
+pub(crate) fn tp_family_build(mech: Mechanism) -> BtfMode {
+    if mech == Mechanism::Tracepoint {
+        BtfMode::NoBtf
+    } else {
+        BtfMode::CoRe
+    }
+}
+
 /// The reason a CO-RE rung cannot run without kernel types.
-pub(crate) fn needs_btf(family: &str) -> String {
+pub(crate) fn needs_btf(family: Family) -> String {
     format!("{}; {family} via tp_btf/raw_tp needs CO-RE (use attach=tracepoint)", no_btf_reason())
 }
 
@@ -494,26 +506,6 @@ pub(crate) fn zeroed_opts<T>() -> T {
     // SAFETY: only used for libbpf's C opts structs: integers and raw
     // pointers, for which all-zero is a valid value.
     unsafe { std::mem::zeroed() }
-}
-
-/// How a probe's BPF object gets along with kernel types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BtfMode {
-    /// CO-RE: relocated against the kernel's BTF (or `btf_path`).
-    CoRe,
-    /// A build without CO-RE relocations (bpf/nobtf.h), for kernels
-    /// without BTF. Only families that read no kernel struct have one.
-    NoBtf,
-}
-
-impl BtfMode {
-    /// As `latmon check` and the logs name it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BtfMode::CoRe => "co-re",
-            BtfMode::NoBtf => "no-btf",
-        }
-    }
 }
 
 /// `LATMON_FORCE_NO_BTF=1`: behave as on a kernel without BTF and without

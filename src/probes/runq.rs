@@ -16,13 +16,14 @@ use libbpf_rs::{Link, OpenObject};
 
 use super::alerts::{alert_feed, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
 use super::{
-    ladder, ladder_for, libbpf_error, set_comm, set_tp_field, tracefs_format, BtfMode, Owned, PerCpuHist, Probe,
-    ProbeError, ReadHist,
+    ladder, ladder_for, libbpf_error, set_comm, set_tp_field, tracefs_format, Owned, PerCpuHist, Probe, ProbeError,
+    ReadHist,
 };
 use crate::bpf::runq::{types, RunqSkelBuilder};
 use crate::bpf::runq_nobtf::{types as nobtf_types, RunqNobtfSkelBuilder};
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
+use crate::ident::{Family, Mechanism};
 use crate::summary::{AlertRecord, ProbeInfo};
 
 mod core_types {
@@ -39,19 +40,19 @@ use crate::tpformat::{COMM_SIZES, LONG_SIZES, PID_SIZES};
 const DEFAULT_REPORT_MAX: u64 = 0x100;
 
 /// The start-stamp store each attach mechanism uses (see bpf/runq.bpf.c).
-fn mode(mech: &str) -> String {
+fn mode(mech: Mechanism) -> String {
     match mech {
-        "tp_btf" => "task-storage".into(),
-        "raw_tp" => "pid-hash".into(),
+        Mechanism::TpBtf => "task-storage".into(),
+        Mechanism::RawTp => "pid-hash".into(),
         _ => format!("pid-hash, {}", super::TP_LAYOUT),
     }
 }
 
 /// Does program `name` belong to mechanism `mech`?
-fn wants(mech: &str, name: &str) -> bool {
+fn wants(mech: Mechanism, name: &str) -> bool {
     name.ends_with(match mech {
-        "tp_btf" => "_btf",
-        "raw_tp" => "_raw",
+        Mechanism::TpBtf => "_btf",
+        Mechanism::RawTp => "_raw",
         _ => "_tp",
     })
 }
@@ -99,30 +100,23 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
     let core = super::kernel_btf_present();
     let ringbuf = want_ringbuf();
     let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
-        "tracepoint" => load_tp(spec, ringbuf),
-        _ if !core => Err(super::needs_btf("runq")),
+        Mechanism::Tracepoint => load_tp(spec, ringbuf),
+        _ if !core => Err(super::needs_btf(Family::Runq)),
         _ => load_core(spec, mech, ringbuf),
     })?;
-    let btf_mode = if mech == "tracepoint" { BtfMode::NoBtf } else { BtfMode::CoRe };
     let mut mode = mode(mech);
     if let Some(thr) = spec.threshold {
         let via = if ringbuf { "ringbuf" } else { "perf buffer" };
         mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
     }
     Ok(Box::new(Runq {
-        info: ProbeInfo {
-            name: probe,
-            kind: "runq".into(),
-            attach: mech.into(),
-            mode,
-            btf_mode: btf_mode.as_str().into(),
-        },
+        info: ProbeInfo { name: probe, kind: Family::Runq, attach: mech, mode, btf_mode: super::tp_family_build(mech) },
         l,
     }))
 }
 
 /// Attach the loaded programs of `mech`; their fds and links.
-fn attach_progs(obj: &libbpf_rs::Object, mech: &str) -> Result<(Vec<RawFd>, Vec<Link>), String> {
+fn attach_progs(obj: &libbpf_rs::Object, mech: Mechanism) -> Result<(Vec<RawFd>, Vec<Link>), String> {
     let (mut fds, mut links) = (Vec::new(), Vec::new());
     for prog in obj.progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();
@@ -138,7 +132,7 @@ fn threshold_ns(spec: &ProbeSpec) -> u64 {
     spec.threshold.map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
 }
 
-fn load_core(spec: &ProbeSpec, mech: &'static str, ringbuf: bool) -> Result<Loaded, String> {
+fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded, String> {
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open =
             RunqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
@@ -205,7 +199,7 @@ fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
         crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    loaded!(skel, spec, ringbuf, nobtf_types, "tracepoint")
+    loaded!(skel, spec, ringbuf, nobtf_types, Mechanism::Tracepoint)
 }
 
 impl Probe for Runq {
@@ -250,10 +244,11 @@ mod tests {
 
     #[test]
     fn programs_and_modes_per_rung() {
-        assert!(wants("tp_btf", "runq_switch_btf") && !wants("tp_btf", "runq_switch_raw"));
-        assert!(wants("raw_tp", "runq_wakeup_raw") && !wants("raw_tp", "runq_wakeup_tp"));
-        assert!(wants("tracepoint", "runq_wakeup_new_tp") && !wants("tracepoint", "runq_wakeup_new_btf"));
-        assert_eq!(mode("tracepoint"), "pid-hash, layout from tracefs format");
-        assert_eq!(mode("tp_btf"), "task-storage");
+        use Mechanism::{RawTp, TpBtf, Tracepoint};
+        assert!(wants(TpBtf, "runq_switch_btf") && !wants(TpBtf, "runq_switch_raw"));
+        assert!(wants(RawTp, "runq_wakeup_raw") && !wants(RawTp, "runq_wakeup_tp"));
+        assert!(wants(Tracepoint, "runq_wakeup_new_tp") && !wants(Tracepoint, "runq_wakeup_new_btf"));
+        assert_eq!(mode(Tracepoint), "pid-hash, layout from tracefs format");
+        assert_eq!(mode(TpBtf), "task-storage");
     }
 }

@@ -277,10 +277,10 @@ mod tests {
     fn info() -> ProbeInfo {
         ProbeInfo {
             name: "fam".into(),
-            kind: "syscall".into(),
-            attach: "tp_btf".into(),
+            kind: crate::ident::Family::Syscall,
+            attach: crate::ident::Mechanism::TpBtf,
             mode: "m".into(),
-            btf_mode: "co-re".into(),
+            btf_mode: crate::ident::BtfMode::CoRe,
         }
     }
 
@@ -297,7 +297,9 @@ mod tests {
         let mut born = fam.new_series();
         let names: Vec<_> = born.iter().map(|p| p.info().name.clone()).collect();
         assert_eq!(names, ["fam:a", "fam:x"], "empty slot b has no series yet");
-        assert!(born.iter().all(|p| p.info().kind == "syscall" && p.info().attach == "tp_btf"));
+        assert!(born.iter().all(
+            |p| p.info().kind == crate::ident::Family::Syscall && p.info().attach == crate::ident::Mechanism::TpBtf
+        ));
         let mut h = Hist::default();
         fam.read(&mut h).unwrap();
         assert_eq!((h.count, h.min_ns, h.max_ns, h.drops), (2, 100, 200, 2), "Extra slots stay out of the family line");

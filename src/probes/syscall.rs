@@ -22,14 +22,15 @@ use libbpf_rs::{Link, OpenObject};
 use super::alerts::{alert_feed, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
 use super::series::{Family, Role, Slot, Source};
 use super::{
-    attach_in_order, ladder, ladder_for, libbpf_error, set_comm, set_tp_field, tracefs_format, BtfMode, Owned,
-    PerCpuHist, Probe, ProbeError, ReadHist,
+    attach_in_order, ladder, ladder_for, libbpf_error, set_comm, set_tp_field, tracefs_format, Owned, PerCpuHist,
+    Probe, ProbeError, ReadHist,
 };
 use crate::bpf::limits::{SYSCALL_IDS, SYSCALL_SLOTS};
 use crate::bpf::syscall::{types, SyscallSkelBuilder};
 use crate::bpf::syscall_nobtf::{types as nobtf_types, SyscallNobtfSkelBuilder};
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
+use crate::ident::{self, Mechanism};
 use crate::summary::{AlertRecord, ProbeInfo};
 use crate::tpformat::LONG_SIZES;
 
@@ -84,18 +85,18 @@ fn label(nr: u32) -> String {
 /// sys_enter so no stamp waits for a missing exit program. The tid-hash
 /// builds first hook sched_process_exit, which deletes an exiting task's
 /// stamp (bpf/syscall.bpf.c: otherwise every exit leaves one behind).
-fn programs(mech: &str) -> &'static [&'static str] {
+fn programs(mech: Mechanism) -> &'static [&'static str] {
     match mech {
-        "tp_btf" => &["sc_switch_btf", "sc_exit_btf", "sc_enter_btf"],
-        "raw_tp" => &["sc_task_exit_raw", "sc_switch_raw", "sc_exit_raw", "sc_enter_raw"],
+        Mechanism::TpBtf => &["sc_switch_btf", "sc_exit_btf", "sc_enter_btf"],
+        Mechanism::RawTp => &["sc_task_exit_raw", "sc_switch_raw", "sc_exit_raw", "sc_enter_raw"],
         _ => &["sc_task_exit_tp", "sc_switch_tp", "sc_exit_tp", "sc_enter_tp"],
     }
 }
 
-fn mode(mech: &str) -> String {
+fn mode(mech: Mechanism) -> String {
     match mech {
-        "tp_btf" => "per-cpu stamp, task-storage park".into(),
-        "raw_tp" => "per-cpu stamp, tid-hash park".into(),
+        Mechanism::TpBtf => "per-cpu stamp, task-storage park".into(),
+        Mechanism::RawTp => "per-cpu stamp, tid-hash park".into(),
         _ => format!("per-cpu stamp, tid-hash park, {}", super::TP_LAYOUT),
     }
 }
@@ -182,11 +183,10 @@ pub fn open(spec: &ProbeSpec, only: Option<&str>) -> Result<Box<dyn Probe>, Prob
     let core = super::kernel_btf_present();
     let ringbuf = want_ringbuf();
     let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
-        "tracepoint" => load_tp(spec, filter_id, ringbuf),
-        _ if !core => Err(super::needs_btf("syscall")),
+        Mechanism::Tracepoint => load_tp(spec, filter_id, ringbuf),
+        _ if !core => Err(super::needs_btf(ident::Family::Syscall)),
         _ => load_core(spec, filter_id, mech, ringbuf),
     })?;
-    let btf_mode = if mech == "tracepoint" { BtfMode::NoBtf } else { BtfMode::CoRe };
     let mut mode = mode(mech);
     if let Some(thr) = spec.threshold {
         let via = if ringbuf { "ringbuf" } else { "perf buffer" };
@@ -194,10 +194,10 @@ pub fn open(spec: &ProbeSpec, only: Option<&str>) -> Result<Box<dyn Probe>, Prob
     }
     let info = ProbeInfo {
         name: probe,
-        kind: "syscall".into(),
-        attach: mech.into(),
+        kind: ident::Family::Syscall,
+        attach: mech,
         mode,
-        btf_mode: btf_mode.as_str().into(),
+        btf_mode: super::tp_family_build(mech),
     };
     let source = Syscalls {
         alerts: l.alerts,
@@ -245,7 +245,7 @@ macro_rules! loaded {
     }};
 }
 
-fn load_core(spec: &ProbeSpec, filter_id: i32, mech: &'static str, ringbuf: bool) -> Result<Loaded, String> {
+fn load_core(spec: &ProbeSpec, filter_id: i32, mech: Mechanism, ringbuf: bool) -> Result<Loaded, String> {
     let wanted = programs(mech);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open = SyscallSkelBuilder::default()
@@ -269,7 +269,7 @@ fn load_core(spec: &ProbeSpec, filter_id: i32, mech: &'static str, ringbuf: bool
 /// says.
 fn load_tp(spec: &ProbeSpec, filter_id: i32, ringbuf: bool) -> Result<Loaded, String> {
     let enter = tracefs_format("raw_syscalls", "sys_enter").map_err(|e| e.to_string())?;
-    let wanted = programs("tracepoint");
+    let wanted = programs(Mechanism::Tracepoint);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
         let mut open = SyscallNobtfSkelBuilder::default()
             .open_opts(super::open_opts(), storage)

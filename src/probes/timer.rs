@@ -30,6 +30,7 @@ use crate::bpf::limits::{
 use crate::bpf::timer::{types, TimerSkel, TimerSkelBuilder};
 use crate::config::{ProbeKind, ProbeSpec, UserFunc};
 use crate::hist::Hist;
+use crate::ident::BtfMode;
 use crate::summary::{AlertRecord, ProbeInfo};
 
 alert_types!(types);
@@ -164,7 +165,7 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
             .map_err(|what| ProbeError::Target { probe: probe.clone(), what: format!("response: {what}") })?;
     }
     let ringbuf = want_ringbuf();
-    let ((skel, links), mech) = ladder(&probe, &["tp_btf"], |_| load(spec, chain, ringbuf))?;
+    let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, chain, ringbuf))?;
     let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
     let reader = PerCpuHist::new(&skel.maps.timer_hist).map_err(read_err)?;
     let alert_drops =
@@ -175,7 +176,6 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
     };
     let response = response_of(spec);
     let t = Timers { alerts, alert_drops, reader, response: response.is_some(), _links: links, _skel: skel };
-    let kind = if chain { "chain" } else { "timer" };
     let mut mode = match response {
         Some(f) => format!("task-storage, response: uretprobe {}:{}", f.binary, f.symbol),
         None => "task-storage".into(),
@@ -184,7 +184,7 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
         let via = if ringbuf { "ringbuf" } else { "perf buffer" };
         mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
     }
-    let info = ProbeInfo { name: probe, kind: kind.into(), attach: mech.into(), mode, btf_mode: "co-re".into() };
+    let info = ProbeInfo { name: probe, kind: spec.kind.family(), attach: mech, mode, btf_mode: BtfMode::CoRe };
     if chain {
         Ok(Box::new(Family::new(info, Box::new(t))))
     } else {

@@ -283,6 +283,9 @@ struct Family {
     members: Vec<usize>,
 }
 
+/// What renders a Status frame into the caller's encoder and buffers.
+pub type StatusFn<'a> = dyn FnMut(&Tick<'_>, &mut Encoder, &mut Vec<u8>, &mut Vec<usize>, LinkHealth) + 'a;
+
 /// The budgeted rendering state of one frames output.
 pub struct BudgetedFrames {
     pub pacer: Pacer,
@@ -403,12 +406,10 @@ impl BudgetedFrames {
         self.entry_of.clear();
         self.entry_of.resize(n, usize::MAX);
         let rolled: Vec<bool> = (0..n).map(|p| self.families.iter().any(|f| f.members.contains(&p))).collect();
-        for p in 0..n {
-            if !rolled[p] {
-                self.entry_of[p] = self.ids.len();
-                self.ids.push(p as u16);
-                self.src.push(p);
-            }
+        for p in (0..n).filter(|&p| !rolled[p]) {
+            self.entry_of[p] = self.ids.len();
+            self.ids.push(p as u16);
+            self.src.push(p);
         }
         for f in &self.families {
             for &m in &f.members {
@@ -462,8 +463,8 @@ impl BudgetedFrames {
             rows.push(ProbeDesc {
                 id: f.other,
                 name: name.clone(),
-                kind: head.kind.clone(),
-                attach: head.attach.clone(),
+                kind: head.kind.as_str().into(),
+                attach: head.attach.as_str().into(),
                 mode: format!("sum of {} rolled-up series", f.members.len()),
                 scheme: wire::BucketScheme::LATMON,
             });
@@ -472,8 +473,8 @@ impl BudgetedFrames {
                 rows.push(ProbeDesc {
                     id: m as u16,
                     name: p.name.clone(),
-                    kind: p.kind.clone(),
-                    attach: p.attach.clone(),
+                    kind: p.kind.as_str().into(),
+                    attach: p.attach.as_str().into(),
                     mode: format!("{ROLLED_MODE_PREFIX}{name}"),
                     scheme: wire::BucketScheme::LATMON,
                 });
@@ -500,6 +501,9 @@ impl BudgetedFrames {
 
     /// Render one agent interval. `frames` collects (bytes, lens) per group
     /// and hands each group to `q`.
+    // The encoder and both frame buffers are borrowed one by one, not as a
+    // struct, because `status` writes into the same three between groups.
+    #[allow(clippy::too_many_arguments)]
     pub fn render(
         &mut self,
         t: &Tick<'_>,
@@ -508,7 +512,7 @@ impl BudgetedFrames {
         buf: &mut Vec<u8>,
         lens: &mut Vec<usize>,
         flags_changed: bool,
-        status: &mut dyn FnMut(&Tick<'_>, &mut Encoder, &mut Vec<u8>, &mut Vec<usize>, LinkHealth),
+        status: &mut StatusFn<'_>,
     ) {
         let r = t.report;
         self.pacer.refill(r.time_ns);
@@ -857,6 +861,7 @@ mod tests {
         let _ = BUCKETS;
     }
 
+    use crate::ident::{BtfMode, Family, Mechanism};
     use crate::sinks::{queue::Pop, Session};
     use crate::summary::{IntervalReport, ProbeInfo, ProbeReport};
     use crate::wire::{Event, FrameDecoder, Tracker};
@@ -874,10 +879,10 @@ mod tests {
     fn info(name: &str, kind: &str) -> ProbeInfo {
         ProbeInfo {
             name: name.into(),
-            kind: kind.into(),
-            attach: "tp_btf".into(),
+            kind: Family::parse(kind).unwrap(),
+            attach: Mechanism::TpBtf,
             mode: String::new(),
-            btf_mode: String::new(),
+            btf_mode: BtfMode::CoRe,
         }
     }
 

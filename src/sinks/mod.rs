@@ -25,54 +25,12 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 
 use crate::config::Format;
-use crate::hist::Hist;
-use crate::summary::{FailedProbe, IntervalReport, ProbeInfo, ProbeState};
+pub use crate::session::{Session, Tick};
+use crate::summary::{IntervalReport, ProbeState};
 use crate::table::{TextRender, TextStyle};
 use crate::wire::{self, Encoder, Hello, ProbeHealth, ProbeMissed, Status, SummaryHeader};
 use queue::{Pop, Queue};
 use spec::{Endpoint, LinkSpec};
-
-/// Facts about this agent run, fixed once the probes are attached.
-#[derive(Debug, Clone)]
-pub struct Session {
-    pub board: String,
-    pub kernel: String,
-    pub boot_id: u32,
-    /// CLOCK_MONOTONIC when counting started.
-    pub start_ns: u64,
-    pub interval_ns: u64,
-    pub probes: Vec<ProbeInfo>,
-    /// Configured probes that did not attach (not in `probes`).
-    pub failed: Vec<FailedProbe>,
-}
-
-impl Session {
-    pub fn hello(&self) -> Hello {
-        let probes = wire::probe_table(&self.probes);
-        Hello {
-            protocol_revision: wire::PROTOCOL_REVISION,
-            latmon_version: env!("CARGO_PKG_VERSION").into(),
-            board: self.board.clone(),
-            kernel: self.kernel.clone(),
-            boot_id: self.boot_id,
-            start_ns: self.start_ns,
-            interval_ns: self.interval_ns,
-            probe_count: probes.len() as u16,
-            probes,
-        }
-    }
-}
-
-/// Everything an output may render for one interval.
-pub struct Tick<'a> {
-    pub session: &'a Session,
-    pub report: &'a IntervalReport,
-    /// Cumulative histogram since start per probe (the order of
-    /// `session.probes` and `report.probes`).
-    pub totals: &'a [Hist],
-    /// Failed map reads since start, per probe.
-    pub read_errors: &'a [u64],
-}
 
 /// An output link's trouble since start (the Prometheus output shows
 /// every output's as `latmon_output_dropped_total` and
@@ -319,6 +277,9 @@ pub(crate) fn spawn_blocked(name: &str, f: impl FnOnce() + Send + 'static) -> io
     res
 }
 
+/// Opens a stream output again after it failed.
+type Reopen = Box<dyn FnMut() -> io::Result<Box<dyn Write + Send>> + Send>;
+
 /// Writer for byte streams: stdout, files, serial lines. With `reopen`, a
 /// link that fails (USB-serial unplugged) is closed and opened again every
 /// [`REOPEN_PERIOD`]; what arrives meanwhile is dropped and counted.
@@ -327,7 +288,7 @@ fn stream_writer(
     name: &str,
     frames: bool,
     mut w: Option<Box<dyn Write + Send>>,
-    mut reopen: Option<Box<dyn FnMut() -> io::Result<Box<dyn Write + Send>> + Send>>,
+    mut reopen: Option<Reopen>,
 ) {
     let (mut data, mut lens, mut pre) = (Vec::new(), Vec::new(), Vec::new());
     // A delimiter first, so a receiver resyncs even after a partial frame

@@ -302,12 +302,12 @@ impl Snapshot {
             }
             if !folded {
                 g.line[i] = self.n;
-                self.line().reset(&p.name, "", &p.kind, &p.attach);
+                self.line().reset(&p.name, "", p.kind.as_str(), p.attach.as_str());
             } else if g.folded_line[fam] == NONE {
                 // The first series past the limit starts the folded line.
                 g.folded_line[fam] = self.n;
                 let fname = &ses.probes[fam].name;
-                self.line().reset(fname, FOLDED, &p.kind, &p.attach);
+                self.line().reset(fname, FOLDED, p.kind.as_str(), p.attach.as_str());
             }
             let at = if folded { g.folded_line[fam] } else { g.line[i] };
             self.lines[at].add(t, i);
@@ -952,6 +952,7 @@ impl Drop for Prom {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ident::{BtfMode, Family, Mechanism};
     use crate::sinks::Session;
     use crate::summary::{IntervalReport, ProbeInfo, ProbeReport};
 
@@ -974,10 +975,10 @@ mod tests {
         }
         let info = ProbeInfo {
             name: "a\"b".into(),
-            kind: "runq".into(),
-            attach: "tp_btf".into(),
+            kind: Family::Runq,
+            attach: Mechanism::TpBtf,
             mode: String::new(),
-            btf_mode: String::new(),
+            btf_mode: BtfMode::CoRe,
         };
         let session = Session {
             board: "b".into(),
@@ -1020,10 +1021,10 @@ mod tests {
     fn info(name: &str, kind: &str) -> ProbeInfo {
         ProbeInfo {
             name: name.into(),
-            kind: kind.into(),
-            attach: "tp_btf".into(),
+            kind: Family::parse(kind).unwrap(),
+            attach: Mechanism::TpBtf,
             mode: String::new(),
-            btf_mode: String::new(),
+            btf_mode: BtfMode::CoRe,
         }
     }
 

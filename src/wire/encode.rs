@@ -619,8 +619,8 @@ pub fn probe_table(probes: &[ProbeInfo]) -> Vec<ProbeDesc> {
         .map(|(i, p)| ProbeDesc {
             id: i as u16,
             name: truncate(&p.name, MAX_NAME_LEN).to_string(),
-            kind: truncate(&p.kind, MAX_NAME_LEN).to_string(),
-            attach: truncate(&p.attach, MAX_NAME_LEN).to_string(),
+            kind: truncate(p.kind.as_str(), MAX_NAME_LEN).to_string(),
+            attach: truncate(p.attach.as_str(), MAX_NAME_LEN).to_string(),
             mode: truncate(&p.mode, MAX_NAME_LEN).to_string(),
             scheme: BucketScheme::LATMON,
         })

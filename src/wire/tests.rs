@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::hist::{Hist, BUCKETS};
-use crate::summary::{AlertRecord, ProbeInfo, ProbeReport};
+use crate::summary::{AlertRecord, ProbeReport};
 use serde::Serialize;
 
 fn hist(values: &[u64]) -> Hist {
@@ -66,14 +66,7 @@ fn summary_round_trip_and_tracker_deltas() {
             reports.push(report);
         }
     }
-    let info = ProbeInfo {
-        name: "#0".into(),
-        kind: String::new(),
-        attach: String::new(),
-        mode: String::new(),
-        btf_mode: String::new(),
-    };
-    assert_eq!(reports[1].probes[0], ProbeReport::new(&info, &h1, &h2));
+    assert_eq!(reports[1].probes[0], ProbeReport::labelled("#0", "", "", &h1, &h2));
     assert_eq!(reports[1].interval_ns, 1_000_000_000);
     assert_eq!(reports[1].probes[1].count, 0);
     assert_eq!(t.totals(0), Some(&h2));

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::hist::{Hist, BUCKETS};
-use crate::summary::{AlertRecord, IntervalReport, ProbeInfo, ProbeReport};
+use crate::summary::{AlertRecord, IntervalReport, ProbeReport};
 
 /// What a received frame means, for display or JSON.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,9 +34,18 @@ pub enum Event {
     },
 }
 
+/// A probe as a sender's Hello described it: words, whatever they say.
+#[derive(Debug, Clone)]
+struct Described {
+    name: String,
+    kind: String,
+    attach: String,
+    mode: String,
+}
+
 #[derive(Default)]
 pub(super) struct Track {
-    info: Option<ProbeInfo>,
+    info: Option<Described>,
     scheme_ok: bool,
     /// Last complete cumulative snapshot and its time (None: none yet).
     prev: Option<Box<(Hist, u64)>>,
@@ -132,14 +141,13 @@ impl Tracker {
         self.tracks.get(id as usize).and_then(|t| t.prev.as_deref()).map(|(h, _)| h)
     }
 
-    fn info(&self, id: u16) -> ProbeInfo {
-        self.tracks.get(id as usize).and_then(|t| t.info.clone()).unwrap_or_else(|| ProbeInfo {
-            name: format!("#{id}"),
-            kind: String::new(),
-            attach: String::new(),
-            mode: String::new(),
-            btf_mode: String::new(),
-        })
+    /// Probe `id`'s report over `prev..cur`, labelled as its Hello said
+    /// (`#id` and no words until one did).
+    fn report(&self, id: u16, prev: &Hist, cur: &Hist) -> ProbeReport {
+        match self.tracks.get(id as usize).and_then(|t| t.info.as_ref()) {
+            Some(d) => ProbeReport::labelled(&d.name, &d.kind, &d.attach, prev, cur),
+            None => ProbeReport::labelled(&format!("#{id}"), "", "", prev, cur),
+        }
     }
 
     pub fn on_frame(&mut self, f: Frame) -> Event {
@@ -156,13 +164,11 @@ impl Tracker {
                     let ok = d.scheme == BucketScheme::LATMON;
                     let t = self.track(d.id);
                     t.scheme_ok = ok;
-                    t.info = Some(ProbeInfo {
+                    t.info = Some(Described {
                         name: d.name.clone(),
                         kind: d.kind.clone(),
                         attach: d.attach.clone(),
                         mode: d.mode.clone(),
-                        // Not on the wire (yet): Hello predates it.
-                        btf_mode: String::new(),
                     });
                 }
                 // Keep the union of probe table parts.
@@ -383,7 +389,7 @@ impl Tracker {
             let mut cur = prev.clone();
             cur.merge(&delta);
             since = Some(since.map_or(prev_time, |p: u64| p.min(prev_time)));
-            let r = ProbeReport::new(&self.info(id16), &prev, &cur);
+            let r = self.report(id16, &prev, &cur);
             let t = self.track(id16);
             if applies {
                 t.prev = Some(Box::new((cur, d.time_ns)));
@@ -435,7 +441,7 @@ impl Tracker {
             let t = self.track(id);
             let (prev, prev_time) = t.prev.take().map_or((Hist::default(), start_ns.unwrap_or(s.time_ns)), |b| *b);
             since = Some(since.map_or(prev_time, |p: u64| p.min(prev_time)));
-            let r = ProbeReport::new(&self.info(id), &prev, &h);
+            let r = self.report(id, &prev, &h);
             let t = self.track(id);
             t.prev = Some(Box::new((h, s.time_ns)));
             t.seen_seq = s.seq;

@@ -1,68 +1,89 @@
 // SPDX-License-Identifier: MIT
 //! Helpers shared by the integration tests (which run as root: they load
 //! real BPF programs into the running kernel).
+// Each test binary compiles this module and uses only some of it.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+/// Field `k` of a JSON object as a number; a missing or non-numeric field
+/// fails the test, naming the field and the object.
+pub fn u(v: &serde_json::Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not a number in {v}"))
+}
 
 pub fn latmon() -> Command {
     Command::new(env!("CARGO_BIN_EXE_latmon"))
 }
 
-/// Start `latmon run ARGS -v` and wait until every probe reported attached
-/// (or latmon exited). Returns the child with stdout piped.
+/// Start `latmon run ARGS -v` and wait until it is ready (see
+/// [`spawn_ready`]). Returns the child with stdout piped.
 pub fn start_run(args: &[&str]) -> Child {
     start_run_env(args, &[])
 }
 
 /// `start_run` with extra environment variables.
 pub fn start_run_env(args: &[&str], env: &[(&str, &str)]) -> Child {
-    start_run_attached(args, env, 1)
+    let mut cmd = latmon();
+    cmd.envs(env.iter().copied()).arg("-v").arg("run").args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = spawn_ready(cmd, Duration::from_secs(20), |line| eprintln!("[latmon] {line}"));
+    drain_stdout(&mut child);
+    child
 }
 
-/// `start_run_env`, waiting until `probes` probes reported attached.
-pub fn start_run_attached(args: &[&str], env: &[(&str, &str)], probes: usize) -> Child {
-    let mut child = latmon()
-        .envs(env.iter().copied())
-        .arg("-v")
-        .arg("run")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn latmon");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
+/// Spawn `cmd` (a `latmon run`, stderr piped) and wait until it says it is
+/// ready the way it says so to systemd: `READY=1` on `$NOTIFY_SOCKET`,
+/// sent once every probe has been opened (attached or failed) and the
+/// privileges are dropped (src/agent.rs). Returns early if latmon exits
+/// (the test then sees why); kills it and panics after `within`. Every
+/// stderr line goes to `on_line`, from a thread, for as long as latmon
+/// runs.
+fn spawn_ready(mut cmd: Command, within: Duration, on_line: impl Fn(&str) + Send + 'static) -> Child {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SOCKETS: AtomicU32 = AtomicU32::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "latmon-ready-{}-{}.sock",
+        std::process::id(),
+        SOCKETS.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_file(&path);
+    let sock = std::os::unix::net::UnixDatagram::bind(&path).expect("bind the readiness socket");
+    sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let mut child = cmd.env("NOTIFY_SOCKET", &path).spawn().expect("spawn latmon");
+    let stderr = child.stderr.take().expect("stderr piped");
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[latmon] {line}");
-            let _ = tx.send(line);
+            on_line(&line);
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut attached = 0;
-    while Instant::now() < deadline {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            // One "probe NAME: attached via MECH" per probe, as each attaches.
-            Ok(line) if line.contains(": attached via ") => {
-                attached += 1;
-                if attached >= probes {
-                    drain_stdout(&mut child);
-                    return child;
-                }
+    let deadline = Instant::now() + within;
+    let mut buf = [0u8; 512];
+    let ready = loop {
+        if let Ok(n) = sock.recv(&mut buf) {
+            if buf[..n].starts_with(b"READY=1") {
+                break true;
             }
-            Ok(_) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                drain_stdout(&mut child);
-                return child;
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            break true; // exited: the caller's assertions say why
+        }
+        if Instant::now() >= deadline {
+            break false;
+        }
+    };
+    // latmon's later notifications (STOPPING=1) then find no socket: it
+    // only logs that (at debug level).
+    drop(sock);
+    let _ = std::fs::remove_file(&path);
+    if !ready {
+        // Not left running behind the failed test.
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("latmon was not ready (READY=1 on NOTIFY_SOCKET) within {within:?}");
     }
-    panic!("latmon did not attach within 20 s");
+    child
 }
 
 /// stdout of running children (pid, what arrived so far, reader thread).
@@ -167,50 +188,22 @@ fn os_pipe() -> (std::fs::File, std::fs::File) {
 }
 
 /// Start `latmon -v run ARGS` with extra environment variables and wait
-/// until the agent reports its probes running (the "NAME: KIND via MECH"
-/// line it logs once every probe has been opened) or latmon exited.
-/// Returns the child (stdout piped) and every stderr line seen so far and
-/// later.
+/// until it is ready (see [`spawn_ready`]). Returns the child (stdout
+/// piped) and every stderr line seen so far and later.
 pub fn start_run_logged(
     args: &[&str],
     envs: &[(&str, &str)],
 ) -> (Child, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    let mut child = latmon()
-        .arg("-v")
-        .arg("run")
-        .args(args)
-        .envs(envs.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn latmon");
-    let stderr = child.stderr.take().unwrap();
+    let mut cmd = latmon();
+    cmd.arg("-v").arg("run").args(args).envs(envs.iter().copied()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (tx, rx) = mpsc::channel();
     let seen = std::sync::Arc::clone(&lines);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[latmon] {line}");
-            seen.lock().unwrap().push(line.clone());
-            let _ = tx.send(line);
-        }
+    let mut child = spawn_ready(cmd, Duration::from_secs(30), move |line| {
+        eprintln!("[latmon] {line}");
+        seen.lock().unwrap().push(line.to_string());
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(line) if line.contains("info: probe ") && line.contains(" via ") && !line.contains("attached via") => {
-                drain_stdout(&mut child);
-                return (child, lines);
-            }
-            Ok(_) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                drain_stdout(&mut child);
-                return (child, lines);
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-    }
-    panic!("latmon did not start its probes within 30 s");
+    drain_stdout(&mut child);
+    (child, lines)
 }
 
 /// SIGINT (a clean stop that flushes the final summary).

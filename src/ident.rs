@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: MIT
+//! What a probe is, as types: its family, the attach mechanism it runs on
+//! and the build of its BPF object. Everything inside latmon carries these;
+//! they become words or numbers only at the output edges, each through one
+//! function here (`as_str` for JSON, text, frames, Prometheus and logs;
+//! `modbus_code` for the register map), whose exhaustive `match` makes a
+//! new variant without its word or code a compile error. Pure: no I/O.
+
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+
+/// A probe family: what `--probe WORD` names (docs/probes.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    Runq,
+    Syscall,
+    Irq,
+    Softirq,
+    Timer,
+    Kfunc,
+    Ufunc,
+    Chain,
+}
+
+impl Family {
+    pub const ALL: [Family; 8] = [
+        Family::Runq,
+        Family::Syscall,
+        Family::Irq,
+        Family::Softirq,
+        Family::Timer,
+        Family::Kfunc,
+        Family::Ufunc,
+        Family::Chain,
+    ];
+
+    /// The family word of specs and every output (`kind` in JSON, frames
+    /// and Prometheus labels).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Runq => "runq",
+            Family::Syscall => "syscall",
+            Family::Irq => "irq",
+            Family::Softirq => "softirq",
+            Family::Timer => "timer",
+            Family::Kfunc => "kfunc",
+            Family::Ufunc => "ufunc",
+            Family::Chain => "chain",
+        }
+    }
+
+    /// The family word of a spec, if it names one.
+    pub fn parse(word: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.as_str() == word)
+    }
+
+    /// The `kind` register of a probe block (docs/modbus-map.md); 0 is
+    /// left for "unknown".
+    pub fn modbus_code(self) -> u16 {
+        match self {
+            Family::Runq => 1,
+            Family::Syscall => 2,
+            Family::Irq => 3,
+            Family::Softirq => 4,
+            Family::Timer => 5,
+            Family::Kfunc => 6,
+            Family::Ufunc => 7,
+            Family::Chain => 8,
+        }
+    }
+}
+
+/// An attach mechanism: one rung of a family's attach ladder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mechanism {
+    /// BTF-typed tracepoint (trusted task pointers).
+    TpBtf,
+    /// Raw tracepoint: the same arguments, untyped.
+    RawTp,
+    /// Classic tracepoint: the record layout from tracefs (the no-BTF build).
+    Tracepoint,
+    Fentry,
+    Kprobe,
+    Uprobe,
+}
+
+impl Mechanism {
+    pub const ALL: [Mechanism; 6] = [
+        Mechanism::TpBtf,
+        Mechanism::RawTp,
+        Mechanism::Tracepoint,
+        Mechanism::Fentry,
+        Mechanism::Kprobe,
+        Mechanism::Uprobe,
+    ];
+
+    /// The mechanism's word in `attach=`, `LATMON_SKIP_ATTACH` and every
+    /// output (`attach` in JSON, frames and Prometheus labels).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mechanism::TpBtf => "tp_btf",
+            Mechanism::RawTp => "raw_tp",
+            Mechanism::Tracepoint => "tracepoint",
+            Mechanism::Fentry => "fentry",
+            Mechanism::Kprobe => "kprobe",
+            Mechanism::Uprobe => "uprobe",
+        }
+    }
+
+    /// The mechanism a word names, if any.
+    pub fn parse(word: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.as_str() == word)
+    }
+
+    /// The `mechanism` register of a probe block (docs/modbus-map.md); 0
+    /// (failed) and 255 (another mechanism) are left for what is not one
+    /// of these.
+    pub fn modbus_code(self) -> u16 {
+        match self {
+            Mechanism::TpBtf => 1,
+            Mechanism::RawTp => 2,
+            Mechanism::Tracepoint => 3,
+            Mechanism::Fentry => 4,
+            Mechanism::Kprobe => 5,
+            Mechanism::Uprobe => 6,
+        }
+    }
+}
+
+/// How a probe's BPF object gets along with kernel types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BtfMode {
+    /// CO-RE: relocated against the kernel's BTF (or `btf_path`).
+    CoRe,
+    /// A build without CO-RE relocations (bpf/nobtf.h), for kernels
+    /// without BTF. Only families that read no kernel struct have one.
+    NoBtf,
+}
+
+impl BtfMode {
+    /// As `latmon check` and the logs name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BtfMode::CoRe => "co-re",
+            BtfMode::NoBtf => "no-btf",
+        }
+    }
+}
+
+// Display (logs, text) and Serialize (JSON) both say `as_str`; Display
+// pads, so `{:<11}` lines up as it did for the words.
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for Family {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for Mechanism {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl fmt::Display for BtfMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for BtfMode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_parse_back_and_codes_are_distinct() {
+        for f in Family::ALL {
+            assert_eq!(Family::parse(f.as_str()), Some(f));
+            assert_eq!(Family::ALL.iter().filter(|g| g.modbus_code() == f.modbus_code()).count(), 1);
+            assert_ne!(f.modbus_code(), 0, "0 reads unknown");
+        }
+        for m in Mechanism::ALL {
+            assert_eq!(Mechanism::parse(m.as_str()), Some(m));
+            assert_eq!(Mechanism::ALL.iter().filter(|n| n.modbus_code() == m.modbus_code()).count(), 1);
+            assert!(!matches!(m.modbus_code(), 0 | 255), "0 and 255 are reserved");
+        }
+        assert_eq!((Family::parse("bogus"), Mechanism::parse("")), (None, None));
+    }
+
+    #[test]
+    fn output_words_are_the_documented_ones() {
+        // docs/probes.md and docs/modbus-map.md name these; outputs must not drift.
+        // (The Modbus codes: src/modbus_map.rs's `codes` test.)
+        let fams: Vec<_> = Family::ALL.iter().map(|f| f.as_str()).collect();
+        assert_eq!(fams, ["runq", "syscall", "irq", "softirq", "timer", "kfunc", "ufunc", "chain"]);
+        let mechs: Vec<_> = Mechanism::ALL.iter().map(|m| m.as_str()).collect();
+        assert_eq!(mechs, ["tp_btf", "raw_tp", "tracepoint", "fentry", "kprobe", "uprobe"]);
+        assert_eq!((BtfMode::CoRe.to_string(), BtfMode::NoBtf.to_string()), ("co-re".into(), "no-btf".into()));
+        assert_eq!(serde_json::to_string(&Mechanism::TpBtf).unwrap(), "\"tp_btf\"");
+        assert_eq!(format!("[{:<8}|{:>7}]", Mechanism::RawTp, Family::Irq), "[raw_tp  |    irq]");
+    }
+}

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: MIT
+//! What every output renders from: the agent run's fixed facts
+//! ([`Session`]) and one interval ([`Tick`]). Apart from `sinks` so that
+//! pure renderers (src/modbus_map.rs) need nothing of the I/O side. Pure.
+
+use crate::hist::Hist;
+use crate::summary::{FailedProbe, IntervalReport, ProbeInfo};
+use crate::wire::{self, Hello};
+
+/// Facts about this agent run, fixed once the probes are attached.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub board: String,
+    pub kernel: String,
+    pub boot_id: u32,
+    /// CLOCK_MONOTONIC when counting started.
+    pub start_ns: u64,
+    pub interval_ns: u64,
+    pub probes: Vec<ProbeInfo>,
+    /// Configured probes that did not attach (not in `probes`).
+    pub failed: Vec<FailedProbe>,
+}
+
+impl Session {
+    pub fn hello(&self) -> Hello {
+        let probes = wire::probe_table(&self.probes);
+        Hello {
+            protocol_revision: wire::PROTOCOL_REVISION,
+            latmon_version: env!("CARGO_PKG_VERSION").into(),
+            board: self.board.clone(),
+            kernel: self.kernel.clone(),
+            boot_id: self.boot_id,
+            start_ns: self.start_ns,
+            interval_ns: self.interval_ns,
+            probe_count: probes.len() as u16,
+            probes,
+        }
+    }
+}
+
+/// Everything an output may render for one interval.
+pub struct Tick<'a> {
+    pub session: &'a Session,
+    pub report: &'a IntervalReport,
+    /// Cumulative histogram since start per probe (the order of
+    /// `session.probes` and `report.probes`).
+    pub totals: &'a [Hist],
+    /// Failed map reads since start, per probe.
+    pub read_errors: &'a [u64],
+}
