@@ -371,6 +371,9 @@ fn beaglebone_config_fits_9600_baud_by_degrading() {
 /// (and a longer link interval) rather than by folding intervals.
 fn default_config_fits_a_slow_line(baud: u32, budget: u64) {
     let p = paced_run(baud, &[], None, 0);
+    if let Some(last) = statuses(&p).last() {
+        eprintln!("FIGURES {baud} baud: last Status {last}");
+    }
     let c = compare(&p);
     let name = format!("{baud} baud, default probes, stress-ng");
     let (avg, win) = report(&name, &p, &c);

@@ -42,11 +42,13 @@ pub const MAX_STRIDE: u32 = 64;
 const STEP_SETTLE_TICKS: u32 = 3;
 /// A step down waits for this many link summaries in a row that fit...
 pub const DOWN_SETTLE_TICKS: u32 = 20;
+/// ...at most this many, after steps down that did not hold.
+pub const MAX_DOWN_SETTLE_TICKS: u32 = 640;
 /// ...with the lower step's estimated cost within this share of the plan
 /// (a step up is taken above 100 %: the band between is the hysteresis).
 pub const DOWN_FIT_PERCENT: u64 = 60;
-/// A plan this far over its room (percent) is not helped by one bucket
-/// merge: the roll-up (or a longer interval) is taken at once.
+/// A plan this far over its room (percent) takes a longer interval in
+/// one go (a power of two as large as the excess), not by doubling.
 pub const FAR_OVER_PERCENT: u64 = 150;
 /// A debt (the start-up table, a full keyframe) is planned to be repaid
 /// within this time.
@@ -85,11 +87,14 @@ pub struct DownCost {
     pub key_bytes: u64,
     /// Sent once on the way down (a full keyframe, the whole table).
     pub once_bytes: u64,
+    /// The deltas at the coarsest buckets, percent of now: when even they
+    /// would not fit, the series count is what overflows (roll up now).
+    pub coarsest_pct: u64,
 }
 
 impl DownCost {
     /// A step down that costs what now costs (a test's plain case).
-    pub const SAME: DownCost = DownCost { delta_pct: 100, key_bytes: 0, once_bytes: 0 };
+    pub const SAME: DownCost = DownCost { delta_pct: 100, key_bytes: 0, once_bytes: 0, coarsest_pct: 100 };
 }
 
 /// The pure budget plan of one link.
@@ -117,6 +122,16 @@ pub struct Pacer {
     fit_streak: u32,
     /// The next summary is the first after a change: not measured.
     skip_measure: bool,
+    /// `folded` at the last adapt; link summaries since the last step down.
+    folded_at_adapt: u64,
+    since_down: u32,
+    /// `folded` at the last adapt (any fold), and the fit streak a step
+    /// down needs now (doubles when a step down did not hold).
+    folded_at_adapt_any: u64,
+    down_settle: u32,
+    /// The credit right after the last link summary, and its bytes.
+    after_last: i64,
+    last_summary_bytes: u64,
     /// Smoothed summary bytes per second (deltas and keys).
     delta_bps: u64,
     alert_bps: u64,
@@ -147,6 +162,12 @@ impl Pacer {
             since_change: STEP_SETTLE_TICKS,
             fit_streak: 0,
             skip_measure: false,
+            folded_at_adapt: 0,
+            since_down: u32::MAX,
+            folded_at_adapt_any: 0,
+            down_settle: DOWN_SETTLE_TICKS,
+            after_last: 0,
+            last_summary_bytes: 0,
             delta_bps: 0,
             alert_bps: 0,
             win_alert_bytes: 0,
@@ -224,11 +245,22 @@ impl Pacer {
         if tick % self.stride as u64 != 0 {
             return false;
         }
-        if self.credit < 0 {
+        // In debt, a summary still goes while the debt is being repaid
+        // (the credit now, less what the last summary cost, is above what
+        // it was after that one): the plan counts the debt, so folding is
+        // for a debt that grows.
+        if self.credit < 0 && self.credit.saturating_sub(self.last_summary_bytes as i64) < self.after_last {
             self.folded += 1;
             return false;
         }
         true
+    }
+
+    /// A link summary of `bytes` was queued.
+    pub fn summary_sent(&mut self, bytes: usize) {
+        self.charge(bytes);
+        self.after_last = self.credit;
+        self.last_summary_bytes = bytes as u64;
     }
 
     /// How many of `entries` wire entries get a keyframe in a link
@@ -299,14 +331,30 @@ impl Pacer {
         self.keyframe_ns = period.clamp(KEYFRAME_MIN_NS, KEYFRAME_MAX_NS);
         // What the plan needs at the longest keyframe period.
         let need = self.delta_bps + (full_key_bytes as u128 * 1_000_000_000 / KEYFRAME_MAX_NS as u128) as u64;
-        if need > plan {
+        // Intervals folded since the last summary: the plan did not fit
+        // in fact (whatever the estimate says). A step, not more folding;
+        // except while a step down's one-off cost (planned) is repaid.
+        self.since_down = self.since_down.saturating_add(1);
+        let folding = self.folded >= self.folded_at_adapt + 2 && self.since_down > DOWN_SETTLE_TICKS;
+        self.folded_at_adapt = self.folded;
+        if self.folded > self.folded_at_adapt_any {
+            // Any fold starts the fit streak again (a step down needs a
+            // clean run).
+            self.fit_streak = 0;
+        }
+        self.folded_at_adapt_any = self.folded;
+        if need > plan || folding {
             self.fit_streak = 0;
             if self.since_change < STEP_SETTLE_TICKS {
                 return Change::None;
             }
             let over_pct = need.saturating_mul(100) / plan.max(1);
             let far = over_pct >= FAR_OVER_PERCENT;
-            if self.merge < MAX_MERGE && !far {
+            // Would the coarsest buckets fit? If not, bucket merges are not
+            // the answer: the series count is.
+            let coarse_fits = self.delta_bps.saturating_mul(down.coarsest_pct) / 100 + (need - self.delta_bps) <= plan;
+            let coarse_fits = coarse_fits && !(folding && need <= plan && self.merge >= 1);
+            if self.merge < MAX_MERGE && (coarse_fits || !can_roll) {
                 self.merge += 1;
             } else if can_roll && !self.rolled {
                 self.merge = MAX_MERGE;
@@ -321,6 +369,11 @@ impl Pacer {
             } else {
                 return Change::None;
             }
+            if self.since_down <= self.down_settle.saturating_mul(2) {
+                // Up again soon after a step down: the next step down waits
+                // twice as long (the hysteresis backs off; no flapping).
+                self.down_settle = self.down_settle.saturating_mul(2).min(MAX_DOWN_SETTLE_TICKS);
+            }
             self.since_change = 0;
             self.delta_bps = 0;
             self.skip_measure = true;
@@ -331,7 +384,7 @@ impl Pacer {
         // between DOWN_FIT_PERCENT and 100 % is the hysteresis).
         self.fit_streak = self.fit_streak.saturating_add(1);
         if self.step() == Step::None
-            || self.fit_streak < DOWN_SETTLE_TICKS
+            || self.fit_streak < self.down_settle
             || self.credit < 0
             || self.down_need(down) > plan * DOWN_FIT_PERCENT / 100
         {
@@ -348,6 +401,7 @@ impl Pacer {
         self.fit_streak = 0;
         self.delta_bps = 0;
         self.skip_measure = true;
+        self.since_down = 0;
         Change::Down
     }
 
@@ -463,6 +517,8 @@ pub struct BudgetedFrames {
     pub hello_requested: bool,
     /// The plan (merge, rolled, stride) last announced in Status.
     last_plan: (u8, bool, u32),
+    /// Rows changed (a roll-up): a table update with them is due.
+    table_changed: bool,
     /// The next summary keyframes every entry whatever the credit (after
     /// a step down that a delta cannot express); its debt is planned.
     keys_all: bool,
@@ -508,6 +564,7 @@ impl BudgetedFrames {
             hello_requested: false,
             last_plan: (0, false, 1),
             keys_all: false,
+            table_changed: false,
             shed: Vec::new(),
             alert_seen: Vec::new(),
             alert_order: Vec::new(),
@@ -708,11 +765,17 @@ impl BudgetedFrames {
             self.announced = n;
             status(t, enc, buf, lens, self.health(t.session.interval_ns), &self.shed);
             group(buf, lens, &mut self.pacer);
-        } else if self.announced < n {
-            // Only the new rows: no Hello storm when series are born.
+        } else if self.announced < n || self.table_changed {
+            // Only the new rows: no Hello storm when series are born. After
+            // a roll-up, the `other` rows and the rolled series' rows too
+            // (not the whole table: the whole table waits for its timer).
             let mut hello = Self::full_hello_of(&self.families, t);
             let from = self.announced as u16;
-            hello.probes.retain(|p| p.id >= from && (p.id as usize) < n);
+            let changed = std::mem::take(&mut self.table_changed);
+            hello.probes.retain(|p| {
+                (p.id >= from && (p.id as usize) < n)
+                    || (changed && (p.id as usize >= n || p.mode.starts_with(ROLLED_MODE_PREFIX)))
+            });
             if let Err(e) = enc.hello(&hello, &mut |f| {
                 buf.extend_from_slice(f);
                 lens.push(f.len());
@@ -743,7 +806,7 @@ impl BudgetedFrames {
         }
         let dt = r.time_ns.saturating_sub(if self.last_sent_ns == 0 { t.session.start_ns } else { self.last_sent_ns });
         let bytes = self.summary(t, enc, buf, lens, dt);
-        self.pacer.charge(bytes);
+        self.pacer.summary_sent(bytes);
         q.push_group(buf, lens);
         buf.clear();
         lens.clear();
@@ -760,7 +823,7 @@ impl BudgetedFrames {
         }
         if self.pacer.rolled && self.families.is_empty() {
             self.roll_up(t);
-            self.last_full_hello_ns = None; // the table changed: all of it at the next interval
+            self.table_changed = true; // its changed rows at the next interval
         }
         if !self.pacer.rolled && !self.families.is_empty() {
             // Un-roll: every series its own entry again, the whole table
@@ -801,9 +864,30 @@ impl BudgetedFrames {
     /// a finer bucket merge, about a third more, and once a keyframe of
     /// every entry (at full resolution: an upper bound).
     fn down_cost(&self, t: &Tick<'_>, full_key: u64) -> DownCost {
+        let d = self.down_cost_only(t, full_key);
+        DownCost { coarsest_pct: self.coarsest_pct(), ..d }
+    }
+
+    /// The last delta's entries at the coarsest buckets, percent of their
+    /// size as sent.
+    fn coarsest_pct(&self) -> u64 {
+        let (mut now, mut coarse) = (0u64, 0u64);
+        for &e in &self.deltas {
+            let (id, h) = (self.ids[e as usize], &self.wire[e as usize]);
+            now += entry_bytes_at(id, h, self.pacer.merge) as u64;
+            coarse += entry_bytes_at(id, h, MAX_MERGE) as u64;
+        }
+        if now == 0 {
+            100
+        } else {
+            coarse * 100 / now
+        }
+    }
+
+    fn down_cost_only(&self, t: &Tick<'_>, full_key: u64) -> DownCost {
         let p = &self.pacer;
         if p.stride > 1 {
-            return DownCost { delta_pct: 200, key_bytes: full_key, once_bytes: 0 };
+            return DownCost { delta_pct: 200, key_bytes: full_key, once_bytes: 0, coarsest_pct: 100 };
         }
         let all_keys = |merge: u8| -> u64 {
             t.totals
@@ -822,11 +906,12 @@ impl BudgetedFrames {
                 delta_pct: (unrolled * 100 / rolled.max(1)).max(100),
                 key_bytes: keys,
                 once_bytes: keys + self.hello_bytes as u64,
+                coarsest_pct: 100,
             };
         }
         if p.merge > 0 {
             let keys = all_keys(p.merge - 1);
-            return DownCost { delta_pct: 135, key_bytes: keys, once_bytes: keys };
+            return DownCost { delta_pct: 200, key_bytes: keys, once_bytes: keys, coarsest_pct: 100 };
         }
         DownCost::SAME
     }
@@ -1041,6 +1126,18 @@ mod tests {
         p.refill(4_000_000_000);
         assert!(p.summary_due(3, false));
         assert!(p.summary_due(4, true), "the final summary always goes");
+        // A debt being repaid (the start-up table): summaries keep going
+        // as long as the debt shrinks; one that grows it folds.
+        let mut p = Pacer::new(1000);
+        p.refill(0);
+        p.charge(5_400);
+        p.summary_sent(600);
+        p.refill(1_000_000_000);
+        assert!(p.credit() < 0);
+        assert!(p.summary_due(1, false), "in debt, repaying: still sent");
+        p.summary_sent(3_000);
+        p.refill(2_000_000_000);
+        assert!(!p.summary_due(2, false), "a summary that grows the debt folds");
     }
 
     #[test]
@@ -1059,7 +1156,8 @@ mod tests {
         let mut seen = vec![p.step()];
         let mut merges = vec![];
         for _ in 0..60 {
-            if p.adapt(0, 450, 1_000_000_000, 10, true, DownCost::SAME) != Change::None {
+            if p.adapt(0, 450, 1_000_000_000, 10, true, DownCost { coarsest_pct: 50, ..DownCost::SAME }) != Change::None
+            {
                 seen.push(p.step());
                 merges.push(p.merge);
             }
@@ -1148,10 +1246,90 @@ mod tests {
             );
             assert!(bps <= budget as u64, "{bps} B/s over the {budget} B/s budget");
             assert!(r.steps.contains(&Step::RollUp) || r.steps.contains(&Step::LongerInterval), "{:?}", r.steps);
-            assert!(r.steps.windows(2).all(|w| w[0] < w[1]), "declared order: {:?}", r.steps);
+            // Steps are first taken in the declared order.
+            let first = |s: Step| r.steps.iter().position(|&x| x == s).unwrap_or(usize::MAX);
+            assert!(first(Step::CoarseBuckets) < first(Step::RollUp), "{:?}", r.steps);
+            assert!(r.plans.len() <= 10, "no flapping: {:?}", r.plans);
             assert!(r.folded <= r.secs / 10, "{} intervals folded in {} s", r.folded, r.secs);
             assert!(r.final_exact);
         }
+    }
+
+    #[test]
+    fn a_probe_flooding_alerts_cannot_shed_every_record_of_another() {
+        // Two probes on a 9600-baud budget: "flood" sends 50 alert records
+        // an interval, "rare" one, listed after the flood's (as the agent
+        // drains them probe by probe).
+        let session = Session {
+            board: "b".into(),
+            kernel: "k".into(),
+            boot_id: 9,
+            start_ns: 0,
+            interval_ns: 1_000_000_000,
+            probes: vec![info("flood", "timer"), info("rare", "irq")],
+            failed: Vec::new(),
+        };
+        let totals = vec![Hist::default(); 2];
+        let q = Queue::new(1 << 24);
+        let mut f = BudgetedFrames::new(480);
+        let mut enc = Encoder::new();
+        let (mut buf, mut lens) = (Vec::new(), Vec::new());
+        let mut status_slot = None;
+        let mut dec = FrameDecoder::new();
+        let (mut data, mut dlens) = (Vec::new(), Vec::new());
+        let mut got = [0u64; 2];
+        let mut shed_status = Vec::new();
+        let rec = |probe: &str, i: u64| AlertRecord {
+            probe: probe.into(),
+            pid: 1,
+            tid: 1,
+            comm: "task".into(),
+            cpu: 0,
+            latency_ns: 5_000 + i,
+            time_ns: i,
+        };
+        let secs = 30;
+        for seq in 1..=secs {
+            let mut alert_records: Vec<AlertRecord> = (0..50).map(|i| rec("flood", seq * 100 + i)).collect();
+            alert_records.push(rec("rare", seq));
+            let report = IntervalReport {
+                seq,
+                time_ns: seq * 1_000_000_000,
+                interval_ns: 1_000_000_000,
+                last: seq == secs,
+                probes: (0..2).map(|p| ProbeReport::new(&session.probes[p], &totals[p], &totals[p])).collect(),
+                alert_records,
+                agent: Default::default(),
+            };
+            let tick = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0] };
+            f.render(&tick, &q, &mut enc, &mut buf, &mut lens, false, &mut |t, enc, buf, lens, link, shed| {
+                super::super::status_into(&mut status_slot, t, &q, enc, buf, lens, link, shed);
+            });
+            if report.last {
+                // The final Status (as FrameRender sends after the summary).
+                let (mut b, mut l) = (Vec::new(), Vec::new());
+                let link = f.health(1_000_000_000);
+                super::super::status_into(&mut status_slot, &tick, &q, &mut enc, &mut b, &mut l, link, f.shed());
+                q.push_group(&b, &l);
+            }
+            if q.pop(&mut data, &mut dlens, std::time::Duration::ZERO) == Pop::Data {
+                dec.feed(&data, &mut |r| match r.expect("clean frames") {
+                    crate::wire::Frame::Alert(a) => got[a.probe as usize] += 1,
+                    crate::wire::Frame::Status(s) => shed_status = s.shed,
+                    _ => {}
+                });
+            }
+        }
+        let sent = 51 * secs;
+        let shed = f.shed().to_vec();
+        eprintln!("records over the link {got:?}, shed per probe {shed:?}, link-wide {}", f.pacer.alerts_shed);
+        assert!(got[1] >= secs * 9 / 10, "the rare probe's records arrive: {got:?}");
+        assert!(got[0] > 0 && shed[0] > 0, "the flood's share is what is left: {got:?} {shed:?}");
+        assert_eq!(got[0] + got[1] + shed[0] + shed[1], sent, "every record sent or shed, per probe");
+        assert_eq!(shed[0] + shed[1], f.pacer.alerts_shed);
+        // A Status says whose records were shed.
+        let st: Vec<(u16, u64)> = shed_status.iter().map(|m| (m.id, m.alerts_shed)).collect();
+        assert!(st.iter().any(|&(id, n)| id == 0 && n > 0), "{st:?}");
     }
 
     #[test]
@@ -1160,12 +1338,14 @@ mod tests {
         eprintln!("plans {:?}, steps {:?}", r.plans, r.steps);
         let top = *r.steps.iter().max().unwrap();
         assert!(top >= Step::RollUp, "{:?}", r.steps);
-        assert!(*r.steps.last().unwrap() < top, "back down: {:?}", r.steps);
-        assert!(r.plans.len() <= 12, "no flapping: {:?}", r.plans);
+        let down = |w: &[(u8, bool, u32)]| w[1].2 < w[0].2 || (w[0].1 && !w[1].1) || w[1].0 < w[0].0;
+        assert!(r.plans.windows(2).any(down), "a step back down: {:?}", r.plans);
+        // A step down that does not hold makes the next wait twice as long.
+        assert!(r.plans.len() <= 16, "no flapping: {:?}", r.plans);
         assert!(r.final_exact);
         // Under a steady load the plan only goes up.
         let r = simulate(480, 110, 600, 0, 6);
-        assert!(r.plans.windows(2).all(|w| w[1].2 >= w[0].2 && w[1].1 >= w[0].1), "{:?}", r.plans);
+        assert!(r.plans.len() <= 10, "{:?}", r.plans);
     }
 
     #[test]
@@ -1611,11 +1791,20 @@ mod tests {
             let (_, key_ids) = planned(&cum, &heads, p.merge, p.rolled, &interval);
             let full_key: u64 = keys.iter().zip(&key_ids).map(|(h, &id)| entry_bytes(id, h) as u64).sum();
             let d = delta_bytes(&deltas, &ids) as u64;
+            let now_b: u64 = deltas.iter().zip(&ids).map(|(h, &id)| entry_bytes(id, h) as u64).sum();
+            let coarse_b: u64 = deltas.iter().zip(&ids).map(|(h, &id)| entry_bytes_at(id, h, MAX_MERGE) as u64).sum();
+            let coarsest_pct = if now_b == 0 { 100 } else { coarse_b * 100 / now_b };
             let dt = p.stride as u64 * 1_000_000_000;
             let per_tick = d + (full_key as u128 * dt as u128 / p.keyframe_ns as u128) as u64;
             bps = (per_tick as u128 * 1_000_000_000 / dt as u128) as u64 + hello_bps;
-            if p.adapt(full_key, per_tick, dt, hello_bps, has_families, DownCost { delta_pct: 200, ..DownCost::SAME })
-                != Change::None
+            if p.adapt(
+                full_key,
+                per_tick,
+                dt,
+                hello_bps,
+                has_families,
+                DownCost { delta_pct: 200, coarsest_pct, ..DownCost::SAME },
+            ) != Change::None
             {
                 quiet = 0;
             } else {

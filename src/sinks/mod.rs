@@ -121,8 +121,12 @@ pub const HELLO_PERIOD_NS: u64 = 10_000_000_000;
 pub const HELLO_EVERY_SUMMARIES: u32 = 32;
 /// Queue capacity of outputs other than serial lines.
 pub const QUEUE_BYTES: usize = 256 * 1024;
-/// Serial outputs queue about this much link time (more is stale data).
+/// Serial outputs queue about this much link time (more is stale data)...
 const SERIAL_QUEUE_TIME: Duration = Duration::from_secs(2);
+/// ...but at least this much: on a slow line (9600/19200 baud) the table
+/// rows of the series born in the first seconds (~120 rows, ~5 KB) come at
+/// once and must not be dropped; the budget, not the queue, paces the line.
+const SERIAL_QUEUE_MIN_BYTES: usize = 16 * 1024;
 /// A serial driver's own transmit buffer (Linux's UART and pty buffers
 /// hold about a page): what may still be ahead of the queue at exit.
 const SERIAL_DRIVER_BYTES: usize = 4096;
@@ -133,7 +137,7 @@ const SERIAL_FLUSH_MARGIN: Duration = Duration::from_secs(1);
 /// exit, with `queued` bytes queued and a queue of `cap` bytes: what the
 /// line needs for them and the driver's buffer ahead of them, plus a
 /// margin, never less than `floor`; bounded by a full queue and driver
-/// buffer (9.5 s at 9600 baud, 5.3 s at 19200, 3.4 s at 115200 8N1).
+/// buffer (22.4 s at 9600 baud, 11.7 s at 19200, 3.4 s at 115200 8N1).
 pub fn serial_flush_time(line_bps: u64, queued: usize, cap: usize, floor: Duration) -> Duration {
     let line = line_bps.max(1) as f64;
     let need = (queued.min(cap) + SERIAL_DRIVER_BYTES) as f64 / line;
@@ -163,7 +167,9 @@ pub fn open(word: &str, global: Option<Format>) -> Result<Box<dyn Sink>, String>
     let frames = format == Format::Frames;
     let serial_text = matches!(spec.endpoint, Endpoint::Serial(_)) && format == Format::Text;
     let cap = match &spec.endpoint {
-        Endpoint::Serial(s) => (s.baud as usize / 10 * SERIAL_QUEUE_TIME.as_secs() as usize).clamp(4096, QUEUE_BYTES),
+        Endpoint::Serial(s) => {
+            (s.baud as usize / 10 * SERIAL_QUEUE_TIME.as_secs() as usize).clamp(SERIAL_QUEUE_MIN_BYTES, QUEUE_BYTES)
+        }
         _ => QUEUE_BYTES,
     };
     let q = Arc::new(Queue::new(cap));
