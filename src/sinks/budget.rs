@@ -794,7 +794,12 @@ impl BudgetedFrames {
         // A step or the agent's flags changed: say so at once (a full Hello
         // above already carried a Status).
         let plan = (self.pacer.merge, self.pacer.rolled, self.pacer.stride);
-        if !full_due && (flags_changed || plan != self.last_plan) {
+        // A flags change waits for credit (under load the agent's
+        // over-budget flag may change every interval, and a Status of ~120
+        // probes is ~1 KB: at 9600 baud that alone is over the budget); a
+        // step is said at once.
+        let flags_due = flags_changed && self.pacer.credit() > 0;
+        if !full_due && (flags_due || plan != self.last_plan) {
             status(t, enc, buf, lens, self.health(t.session.interval_ns), &self.shed);
             group(buf, lens, &mut self.pacer);
         }
