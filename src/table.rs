@@ -713,10 +713,10 @@ mod tests {
     fn histograms_follow_the_table_for_the_probes_that_ask_or_all() {
         let info = |name: &str, kind: &str| crate::summary::ProbeInfo {
             name: name.into(),
-            kind: kind.into(),
-            attach: "tp_btf".into(),
+            kind: crate::ident::Family::parse(kind).unwrap(),
+            attach: crate::ident::Mechanism::TpBtf,
             mode: String::new(),
-            btf_mode: String::new(),
+            btf_mode: crate::ident::BtfMode::CoRe,
         };
         let mut h = crate::hist::Hist::default();
         for v in [300u64, 2_500, 40_000] {

@@ -163,6 +163,19 @@ pub fn budget_words(t: &Tracker) -> Option<String> {
     }
     if l.alerts_shed > 0 {
         let _ = write!(w, ", {} alerts shed over their share", l.alerts_shed);
+        // Per probe (the share is divided fairly; this says whose).
+        let mut sep = " (";
+        for (k, (id, n)) in t.shed_probes().enumerate() {
+            if k == 8 {
+                w.push_str(", ...");
+                break;
+            }
+            let _ = write!(w, "{sep}{} {n}", t.probe_name(id));
+            sep = ", ";
+        }
+        if sep == ", " {
+            w.push(')');
+        }
     }
     if l.intervals_folded > 0 {
         let _ = write!(w, ", {} intervals folded into the next", l.intervals_folded);
@@ -543,6 +556,7 @@ mod tests {
             detached: Vec::new(),
             missed: vec![crate::wire::ProbeMissed { id: 0, missed: 92 }],
             link: Default::default(),
+            shed: Vec::new(),
         }));
         v.on_event(&ev);
         let s = v.render("serial:/dev/ttyUSB0@115200", &link, &t, Some(Duration::from_millis(300)));
@@ -646,12 +660,13 @@ mod tests {
                 alerts_shed: 5,
                 intervals_folded: 0,
             },
+            shed: vec![crate::wire::ProbeShed { id: 0, alerts_shed: 5 }],
         }));
         let s = v.render("serial:/dev/ttyS1@9600", &LinkStats::default(), &t, None);
         for needle in [
             "budget 480 B/s, using 410 B/s, keyframes every 60 s",
             "DEGRADED step 2 (roll-up): 1 buckets per power of two, 31 series rolled up",
-            "5 alerts shed",
+            "5 alerts shed over their share (runq 5)",
         ] {
             assert!(s.contains(needle), "{needle:?} missing in\n{s}");
         }

@@ -289,6 +289,9 @@ impl Gen {
                 alerts_shed: self.rng.wild(),
                 intervals_folded: self.rng.wild(),
             },
+            shed: (0..self.rng.next() % 4)
+                .map(|_| ProbeShed { id: self.rng.next() as u16, alerts_shed: self.rng.wild() })
+                .collect(),
         }
     }
 

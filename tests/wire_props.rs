@@ -140,6 +140,8 @@ proptest! {
             boot_id: 7, time_ns: time, seq: lat, uptime_ns: time / 2, frames_dropped: drops, bytes_dropped: drops / 3,
             clients: cpu, probes: (0..n).map(|i| ProbeHealth { id: i as u16, read_errors: i as u64, run_count: lat, run_time_ns: 0 }).collect(),
             flags: cpu, bpf_cpu_ppm: cpu / 2, detached: (0..n.min(20)).map(|i| i as u16).collect(), link: Default::default(),
+            // Every fifth probe had alert records shed.
+            shed: (0..n).filter(|i| i % 5 == 2).map(|i| ProbeShed { id: i as u16, alerts_shed: lat ^ i as u64 }).collect(),
             // Every third probe has kernel misses.
             missed: (0..n).filter(|i| i % 3 == 1).map(|i| ProbeMissed { id: i as u16, missed: lat ^ i as u64 }).collect(),
         };
@@ -161,6 +163,11 @@ proptest! {
         }
         let missed: Vec<ProbeMissed> = parts.iter().flat_map(|p| p.missed.clone()).collect();
         prop_assert_eq!(&missed, &s.missed);
+        for p in &parts {
+            prop_assert!(p.shed.iter().all(|m| p.probes.iter().any(|h| h.id == m.id)), "{:?}", p.shed);
+        }
+        let shed: Vec<ProbeShed> = parts.iter().flat_map(|p| p.shed.clone()).collect();
+        prop_assert_eq!(&shed, &s.shed);
         let probes: Vec<ProbeHealth> = parts.into_iter().flat_map(|p| p.probes).collect();
         prop_assert_eq!(probes, s.probes);
         let _ = AlertRecord { probe: String::new(), pid, tid, comm, cpu, latency_ns: lat, time_ns: time };

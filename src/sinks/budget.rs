@@ -38,8 +38,21 @@ pub const PLAN_PERCENT: u64 = 85;
 pub const ROLLUP_KEEP: usize = 8;
 /// Longest link interval, in agent intervals.
 pub const MAX_STRIDE: u32 = 64;
-/// Agent intervals between two degradation steps (the estimate settles).
+/// Link summaries between two steps up (the estimate settles).
 const STEP_SETTLE_TICKS: u32 = 3;
+/// A step down waits for this many link summaries in a row that fit...
+pub const DOWN_SETTLE_TICKS: u32 = 20;
+/// ...at most this many, after steps down that did not hold.
+pub const MAX_DOWN_SETTLE_TICKS: u32 = 640;
+/// ...with the lower step's estimated cost within this share of the plan
+/// (a step up is taken above 100 %: the band between is the hysteresis).
+pub const DOWN_FIT_PERCENT: u64 = 60;
+/// A plan this far over its room (percent) takes a longer interval in
+/// one go (a power of two as large as the excess), not by doubling.
+pub const FAR_OVER_PERCENT: u64 = 150;
+/// A debt (the start-up table, a full keyframe) is planned to be repaid
+/// within this time.
+pub const DEBT_REPAY_NS: u64 = 30_000_000_000;
 /// The credit a link may save up: this much time of its budget.
 const CREDIT_CAP_NS: u64 = 2_000_000_000;
 /// The full Hello of a budgeted link goes out at least this often, and
@@ -53,6 +66,35 @@ pub use crate::wire::ROLLED_MODE_PREFIX;
 /// from the top of the id space, so it never meets an agent probe id.
 pub fn other_id(k: usize) -> u16 {
     (MAX_PROBES - 1 - k) as u16
+}
+
+/// What [`Pacer::adapt`] did to the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    None,
+    /// A degradation step (or a coarser merge / longer interval) taken.
+    Up,
+    /// Back down one step: the load fell.
+    Down,
+}
+
+/// What the plan would cost one step down (the caller's estimate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DownCost {
+    /// The deltas, in percent of what they cost now.
+    pub delta_pct: u64,
+    /// Keyframing every entry (bytes).
+    pub key_bytes: u64,
+    /// Sent once on the way down (a full keyframe, the whole table).
+    pub once_bytes: u64,
+    /// The deltas at the coarsest buckets, percent of now: when even they
+    /// would not fit, the series count is what overflows (roll up now).
+    pub coarsest_pct: u64,
+}
+
+impl DownCost {
+    /// A step down that costs what now costs (a test's plain case).
+    pub const SAME: DownCost = DownCost { delta_pct: 100, key_bytes: 0, once_bytes: 0, coarsest_pct: 100 };
 }
 
 /// The pure budget plan of one link.
@@ -76,6 +118,20 @@ pub struct Pacer {
     pub alerts_shed: u64,
     pub folded: u64,
     since_change: u32,
+    /// Link summaries in a row whose plan fitted.
+    fit_streak: u32,
+    /// The next summary is the first after a change: not measured.
+    skip_measure: bool,
+    /// `folded` at the last adapt; link summaries since the last step down.
+    folded_at_adapt: u64,
+    since_down: u32,
+    /// `folded` at the last adapt (any fold), and the fit streak a step
+    /// down needs now (doubles when a step down did not hold).
+    folded_at_adapt_any: u64,
+    down_settle: u32,
+    /// The credit right after the last link summary, and its bytes.
+    after_last: i64,
+    last_summary_bytes: u64,
     /// Smoothed summary bytes per second (deltas and keys).
     delta_bps: u64,
     alert_bps: u64,
@@ -102,7 +158,16 @@ impl Pacer {
             used_bps: 0,
             alerts_shed: 0,
             folded: 0,
-            since_change: 0,
+            // The first summary may take a step at once.
+            since_change: STEP_SETTLE_TICKS,
+            fit_streak: 0,
+            skip_measure: false,
+            folded_at_adapt: 0,
+            since_down: u32::MAX,
+            folded_at_adapt_any: 0,
+            down_settle: DOWN_SETTLE_TICKS,
+            after_last: 0,
+            last_summary_bytes: 0,
             delta_bps: 0,
             alert_bps: 0,
             win_alert_bytes: 0,
@@ -180,11 +245,22 @@ impl Pacer {
         if tick % self.stride as u64 != 0 {
             return false;
         }
-        if self.credit < 0 {
+        // In debt, a summary still goes while the debt is being repaid
+        // (the credit now, less what the last summary cost, is above what
+        // it was after that one): the plan counts the debt, so folding is
+        // for a debt that grows.
+        if self.credit < 0 && self.credit.saturating_sub(self.last_summary_bytes as i64) < self.after_last {
             self.folded += 1;
             return false;
         }
         true
+    }
+
+    /// A link summary of `bytes` was queued.
+    pub fn summary_sent(&mut self, bytes: usize) {
+        self.charge(bytes);
+        self.after_last = self.credit;
+        self.last_summary_bytes = bytes as u64;
     }
 
     /// How many of `entries` wire entries get a keyframe in a link
@@ -199,8 +275,23 @@ impl Pacer {
     /// After a link summary: `full_key_bytes` (what keyframing every entry
     /// would cost now), `summary_bytes` just sent over `dt_ns`, and the
     /// Hello's cost per second. Sets the keyframe period; takes the next
-    /// degradation step when the plan does not fit. Returns true when the
-    /// step changed. `can_roll`: the link has series to roll up.
+    /// degradation step when the plan does not fit, and steps back down
+    /// when it fits with room to spare for long enough. `can_roll`: the
+    /// link has series to roll up; `down_pct`: what the plan would cost one
+    /// step down (the caller's estimate; its one-off bytes are repaid
+    /// within [`DEBT_REPAY_NS`] like any debt).
+    ///
+    /// The plan counts what it owes: a debt (the whole table at start, a
+    /// full keyframe after a step down) is repaid within
+    /// [`DEBT_REPAY_NS`] out of the same budget, so it pushes the plan up
+    /// a step rather than folding intervals for long.
+    ///
+    /// Going up, a plan far over its room (the series count overflows: no
+    /// bucket merge can make ~100 entries fit 9600 baud) takes the roll-up
+    /// at once, with the coarsest buckets, and then as long a link
+    /// interval as the excess says; a plan a little over takes one bucket
+    /// merge at a time. Steps are still declared in order: a later step
+    /// includes the earlier ones.
     pub fn adapt(
         &mut self,
         full_key_bytes: u64,
@@ -208,7 +299,8 @@ impl Pacer {
         dt_ns: u64,
         hello_bps: u64,
         can_roll: bool,
-    ) -> bool {
+        down: DownCost,
+    ) -> Change {
         self.since_change = self.since_change.saturating_add(1);
         let dt = dt_ns.max(1) as u128;
         let now_bps = (summary_bytes as u128 * 1_000_000_000 / dt) as u64;
@@ -216,33 +308,110 @@ impl Pacer {
         // what is left after the keys' average share.
         let key_bps_now = (full_key_bytes as u128 * 1_000_000_000 / self.keyframe_ns.max(1) as u128) as u64;
         let delta_now = now_bps.saturating_sub(key_bps_now);
-        self.delta_bps = if self.delta_bps == 0 { delta_now } else { (self.delta_bps * 3 + delta_now) / 4 };
+        // The first summary after a change carries one-off costs (new
+        // `other` entries counting from zero, a full keyframe): not a
+        // measure of the new plan.
+        if std::mem::take(&mut self.skip_measure) {
+            // (The estimate is 0 until the next summary measures it.)
+        } else {
+            self.delta_bps = if self.delta_bps == 0 { delta_now } else { (self.delta_bps * 3 + delta_now) / 4 };
+        }
+        let debt_bps = ((-self.credit).max(0) as u128 * 1_000_000_000 / DEBT_REPAY_NS as u128) as u64;
         let plan = self.budget_bps * PLAN_PERCENT / 100;
         let plan = plan
             .saturating_sub(self.alert_bps.min(self.budget_bps * ALERT_SHARE_PERCENT / 100))
-            .saturating_sub(hello_bps);
+            .saturating_sub(hello_bps)
+            .saturating_sub(debt_bps);
         let room = plan.saturating_sub(self.delta_bps);
         let period = if room == 0 {
             KEYFRAME_MAX_NS
         } else {
             (full_key_bytes as u128 * 1_000_000_000 / room as u128).min(u64::MAX as u128) as u64
         };
-        let fits = room > 0 && period <= KEYFRAME_MAX_NS;
         self.keyframe_ns = period.clamp(KEYFRAME_MIN_NS, KEYFRAME_MAX_NS);
-        if fits || self.since_change < STEP_SETTLE_TICKS {
-            return false;
+        // What the plan needs at the longest keyframe period.
+        let need = self.delta_bps + (full_key_bytes as u128 * 1_000_000_000 / KEYFRAME_MAX_NS as u128) as u64;
+        // Intervals folded since the last summary: the plan did not fit
+        // in fact (whatever the estimate says). A step, not more folding;
+        // except while a step down's one-off cost (planned) is repaid.
+        self.since_down = self.since_down.saturating_add(1);
+        let folding = self.folded >= self.folded_at_adapt + 2 && self.since_down > DOWN_SETTLE_TICKS;
+        self.folded_at_adapt = self.folded;
+        if self.folded > self.folded_at_adapt_any {
+            // Any fold starts the fit streak again (a step down needs a
+            // clean run).
+            self.fit_streak = 0;
+        }
+        self.folded_at_adapt_any = self.folded;
+        if need > plan || folding {
+            self.fit_streak = 0;
+            if self.since_change < STEP_SETTLE_TICKS {
+                return Change::None;
+            }
+            let over_pct = need.saturating_mul(100) / plan.max(1);
+            let far = over_pct >= FAR_OVER_PERCENT;
+            // Would the coarsest buckets fit? If not, bucket merges are not
+            // the answer: the series count is.
+            let coarse_fits = self.delta_bps.saturating_mul(down.coarsest_pct) / 100 + (need - self.delta_bps) <= plan;
+            let coarse_fits = coarse_fits && !(folding && need <= plan && self.merge >= 1);
+            if self.merge < MAX_MERGE && (coarse_fits || !can_roll) {
+                self.merge += 1;
+            } else if can_roll && !self.rolled {
+                self.merge = MAX_MERGE;
+                self.rolled = true;
+            } else if self.stride < MAX_STRIDE {
+                self.merge = MAX_MERGE;
+                // Deltas per second fall about as the interval grows.
+                let factor = if far { over_pct.div_ceil(100).next_power_of_two() as u32 } else { 2 };
+                self.stride = (self.stride.saturating_mul(factor.max(2))).min(MAX_STRIDE);
+            } else if self.merge < MAX_MERGE {
+                self.merge = MAX_MERGE;
+            } else {
+                return Change::None;
+            }
+            if self.since_down <= self.down_settle.saturating_mul(2) {
+                // Up again soon after a step down: the next step down waits
+                // twice as long (the hysteresis backs off; no flapping).
+                self.down_settle = self.down_settle.saturating_mul(2).min(MAX_DOWN_SETTLE_TICKS);
+            }
+            self.since_change = 0;
+            self.delta_bps = 0;
+            self.skip_measure = true;
+            return Change::Up;
+        }
+        // It fits: one step down once it has fitted for long enough with
+        // the lower step's estimated cost well inside the plan (the band
+        // between DOWN_FIT_PERCENT and 100 % is the hysteresis).
+        self.fit_streak = self.fit_streak.saturating_add(1);
+        if self.step() == Step::None
+            || self.fit_streak < self.down_settle
+            || self.credit < 0
+            || self.down_need(down) > plan * DOWN_FIT_PERCENT / 100
+        {
+            return Change::None;
+        }
+        if self.stride > 1 {
+            self.stride /= 2;
+        } else if self.rolled {
+            self.rolled = false;
+        } else {
+            self.merge -= 1;
         }
         self.since_change = 0;
-        if self.merge < MAX_MERGE {
-            self.merge += 1;
-        } else if can_roll && !self.rolled {
-            self.rolled = true;
-        } else if self.stride < MAX_STRIDE {
-            self.stride *= 2;
-        } else {
-            return false;
-        }
-        true
+        self.fit_streak = 0;
+        self.delta_bps = 0;
+        self.skip_measure = true;
+        self.since_down = 0;
+        Change::Down
+    }
+
+    /// What the plan would need one step down: its deltas, its keys at
+    /// the longest period, its one-off bytes over the repayment time.
+    fn down_need(&self, d: DownCost) -> u64 {
+        let per_s = |b: u64, ns: u64| (b as u128 * 1_000_000_000 / ns as u128) as u64;
+        (self.delta_bps.saturating_mul(d.delta_pct) / 100)
+            .saturating_add(per_s(d.key_bytes, KEYFRAME_MAX_NS))
+            .saturating_add(per_s(d.once_bytes, DEBT_REPAY_NS))
     }
 
     pub fn health(&self, interval_ns: u64, rolled: usize) -> LinkHealth {
@@ -276,6 +445,26 @@ pub fn entry_bytes(id: u16, h: &Hist) -> usize {
     n
 }
 
+/// [`entry_bytes`] of `h` as it would travel at bucket merge `merge`
+/// (each group of 2^merge buckets summed into its upper index, as
+/// [`coarsen`] does), without building the coarse copy.
+pub fn entry_bytes_at(id: u16, h: &Hist, merge: u8) -> usize {
+    let mut n = varint_len(id as u64)
+        + [h.count, h.sum_ns, h.min_ns, h.max_ns, h.drops, h.alerts].iter().map(|&v| varint_len(v)).sum::<usize>()
+        + 6;
+    let width = 1usize << merge.min(MAX_MERGE);
+    let mut next = 0;
+    for (g, chunk) in h.slots.chunks(width).enumerate() {
+        let c: u64 = chunk.iter().sum();
+        if c > 0 {
+            let i = (g * width + chunk.len() - 1).min(h.slots.len() - 1);
+            n += varint_len((i - next) as u64) + varint_len(c);
+            next = i + 1;
+        }
+    }
+    n
+}
+
 /// A family with its series rolled up: its `other` wire entry and members.
 struct Family {
     head: usize,
@@ -283,8 +472,9 @@ struct Family {
     members: Vec<usize>,
 }
 
-/// What renders a Status frame into the caller's encoder and buffers.
-pub type StatusFn<'a> = dyn FnMut(&Tick<'_>, &mut Encoder, &mut Vec<u8>, &mut Vec<usize>, LinkHealth) + 'a;
+/// What renders a Status frame (the link's health, its records shed per
+/// probe) into the caller's encoder and buffers.
+pub type StatusFn<'a> = dyn FnMut(&Tick<'_>, &mut Encoder, &mut Vec<u8>, &mut Vec<usize>, LinkHealth, &[u64]) + 'a;
 
 /// The budgeted rendering state of one frames output.
 pub struct BudgetedFrames {
@@ -329,7 +519,20 @@ pub struct BudgetedFrames {
     /// What keyframing every entry costs (bytes), as of the last summary.
     full_key_bytes: u64,
     pub hello_requested: bool,
-    last_step: Step,
+    /// The plan (merge, rolled, stride) last announced in Status.
+    last_plan: (u8, bool, u32),
+    /// Rows changed (a roll-up): a table update with them is due.
+    table_changed: bool,
+    /// The next summary keyframes every entry whatever the credit (after
+    /// a step down that a delta cannot express); its debt is planned.
+    keys_all: bool,
+    /// Alert records shed per probe; scratch for the fair share (records
+    /// per probe this interval; (rank, turn) order of the records); the
+    /// probe that goes first next interval.
+    shed: Vec<u64>,
+    alert_seen: Vec<u32>,
+    alert_order: Vec<(u64, u32, u16)>,
+    alert_turn: usize,
 }
 
 impl BudgetedFrames {
@@ -363,7 +566,13 @@ impl BudgetedFrames {
             has_series: false,
             full_key_bytes: 0,
             hello_requested: false,
-            last_step: Step::None,
+            last_plan: (0, false, 1),
+            keys_all: false,
+            table_changed: false,
+            shed: Vec::new(),
+            alert_seen: Vec::new(),
+            alert_order: Vec::new(),
+            alert_turn: 0,
         }
     }
 
@@ -559,13 +768,19 @@ impl BudgetedFrames {
             self.last_full_hello_ns = Some(r.time_ns);
             self.hello_requested = false;
             self.announced = n;
-            status(t, enc, buf, lens, self.health(t.session.interval_ns));
+            status(t, enc, buf, lens, self.health(t.session.interval_ns), &self.shed);
             group(buf, lens, &mut self.pacer);
-        } else if self.announced < n {
-            // Only the new rows: no Hello storm when series are born.
+        } else if self.announced < n || self.table_changed {
+            // Only the new rows: no Hello storm when series are born. After
+            // a roll-up, the `other` rows and the rolled series' rows too
+            // (not the whole table: the whole table waits for its timer).
             let mut hello = Self::full_hello_of(&self.families, t);
             let from = self.announced as u16;
-            hello.probes.retain(|p| p.id >= from && (p.id as usize) < n);
+            let changed = std::mem::take(&mut self.table_changed);
+            hello.probes.retain(|p| {
+                (p.id >= from && (p.id as usize) < n)
+                    || (changed && (p.id as usize >= n || p.mode.starts_with(ROLLED_MODE_PREFIX)))
+            });
             if let Err(e) = enc.hello(&hello, &mut |f| {
                 buf.extend_from_slice(f);
                 lens.push(f.len());
@@ -583,36 +798,25 @@ impl BudgetedFrames {
         }
         // A step or the agent's flags changed: say so at once (a full Hello
         // above already carried a Status).
-        if !full_due && (flags_changed || self.pacer.step() != self.last_step) {
-            status(t, enc, buf, lens, self.health(t.session.interval_ns));
+        let plan = (self.pacer.merge, self.pacer.rolled, self.pacer.stride);
+        // A flags change waits for credit (under load the agent's
+        // over-budget flag may change every interval, and a Status of ~120
+        // probes is ~1 KB: at 9600 baud that alone is over the budget); a
+        // step is said at once.
+        let flags_due = flags_changed && self.pacer.credit() > 0;
+        if !full_due && (flags_due || plan != self.last_plan) {
+            status(t, enc, buf, lens, self.health(t.session.interval_ns), &self.shed);
             group(buf, lens, &mut self.pacer);
         }
-        self.last_step = self.pacer.step();
-        // Alerts first, within their share.
-        for a in &r.alert_records {
-            let id = t.session.probes.iter().position(|p| p.name == a.probe).map_or(u16::MAX, |i| i as u16);
-            if enc
-                .alert(t.session.boot_id, id, a, &mut |f| {
-                    buf.extend_from_slice(f);
-                    lens.push(f.len());
-                })
-                .is_ok()
-            {
-                if self.pacer.alert(buf.len()) {
-                    group(buf, lens, &mut self.pacer);
-                } else {
-                    buf.clear();
-                    lens.clear();
-                }
-            }
-        }
+        self.last_plan = plan;
+        self.send_alerts(t, enc, buf, lens, q);
         self.ticks += 1;
         if !self.pacer.summary_due(self.ticks, r.last) {
             return;
         }
         let dt = r.time_ns.saturating_sub(if self.last_sent_ns == 0 { t.session.start_ns } else { self.last_sent_ns });
         let bytes = self.summary(t, enc, buf, lens, dt);
-        self.pacer.charge(bytes);
+        self.pacer.summary_sent(bytes);
         q.push_group(buf, lens);
         buf.clear();
         lens.clear();
@@ -621,25 +825,157 @@ impl BudgetedFrames {
         self.full_key_bytes = full_key;
         let hello_bps = (self.hello_bytes as u128 * 1_000_000_000 / hello_period.max(1) as u128) as u64;
         let can_roll = self.families.is_empty() && self.has_series;
-        if self.pacer.adapt(full_key, bytes as u64, dt, hello_bps, can_roll) {
-            let step = self.pacer.step();
-            log::warn!(
-                "output budget {} B/s: taking degradation step {} ({}; merge {}, link interval {} agent intervals)",
-                self.pacer.budget_bps,
-                step as u8,
-                step.name(),
-                self.pacer.merge,
-                self.pacer.stride
-            );
-            if self.pacer.rolled && self.families.is_empty() {
-                self.roll_up(t);
-                self.last_full_hello_ns = None; // the table changed: all of it at the next interval
-            }
-            // Coarsen what was sent so deltas stay consistent with it.
-            for h in &mut self.sent {
-                coarsen(h, self.pacer.merge);
-            }
+        let down = self.down_cost(t, full_key);
+        let before = (self.pacer.merge, self.pacer.rolled, self.pacer.stride);
+        let change = self.pacer.adapt(full_key, bytes as u64, dt, hello_bps, can_roll, down);
+        if change == Change::None {
+            return;
         }
+        if self.pacer.rolled && self.families.is_empty() {
+            self.roll_up(t);
+            self.table_changed = true; // its changed rows at the next interval
+        }
+        if !self.pacer.rolled && !self.families.is_empty() {
+            // Un-roll: every series its own entry again, the whole table
+            // (rows no longer marked rolled), and every entry keyframed
+            // (the receiver's state of those series is from before).
+            self.families.clear();
+            self.rebuild_entries();
+            self.hello = None;
+            self.last_full_hello_ns = None;
+            self.keys_all = true;
+        }
+        if self.pacer.merge < before.0 {
+            // Finer buckets than the receiver holds: only a keyframe of
+            // every entry can refine them (a delta cannot split a bucket).
+            self.keys_all = true;
+        }
+        let step = self.pacer.step();
+        log::warn!(
+            "output budget {} B/s: {} degradation step {} ({}; merge {}, {} series rolled up, link interval {} agent intervals)",
+            self.pacer.budget_bps,
+            if change == Change::Up { "taking" } else { "the load fell: back down to" },
+            step as u8,
+            step.name(),
+            self.pacer.merge,
+            self.rolled(),
+            self.pacer.stride
+        );
+        // Coarsen what was sent so deltas stay consistent with it.
+        for h in &mut self.sent {
+            coarsen(h, self.pacer.merge);
+        }
+    }
+
+    /// What the plan would cost one step down: half the link interval,
+    /// twice the deltas; the roll-up undone, the deltas of the entries
+    /// with events this interval unrolled against rolled, the keys of
+    /// every series, and once a keyframe of them all and the whole table;
+    /// a finer bucket merge, about a third more, and once a keyframe of
+    /// every entry (at full resolution: an upper bound).
+    fn down_cost(&self, t: &Tick<'_>, full_key: u64) -> DownCost {
+        let d = self.down_cost_only(t, full_key);
+        DownCost { coarsest_pct: self.coarsest_pct(), ..d }
+    }
+
+    /// The last delta's entries at the coarsest buckets, percent of their
+    /// size as sent.
+    fn coarsest_pct(&self) -> u64 {
+        let (mut now, mut coarse) = (0u64, 0u64);
+        for &e in &self.deltas {
+            let (id, h) = (self.ids[e as usize], &self.wire[e as usize]);
+            now += entry_bytes_at(id, h, self.pacer.merge) as u64;
+            coarse += entry_bytes_at(id, h, MAX_MERGE) as u64;
+        }
+        (coarse * 100).checked_div(now).unwrap_or(100)
+    }
+
+    fn down_cost_only(&self, t: &Tick<'_>, full_key: u64) -> DownCost {
+        let p = &self.pacer;
+        if p.stride > 1 {
+            return DownCost { delta_pct: 200, key_bytes: full_key, once_bytes: 0, coarsest_pct: 100 };
+        }
+        let all_keys = |merge: u8| -> u64 {
+            t.totals
+                .iter()
+                .enumerate()
+                .map(|(q, h)| entry_bytes_at(q.min(u16::MAX as usize) as u16, h, merge) as u64)
+                .sum()
+        };
+        if !self.families.is_empty() {
+            let busy = |q: usize| t.report.probes.get(q).is_some_and(|r| r.count > 0);
+            let unrolled = (0..self.probes).filter(|&q| busy(q)).count() as u64;
+            let mut rolled = (0..self.probes).filter(|&q| busy(q) && self.src.contains(&q)).count() as u64;
+            rolled += self.families.iter().filter(|f| f.members.iter().any(|&m| busy(m))).count() as u64;
+            let keys = all_keys(p.merge);
+            return DownCost {
+                delta_pct: (unrolled * 100 / rolled.max(1)).max(100),
+                key_bytes: keys,
+                once_bytes: keys + self.hello_bytes as u64,
+                coarsest_pct: 100,
+            };
+        }
+        if p.merge > 0 {
+            let keys = all_keys(p.merge - 1);
+            return DownCost { delta_pct: 200, key_bytes: keys, once_bytes: keys, coarsest_pct: 100 };
+        }
+        DownCost::SAME
+    }
+
+    /// Alerts first, within their share, shared fairly between probes:
+    /// the interval's records go in rounds, one per probe with records
+    /// left (starting one probe further each interval), so a probe
+    /// flooding alerts cannot shed every record of another. What does not
+    /// fit is shed and counted per probe (Status `shed`, `link.alerts_shed`).
+    fn send_alerts(&mut self, t: &Tick<'_>, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>, q: &Queue) {
+        let recs = &t.report.alert_records;
+        if recs.is_empty() {
+            return;
+        }
+        let n = t.session.probes.len();
+        // Probe of each record (n: a name not in the table), its rank
+        // among its probe's records, and the round-robin order.
+        self.alert_seen.clear();
+        self.alert_seen.resize(n + 1, 0);
+        self.alert_order.clear();
+        let start = self.alert_turn % (n + 1);
+        for (i, a) in recs.iter().enumerate() {
+            let p = t.session.probes.iter().position(|p| p.name == a.probe).unwrap_or(n);
+            let rank = self.alert_seen[p];
+            self.alert_seen[p] += 1;
+            let turn = (p + n + 1 - start) % (n + 1);
+            self.alert_order.push(((rank as u64) << 32 | (turn as u64) << 16, i as u32, p as u16));
+        }
+        self.alert_order.sort_unstable();
+        self.alert_turn = self.alert_turn.wrapping_add(1);
+        if self.shed.len() < n {
+            self.shed.resize(n, 0);
+        }
+        for k in 0..self.alert_order.len() {
+            let (_, i, p) = self.alert_order[k];
+            let a = &recs[i as usize];
+            let id = if (p as usize) < n { p } else { u16::MAX };
+            let ok = enc.alert(t.session.boot_id, id, a, &mut |f| {
+                buf.extend_from_slice(f);
+                lens.push(f.len());
+            });
+            if ok.is_err() {
+                continue;
+            }
+            if self.pacer.alert(buf.len()) {
+                self.pacer.charge(buf.len());
+                q.push_group(buf, lens);
+            } else if let Some(s) = self.shed.get_mut(p as usize) {
+                *s += 1;
+            }
+            buf.clear();
+            lens.clear();
+        }
+    }
+
+    /// Alert records shed per probe id since start.
+    pub fn shed(&self) -> &[u64] {
+        &self.shed
     }
 
     fn hello_period(&self) -> u64 {
@@ -681,9 +1017,9 @@ impl BudgetedFrames {
         self.force_keys = false;
         self.key_backlog = (self.key_backlog + due).min(m);
         let mut allowance = self.pacer.credit() - self.last_delta_bytes as i64;
-        if r.last {
-            // The final summary may use what flushes at exit (about 2 s).
-            allowance = allowance.max(0) + 2 * self.pacer.budget_bps as i64;
+        if std::mem::take(&mut self.keys_all) {
+            allowance = i64::MAX;
+            self.key_backlog = m;
         }
         self.keys.clear();
         while self.key_backlog > 0 && m > 0 {
@@ -796,6 +1132,18 @@ mod tests {
         p.refill(4_000_000_000);
         assert!(p.summary_due(3, false));
         assert!(p.summary_due(4, true), "the final summary always goes");
+        // A debt being repaid (the start-up table): summaries keep going
+        // as long as the debt shrinks; one that grows it folds.
+        let mut p = Pacer::new(1000);
+        p.refill(0);
+        p.charge(5_400);
+        p.summary_sent(600);
+        p.refill(1_000_000_000);
+        assert!(p.credit() < 0);
+        assert!(p.summary_due(1, false), "in debt, repaying: still sent");
+        p.summary_sent(3_000);
+        p.refill(2_000_000_000);
+        assert!(!p.summary_due(2, false), "a summary that grows the debt folds");
     }
 
     #[test]
@@ -808,24 +1156,202 @@ mod tests {
 
     #[test]
     fn steps_are_taken_in_the_declared_order() {
+        // A little over: one bucket merge at a time, then the roll-up,
+        // then longer intervals.
         let mut p = Pacer::new(480);
         let mut seen = vec![p.step()];
+        let mut merges = vec![];
         for _ in 0..60 {
-            if p.adapt(200_000, 5_000, 1_000_000_000, 10, true) {
+            if p.adapt(0, 450, 1_000_000_000, 10, true, DownCost { coarsest_pct: 50, ..DownCost::SAME }) != Change::None
+            {
                 seen.push(p.step());
+                merges.push(p.merge);
             }
         }
         seen.dedup();
         assert_eq!(seen, [Step::None, Step::CoarseBuckets, Step::RollUp, Step::LongerInterval]);
-        assert_eq!(p.merge, MAX_MERGE);
+        assert_eq!(&merges[..3], [1, 2, 3], "one merge at a time");
         assert!(p.stride > 1);
+        // Far over (a series count no merge can fit): the roll-up at once,
+        // with the coarsest buckets (step 2 includes step 1), then an
+        // interval as long as the excess says.
+        let mut p = Pacer::new(480);
+        assert_eq!(
+            p.adapt(200_000, 5_000, 1_000_000_000, 10, true, DownCost::SAME),
+            Change::Up,
+            "at the first summary"
+        );
+        assert_eq!((p.step(), p.merge, p.stride), (Step::RollUp, MAX_MERGE, 1));
+        for _ in 0..3 {
+            p.adapt(200_000, 5_000, 1_000_000_000, 10, false, DownCost::SAME);
+        }
+        assert_eq!(p.step(), Step::LongerInterval);
+        assert!(p.stride >= 16, "5 000 B/s into ~400: {}", p.stride);
         // A link with room stays at full resolution, keyframes within 60 s.
         let mut q = Pacer::new(5_760);
         for _ in 0..20 {
-            assert!(!q.adapt(30_000, 1_500, 1_000_000_000, 50, true));
+            assert_eq!(q.adapt(30_000, 1_500, 1_000_000_000, 50, true, DownCost::SAME), Change::None);
         }
         assert_eq!(q.step(), Step::None);
         assert!(q.keyframe_ns <= KEYFRAME_MAX_NS && q.keyframe_ns >= KEYFRAME_MIN_NS);
+    }
+
+    #[test]
+    fn a_debt_counts_in_the_plan() {
+        // The same load fits an even link, not one paying off a table.
+        let mut even = Pacer::new(480);
+        assert_eq!(even.adapt(3_000, 600, 1_000_000_000, 10, true, DownCost::SAME), Change::None);
+        let mut owing = Pacer::new(480);
+        owing.charge(6_000);
+        assert_eq!(owing.adapt(3_000, 600, 1_000_000_000, 10, true, DownCost::SAME), Change::Up);
+    }
+
+    #[test]
+    fn steps_go_back_down_with_hysteresis() {
+        let mut p = Pacer::new(480);
+        // (No keyframe bytes: what the plan needs is the deltas alone.)
+        for _ in 0..10 {
+            p.adapt(0, 5_000, 1_000_000_000, 10, true, DownCost::SAME);
+        }
+        assert_eq!(p.step(), Step::LongerInterval);
+        let top = (p.merge, p.rolled, p.stride);
+        // Load just inside the plan, but a step down would not fit with
+        // room to spare: it stays (no flapping).
+        p.refill(0);
+        for i in 0..100 {
+            let c = p.adapt(0, 300, 1_000_000_000, 10, true, DownCost { delta_pct: 200, ..DownCost::SAME });
+            assert_eq!(c, Change::None, "at {i}: {p:?}");
+        }
+        assert_eq!((p.merge, p.rolled, p.stride), top);
+        // The load falls: down one step per DOWN_SETTLE_TICKS summaries,
+        // in the reverse order, to full resolution.
+        let mut downs = vec![];
+        for i in 0..2_000 {
+            match p.adapt(0, 60, 1_000_000_000, 10, true, DownCost { delta_pct: 130, ..DownCost::SAME }) {
+                Change::Down => downs.push((i, p.step(), p.merge, p.stride)),
+                Change::Up => panic!("up at {i}"),
+                Change::None => {}
+            }
+        }
+        assert_eq!(p.step(), Step::None, "{downs:?}");
+        assert!(downs.windows(2).all(|w| w[1].0 - w[0].0 >= DOWN_SETTLE_TICKS as usize), "{downs:?}");
+        assert!(downs.windows(2).all(|w| w[1].1 <= w[0].1), "reverse order: {downs:?}");
+    }
+
+    #[test]
+    fn many_series_fit_9600_and_19200_by_rolling_up() {
+        // ~110 series (the default probes under load) on 480 and 960 B/s:
+        // the whole run, start-up table and final summary included, within
+        // the budget, by roll-up and a longer interval rather than folding.
+        for budget in [480u32, 960] {
+            let r = simulate(budget, 110, 300, 0, 4);
+            let bps = r.bytes as u64 / r.secs;
+            eprintln!(
+                "{budget} B/s, 110 series: {bps} B/s, steps {:?}, plans {:?}, {} folded",
+                r.steps, r.plans, r.folded
+            );
+            assert!(bps <= budget as u64, "{bps} B/s over the {budget} B/s budget");
+            assert!(r.steps.contains(&Step::RollUp) || r.steps.contains(&Step::LongerInterval), "{:?}", r.steps);
+            // Steps are first taken in the declared order.
+            let first = |s: Step| r.steps.iter().position(|&x| x == s).unwrap_or(usize::MAX);
+            assert!(first(Step::CoarseBuckets) < first(Step::RollUp), "{:?}", r.steps);
+            assert!(r.plans.len() <= 10, "no flapping: {:?}", r.plans);
+            assert!(r.folded <= r.secs / 10, "{} intervals folded in {} s", r.folded, r.secs);
+            assert!(r.final_exact);
+        }
+    }
+
+    #[test]
+    fn a_probe_flooding_alerts_cannot_shed_every_record_of_another() {
+        // Two probes on a 9600-baud budget: "flood" sends 50 alert records
+        // an interval, "rare" one, listed after the flood's (as the agent
+        // drains them probe by probe).
+        let session = Session {
+            board: "b".into(),
+            kernel: "k".into(),
+            boot_id: 9,
+            start_ns: 0,
+            interval_ns: 1_000_000_000,
+            probes: vec![info("flood", "timer"), info("rare", "irq")],
+            failed: Vec::new(),
+        };
+        let totals = vec![Hist::default(); 2];
+        let q = Queue::new(1 << 24);
+        let mut f = BudgetedFrames::new(480);
+        let mut enc = Encoder::new();
+        let (mut buf, mut lens) = (Vec::new(), Vec::new());
+        let mut status_slot = None;
+        let mut dec = FrameDecoder::new();
+        let (mut data, mut dlens) = (Vec::new(), Vec::new());
+        let mut got = [0u64; 2];
+        let mut shed_status = Vec::new();
+        let rec = |probe: &str, i: u64| AlertRecord {
+            probe: probe.into(),
+            pid: 1,
+            tid: 1,
+            comm: "task".into(),
+            cpu: 0,
+            latency_ns: 5_000 + i,
+            time_ns: i,
+        };
+        let secs = 30;
+        for seq in 1..=secs {
+            let mut alert_records: Vec<AlertRecord> = (0..50).map(|i| rec("flood", seq * 100 + i)).collect();
+            alert_records.push(rec("rare", seq));
+            let report = IntervalReport {
+                seq,
+                time_ns: seq * 1_000_000_000,
+                interval_ns: 1_000_000_000,
+                last: seq == secs,
+                probes: (0..2).map(|p| ProbeReport::new(&session.probes[p], &totals[p], &totals[p])).collect(),
+                alert_records,
+                agent: Default::default(),
+            };
+            let tick = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0] };
+            f.render(&tick, &q, &mut enc, &mut buf, &mut lens, false, &mut |t, enc, buf, lens, link, shed| {
+                super::super::status_into(&mut status_slot, t, &q, enc, buf, lens, link, shed);
+            });
+            if report.last {
+                // The final Status (as FrameRender sends after the summary).
+                let (mut b, mut l) = (Vec::new(), Vec::new());
+                let link = f.health(1_000_000_000);
+                super::super::status_into(&mut status_slot, &tick, &q, &mut enc, &mut b, &mut l, link, f.shed());
+                q.push_group(&b, &l);
+            }
+            if q.pop(&mut data, &mut dlens, std::time::Duration::ZERO) == Pop::Data {
+                dec.feed(&data, &mut |r| match r.expect("clean frames") {
+                    crate::wire::Frame::Alert(a) => got[a.probe as usize] += 1,
+                    crate::wire::Frame::Status(s) => shed_status = s.shed,
+                    _ => {}
+                });
+            }
+        }
+        let sent = 51 * secs;
+        let shed = f.shed().to_vec();
+        eprintln!("records over the link {got:?}, shed per probe {shed:?}, link-wide {}", f.pacer.alerts_shed);
+        assert!(got[1] >= secs * 9 / 10, "the rare probe's records arrive: {got:?}");
+        assert!(got[0] > 0 && shed[0] > 0, "the flood's share is what is left: {got:?} {shed:?}");
+        assert_eq!(got[0] + got[1] + shed[0] + shed[1], sent, "every record sent or shed, per probe");
+        assert_eq!(shed[0] + shed[1], f.pacer.alerts_shed);
+        // A Status says whose records were shed.
+        let st: Vec<(u16, u64)> = shed_status.iter().map(|m| (m.id, m.alerts_shed)).collect();
+        assert!(st.iter().any(|&(id, n)| id == 0 && n > 0), "{st:?}");
+    }
+
+    #[test]
+    fn the_load_falls_and_the_link_steps_back_down() {
+        let r = simulate_load(960, 60, 900, 0, 5, &|s| if s <= 200 { 100 } else { 3 });
+        eprintln!("plans {:?}, steps {:?}", r.plans, r.steps);
+        let top = *r.steps.iter().max().unwrap();
+        assert!(top >= Step::RollUp, "{:?}", r.steps);
+        let down = |w: &[(u8, bool, u32)]| w[1].2 < w[0].2 || (w[0].1 && !w[1].1) || w[1].0 < w[0].0;
+        assert!(r.plans.windows(2).any(down), "a step back down: {:?}", r.plans);
+        // A step down that does not hold makes the next wait twice as long.
+        assert!(r.plans.len() <= 16, "no flapping: {:?}", r.plans);
+        assert!(r.final_exact);
+        // Under a steady load the plan only goes up.
+        let r = simulate(480, 110, 600, 0, 6);
+        assert!(r.plans.len() <= 10, "{:?}", r.plans);
     }
 
     #[test]
@@ -856,6 +1382,12 @@ mod tests {
         )
         .unwrap();
         let est = entry_bytes(3, &h);
+        assert_eq!(entry_bytes_at(3, &h, 0), est);
+        for merge in 1..=MAX_MERGE {
+            let mut c = h.clone();
+            coarsen(&mut c, merge);
+            assert_eq!(entry_bytes_at(3, &h, merge), entry_bytes(3, &c), "merge {merge}");
+        }
         // The frame: est plus header, CRC, COBS; the estimate is an upper bound of the entry.
         assert!(frame.len() > est && frame.len() < est + 30, "{} vs {est}", frame.len());
         let _ = BUCKETS;
@@ -892,9 +1424,12 @@ mod tests {
         delta_checks: usize,
         lost_runs: u64,
         steps: Vec<Step>,
+        /// Every (merge, rolled, stride) the link went through.
+        plans: Vec<(u8, bool, u32)>,
         bytes: usize,
         secs: u64,
         final_exact: bool,
+        folded: u64,
     }
 
     /// An agent with runq, a syscall family (its head sums the series) and
@@ -905,6 +1440,18 @@ mod tests {
     /// (coarsened to the wire merge; `other` entries against the sum of
     /// their members), and at every delta entry without a loss behind it.
     fn simulate(budget_bps: u32, series: usize, secs: u64, drop_pct: u64, seed: u64) -> Run {
+        simulate_load(budget_bps, series, secs, drop_pct, seed, &|_| 100)
+    }
+
+    /// [`simulate`] with the events of second `s` scaled to `load(s)` %.
+    fn simulate_load(
+        budget_bps: u32,
+        series: usize,
+        secs: u64,
+        drop_pct: u64,
+        seed: u64,
+        load: &dyn Fn(u64) -> u64,
+    ) -> Run {
         let mut rng = Rng(seed);
         let mut session = Session {
             board: "b".into(),
@@ -930,9 +1477,11 @@ mod tests {
             delta_checks: 0,
             lost_runs: 0,
             steps: vec![Step::None],
+            plans: vec![(0, false, 1)],
             bytes: 0,
             secs,
             final_exact: false,
+            folded: 0,
         };
         let (mut data, mut dlens) = (Vec::new(), Vec::new());
         for seq in 1..=secs {
@@ -945,13 +1494,14 @@ mod tests {
                 prev.push(Hist::default());
             }
             prev.clone_from(&totals);
-            for _ in 0..2_000 {
+            let pct = load(seq);
+            for _ in 0..2_000 * pct / 100 {
                 totals[0].record(500 + rng.next() % 200_000);
             }
             let n = totals.len();
             for p in 2..n {
                 // A few busy series, most quiet.
-                let events = if p < 6 { 300 } else { rng.next() % 4 };
+                let events = if p < 6 { 300 * pct / 100 } else { rng.next() % (1 + 3 * pct / 100) };
                 for _ in 0..events {
                     let v = 200 + rng.next() % (1 << (8 + p % 20));
                     totals[p].record(v);
@@ -969,11 +1519,27 @@ mod tests {
             };
             history.insert(seq, totals.clone());
             let tick = Tick { session: &session, report: &report, totals: &totals, read_errors: &vec![0; n] };
-            f.render(&tick, &q, &mut enc, &mut buf, &mut lens, false, &mut |t, enc, buf, lens, link| {
-                super::super::status_into(&mut status_slot, t, &q, enc, buf, lens, link);
+            // The families as this interval's frames carry them (a step
+            // after the summary changes them for the next).
+            let mut fams: Vec<(u16, Vec<usize>)> = f.families.iter().map(|x| (x.other, x.members.clone())).collect();
+            let probes_before = f.probes;
+            f.render(&tick, &q, &mut enc, &mut buf, &mut lens, false, &mut |t, enc, buf, lens, link, shed| {
+                super::super::status_into(&mut status_slot, t, &q, enc, buf, lens, link, shed);
             });
+            // Series born this interval joined `other` before the frames.
+            if let Some(fam) = fams.first_mut() {
+                for p in probes_before.max(2)..n {
+                    if !fam.1.contains(&p) {
+                        fam.1.push(p);
+                    }
+                }
+            }
             if run.steps.last() != Some(&f.pacer.step()) {
                 run.steps.push(f.pacer.step());
+            }
+            let plan = (f.pacer.merge, f.pacer.rolled, f.pacer.stride);
+            if run.plans.last() != Some(&plan) {
+                run.plans.push(plan);
             }
             if q.pop(&mut data, &mut dlens, std::time::Duration::ZERO) != Pop::Data {
                 continue; // folded into the next summary
@@ -997,8 +1563,8 @@ mod tests {
                             continue;
                         }
                         let mut want = Hist::default();
-                        match f.families.iter().find(|fam| fam.other == id) {
-                            Some(fam) => fam.members.iter().for_each(|&m| want.merge(&agent[m])),
+                        match fams.iter().find(|fam| fam.0 == id) {
+                            Some(fam) => fam.1.iter().for_each(|&m| want.merge(&agent[m])),
                             None => want.clone_from(&agent[id as usize]),
                         }
                         coarsen(&mut want, merge);
@@ -1024,6 +1590,7 @@ mod tests {
             }
         }
         run.lost_runs = tracker.summaries_lost + tracker.deltas_unusable;
+        run.folded = f.pacer.folded;
         // The final summary is a whole keyframe: every total exact again.
         run.final_exact = tracker.inexact_probes() == 0
             && (0..totals.len()).all(|p| {
@@ -1231,10 +1798,21 @@ mod tests {
             let (_, key_ids) = planned(&cum, &heads, p.merge, p.rolled, &interval);
             let full_key: u64 = keys.iter().zip(&key_ids).map(|(h, &id)| entry_bytes(id, h) as u64).sum();
             let d = delta_bytes(&deltas, &ids) as u64;
+            let now_b: u64 = deltas.iter().zip(&ids).map(|(h, &id)| entry_bytes(id, h) as u64).sum();
+            let coarse_b: u64 = deltas.iter().zip(&ids).map(|(h, &id)| entry_bytes_at(id, h, MAX_MERGE) as u64).sum();
+            let coarsest_pct = (coarse_b * 100).checked_div(now_b).unwrap_or(100);
             let dt = p.stride as u64 * 1_000_000_000;
             let per_tick = d + (full_key as u128 * dt as u128 / p.keyframe_ns as u128) as u64;
             bps = (per_tick as u128 * 1_000_000_000 / dt as u128) as u64 + hello_bps;
-            if p.adapt(full_key, per_tick, dt, hello_bps, has_families) {
+            if p.adapt(
+                full_key,
+                per_tick,
+                dt,
+                hello_bps,
+                has_families,
+                DownCost { delta_pct: 200, coarsest_pct, ..DownCost::SAME },
+            ) != Change::None
+            {
                 quiet = 0;
             } else {
                 quiet += 1;

@@ -80,8 +80,29 @@ pub const HELLO_PERIOD_NS: u64 = 10_000_000_000;
 pub const HELLO_EVERY_SUMMARIES: u32 = 32;
 /// Queue capacity of outputs other than serial lines.
 pub const QUEUE_BYTES: usize = 256 * 1024;
-/// Serial outputs queue about this much link time (more is stale data).
+/// Serial outputs queue about this much link time (more is stale data)...
 const SERIAL_QUEUE_TIME: Duration = Duration::from_secs(2);
+/// ...but at least this much: on a slow line (9600/19200 baud) the table
+/// rows of the series born in the first seconds (~120 rows, ~5 KB) come at
+/// once and must not be dropped; the budget, not the queue, paces the line.
+const SERIAL_QUEUE_MIN_BYTES: usize = 16 * 1024;
+/// A serial driver's own transmit buffer (Linux's UART and pty buffers
+/// hold about a page): what may still be ahead of the queue at exit.
+const SERIAL_DRIVER_BYTES: usize = 4096;
+/// Margin of a serial output's exit flush over what its line needs.
+const SERIAL_FLUSH_MARGIN: Duration = Duration::from_secs(1);
+
+/// How long a serial output at `line_bps` bytes per second may flush at
+/// exit, with `queued` bytes queued and a queue of `cap` bytes: what the
+/// line needs for them and the driver's buffer ahead of them, plus a
+/// margin, never less than `floor`; bounded by a full queue and driver
+/// buffer (22.4 s at 9600 baud, 11.7 s at 19200, 3.4 s at 115200 8N1).
+pub fn serial_flush_time(line_bps: u64, queued: usize, cap: usize, floor: Duration) -> Duration {
+    let line = line_bps.max(1) as f64;
+    let need = (queued.min(cap) + SERIAL_DRIVER_BYTES) as f64 / line;
+    floor.max(Duration::from_secs_f64(need) + SERIAL_FLUSH_MARGIN)
+}
+
 /// How often a vanished serial device is looked for again.
 pub const REOPEN_PERIOD: Duration = Duration::from_secs(1);
 /// Drop reports in the log at most this often per output.
@@ -111,10 +132,16 @@ pub fn open_with(word: &str, global: Option<Format>, text: TextStyle) -> Result<
     let frames = format == Format::Frames;
     let serial_text = matches!(spec.endpoint, Endpoint::Serial(_)) && format == Format::Text;
     let cap = match &spec.endpoint {
-        Endpoint::Serial(s) => (s.baud as usize / 10 * SERIAL_QUEUE_TIME.as_secs() as usize).clamp(4096, QUEUE_BYTES),
+        Endpoint::Serial(s) => {
+            (s.baud as usize / 10 * SERIAL_QUEUE_TIME.as_secs() as usize).clamp(SERIAL_QUEUE_MIN_BYTES, QUEUE_BYTES)
+        }
         _ => QUEUE_BYTES,
     };
     let q = Arc::new(Queue::new(cap));
+    let line_bps = match &spec.endpoint {
+        Endpoint::Serial(s) => Some(s.bytes_per_s() as u64),
+        _ => None,
+    };
     let max_clients = spec.clients.unwrap_or(spec::STREAM_DEFAULT_CLIENTS);
     let writer: Box<dyn FnOnce(&Queue) + Send> = match spec.endpoint.clone() {
         Endpoint::Stdio => {
@@ -179,7 +206,16 @@ pub fn open_with(word: &str, global: Option<Format>, text: TextStyle) -> Result<
         }
     };
     let (thread, done) = spawn_writer(&name, q.clone(), writer).map_err(|e| format!("output {word}: {e}"))?;
-    Ok(Box::new(Output { name, render, q, thread: Some(thread), done, dropped_logged: 0, last_drop_log: None }))
+    Ok(Box::new(Output {
+        name,
+        render,
+        q,
+        thread: Some(thread),
+        done,
+        dropped_logged: 0,
+        last_drop_log: None,
+        line_bps,
+    }))
 }
 
 /// What `latmon check` does for an output: everything [`open`] would do
@@ -417,6 +453,9 @@ pub fn status_flags(r: &IntervalReport) -> u32 {
 
 /// Status frames for this interval into `buf`/`lens` (the agent's and
 /// the link's health); `slot` keeps the message between intervals.
+// The encoder and both frame buffers are borrowed one by one, as in
+// `BudgetedFrames::render`, whose `status` callback this is.
+#[allow(clippy::too_many_arguments)]
 fn status_into(
     slot: &mut Option<Status>,
     t: &Tick<'_>,
@@ -425,6 +464,7 @@ fn status_into(
     buf: &mut Vec<u8>,
     lens: &mut Vec<usize>,
     link: wire::LinkHealth,
+    shed: &[u64],
 ) -> u32 {
     let (dropped, dropped_bytes) = q.dropped();
     let s = slot.get_or_insert_with(|| Status {
@@ -441,6 +481,7 @@ fn status_into(
         detached: Vec::with_capacity(t.session.probes.len()),
         missed: Vec::with_capacity(t.session.probes.len()),
         link: wire::LinkHealth::default(),
+        shed: Vec::with_capacity(t.session.probes.len()),
     });
     s.boot_id = t.session.boot_id;
     s.time_ns = t.report.time_ns;
@@ -481,6 +522,10 @@ fn status_into(
             .map(|(i, p)| ProbeMissed { id: i as u16, missed: p.total_bpf_missed }),
     );
     s.link = link;
+    s.shed.clear();
+    s.shed.extend(
+        shed.iter().enumerate().filter(|(_, &n)| n > 0).map(|(i, &n)| wire::ProbeShed { id: i as u16, alerts_shed: n }),
+    );
     if let Err(e) = enc.status(s, &mut |f| {
         buf.extend_from_slice(f);
         lens.push(f.len());
@@ -500,6 +545,7 @@ impl FrameRender {
             &mut self.buf,
             &mut self.lens,
             wire::LinkHealth::default(),
+            &[],
         );
     }
 
@@ -552,8 +598,8 @@ impl FrameRender {
                 &mut self.buf,
                 &mut self.lens,
                 flags_changed,
-                &mut |t, enc, buf, lens, link| {
-                    *last_flags = status_into(status, t, q, enc, buf, lens, link);
+                &mut |t, enc, buf, lens, link, shed| {
+                    *last_flags = status_into(status, t, q, enc, buf, lens, link, shed);
                 },
             );
             if r.last {
@@ -561,7 +607,7 @@ impl FrameRender {
                 self.buf.clear();
                 self.lens.clear();
                 self.last_flags =
-                    status_into(&mut self.status, t, q, &mut self.enc, &mut self.buf, &mut self.lens, link);
+                    status_into(&mut self.status, t, q, &mut self.enc, &mut self.buf, &mut self.lens, link, b.shed());
                 q.push_group(&self.buf, &self.lens);
             }
             return;
@@ -664,6 +710,9 @@ struct Output {
     done: mpsc::Receiver<()>,
     dropped_logged: u64,
     last_drop_log: Option<Instant>,
+    /// A serial line's rate (bytes per second): its exit flush waits as
+    /// long as the line needs (see [`serial_flush_time`]).
+    line_bps: Option<u64>,
 }
 
 impl Output {
@@ -714,6 +763,10 @@ impl Sink for Output {
 
     fn close(&mut self, timeout: Duration) {
         let Some(thread) = self.thread.take() else { return };
+        let timeout = match self.line_bps {
+            Some(l) => serial_flush_time(l, self.q.queued_bytes(), self.q.capacity(), timeout),
+            None => timeout,
+        };
         self.q.close(Instant::now() + timeout);
         if self.done.recv_timeout(timeout + Duration::from_millis(100)).is_ok() {
             let _ = thread.join();
@@ -727,5 +780,25 @@ impl Sink for Output {
 impl Drop for Output {
     fn drop(&mut self) {
         self.close(Duration::from_millis(500));
+    }
+}
+
+#[cfg(test)]
+mod flush_tests {
+    use super::*;
+
+    #[test]
+    fn a_serial_exit_flush_waits_what_its_line_needs_within_a_bound() {
+        let floor = Duration::from_secs(2);
+        // An empty queue: the floor (the driver's buffer drains within it
+        // at 115200 baud).
+        assert_eq!(serial_flush_time(11_520, 0, 23_040, floor), floor);
+        // 9600 baud, 1 500 B queued: (1 500 + 4 096) / 960 + 1 = 6.8 s.
+        let t = serial_flush_time(960, 1_500, 4_096, floor);
+        assert!(t > Duration::from_millis(6_800) && t < Duration::from_millis(6_900), "{t:?}");
+        // Bounded by a full queue whatever is claimed queued.
+        let max = serial_flush_time(960, usize::MAX, 4_096, floor);
+        assert!(max < Duration::from_millis(9_600), "{max:?}");
+        assert_eq!(max, serial_flush_time(960, 4_096, 4_096, floor));
     }
 }

@@ -135,6 +135,16 @@ impl Queue {
         Pop::Data
     }
 
+    /// Bytes queued now.
+    pub fn queued_bytes(&self) -> usize {
+        self.lock().data.len()
+    }
+
+    /// This queue's capacity in bytes.
+    pub fn capacity(&self) -> usize {
+        self.cap_bytes
+    }
+
     /// Records the writer had to discard (link down, write failed).
     pub fn note_dropped(&self, records: usize, bytes: usize) {
         let mut g = self.lock();

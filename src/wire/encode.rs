@@ -320,6 +320,14 @@ impl Encoder {
                     }
                     _ => &s.missed[..0],
                 };
+                let shed = match (s.probes.get(r.start), r.end.checked_sub(1).and_then(|l| s.probes.get(l))) {
+                    (Some(first), Some(last)) if !r.is_empty() => {
+                        let lo = s.shed.partition_point(|m| m.id < first.id);
+                        let hi = s.shed.partition_point(|m| m.id <= last.id);
+                        &s.shed[lo..hi.max(lo)]
+                    }
+                    _ => &s.shed[..0],
+                };
                 let body = StatusRef {
                     boot_id: s.boot_id,
                     time_ns: s.time_ns,
@@ -333,7 +341,7 @@ impl Encoder {
                     bpf_cpu_ppm: s.bpf_cpu_ppm,
                     detached: &s.detached,
                     missed,
-                    link: TrailingLink(&s.link),
+                    link: TrailingLink(&s.link, shed),
                 };
                 e.put(Kind::Status, &body, limit)
             },

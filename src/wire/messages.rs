@@ -268,6 +268,18 @@ pub struct Status {
     pub missed: Vec<ProbeMissed>,
     /// Revision 3: this output's byte budget and how it fits it.
     pub link: LinkHealth,
+    /// Revision 4: alert records this link shed over the alerts' share,
+    /// per probe since start (ids within this part's `probes`, ascending;
+    /// only those with some; sums to `link.alerts_shed` over the parts,
+    /// less records of an unknown probe).
+    pub shed: Vec<ProbeShed>,
+}
+
+/// Alert records of one probe a budgeted link shed (Status, revision 4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeShed {
+    pub id: u16,
+    pub alerts_shed: u64,
 }
 
 /// The degradation steps of a budgeted link, in the order they are taken.
@@ -335,15 +347,22 @@ pub struct LinkHealth {
 /// The window over which `LinkHealth::used_bps` is measured.
 pub const USE_WINDOW_NS: u64 = 10_000_000_000;
 
-/// Serializes as nothing when all zero (revision 2 bytes unchanged).
-pub(crate) struct TrailingLink<'a>(pub(crate) &'a LinkHealth);
+/// Serializes as nothing when all zero and nothing shed (revision 2 bytes
+/// unchanged), the link alone when nothing was shed (revision 3 bytes
+/// unchanged), else the link and the per-probe shed counts (revision 4).
+pub(crate) struct TrailingLink<'a>(pub(crate) &'a LinkHealth, pub(crate) &'a [ProbeShed]);
 
 impl Serialize for TrailingLink<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if *self.0 == LinkHealth::default() {
+        if *self.0 == LinkHealth::default() && self.1.is_empty() {
             s.serialize_tuple(0)?.end()
-        } else {
+        } else if self.1.is_empty() {
             self.0.serialize(s)
+        } else {
+            let mut t = s.serialize_tuple(2)?;
+            t.serialize_element(self.0)?;
+            t.serialize_element(self.1)?;
+            t.end()
         }
     }
 }

@@ -37,7 +37,8 @@ pub const PROTOCOL_VERSION: u8 = 1;
 /// revision 2 appended `missed`.
 /// Revision 3 added Delta and Request, appended `merge` and `base_seq` to
 /// Summary and `link` to Status.
-pub const PROTOCOL_REVISION: u8 = 3;
+/// Revision 4 appended `shed` (alert records shed per probe) to Status.
+pub const PROTOCOL_REVISION: u8 = 4;
 /// The frame delimiter.
 pub const DELIMITER: u8 = 0x00;
 /// Largest frame the encoder produces, on the wire, delimiter included

@@ -56,6 +56,8 @@ pub(super) struct Track {
     /// A delta could not be applied (its base was lost): `prev` is behind
     /// until the next keyframe of this probe.
     stale: bool,
+    /// Alert records of this probe the sender's link shed (Status `shed`).
+    alerts_shed: u64,
 }
 
 /// Receiver state: the probe table from Hello and the last cumulative
@@ -136,6 +138,16 @@ impl Tracker {
         self.tracks.get(id as usize).and_then(|t| t.info.as_ref()).map_or_else(|| format!("#{id}"), |i| i.name.clone())
     }
 
+    /// Alert records of probe `id` the sender's link shed, since start.
+    pub fn alerts_shed(&self, id: u16) -> u64 {
+        self.tracks.get(id as usize).map_or(0, |t| t.alerts_shed)
+    }
+
+    /// Probes with alert records shed: (id, count), by id.
+    pub fn shed_probes(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.tracks.iter().enumerate().filter(|(_, t)| t.alerts_shed > 0).map(|(i, t)| (i as u16, t.alerts_shed))
+    }
+
     /// The cumulative snapshot of probe `id` (for since-start views).
     pub fn totals(&self, id: u16) -> Option<&Hist> {
         self.tracks.get(id as usize).and_then(|t| t.prev.as_deref()).map(|(h, _)| h)
@@ -203,6 +215,12 @@ impl Tracker {
             }
             Frame::Status(s) => {
                 self.new_boot(s.boot_id);
+                for m in &s.shed {
+                    // Ids beyond the table are ignored, as in Hello.
+                    if (m.id as usize) < MAX_PROBES {
+                        self.track(m.id).alerts_shed = m.alerts_shed;
+                    }
+                }
                 self.status = Some(s.clone());
                 Event::Status(s)
             }
