@@ -170,7 +170,7 @@ pub fn budget_words(t: &Tracker) -> Option<String> {
                 w.push_str(", ...");
                 break;
             }
-            let _ = write!(w, "{sep}{} {n}", t.probe_name(id));
+            let _ = write!(w, "{sep}{} {n}", shown(&t.probe_name(id)));
             sep = ", ";
         }
         if sep == ", " {

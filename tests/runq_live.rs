@@ -176,7 +176,7 @@ fn sigterm_is_a_clean_stop_too() {
     let (status, out) = finish(child);
     assert!(status.success());
     assert!(out.contains("(final)"), "text output flushed the final summary: {out}");
-    assert!(out.contains("p99.9"));
+    assert!(out.contains("P99.9"), "the final summary is the table: {out}");
 }
 
 /// `threshold=`: every wait above it counts in `alerts` and becomes an
