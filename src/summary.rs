@@ -468,6 +468,27 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize) {
     }
 }
 
+/// Keys every probe object of a JSON summary carries: the agent's and
+/// `latmon decode`'s (src/view.rs) tests check the same set.
+#[cfg(test)]
+pub(crate) const PROBE_JSON_KEYS: [&str; 15] = [
+    "name",
+    "kind",
+    "attach",
+    "count",
+    "total_count",
+    "min_ns",
+    "max_ns",
+    "mean_ns",
+    "p50_ns",
+    "p90_ns",
+    "p99_ns",
+    "p999_ns",
+    "buckets",
+    "drops",
+    "alerts",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,23 +542,7 @@ mod tests {
             assert!(v.get(k).is_some(), "{k}");
         }
         let p = &v["probes"][0];
-        for k in [
-            "name",
-            "kind",
-            "attach",
-            "count",
-            "total_count",
-            "min_ns",
-            "max_ns",
-            "mean_ns",
-            "p50_ns",
-            "p90_ns",
-            "p99_ns",
-            "p999_ns",
-            "buckets",
-            "drops",
-            "alerts",
-        ] {
+        for k in PROBE_JSON_KEYS {
             assert!(p.get(k).is_some(), "{k}");
         }
         assert_eq!(p["buckets"][0].as_array().unwrap().len(), 3);

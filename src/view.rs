@@ -721,23 +721,7 @@ mod tests {
         assert_eq!(v["type"], "summary");
         assert_eq!(v["interval_ns"], 1_000_000_000u64);
         let p = &v["probes"][0];
-        for k in [
-            "name",
-            "kind",
-            "attach",
-            "count",
-            "total_count",
-            "min_ns",
-            "max_ns",
-            "mean_ns",
-            "p50_ns",
-            "p90_ns",
-            "p99_ns",
-            "p999_ns",
-            "buckets",
-            "drops",
-            "alerts",
-        ] {
+        for k in crate::summary::PROBE_JSON_KEYS {
             assert!(p.get(k).is_some(), "{k} missing in {p}");
         }
         assert_eq!(p["name"], "runq");
