@@ -336,7 +336,7 @@ fn one_percent_frame_loss_is_reported_and_healed_by_keyframes() {
 }
 
 #[test]
-fn beaglebone_config_fits_9600_baud_by_degrading() {
+fn beaglebone_config_fits_9600_baud_degrading_when_over() {
     // The BeagleBone's probes (board-configs/beaglebone-black.toml) on a
     // 9600-baud line; its btf_path does not exist here (this kernel has BTF).
     let src =
@@ -358,7 +358,21 @@ fn beaglebone_config_fits_9600_baud_by_degrading() {
     assert!(avg <= 480, "link use {avg} B/s over the 480 B/s budget");
     eprintln!("FIGURES 9600 baud step: {}", last["link"]);
     assert!(c.final_exact && c.inexact_entries == 0, "{c:?}");
-    assert!(u(&last["link"], "step") >= 1, "9600 baud needs a degradation step");
+    // Steps go back down once the lower step fits (issue 17), so the last
+    // Status may say step 0. Whether this config needs a step at all depends
+    // on the machine's load: it must degrade whenever a link summary went
+    // over the budget, and may stay at step 0 only while every one fitted.
+    let max_step = st.iter().map(|s| u(&s["link"], "step")).max().unwrap_or(0);
+    // After the first 20 s: the start-up table is repaid by then, and a
+    // 10 s use window may hold the bucket's 2 s burst of credit.
+    let over: Vec<u64> = st
+        .iter()
+        .filter(|s| u(s, "uptime_ns") >= 20_000_000_000)
+        .map(|s| u(&s["link"], "used_bps"))
+        .filter(|&b| b > 480)
+        .collect();
+    eprintln!("FIGURES 9600 baud: highest step {max_step}; {} of {} Status frames over budget", over.len(), st.len());
+    assert!(max_step >= 1 || over.is_empty(), "link use {over:?} B/s over the 480 B/s budget and no degradation step");
 }
 
 /// The default probes (runq, syscall, irq: about 110 entries under the
