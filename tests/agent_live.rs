@@ -35,6 +35,8 @@ struct Run {
     child: Child,
     lines: Arc<Mutex<Vec<Value>>>,
     stderr: Arc<Mutex<Vec<String>>>,
+    /// The readiness notification (READY=1, STATUS=...).
+    note: String,
 }
 
 impl Run {
@@ -42,20 +44,28 @@ impl Run {
         Run::start_keeping(args, env, usize::MAX)
     }
 
-    /// Keep only about the last `keep` JSON lines (long runs).
+    /// Keep only about the last `keep` JSON lines (long runs). Returns
+    /// once latmon is ready (READY=1 on NOTIFY_SOCKET, as systemd sees it).
     fn start_keeping(args: &[&str], env: &[(&str, &str)], keep: usize) -> Run {
-        let mut child = latmon()
-            .envs(env.iter().copied())
-            .arg("-v")
-            .arg("run")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn latmon");
-        let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-        let lines = Arc::new(Mutex::new(Vec::new()));
+        let mut cmd = latmon();
+        cmd.envs(env.iter().copied()).arg("-v").arg("run").args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
         let stderr = Arc::new(Mutex::new(Vec::new()));
+        let e = Arc::clone(&stderr);
+        let on_line = move |line: &str| {
+            eprintln!("[latmon] {line}");
+            e.lock().unwrap().push(line.to_string());
+        };
+        let (mut child, note) = if env.iter().any(|(k, _)| *k == "NOTIFY_SOCKET") {
+            // The test reads latmon's notifications itself.
+            let mut child = cmd.spawn().expect("spawn latmon");
+            let err = child.stderr.take().unwrap();
+            std::thread::spawn(move || BufReader::new(err).lines().map_while(Result::ok).for_each(|l| on_line(&l)));
+            (child, String::new())
+        } else {
+            spawn_ready(cmd, Duration::from_secs(20), on_line)
+        };
+        let out = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
         let l = Arc::clone(&lines);
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
@@ -69,14 +79,12 @@ impl Run {
                 }
             }
         });
-        let e = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                eprintln!("[latmon] {line}");
-                e.lock().unwrap().push(line);
-            }
-        });
-        Run { child, lines, stderr }
+        Run { child, lines, stderr, note }
+    }
+
+    /// Probes attached when latmon said it was ready (its systemd STATUS).
+    fn attached(&self) -> usize {
+        monitoring(&self.note).unwrap_or_else(|| panic!("no STATUS=monitoring in {:?}", self.note))
     }
 
     fn pid(&self) -> u32 {
@@ -263,7 +271,7 @@ fn own_cost_is_reported_in_json_text_and_status_frames() {
         ],
         &[],
     );
-    run.wait_stderr("running: 2 of 2 probes", Duration::from_secs(20));
+    assert_eq!(run.attached(), 2, "probes attached at READY=1");
     pipe_ping_pong("lm-cost", 3000);
     let busy = run.wait_line("cost", Duration::from_secs(10), |l| {
         has_probe(l, "pp") && u(probe(l, "pp"), "count") > 1000 && u(probe(l, "runq"), "bpf_runs") > 0
@@ -377,7 +385,7 @@ fn over_budget_detaches_the_most_expensive_probe_and_says_so_everywhere() {
     let (stop, bg) = background_switches("lm-budget");
     let run = Run::start(&["--config", cfg.to_str().unwrap()], &[]);
     let addr = run.prom_addr();
-    run.wait_stderr("running: 2 of 2", Duration::from_secs(20));
+    assert_eq!(run.attached(), 2, "probes attached at READY=1");
     let ids_before = prog_ids_of(run.pid());
     let first = run.wait_line("a detached probe", Duration::from_secs(15), |l| u(&l["agent"], "detached") >= 1);
     let (_, _, metrics) = http_get(&addr, "/metrics");
@@ -484,7 +492,7 @@ fn threads_run_on_housekeeping_cpus_at_sched_idle_with_memory_locked() {
         ),
     );
     let run = Run::start(&["--config", cfg.to_str().unwrap()], &[]);
-    run.wait_stderr("running: 1 of 1", Duration::from_secs(20));
+    assert_eq!(run.attached(), 1, "probes attached at READY=1");
     std::thread::sleep(Duration::from_millis(300));
     let threads = threads_of(run.pid());
     let locked = status_field(run.pid(), None, "VmLck:");
@@ -507,7 +515,7 @@ fn hygiene_online() -> Vec<u32> {
 #[test]
 fn default_threads_are_sched_other_nice_10_never_rt() {
     let run = Run::start(&["--probe", "runq", "--output", "tcp://127.0.0.1:0", "--output", "file:/dev/null"], &[]);
-    run.wait_stderr("running: 1 of 1", Duration::from_secs(20));
+    assert_eq!(run.attached(), 1, "probes attached at READY=1");
     std::thread::sleep(Duration::from_millis(200));
     let threads = threads_of(run.pid());
     let (status, _, _) = run.stop();
@@ -595,7 +603,7 @@ fn keep_bpf_cap_path_keeps_exactly_cap_bpf() {
         &[("LATMON_KEEP_BPF_CAP", "1")],
     );
     // No user configured: no drop, whatever the variable says.
-    run.wait_stderr("running: 1 of 1", Duration::from_secs(20));
+    assert_eq!(run.attached(), 1, "probes attached at READY=1");
     assert_eq!(status_field(run.pid(), None, "Uid:"), "0\t0\t0\t0");
     let _ = run.stop();
     let cfg = write_config(
@@ -633,7 +641,7 @@ fn sighup_reloads_keeping_counts_adding_and_removing_probes() {
     };
     write("\"runq,comm=lm-hup-a,name=a\"");
     let run = Run::start(&["--config", cfg.to_str().unwrap()], &[]);
-    run.wait_stderr("running: 1 of 1", Duration::from_secs(20));
+    assert_eq!(run.attached(), 1, "probes attached at READY=1");
     pipe_ping_pong("lm-hup-a", 1000);
     let before = run.wait_line("a counted", Duration::from_secs(5), |l| u(probe(l, "a"), "total_count") >= 2000);
     let a_before = u(probe(&before, "a"), "total_count");

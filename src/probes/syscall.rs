@@ -125,7 +125,7 @@ impl Source for Syscalls {
 
     fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
         let role = if self.single { Role::Family } else { Role::Part };
-        out.push(Slot { key: 0, label: "other".into(), role });
+        out.push(Slot { key: 0, label: "overflow".into(), role });
         for slot in 1..SYSCALL_SLOTS {
             // SAFETY: bss points to the mapped .bss of the live object; the
             // kernel writes it concurrently, hence the volatile read.

@@ -354,30 +354,8 @@ impl Pacer {
             // the answer: the series count is.
             let coarse_fits = self.delta_bps.saturating_mul(down.coarsest_pct) / 100 + (need - self.delta_bps) <= plan;
             let coarse_fits = coarse_fits && !(folding && need <= plan && self.merge >= 1);
-            if self.merge < MAX_MERGE && (coarse_fits || !can_roll) {
-                self.merge += 1;
-            } else if can_roll && !self.rolled {
-                self.merge = MAX_MERGE;
-                self.rolled = true;
-            } else if self.stride < MAX_STRIDE {
-                self.merge = MAX_MERGE;
-                // Deltas per second fall about as the interval grows.
-                let factor = if far { over_pct.div_ceil(100).next_power_of_two() as u32 } else { 2 };
-                self.stride = (self.stride.saturating_mul(factor.max(2))).min(MAX_STRIDE);
-            } else if self.merge < MAX_MERGE {
-                self.merge = MAX_MERGE;
-            } else {
-                return Change::None;
-            }
-            if self.since_down <= self.down_settle.saturating_mul(2) {
-                // Up again soon after a step down: the next step down waits
-                // twice as long (the hysteresis backs off; no flapping).
-                self.down_settle = self.down_settle.saturating_mul(2).min(MAX_DOWN_SETTLE_TICKS);
-            }
-            self.since_change = 0;
-            self.delta_bps = 0;
-            self.skip_measure = true;
-            return Change::Up;
+            let factor = if far { over_pct.div_ceil(100).next_power_of_two() as u32 } else { 2 };
+            return if self.step_up(coarse_fits, can_roll, factor) { Change::Up } else { Change::None };
         }
         // It fits: one step down once it has fitted for long enough with
         // the lower step's estimated cost well inside the plan (the band
@@ -403,6 +381,43 @@ impl Pacer {
         self.skip_measure = true;
         self.since_down = 0;
         Change::Down
+    }
+
+    /// One step up, in the declared order: a bucket merge while the
+    /// coarsest buckets would fit (`coarse_fits`) or nothing can be rolled
+    /// up, then the roll-up (with the coarsest buckets), then a link
+    /// interval `factor` times as long. False when no step is left.
+    pub fn step_up(&mut self, coarse_fits: bool, can_roll: bool, factor: u32) -> bool {
+        if self.merge < MAX_MERGE && (coarse_fits || !can_roll) {
+            self.merge += 1;
+        } else if can_roll && !self.rolled {
+            self.merge = MAX_MERGE;
+            self.rolled = true;
+        } else if self.stride < MAX_STRIDE {
+            self.merge = MAX_MERGE;
+            // Deltas per second fall about as the interval grows.
+            self.stride = (self.stride.saturating_mul(factor.max(2))).min(MAX_STRIDE);
+        } else if self.merge < MAX_MERGE {
+            self.merge = MAX_MERGE;
+        } else {
+            return false;
+        }
+        if self.since_down <= self.down_settle.saturating_mul(2) {
+            // Up again soon after a step down: the next step down waits
+            // twice as long (the hysteresis backs off; no flapping).
+            self.down_settle = self.down_settle.saturating_mul(2).min(MAX_DOWN_SETTLE_TICKS);
+        }
+        self.since_change = 0;
+        self.delta_bps = 0;
+        self.skip_measure = true;
+        true
+    }
+
+    /// The most one summary may carry now: the credit, and as much again
+    /// as the credit cap (one burst, repaid at once by the next interval).
+    pub fn summary_room(&self) -> u64 {
+        let cap = (self.budget_bps as u128 * CREDIT_CAP_NS as u128 / 1_000_000_000) as u64;
+        (self.credit.max(0) as u64).saturating_add(cap.max(1))
     }
 
     /// What the plan would need one step down: its deltas, its keys at
@@ -519,6 +534,9 @@ pub struct BudgetedFrames {
     /// What keyframing every entry costs (bytes), as of the last summary.
     full_key_bytes: u64,
     pub hello_requested: bool,
+    /// A step down was taken: the plan's measure, not the table's size,
+    /// decides the roll-up from then on.
+    stepped_down: bool,
     /// The plan (merge, rolled, stride) last announced in Status.
     last_plan: (u8, bool, u32),
     /// Rows changed (a roll-up): a table update with them is due.
@@ -560,6 +578,7 @@ impl BudgetedFrames {
             hello: None,
             hello_bytes: 0,
             announced: 0,
+            stepped_down: false,
             force_keys: false,
             key_backlog: 0,
             last_delta_bytes: 0,
@@ -740,6 +759,11 @@ impl BudgetedFrames {
                 self.announced = 0;
             }
         }
+        // A summary due this interval that the link cannot take now: the
+        // steps first, so their table rows and Status go before it.
+        if !r.last && (self.ticks + 1) % self.pacer.stride as u64 == 0 {
+            self.fit_summary(t);
+        }
         // Hello: the whole table at start, on request and on a timer whose
         // period keeps it within its share; new rows as they appear.
         let hello_period = self.hello_period();
@@ -768,6 +792,8 @@ impl BudgetedFrames {
             self.last_full_hello_ns = Some(r.time_ns);
             self.hello_requested = false;
             self.announced = n;
+            // The whole table carried every changed row too.
+            self.table_changed = false;
             status(t, enc, buf, lens, self.health(t.session.interval_ns), &self.shed);
             group(buf, lens, &mut self.pacer);
         } else if self.announced < n || self.table_changed {
@@ -831,6 +857,88 @@ impl BudgetedFrames {
         if change == Change::None {
             return;
         }
+        self.changed(t, change, before);
+    }
+
+    /// Before a summary: when what it would carry at this plan (its
+    /// deltas, estimated from the totals) is more than the link can take
+    /// now ([`Pacer::summary_room`]), step up at once - as often as that
+    /// takes, each step said in the log and the next Status - instead of
+    /// sending it and folding the intervals that repay it. (Measured at
+    /// 9600 baud with the default probes before: the first summary after
+    /// the start-up table was a 19 KB delta of ~120 series, 40 s of the
+    /// budget in one go; nothing else then crossed for 30 s.) Only the
+    /// merge and the roll-up make this summary smaller; a longer link
+    /// interval is for the plan (`adapt`).
+    fn fit_summary(&mut self, t: &Tick<'_>) {
+        if self.families.is_empty() && self.has_series && !self.stepped_down {
+            // The table (until a step down says the deltas fit): when it
+            // alone is more than a quarter of
+            // what the link carries in DEBT_REPAY_NS, the deltas of that
+            // many series will not fit either (a row is ~50 bytes, a
+            // series' delta 15-30 bytes an interval): roll up before it
+            // goes, so it goes once, with its rolled rows (rolling up
+            // after it re-sends every rolled row: measured 8 KB and then
+            // 7.4 KB of table at 9600 baud, 33 s of that budget). Checked
+            // as series are born, before their rows go. A later step down
+            // un-rolls if the deltas fit after all, and ends this check.
+            let repay = (self.pacer.budget_bps as u128 * DEBT_REPAY_NS as u128 / 1_000_000_000) as u64;
+            if Self::table_bytes(t) > repay / 4 {
+                let before = (self.pacer.merge, self.pacer.rolled, self.pacer.stride);
+                while !self.pacer.rolled && self.pacer.step_up(false, true, 1) {}
+                self.changed(t, Change::Up, before);
+            }
+        }
+        for _ in 0..=MAX_MERGE + 1 {
+            self.fill_wire(t);
+            let room = self.pacer.summary_room();
+            let merge = self.pacer.merge;
+            if self.delta_bytes_at(merge) <= room || (merge >= MAX_MERGE && !self.families.is_empty()) {
+                return;
+            }
+            let can_roll = self.families.is_empty() && self.has_series;
+            let coarse_fits = self.delta_bytes_at(MAX_MERGE) <= room;
+            if !can_roll && merge >= MAX_MERGE {
+                return;
+            }
+            let before = (self.pacer.merge, self.pacer.rolled, self.pacer.stride);
+            if !self.pacer.step_up(coarse_fits, can_roll, 1) {
+                return;
+            }
+            self.changed(t, Change::Up, before);
+        }
+    }
+
+    /// About the bytes of the whole table (the rows' strings and their
+    /// few fixed bytes; frame overhead aside).
+    fn table_bytes(t: &Tick<'_>) -> u64 {
+        let row = |p: &crate::summary::ProbeInfo| {
+            (p.name.len() + p.kind.as_str().len() + p.attach.as_str().len() + p.mode.len() + 8) as u64
+        };
+        t.session.probes.iter().map(row).sum()
+    }
+
+    /// Bytes of this interval's deltas at bucket merge `merge` (`wire`
+    /// filled by [`Self::fill_wire`]; no allocation).
+    fn delta_bytes_at(&self, merge: u8) -> u64 {
+        self.ids
+            .iter()
+            .zip(self.wire.iter().zip(&self.sent))
+            .map(|(&id, (w, s))| {
+                let d = w.delta(s);
+                if d.count > 0 || d.drops > 0 || d.alerts > 0 {
+                    entry_bytes_at(id, &d, merge) as u64
+                } else {
+                    0
+                }
+            })
+            .sum()
+    }
+
+    /// A step was taken (`before`: the plan before it): roll up or un-roll
+    /// the entries, keyframe what a delta cannot express, say so.
+    fn changed(&mut self, t: &Tick<'_>, change: Change, before: (u8, bool, u32)) {
+        self.stepped_down |= change == Change::Down;
         if self.pacer.rolled && self.families.is_empty() {
             self.roll_up(t);
             self.table_changed = true; // its changed rows at the next interval
@@ -984,11 +1092,9 @@ impl BudgetedFrames {
         p.clamp(super::HELLO_PERIOD_NS, HELLO_MAX_PERIOD_NS)
     }
 
-    /// Keyframes for a rolling part of the entries, deltas for the rest;
-    /// the frames into `buf`/`lens`. Returns the bytes.
-    fn summary(&mut self, t: &Tick<'_>, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>, dt: u64) -> usize {
-        let r = t.report;
-        let merge = self.pacer.merge;
+    /// This interval's cumulative state per entry into `wire`, coarsened
+    /// to the link's bucket merge.
+    fn fill_wire(&mut self, t: &Tick<'_>) {
         // This interval's cumulative state per entry, coarsened.
         for w in &mut self.wire {
             *w = Hist::default();
@@ -1004,10 +1110,19 @@ impl BudgetedFrames {
                 self.wire[e].merge(tot);
             }
         }
-        let m = self.ids.len();
+        let merge = self.pacer.merge;
         for w in &mut self.wire {
             coarsen(w, merge);
         }
+    }
+
+    /// Keyframes for a rolling part of the entries, deltas for the rest;
+    /// the frames into `buf`/`lens`. Returns the bytes.
+    fn summary(&mut self, t: &Tick<'_>, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>, dt: u64) -> usize {
+        let r = t.report;
+        let merge = self.pacer.merge;
+        self.fill_wire(t);
+        let m = self.ids.len();
         // Keyframes owed: each entry once per keyframe period (all of them
         // after a resync), sent from a rolling cursor as far as the credit
         // left after this interval's deltas allows, so a keyframe never

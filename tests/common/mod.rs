@@ -28,7 +28,7 @@ pub fn start_run(args: &[&str]) -> Child {
 pub fn start_run_env(args: &[&str], env: &[(&str, &str)]) -> Child {
     let mut cmd = latmon();
     cmd.envs(env.iter().copied()).arg("-v").arg("run").args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = spawn_ready(cmd, Duration::from_secs(20), |line| eprintln!("[latmon] {line}"));
+    let (mut child, _) = spawn_ready(cmd, Duration::from_secs(20), |line| eprintln!("[latmon] {line}"));
     drain_stdout(&mut child);
     child
 }
@@ -39,8 +39,9 @@ pub fn start_run_env(args: &[&str], env: &[(&str, &str)]) -> Child {
 /// privileges are dropped (src/agent.rs). Returns early if latmon exits
 /// (the test then sees why); kills it and panics after `within`. Every
 /// stderr line goes to `on_line`, from a thread, for as long as latmon
-/// runs.
-fn spawn_ready(mut cmd: Command, within: Duration, on_line: impl Fn(&str) + Send + 'static) -> Child {
+/// runs. Also returns the notification (`READY=1\nSTATUS=monitoring N
+/// probes\n...`, empty if latmon exited first): see [`monitoring`].
+pub fn spawn_ready(mut cmd: Command, within: Duration, on_line: impl Fn(&str) + Send + 'static) -> (Child, String) {
     use std::sync::atomic::{AtomicU32, Ordering};
     static SOCKETS: AtomicU32 = AtomicU32::new(0);
     let path = std::env::temp_dir().join(format!(
@@ -60,9 +61,11 @@ fn spawn_ready(mut cmd: Command, within: Duration, on_line: impl Fn(&str) + Send
     });
     let deadline = Instant::now() + within;
     let mut buf = [0u8; 512];
+    let mut note = String::new();
     let ready = loop {
         if let Ok(n) = sock.recv(&mut buf) {
             if buf[..n].starts_with(b"READY=1") {
+                note = String::from_utf8_lossy(&buf[..n]).into_owned();
                 break true;
             }
         }
@@ -83,7 +86,13 @@ fn spawn_ready(mut cmd: Command, within: Duration, on_line: impl Fn(&str) + Send
         let _ = child.wait();
         panic!("latmon was not ready (READY=1 on NOTIFY_SOCKET) within {within:?}");
     }
-    child
+    (child, note)
+}
+
+/// The number of probes attached, from the readiness notification's
+/// `STATUS=monitoring N probes` (src/agent.rs); None if it has none.
+pub fn monitoring(note: &str) -> Option<usize> {
+    note.lines().find_map(|l| l.strip_prefix("STATUS=monitoring ")?.strip_suffix(" probes")?.parse().ok())
 }
 
 /// stdout of running children (pid, what arrived so far, reader thread).
@@ -198,7 +207,7 @@ pub fn start_run_logged(
     cmd.arg("-v").arg("run").args(args).envs(envs.iter().copied()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = std::sync::Arc::clone(&lines);
-    let mut child = spawn_ready(cmd, Duration::from_secs(30), move |line| {
+    let (mut child, _) = spawn_ready(cmd, Duration::from_secs(30), move |line| {
         eprintln!("[latmon] {line}");
         seen.lock().unwrap().push(line.to_string());
     });
