@@ -1377,6 +1377,35 @@ mod tests {
     }
 
     #[test]
+    fn series_born_at_once_never_burst_a_slow_link() {
+        // The agent's start: ~120 series seen in the first 2 s (the
+        // default probes under load), on 480 B/s. Before, the table went
+        // first, summaries folded while it was repaid, and the first one
+        // after was a delta of every series at full resolution (19 KB
+        // measured live: 40 s of the budget); then nothing for ~30 s.
+        let budget = 480u64;
+        let r = simulate_load(budget as u32, 120, 120, 0, 6, 2, &|_| 100);
+        let table_s = 3; // the start-up table: a debt, planned
+        let worst = r.per_s.iter().skip(table_s).copied().max().unwrap_or(0) as u64;
+        let table: usize = r.per_s.iter().take(table_s).sum();
+        // The longest run of seconds without a byte after the table.
+        let gap = r.per_s.iter().skip(table_s).fold((0u64, 0u64), |(run, max), &b| {
+            let run = if b == 0 { run + 1 } else { 0 };
+            (run, max.max(run))
+        });
+        eprintln!("120 series born in 2 s, 480 B/s: per second {:?}; steps {:?}", r.per_s, r.steps);
+        // One summary carries at most the credit and the cap again
+        // (Pacer::summary_room: 4 s of budget).
+        assert!(worst <= 4 * budget, "{worst} B in one second after the table");
+        assert!(r.steps.contains(&Step::RollUp), "{:?}", r.steps);
+        // Silence only while the table's debt is repaid (a few seconds of
+        // margin), not again for a summary's.
+        let repay_s = (table as u64).div_ceil(budget) + 4;
+        assert!(gap.1 <= repay_s, "{} s without a byte (table {table} B: {repay_s} s): {:?}", gap.1, r.per_s);
+        assert!(r.final_exact);
+    }
+
+    #[test]
     fn a_probe_flooding_alerts_cannot_shed_every_record_of_another() {
         // Two probes on a 9600-baud budget: "flood" sends 50 alert records
         // an interval, "rare" one, listed after the flood's (as the agent
@@ -1455,7 +1484,7 @@ mod tests {
 
     #[test]
     fn the_load_falls_and_the_link_steps_back_down() {
-        let r = simulate_load(960, 60, 900, 0, 5, &|s| if s <= 200 { 100 } else { 3 });
+        let r = simulate_load(960, 60, 900, 0, 5, 60, &|s| if s <= 200 { 100 } else { 3 });
         eprintln!("plans {:?}, steps {:?}", r.plans, r.steps);
         let top = *r.steps.iter().max().unwrap();
         assert!(top >= Step::RollUp, "{:?}", r.steps);
@@ -1542,6 +1571,8 @@ mod tests {
         /// Every (merge, rolled, stride) the link went through.
         plans: Vec<(u8, bool, u32)>,
         bytes: usize,
+        /// Bytes queued in each second (index: second - 1).
+        per_s: Vec<usize>,
         secs: u64,
         final_exact: bool,
         folded: u64,
@@ -1555,7 +1586,7 @@ mod tests {
     /// (coarsened to the wire merge; `other` entries against the sum of
     /// their members), and at every delta entry without a loss behind it.
     fn simulate(budget_bps: u32, series: usize, secs: u64, drop_pct: u64, seed: u64) -> Run {
-        simulate_load(budget_bps, series, secs, drop_pct, seed, &|_| 100)
+        simulate_load(budget_bps, series, secs, drop_pct, seed, 60, &|_| 100)
     }
 
     /// [`simulate`] with the events of second `s` scaled to `load(s)` %.
@@ -1565,6 +1596,7 @@ mod tests {
         secs: u64,
         drop_pct: u64,
         seed: u64,
+        born_in_s: u64,
         load: &dyn Fn(u64) -> u64,
     ) -> Run {
         let mut rng = Rng(seed);
@@ -1594,14 +1626,15 @@ mod tests {
             steps: vec![Step::None],
             plans: vec![(0, false, 1)],
             bytes: 0,
+            per_s: vec![0; secs as usize],
             secs,
             final_exact: false,
             folded: 0,
         };
         let (mut data, mut dlens) = (Vec::new(), Vec::new());
         for seq in 1..=secs {
-            // Series are born over the first minute.
-            let want = 2 + (series * seq.min(60) as usize) / 60;
+            // Series are born over the first `born_in_s` seconds.
+            let want = 2 + (series * seq.min(born_in_s) as usize) / born_in_s.max(1) as usize;
             while session.probes.len() < want {
                 let k = session.probes.len() - 2;
                 session.probes.push(info(&format!("syscall:s{k}"), "syscall"));
@@ -1660,6 +1693,7 @@ mod tests {
                 continue; // folded into the next summary
             }
             run.bytes += data.len();
+            run.per_s[seq as usize - 1] += data.len();
             let mut at = 0;
             for &l in &dlens {
                 let frame = &data[at..at + l];
