@@ -36,7 +36,7 @@ pub fn start_run_env(args: &[&str], env: &[(&str, &str)]) -> Child {
 /// Spawn `cmd` (a `latmon run`, stderr piped) and wait until it says it is
 /// ready the way it says so to systemd: `READY=1` on `$NOTIFY_SOCKET`,
 /// sent once every probe has been opened (attached or failed) and the
-/// privileges are dropped (src/agent.rs). Returns early if latmon exits
+/// privileges are dropped (src/agent/run.rs). Returns early if latmon exits
 /// (the test then sees why); kills it and panics after `within`. Every
 /// stderr line goes to `on_line`, from a thread, for as long as latmon
 /// runs. Also returns the notification (`READY=1\nSTATUS=monitoring N
@@ -90,7 +90,7 @@ pub fn spawn_ready(mut cmd: Command, within: Duration, on_line: impl Fn(&str) + 
 }
 
 /// The number of probes attached, from the readiness notification's
-/// `STATUS=monitoring N probes` (src/agent.rs); None if it has none.
+/// `STATUS=monitoring N probes` (src/agent/run.rs); None if it has none.
 pub fn monitoring(note: &str) -> Option<usize> {
     note.lines().find_map(|l| l.strip_prefix("STATUS=monitoring ")?.strip_suffix(" probes")?.parse().ok())
 }
