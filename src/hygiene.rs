@@ -11,7 +11,7 @@
 //!   privilege drop).
 //!
 //! The BPF programs themselves run wherever the events happen; only their
-//! cost can be bounded (src/cost.rs).
+//! cost can be bounded (src/cost/).
 
 use crate::config::{Config, Sched};
 

@@ -19,12 +19,17 @@
 //! - *CPU share* = run time / (interval wall time × online CPUs): the part
 //!   of the whole machine's CPU capacity latmon's BPF took.
 //!
-//! [`CostTable`] and [`BudgetWatch`] are pure (the syscalls are in
-//! [`enable_stats`] and [`prog_stats`]) and carry unit tests.
+//! This module is the pure model: [`CostTable`] (attribution of program
+//! counters to probes, fed by a reader function) and [`BudgetWatch`], with
+//! unit tests. The syscalls (`BPF_ENABLE_STATS`, the program counters,
+//! online CPUs) are in `stats`.
+
+mod stats;
+
+pub use stats::{enable_stats, online_cpus, prog_stats, StatsGuard};
 
 use std::io;
-use std::mem::size_of;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 
 use serde::Serialize;
 
@@ -76,24 +81,6 @@ pub fn cpu_percent(busy_ns: u64, wall_ns: u64, cpus: u32) -> f64 {
     busy_ns as f64 * 100.0 / (wall_ns as f64 * f64::from(cpus))
 }
 
-/// Keeps the kernel's BPF run-time statistics on while it lives.
-#[derive(Debug)]
-pub struct StatsGuard {
-    _fd: OwnedFd,
-}
-
-/// `bpf(BPF_ENABLE_STATS, BPF_STATS_RUN_TIME)`: needs CAP_SYS_ADMIN (so it
-/// is done before privileges are dropped); the fd stays valid after.
-pub fn enable_stats() -> io::Result<StatsGuard> {
-    // SAFETY: a plain syscall wrapper; the returned fd is ours.
-    let fd = unsafe { libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME) };
-    if fd < 0 {
-        return Err(io::Error::from_raw_os_error(-fd));
-    }
-    // SAFETY: fd is a new descriptor owned by nobody else.
-    Ok(StatsGuard { _fd: unsafe { OwnedFd::from_raw_fd(fd) } })
-}
-
 /// One program's identity and counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProgStats {
@@ -101,29 +88,6 @@ pub struct ProgStats {
     pub runs: u64,
     pub run_time_ns: u64,
     pub missed: u64,
-}
-
-/// `bpf_prog_get_info_by_fd` on an open program fd. Works without any
-/// capability on kernels since 6.5 (the counters are filled before the
-/// kernel's CAP_BPF check for the instruction dumps); see docs/agent.md.
-pub fn prog_stats(fd: RawFd) -> io::Result<ProgStats> {
-    // SAFETY: all-zero is valid for this C struct of integers; no pointer
-    // fields are set, so the kernel copies no arrays.
-    let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
-    let mut len = size_of::<libbpf_rs::libbpf_sys::bpf_prog_info>() as u32;
-    // SAFETY: info/len are valid for the call.
-    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(-rc));
-    }
-    Ok(ProgStats { id: info.id, runs: info.run_cnt, run_time_ns: info.run_time_ns, missed: info.recursion_misses })
-}
-
-/// Online CPUs (the denominator of CPU shares).
-pub fn online_cpus() -> u32 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    u32::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
 }
 
 #[derive(Debug, Clone)]
@@ -157,13 +121,14 @@ impl CostTable {
     /// (empty for a probe that is not running). Programs seen before keep
     /// their last counters, so no interval is lost across a change.
     /// Allocates (called at start, on reload and on detach only).
-    pub fn rebuild(&mut self, probes: &[Vec<RawFd>]) {
+    /// `read`: a program's counters ([`prog_stats`], or a test's).
+    pub fn rebuild_with(&mut self, probes: &[Vec<RawFd>], mut read: impl FnMut(RawFd) -> io::Result<ProgStats>) {
         let old = std::mem::take(&mut self.slots);
         self.probes.clear();
         for fds in probes {
             let mut mine = Vec::with_capacity(fds.len());
             for &fd in fds {
-                let now = match prog_stats(fd) {
+                let now = match read(fd) {
                     Ok(s) => s,
                     Err(e) => {
                         log::warn!("BPF statistics: program fd {fd}: {e}");
@@ -195,11 +160,11 @@ impl CostTable {
     /// Read every program's counters; deltas since the previous sample.
     /// Returns the cost of all programs (each counted once) and how many
     /// programs could not be read. No allocation.
-    pub fn sample(&mut self) -> (Cost, usize) {
+    pub fn sample_with(&mut self, mut read: impl FnMut(RawFd) -> io::Result<ProgStats>) -> (Cost, usize) {
         let mut all = Cost::default();
         let mut failed = 0;
         for s in &mut self.slots {
-            match prog_stats(s.fd) {
+            match read(s.fd) {
                 Ok(p) => {
                     let now = Cost { runs: p.runs, run_time_ns: p.run_time_ns, missed: p.missed };
                     s.delta = match s.last {
@@ -410,6 +375,48 @@ mod tests {
             t.probes.push(v);
         }
         t
+    }
+
+    #[test]
+    fn samples_are_deltas_of_the_counters_across_rebuilds_and_failures_count() {
+        use std::cell::{Cell, RefCell};
+        // fd 0 is program 10, fd 1 program 11: (runs, run time).
+        let counters = RefCell::new([(100u64, 5_000u64), (50, 9_000)]);
+        let fail_fd1 = Cell::new(false);
+        let read = |fd: RawFd| -> io::Result<ProgStats> {
+            if fd == 1 && fail_fd1.get() {
+                return Err(io::Error::from_raw_os_error(9));
+            }
+            let (runs, run_time_ns) = counters.borrow()[fd as usize];
+            Ok(ProgStats { id: 10 + fd as u32, runs, run_time_ns, missed: 0 })
+        };
+        let bump = |fd: usize, runs: u64, ns: u64| {
+            let mut c = counters.borrow_mut();
+            c[fd].0 += runs;
+            c[fd].1 += ns;
+        };
+        let mut t = CostTable::default();
+        // Probe 2 shares both programs.
+        t.rebuild_with(&[vec![0], vec![1], vec![0, 1]], read);
+        assert_eq!(t.programs(), 2);
+        assert!(t.shared(0) && t.shared(2));
+        // New programs count from the rebuild, not from their load.
+        bump(0, 1_000, 90_000);
+        bump(1, 10, 1_000);
+        assert_eq!(t.sample_with(read), (Cost { runs: 1_010, run_time_ns: 91_000, missed: 0 }, 0));
+        // A rebuild (a reload) keeps the last counters: the runs between
+        // the last sample and the rebuild are in the next sample.
+        bump(0, 7, 700);
+        t.rebuild_with(&[vec![0]], read);
+        assert!(!t.shared(0));
+        assert_eq!(t.sample_with(read).0, Cost { runs: 7, run_time_ns: 700, missed: 0 });
+        // A program that cannot be read counts as a failure, costs 0.
+        t.rebuild_with(&[vec![0], vec![1]], read);
+        fail_fd1.set(true);
+        bump(0, 1, 100);
+        bump(1, 1, 100);
+        assert_eq!(t.sample_with(read), (Cost { runs: 1, run_time_ns: 100, missed: 0 }, 1));
+        assert_eq!(t.errors, 1);
     }
 
     #[test]

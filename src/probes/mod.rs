@@ -90,7 +90,7 @@ pub trait Probe {
     /// every record the kernel wrote so far.
     fn flush_alerts(&mut self) {}
     /// The fds of the loaded BPF programs whose run time is this probe's
-    /// cost (src/cost.rs), valid while the probe lives. Programs shared
+    /// cost (src/cost/), valid while the probe lives. Programs shared
     /// with other probes are listed by each of them; the agent splits their
     /// cost. Called once after open. The default (none) reports no cost.
     fn bpf_programs(&self) -> Vec<RawFd> {
