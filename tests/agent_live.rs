@@ -587,10 +587,24 @@ fn privileges_are_dropped_after_attach_and_monitoring_continues() {
     let work: u64 = later.iter().map(|l| u(probe(l, "work"), "count")).sum();
     let alerts: u64 = later.iter().map(|l| u(probe(l, "work"), "alerts")).sum();
     let records: usize = later.iter().map(|l| l["alert_records"].as_array().map_or(0, |a| a.len())).sum();
+    // The 4 calls of 2 ms; on a loaded machine a 100 us call may also pass
+    // the 1 ms threshold (preempted): such records are counted, not failed.
+    let slow: usize = later
+        .iter()
+        .flat_map(|l| l["alert_records"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["probe"] == "work" && u(r, "latency_ns") >= 2_000_000)
+        .count();
+    let pp_drops: u64 = later.iter().map(|l| u(probe(l, "pp"), "drops")).sum();
     let runs: u64 = later.iter().map(|l| u(probe(l, "pp"), "bpf_runs")).sum();
     eprintln!("FIGURES after the drop: pp count {pp}, work count {work}, alerts {alerts}, alert records {records}, pp bpf runs {runs}");
-    assert!(pp >= 4000, "map reads after the drop: {pp}");
-    assert_eq!((work, alerts, records), (54, 4, 4), "uprobe counts and ring buffer records after the drop");
+    // 2000 round trips: 4000 wakeups, each counted or counted as a drop.
+    assert!(pp + pp_drops >= 4000, "map reads after the drop: {pp} counted, {pp_drops} dropped");
+    assert_eq!(work, 54, "uprobe counts after the drop");
+    assert_eq!(slow, 4, "the 4 slow calls' ring buffer records after the drop ({records} records, {alerts} alerts)");
+    assert!(
+        alerts >= 4 && records as u64 == alerts,
+        "every alert's record crossed: {alerts} alerts, {records} records"
+    );
     assert!(runs > 0, "bpf_prog_get_info_by_fd works unprivileged");
     assert!(!stderr.iter().any(|l| l.contains("reading maps")), "no read errors: {stderr:#?}");
     assert_unloaded(&ids);
