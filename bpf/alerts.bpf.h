@@ -145,4 +145,54 @@ static __always_inline void latmon_alert(void *ctx, __u32 id, __u64 delta, __u64
 	}
 }
 
+#ifdef LATMON_ALERT_ANATOMY
+/* Objects that send anatomies (LATMON_ALERT_ANATOMY defined before
+ * including): the longer record's layout for the skeleton, and a per-CPU
+ * scratch record for the perf buffer (too large for the BPF stack). */
+const volatile struct latmon_alert_anat alert_anat_layout = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct latmon_alert_anat);
+} alert_scratch SEC(".maps");
+
+/* As latmon_alert(), with the anatomy `an` appended (NULL: the short
+ * record, no anatomy). */
+static __always_inline void latmon_alert_anat(void *ctx, __u32 id, __u64 delta, __u64 now,
+					      const struct latmon_alert_who *who, const struct latmon_anatomy *an)
+{
+	struct latmon_alert_anat *a;
+	__u32 zero = 0;
+
+	if (!an) {
+		latmon_alert(ctx, id, delta, now, who);
+		return;
+	}
+	if (!latmon_alert_admit(id, now)) {
+		latmon_alert_dropped(id, false);
+		return;
+	}
+	if (use_ringbuf) {
+		a = bpf_ringbuf_reserve(&alerts, sizeof(*a), 0);
+		if (!a) {
+			latmon_alert_dropped(id, true);
+			return;
+		}
+		latmon_alert_fill(&a->alert, id, delta, now, who);
+		__builtin_memcpy(&a->anat, an, sizeof(*an));
+		bpf_ringbuf_submit(a, 0);
+	} else {
+		a = bpf_map_lookup_elem(&alert_scratch, &zero);
+		if (!a)
+			return;
+		latmon_alert_fill(&a->alert, id, delta, now, who);
+		__builtin_memcpy(&a->anat, an, sizeof(*an));
+		if (bpf_perf_event_output(ctx, &alerts_perf, BPF_F_CURRENT_CPU, a, sizeof(*a)))
+			latmon_alert_dropped(id, true);
+	}
+}
+#endif /* LATMON_ALERT_ANATOMY */
+
 #endif /* __ALERTS_BPF_H */

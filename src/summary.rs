@@ -161,6 +161,10 @@ pub struct AlertRecord {
     pub latency_ns: u64,
     /// CLOCK_MONOTONIC when the slow event ended.
     pub time_ns: u64,
+    /// What delayed it (timer, chain, runq): JSON `cpu_woken`, `cpu_ran`,
+    /// `causes`; absent when the record carries none.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub anatomy: Option<crate::anatomy::Anatomy>,
 }
 
 /// One interval (the JSON output is one of these per line).
@@ -611,6 +615,7 @@ mod tests {
             cpu: 1,
             latency_ns: 2_100_000,
             time_ns: 12_000_000_345,
+            anatomy: None,
         };
         let r = IntervalReport {
             seq: 2,

@@ -537,6 +537,9 @@ mod tests {
             cpu: 1,
             latency_ns: 900_000,
             time_ns: 5,
+            cpu_woken: 0,
+            cpu_ran: 0,
+            causes: vec![],
         }));
         v.on_event(&ev);
         let link = LinkStats { frames_good: 4, crc_errors: 2, resyncs: 3, ..LinkStats::default() };
@@ -607,6 +610,9 @@ mod tests {
             cpu: 0,
             latency_ns: 5,
             time_ns: 5,
+            cpu_woken: 0,
+            cpu_ran: 0,
+            causes: vec![],
         })));
         let s = v.render("tcp://x", &LinkStats::default(), &t, None);
         assert!(

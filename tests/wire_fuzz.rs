@@ -251,6 +251,9 @@ impl Gen {
             cpu: self.rng.next() as u32,
             latency_ns: self.rng.wild(),
             time_ns: self.rng.wild(),
+            cpu_woken: 0,
+            cpu_ran: 0,
+            causes: vec![],
         }
     }
 

@@ -133,7 +133,7 @@ proptest! {
         pid in any::<u32>(), tid in any::<u32>(), comm in arb_name(), cpu in any::<u32>(),
         lat in any::<u64>(), time in any::<u64>(), drops in any::<u64>(), n in 0usize..300,
     ) {
-        let a = Alert { boot_id: 7, probe: 3, pid, tid, comm: comm.clone(), cpu, latency_ns: lat, time_ns: time };
+        let a = Alert { boot_id: 7, probe: 3, pid, tid, comm: comm.clone(), cpu, latency_ns: lat, time_ns: time, cpu_woken: 0, cpu_ran: 0, causes: vec![] };
         let (f, _) = decode(&encode_to_vec(&Frame::Alert(a.clone())).unwrap());
         prop_assert_eq!(f, vec![Ok(Frame::Alert(a))]);
         let s = Status {
@@ -170,7 +170,7 @@ proptest! {
         prop_assert_eq!(&shed, &s.shed);
         let probes: Vec<ProbeHealth> = parts.into_iter().flat_map(|p| p.probes).collect();
         prop_assert_eq!(probes, s.probes);
-        let _ = AlertRecord { probe: String::new(), pid, tid, comm, cpu, latency_ns: lat, time_ns: time };
+        let _ = AlertRecord { probe: String::new(), pid, tid, comm, cpu, latency_ns: lat, time_ns: time, anatomy: None };
     }
 
     /// Arbitrary bytes in arbitrary chunks: no panic, and every non-empty
@@ -237,6 +237,7 @@ fn sample_frames(rng: &mut XorShift, n: usize) -> Vec<Vec<u8>> {
                     cpu: 0,
                     latency_ns: rng.next(),
                     time_ns: seq,
+                    anatomy: None,
                 };
                 enc.alert(42, 0, &a, &mut out).unwrap();
             }

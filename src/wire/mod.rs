@@ -16,6 +16,7 @@
 //! ([`FrameDecoder`]) takes arbitrary partial reads, checks the CRC after
 //! COBS decoding, and resynchronises at the next delimiter after any damage.
 
+pub mod anatomy;
 mod decode;
 mod encode;
 mod messages;

@@ -168,7 +168,19 @@ fn unknown_kind_is_skipped_and_stream_continues() {
     let n = cobs::encode(&payload, &mut stream);
     stream.truncate(n);
     stream.push(0);
-    let alert = Alert { boot_id: 1, probe: 0, pid: 1, tid: 2, comm: "x".into(), cpu: 0, latency_ns: 5, time_ns: 6 };
+    let alert = Alert {
+        boot_id: 1,
+        probe: 0,
+        pid: 1,
+        tid: 2,
+        comm: "x".into(),
+        cpu: 0,
+        latency_ns: 5,
+        time_ns: 6,
+        cpu_woken: 0,
+        cpu_ran: 0,
+        causes: vec![],
+    };
     stream.extend(encode_to_vec(&Frame::Alert(alert.clone())).unwrap());
     let (frames, stats) = decode_all(&stream);
     assert_eq!(frames[0], Ok(Frame::Unknown { kind: 0x7f, len: 9 }));
@@ -210,7 +222,19 @@ fn appended_fields_are_compatible_both_ways() {
 
 #[test]
 fn damaged_frames_are_reported_and_neighbours_survive() {
-    let a = Alert { boot_id: 1, probe: 0, pid: 10, tid: 11, comm: "ctrl".into(), cpu: 1, latency_ns: 99, time_ns: 5 };
+    let a = Alert {
+        boot_id: 1,
+        probe: 0,
+        pid: 10,
+        tid: 11,
+        comm: "ctrl".into(),
+        cpu: 1,
+        latency_ns: 99,
+        time_ns: 5,
+        cpu_woken: 0,
+        cpu_ran: 0,
+        causes: vec![],
+    };
     let f = encode_to_vec(&Frame::Alert(a.clone())).unwrap();
     let mut bad = f.clone();
     bad[3] ^= 0x40;
@@ -231,7 +255,19 @@ fn damaged_frames_are_reported_and_neighbours_survive() {
 
 #[test]
 fn oversize_garbage_resyncs() {
-    let a = Alert { boot_id: 1, probe: 0, pid: 1, tid: 1, comm: String::new(), cpu: 0, latency_ns: 1, time_ns: 1 };
+    let a = Alert {
+        boot_id: 1,
+        probe: 0,
+        pid: 1,
+        tid: 1,
+        comm: String::new(),
+        cpu: 0,
+        latency_ns: 1,
+        time_ns: 1,
+        cpu_woken: 0,
+        cpu_ran: 0,
+        causes: vec![],
+    };
     let f = encode_to_vec(&Frame::Alert(a)).unwrap();
     let stream = [&f[..], &vec![0x55; MAX_ENCODED * 2], &[0], &f].concat();
     let mut d = FrameDecoder::new();
@@ -406,6 +442,9 @@ fn golden() -> Vec<(&'static str, Frame)> {
                 cpu: 1,
                 latency_ns: 250_000,
                 time_ns: 2_500_000_000,
+                cpu_woken: 0,
+                cpu_ran: 0,
+                causes: vec![],
             }),
         ),
         (
@@ -632,6 +671,7 @@ fn golden_vectors_match_spec_byte_for_byte() {
             cpu: a.cpu,
             latency_ns: a.latency_ns,
             time_ns: a.time_ns,
+            anatomy: None,
         };
         enc.alert(a.boot_id, a.probe, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
         assert_eq!(hex(&v), hex(&spec_vector(doc, "alert", "frame")));
