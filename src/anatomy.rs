@@ -120,16 +120,18 @@ impl Anatomy {
         let mut causes: Vec<Cause> =
             parts.into_iter().filter(|c| c.ns > 0 && c.kind != CauseKind::Other).take(MAX_CAUSES - 1).collect();
         causes.sort_by_key(|c| std::cmp::Reverse(c.ns));
-        let mut sum: u64 = causes.iter().fold(0u64, |s, c| s.saturating_add(c.ns));
-        while sum > latency_ns {
+        // u128: parts of hostile or torn records may overflow u64.
+        let mut sum: u128 = causes.iter().map(|c| u128::from(c.ns)).sum();
+        while sum > u128::from(latency_ns) {
             let Some(last) = causes.last_mut() else { break };
-            let cut = (sum - latency_ns).min(last.ns);
-            last.ns -= cut;
+            let cut = (sum - u128::from(latency_ns)).min(u128::from(last.ns));
+            last.ns -= cut as u64;
             sum -= cut;
             if last.ns == 0 {
                 causes.pop();
             }
         }
+        let sum = sum as u64; // <= latency_ns now
         if latency_ns > sum {
             causes.push(Cause { kind: CauseKind::Other, ns: latency_ns - sum });
         }
@@ -172,6 +174,9 @@ impl Anatomy {
                 CauseKind::Other => s.push_str("other"),
             }
             let _ = write!(s, " {}", Us(c.ns));
+        }
+        if self.cpu_woken != self.cpu_ran {
+            let _ = write!(s, "; woken on cpu {}, ran on cpu {}", self.cpu_woken, self.cpu_ran);
         }
     }
 

@@ -376,14 +376,21 @@ impl Encoder {
                 },
             }
         }
-        let mut n = self.put(Kind::Alert, &body(boot_id, probe, a, a.anatomy.as_ref()), MAX_PAYLOAD)?;
-        // An anatomy too large for a frame (long names, many parts): its
-        // smallest parts go into `other` until it fits (rare; allocates).
-        let mut folded = a.anatomy.clone();
+        let budget = self.budget;
+        let mut n = self.put(Kind::Alert, &body(boot_id, probe, a, a.anatomy.as_ref()), budget)?;
+        // An anatomy too large for the frame budget (long names, many
+        // parts): its smallest parts go into `other` until it fits (rare;
+        // allocates). Without an anatomy an alert always fits.
+        let mut folded = None;
         while n.is_none() {
-            let Some(f) = folded.as_ref().and_then(super::anatomy::fold_smallest) else { break };
-            n = self.put(Kind::Alert, &body(boot_id, probe, a, Some(&f)), MAX_PAYLOAD)?;
+            let Some(f) = folded.as_ref().or(a.anatomy.as_ref()).and_then(super::anatomy::fold_smallest) else {
+                break;
+            };
+            n = self.put(Kind::Alert, &body(boot_id, probe, a, Some(&f)), budget)?;
             folded = Some(f);
+        }
+        if n.is_none() {
+            n = self.put(Kind::Alert, &body(boot_id, probe, a, folded.as_ref().or(a.anatomy.as_ref())), MAX_PAYLOAD)?;
         }
         let n = n.ok_or(EncodeError::TooLarge { kind: Kind::Alert })?;
         self.seal(n, out);
