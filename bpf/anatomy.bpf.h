@@ -60,6 +60,28 @@ struct {
 /* Slots held, all CPUs: the gate. */
 __s64 anat_held;
 
+/* An anatomy without accounts, for a wait no slot accounted (a task that
+ * ran untraced: only the timer's own delay is known). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct latmon_anatomy);
+} anat_scratch SEC(".maps");
+
+static __always_inline struct latmon_anatomy *anat_blank(void)
+{
+	__u32 zero = 0;
+	struct latmon_anatomy *an = bpf_map_lookup_elem(&anat_scratch, &zero);
+
+	if (!an)
+		return NULL;
+	__builtin_memset(an, 0, sizeof(*an));
+	an->cpu_woken = bpf_get_smp_processor_id();
+	an->cpu_ran = an->cpu_woken;
+	return an;
+}
+
 static __always_inline struct anat_slot *anat_local(void)
 {
 	__u32 zero = 0;

@@ -205,8 +205,8 @@ static __always_inline void count_drop(__u32 series)
 
 /* The woken task `t` (NULL: current) runs at `now`. Stages are recorded
  * all or nothing, so their sums stay equal to the end-to-end sum. A task
- * that ran untraced (now == its wakeup) has no anatomy: its slot's
- * accounts are of a wait that did not happen. */
+ * that ran untraced (now == its wakeup) gets an anatomy of the timer's
+ * delay only: its slot's accounts are of a wait that did not happen. */
 static __always_inline void task_ran(void *ctx, struct task_struct *t, struct wake_stamp *st, __u64 now)
 {
 	__s64 total = now - st->start_ns, stage = st->wake_ns - st->start_ns, run = now - st->wake_ns;
@@ -220,6 +220,14 @@ static __always_inline void task_ran(void *ctx, struct task_struct *t, struct wa
 		if (slot && now != st->wake_ns) {
 			slot->acc.timer_irq_delay_ns = st->irq_delay_ns;
 			an = &slot->acc;
+		}
+	}
+	if (!an && anatomy && now == st->wake_ns && total > threshold_ns) {
+		struct latmon_anatomy *blank = anat_blank();
+
+		if (blank) {
+			blank->timer_irq_delay_ns = st->irq_delay_ns;
+			an = blank;
 		}
 	}
 	if (!chain) {

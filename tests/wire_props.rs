@@ -173,6 +173,51 @@ proptest! {
         let _ = AlertRecord { probe: String::new(), pid, tid, comm, cpu, latency_ns: lat, time_ns: time, anatomy: None };
     }
 
+    /// Any anatomy an agent builds reaches the receiver with parts that sum
+    /// to the latency exactly, in a frame within the budget (large ones
+    /// folded into `other`), and renders without panicking.
+    #[test]
+    fn anatomies_cross_the_wire_summing_to_the_latency(
+        lat in any::<u64>(),
+        parts in prop::collection::vec((0u8..8, any::<u32>(), arb_name(), any::<u64>()), 0..24),
+        woken in any::<u32>(), ran in any::<u32>(),
+    ) {
+        use latmon::anatomy::{Anatomy, Cause, CauseKind, Policy};
+        let causes = parts.into_iter().map(|(k, id, name, ns)| Cause {
+            ns,
+            kind: match k {
+                0 => CauseKind::Task { comm: name, pid: id, policy: Policy::from_code(id % 8), prio: id as i32 },
+                1 => CauseKind::TaskRest,
+                2 => CauseKind::Irq { irq: id, name },
+                3 => CauseKind::IrqRest,
+                4 => CauseKind::Softirq { vector: id % 12 },
+                5 => CauseKind::TimerIrqDelay,
+                6 => CauseKind::Unknown { code: id as u8 },
+                _ => CauseKind::Other,
+            },
+        }).collect();
+        let anatomy = Anatomy::from_parts(lat, woken, ran, causes);
+        prop_assert!(anatomy.sums_to(lat), "{:?}", anatomy);
+        let rec = AlertRecord { probe: "timer".into(), pid: 1, tid: 2, comm: "c".into(), cpu: 0, latency_ns: lat, time_ns: 3, anatomy: Some(anatomy) };
+        let mut enc = Encoder::new();
+        let mut frames = Vec::new();
+        enc.alert(7, 0, &rec, &mut |b| frames.push(b.to_vec())).unwrap();
+        prop_assert_eq!(frames.len(), 1);
+        prop_assert!(frames[0].len() <= FRAME_BUDGET, "{} bytes", frames[0].len());
+        let (f, _) = decode(&frames[0]);
+        let Some(Ok(Frame::Alert(a))) = f.into_iter().next() else { panic!("no alert") };
+        prop_assert!(a.causes.len() <= latmon::anatomy::MAX_CAUSES);
+        let mut t = Tracker::new();
+        let Event::Alert(r) = t.on_frame(Frame::Alert(a)) else { panic!("not an alert event") };
+        if lat > 0 {
+            let back = r.anatomy.expect("an anatomy with parts");
+            prop_assert!(back.sums_to(lat), "{:?}", back);
+            prop_assert_eq!((back.cpu_woken, back.cpu_ran), (woken, ran));
+            let line = back.render(lat);
+            prop_assert!(line.starts_with("late ") && line.bytes().all(|b| (b' '..=b'~').contains(&b)), "{}", line);
+        }
+    }
+
     /// Arbitrary bytes in arbitrary chunks: no panic, and every non-empty
     /// fragment is accounted for exactly once.
     #[test]
