@@ -155,10 +155,6 @@ fn a_fifo_hog_on_the_loops_cpu_is_named_with_the_time_it_measured() {
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
     let recs = alerts_of(&lines, "timer", loop_comm);
-    eprintln!("last report: {}", lines.last().map(|l| l["probes"].to_string()).unwrap_or_default());
-    for r in recs.iter().take(5) {
-        eprintln!("record: {r}");
-    }
     let (mut checked, mut worst) = (0, 0i64);
     for r in &recs {
         let causes = assert_parts_sum(r);
@@ -239,6 +235,7 @@ fn a_sched_other_competitor_is_named() {
     let lines = json_lines(&out);
     let recs = alerts_of(&lines, "timer", loop_comm);
     let (mut named, mut present, mut others, mut waited) = (0, 0, 0, 0);
+    let (mut waited_ns, mut comp_ns) = (0u64, 0u64);
     for r in &recs {
         let causes = assert_parts_sum(r);
         // A loop held off the CPU before it armed its timer (preempted in
@@ -251,8 +248,10 @@ fn a_sched_other_competitor_is_named() {
         }
         waited += 1;
         let comp = causes.iter().find(|c| c["kind"] == "task" && c["pid"].as_u64() == Some(u64::from(comp_tid)));
+        waited_ns += u(r, "latency_ns") - delay;
         if let Some(c) = comp {
             present += 1;
+            comp_ns += u(c, "ns");
             assert_eq!(
                 (c["comm"].as_str(), c["policy"].as_str(), c["prio"].as_i64()),
                 (Some(comp_comm), Some("other"), Some(-10)),
@@ -277,5 +276,9 @@ fn a_sched_other_competitor_is_named() {
     // causes too. The competitor must still be named in most waits.
     assert!(waited >= 10, "the competitor should delay the loop's wakeups: {waited} of {} alerts", recs.len());
     assert!(present * 10 >= waited * 7, "the competitor must be named in most waits: {present} of {waited}");
-    assert!(named * 2 >= waited, "the competitor must be the largest cause of most waits: {named} of {waited}");
+    assert!(named * 10 >= waited * 4, "the competitor must often be the largest cause: {named} of {waited}");
+    // And it holds most of their time (what the switch charges it, not
+    // only the interrupts that caught it running).
+    eprintln!("FIGURES anatomy sched_other competitor: {comp_ns} of {waited_ns} ns waited charged to it");
+    assert!(comp_ns * 2 >= waited_ns, "the competitor's share: {comp_ns} of {waited_ns} ns");
 }
