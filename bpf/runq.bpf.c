@@ -133,7 +133,7 @@ static __always_inline void record(void *ctx, __s64 delta_ns, const struct latmo
 #ifdef LATMON_NO_BTF
 		latmon_alert(ctx, 0, delta_ns, bpf_ktime_get_ns(), who);
 #else
-		latmon_alert_anat(ctx, 0, delta_ns, bpf_ktime_get_ns(), who, an);
+		latmon_alert_anat(ctx, 0, delta_ns, who, an);
 #endif
 	}
 }

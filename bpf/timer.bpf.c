@@ -192,7 +192,7 @@ static __always_inline void record_end(void *ctx, __u32 series, __u64 delta, str
 		who.tid = t->pid;
 		who.comm = &t->comm;
 	}
-	latmon_alert_anat(ctx, series, delta, bpf_ktime_get_ns(), t ? &who : NULL, an);
+	latmon_alert_anat(ctx, series, delta, t ? &who : NULL, an);
 }
 
 static __always_inline void count_drop(__u32 series)
@@ -203,11 +203,12 @@ static __always_inline void count_drop(__u32 series)
 		h->drops++;
 }
 
-/* The woken task `t` (NULL: current) runs at `now`. Stages are recorded
+/* The woken task `t` (NULL: current) runs at `now` (a subprogram: four
+ * callers; inlined, each would carry the alert path). Stages are recorded
  * all or nothing, so their sums stay equal to the end-to-end sum. A task
  * that ran untraced (now == its wakeup) gets an anatomy of the timer's
  * delay only: its slot's accounts are of a wait that did not happen. */
-static __always_inline void task_ran(void *ctx, struct task_struct *t, struct wake_stamp *st, __u64 now)
+static __noinline int task_ran(void *ctx, struct task_struct *t, struct wake_stamp *st, __u64 now)
 {
 	__s64 total = now - st->start_ns, stage = st->wake_ns - st->start_ns, run = now - st->wake_ns;
 	struct anat_slot *slot = NULL;
@@ -237,7 +238,7 @@ static __always_inline void task_ran(void *ctx, struct task_struct *t, struct wa
 			record_end(ctx, LATMON_TS_TIMER, total, t, an);
 		st->start_ns = 0;
 		anat_release(slot);
-		return;
+		return 0;
 	}
 	if (stage < 0 || run < 0) {
 		count_drop(LATMON_TS_CHAIN);
@@ -249,6 +250,7 @@ static __always_inline void task_ran(void *ctx, struct task_struct *t, struct wa
 	anat_release(slot);
 	st->run_ns = now;
 	st->running = RAN;
+	return 0;
 }
 
 /* TP_PROTO(struct hrtimer *hrtimer, ktime_t *now) */

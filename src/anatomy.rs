@@ -103,7 +103,7 @@ pub struct Cause {
 }
 
 /// The anatomy of one alert's latency.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Anatomy {
     pub cpu_woken: u32,
     pub cpu_ran: u32,
@@ -301,7 +301,17 @@ mod tests {
                 Cause { kind: CauseKind::TimerIrqDelay, ns: 5_000 },
             ],
         );
-        let v = serde_json::to_value(&a).unwrap();
+        let rec = crate::summary::AlertRecord {
+            probe: "timer".into(),
+            pid: 1,
+            tid: 1,
+            comm: "ctrl".into(),
+            cpu: 2,
+            latency_ns: 100_000,
+            time_ns: 1,
+            anatomy: Some(a),
+        };
+        let v = serde_json::to_value(&rec).unwrap();
         assert_eq!((v["cpu_woken"].as_u64(), v["cpu_ran"].as_u64()), (Some(1), Some(2)));
         let c = &v["causes"];
         assert_eq!(

@@ -150,7 +150,7 @@ pub struct AgentStatus {
 }
 
 /// A latency above a probe's threshold, as the kernel reported it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AlertRecord {
     /// Probe name (as in `ProbeReport::name`).
     pub probe: String,
@@ -163,8 +163,29 @@ pub struct AlertRecord {
     pub time_ns: u64,
     /// What delayed it (timer, chain, runq): JSON `cpu_woken`, `cpu_ran`,
     /// `causes`; absent when the record carries none.
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub anatomy: Option<crate::anatomy::Anatomy>,
+}
+
+/// By hand, not derived: the anatomy's fields sit beside the others
+/// (serde's `flatten` would do it with a buffering serializer, larger).
+impl Serialize for AlertRecord {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = ser.serialize_struct("AlertRecord", 10)?;
+        st.serialize_field("probe", &self.probe)?;
+        st.serialize_field("pid", &self.pid)?;
+        st.serialize_field("tid", &self.tid)?;
+        st.serialize_field("comm", &self.comm)?;
+        st.serialize_field("cpu", &self.cpu)?;
+        st.serialize_field("latency_ns", &self.latency_ns)?;
+        st.serialize_field("time_ns", &self.time_ns)?;
+        if let Some(a) = &self.anatomy {
+            st.serialize_field("cpu_woken", &a.cpu_woken)?;
+            st.serialize_field("cpu_ran", &a.cpu_ran)?;
+            st.serialize_field("causes", &a.causes)?;
+        }
+        st.end()
+    }
 }
 
 /// One interval (the JSON output is one of these per line).
