@@ -140,9 +140,20 @@ fn assert_parts_sum(r: &serde_json::Value) -> Vec<&serde_json::Value> {
 
 #[test]
 fn a_fifo_hog_on_the_loops_cpu_is_named_with_the_time_it_measured() {
+    hog_case("timer");
+}
+
+/// The same through `chain`: its end-to-end line's alerts carry the
+/// anatomy of the timer wakeup.
+#[test]
+fn chain_alerts_name_the_fifo_hog_too() {
+    hog_case("chain");
+}
+
+fn hog_case(family: &str) {
     let _s = serial();
     let (loop_comm, hog_comm) = ("lm-anat-loop", "lm-anat-hog");
-    let spec = format!("timer,comm={loop_comm},threshold=100us");
+    let spec = format!("{family},comm={loop_comm},threshold=100us");
     let child = start_run(&["--probe", &spec, "--interval", "60m", "--format", "json"]);
     let stop_hog = Arc::new(AtomicBool::new(false));
     let hog = fifo_hog(hog_comm, 60, Arc::clone(&stop_hog));
@@ -154,8 +165,9 @@ fn a_fifo_hog_on_the_loops_cpu_is_named_with_the_time_it_measured() {
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
-    let recs = alerts_of(&lines, "timer", loop_comm);
+    let recs = alerts_of(&lines, family, loop_comm);
     let (mut checked, mut worst, mut late_irq, mut stalled, mut outranked) = (0, 0i64, 0, 0, 0);
+    let mut expiry_late = 0;
     for r in &recs {
         let causes = assert_parts_sum(r);
         let (lat, end) = (u(r, "latency_ns"), u(r, "time_ns"));
@@ -178,10 +190,16 @@ fn a_fifo_hog_on_the_loops_cpu_is_named_with_the_time_it_measured() {
         // the CPU longer in the same wait (a kworker in a non-preemptible
         // stretch was seen): those are counted and must stay few. A timer
         // interrupt that came late is before the wakeup and not compared.
-        let top = *causes
-            .iter()
-            .find(|c| c["kind"] == "task" && c["pid"].as_u64() == Some(u64::from(hog.tid)))
-            .unwrap_or_else(|| panic!("the hog must be named (overlap {overlap} ns): {r}"));
+        let Some(&top) = causes.iter().find(|c| c["kind"] == "task" && c["pid"].as_u64() == Some(u64::from(hog.tid)))
+        else {
+            // The expiry itself was handled only after the burst (seen
+            // now and then: the timer's handling deferred while the hog
+            // ran); then the wait after the wakeup had no hog in it, and
+            // the delay must cover the overlap. Counted; must stay few.
+            assert!(delay + 20_000 >= overlap, "the hog must be named (overlap {overlap} ns): {r}");
+            expiry_late += 1;
+            continue;
+        };
         assert_eq!(
             (top["comm"].as_str(), top["policy"].as_str(), top["prio"].as_u64()),
             (Some(hog_comm), Some("fifo"), Some(60)),
@@ -194,30 +212,35 @@ fn a_fifo_hog_on_the_loops_cpu_is_named_with_the_time_it_measured() {
             outranked += 1;
         }
         // Its time within 10 % (or 20 us) of what it measured itself. The
-        // hog measures wall time: interrupts that took the CPU from it
-        // during the wait are in its burst but are causes of their own
-        // (irq, softirq), not the hog's.
+        // hog measures wall time: interrupts of the wait that ran inside
+        // its burst are in its measurement but are causes of their own
+        // (irq, softirq); those that ran outside it are not. So the hog's
+        // share lies between the overlap less those interrupts and the
+        // overlap, each within the tolerance.
         let interrupts: u64 =
             causes.iter().filter(|c| c["kind"] == "irq" || c["kind"] == "softirq").map(|c| u(c, "ns")).sum();
-        let overlap = overlap.saturating_sub(interrupts);
-        let err = u(top, "ns") as i64 - overlap as i64;
         let allowed = (overlap / 10).max(20_000) as i64;
+        let hog_ns = u(top, "ns") as i64;
+        let (lo, hi) = (overlap.saturating_sub(interrupts) as i64, overlap as i64);
+        let err = if hog_ns < lo { lo - hog_ns } else { (hog_ns - hi).max(0) };
         assert!(
-            err.abs() <= allowed,
-            "hog {} ns vs measured overlap {overlap} ns (allowed {allowed}): {r}",
-            u(top, "ns")
+            err <= allowed,
+            "hog {hog_ns} ns vs measured overlap {overlap} ns ({interrupts} ns of interrupts in the wait, allowed \
+             {allowed}): {r}"
         );
-        worst = worst.max(err.abs());
+        worst = worst.max((hog_ns - overlap as i64).abs());
         checked += 1;
     }
     eprintln!(
-        "FIGURES anatomy fifo hog: {} bursts, {} alert records, {checked} overlapping a burst checked ({late_irq} with \
-         a larger timer_irq_delay, {outranked} with another task larger, {stalled} skipped: vCPU stalled), worst |hog \
+        "FIGURES anatomy fifo hog ({family}): {} bursts, {} alert records, {checked} overlapping a burst checked ({late_irq} with \
+         a larger timer_irq_delay, {outranked} with another task larger, {expiry_late} expiries handled after the burst, {stalled} skipped: vCPU \
+         stalled), worst |hog \
          ns - measured overlap| {worst} ns",
         hog.bursts.len(),
         recs.len()
     );
     assert!(checked >= 20, "{checked} alerts checked");
+    assert!(expiry_late * 5 <= checked, "{expiry_late} expiries handled after the burst, {checked} checked");
     assert!(outranked * 10 <= checked, "the hog must be the largest cause of nearly all: {outranked} of {checked} not");
 }
 
