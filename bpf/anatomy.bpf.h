@@ -89,10 +89,15 @@ static __always_inline struct anat_slot *anat_local(void)
 	return bpf_map_lookup_elem(&anat_cpu, &zero);
 }
 
+/* Any CPU's slot. Guarded by the constant `anatomy`: user space leaves it
+ * false on kernels without bpf_map_lookup_percpu_elem (5.19), and the
+ * verifier then never sees the call. */
 static __always_inline struct anat_slot *anat_slot_of(__u32 cpu)
 {
 	__u32 zero = 0;
 
+	if (!anatomy)
+		return NULL;
 	return bpf_map_lookup_percpu_elem(&anat_cpu, &zero, cpu);
 }
 

@@ -46,9 +46,10 @@ pub const ALERT_BUFFER_ENV: &str = "LATMON_ALERT_BUFFER";
 pub const ANATOMY_ENV: &str = "LATMON_ANATOMY";
 
 /// Account anatomies for this probe's alerts (timer, chain, runq): a
-/// threshold is set and the environment does not switch them off.
+/// threshold is set, the environment does not switch them off, and the
+/// kernel has what bpf/anatomy.bpf.h needs (else records go without).
 pub(crate) fn anatomy_wanted(spec: &crate::config::ProbeSpec) -> bool {
-    spec.threshold.is_some() && std::env::var(ANATOMY_ENV).as_deref() != Ok("off")
+    spec.threshold.is_some() && std::env::var(ANATOMY_ENV).as_deref() != Ok("off") && super::features::percpu_lookup()
 }
 
 pub(crate) fn want_ringbuf() -> bool {
