@@ -145,4 +145,57 @@ static __always_inline void latmon_alert(void *ctx, __u32 id, __u64 delta, __u64
 	}
 }
 
+#ifdef LATMON_ALERT_ANATOMY
+/* Objects that send anatomies (LATMON_ALERT_ANATOMY defined before
+ * including): the longer record's layout for the skeleton, and a per-CPU
+ * scratch record for the perf buffer (too large for the BPF stack). */
+const volatile struct latmon_alert_anat alert_anat_layout = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct latmon_alert_anat);
+} alert_scratch SEC(".maps");
+
+/* As latmon_alert() at now, with the anatomy `an` appended (NULL: the
+ * short record, no anatomy). A BPF subprogram, not inlined: the record's
+ * copy is long, and every caller would carry it (binary size). */
+static __noinline int latmon_alert_anat(void *ctx, __u32 id, __u64 delta, const struct latmon_alert_who *who,
+					const struct latmon_anatomy *an)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct latmon_alert_anat *a;
+	__u32 zero = 0;
+
+	if (!an) {
+		latmon_alert(ctx, id, delta, now, who);
+		return 0;
+	}
+	if (!latmon_alert_admit(id, now)) {
+		latmon_alert_dropped(id, false);
+		return 0;
+	}
+	if (use_ringbuf) {
+		a = bpf_ringbuf_reserve(&alerts, sizeof(*a), 0);
+		if (!a) {
+			latmon_alert_dropped(id, true);
+			return 0;
+		}
+		latmon_alert_fill(&a->alert, id, delta, now, who);
+		__builtin_memcpy(&a->anat, an, sizeof(*an));
+		bpf_ringbuf_submit(a, 0);
+	} else {
+		a = bpf_map_lookup_elem(&alert_scratch, &zero);
+		if (!a)
+			return 0;
+		latmon_alert_fill(&a->alert, id, delta, now, who);
+		__builtin_memcpy(&a->anat, an, sizeof(*an));
+		if (bpf_perf_event_output(ctx, &alerts_perf, BPF_F_CURRENT_CPU, a, sizeof(*a)))
+			latmon_alert_dropped(id, true);
+	}
+	return 0;
+}
+#endif /* LATMON_ALERT_ANATOMY */
+
 #endif /* __ALERTS_BPF_H */

@@ -44,4 +44,17 @@ static __always_inline bool latmon_task_on_cpu_btf(struct task_struct *p)
 	return p == bpf_get_current_task_btf();
 }
 
+/* task_cpu(): thread_info::cpu since kernel 5.16 moved it back there
+ * (THREAD_INFO_IN_TASK kernels), task_struct::cpu before. */
+struct task_struct___pre_5_16 {
+	unsigned int cpu;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 latmon_task_cpu_btf(struct task_struct *p)
+{
+	if (bpf_core_field_exists(p->thread_info.cpu))
+		return BPF_CORE_READ(p, thread_info.cpu);
+	return BPF_CORE_READ((struct task_struct___pre_5_16 *)p, cpu);
+}
+
 #endif /* __CORE_FIXES_BPF_H */

@@ -85,6 +85,20 @@
 /* User space: alert records held between two summaries, all probes. */
 #define LATMON_ALERT_QUEUE 4096
 
+/* Outlier anatomy (timer, chain, runq with a threshold; bpf/anatomy.bpf.h):
+ * while a watched task waits, its waiting CPU accounts what held it. The
+ * first ANAT_TASKS other tasks and ANAT_IRQS IRQ numbers seen get an entry
+ * each; later ones are folded into one rest entry per kind. Softirqs are
+ * kept per vector (SOFTIRQ_VECS). One waiter per CPU at a time: a second
+ * watched task waiting on a busy CPU gets no anatomy, unless the holder's
+ * claim is older than ANAT_STALE_NS (a waiter that exited unseen). */
+#define LATMON_ANAT_TASKS 4
+#define LATMON_ANAT_IRQS 4
+#define LATMON_ANAT_STALE_NS 1000000000
+/* Wire bound: causes per Alert frame a receiver accepts (a sender makes at
+ * most ANAT_TASKS + ANAT_IRQS + SOFTIRQ_VECS + 4). */
+#define LATMON_ANAT_MAX_CAUSES 32
+
 #if !defined(__cplusplus)
 _Static_assert(LATMON_FUNC_MAX_DEPTH > 0 && (LATMON_FUNC_MAX_DEPTH & (LATMON_FUNC_MAX_DEPTH - 1)) == 0,
 	       "FUNC_MAX_DEPTH must be a power of two");
@@ -92,6 +106,8 @@ _Static_assert(LATMON_MAX_FUNC_PROBES >= 32 && (LATMON_MAX_FUNC_PROBES & (LATMON
 	       "MAX_FUNC_PROBES: at least 32, a power of two (BPF masks ids with it)");
 _Static_assert(LATMON_ALERT_RATE > 0 && LATMON_ALERT_BURST > 0, "alert rate and burst must be positive");
 _Static_assert(LATMON_TS_CHAIN_IRQ_THREAD < LATMON_TIMER_SERIES, "timer series fit the map");
+_Static_assert(LATMON_ANAT_TASKS + LATMON_ANAT_IRQS + LATMON_SOFTIRQ_VECS + 4 <= LATMON_ANAT_MAX_CAUSES,
+	       "an anatomy's causes fit the wire bound");
 _Static_assert(LATMON_HIST_SUBS == 1 << LATMON_HIST_SUB_BITS, "SUBS = 2^SUB_BITS");
 _Static_assert(LATMON_HIST_BUCKETS == (LATMON_HIST_MAX_LOG2 - LATMON_HIST_SUB_BITS + 1) << LATMON_HIST_SUB_BITS,
 	       "BUCKETS must cover every power of two up to MAX_LOG2");
@@ -119,6 +135,42 @@ struct latmon_alert {
 	__u32 tid;
 	__u32 cpu;
 	char comm[LATMON_COMM_LEN];
+};
+
+/* Anatomy of one late wakeup (bpf/anatomy.bpf.h). Times in ns; an entry
+ * with ns == 0 is unused. What no part names is the remainder (`other`),
+ * which user space computes from the record's latency_ns. */
+struct latmon_anat_task {
+	__u64 ns;
+	__u32 pid;    /* thread id */
+	__u32 tgid;   /* thread group id */
+	__u32 policy; /* SCHED_* */
+	__s32 prio;   /* rt_priority for FIFO and RR, else the nice value */
+	char comm[LATMON_COMM_LEN];
+};
+
+struct latmon_anat_irq {
+	__u64 ns; /* hard-IRQ handler time */
+	__u32 irq;
+	__u32 pad;
+};
+
+struct latmon_anatomy {
+	__u64 timer_irq_delay_ns; /* timer: intended expiry -> expiry handled */
+	__u64 task_rest_ns;	  /* tasks beyond ANAT_TASKS */
+	__u64 irq_rest_ns;	  /* IRQs beyond ANAT_IRQS */
+	__u64 softirq_ns[LATMON_SOFTIRQ_VECS];
+	struct latmon_anat_task task[LATMON_ANAT_TASKS];
+	struct latmon_anat_irq irq[LATMON_ANAT_IRQS];
+	__u32 cpu_woken; /* the CPU that accounted the wait */
+	__u32 cpu_ran;
+};
+
+/* An alert record with its anatomy (timer, chain, runq): the same ring
+ * buffer carries both sizes; the longer one has the anatomy. */
+struct latmon_alert_anat {
+	struct latmon_alert alert;
+	struct latmon_anatomy anat;
 };
 
 /* Per probe, per CPU: alert records that never reached user space. */

@@ -35,10 +35,14 @@
 #include "maps.bpf.h"
 #include "tpfield.bpf.h"
 #define LATMON_ALERT_IDS 1
+#ifndef LATMON_NO_BTF
+#define LATMON_ALERT_ANATOMY
+#endif
 #include "alerts.bpf.h"
 #ifndef LATMON_NO_BTF
 #include <bpf/bpf_core_read.h>
 #include "core_fixes.bpf.h"
+#include "anatomy.bpf.h"
 #endif
 
 #define TASK_RUNNING 0
@@ -57,11 +61,18 @@ struct {
 } runq_hist SEC(".maps");
 
 #ifndef LATMON_NO_BTF
+/* tp_btf: a waiting task's stamp. */
+struct runq_stamp {
+	__u64 start_ns; /* 0: not waiting */
+	__u32 anat;	/* anatomy slot held (anat_claim), 0: none */
+	__u32 pad;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
-	__type(value, __u64);
+	__type(value, struct runq_stamp);
 } runq_start SEC(".maps");
 #endif
 
@@ -101,8 +112,10 @@ static __always_inline bool wanted(__u32 pid, __u32 tgid, struct task_struct *t)
 }
 #endif
 
-/* The task `who` (NULL: unknown) waited delta_ns and runs now. */
-static __always_inline void record(void *ctx, __s64 delta_ns, const struct latmon_alert_who *who)
+/* The task `who` (NULL: unknown) waited delta_ns and runs now; `an`: the
+ * anatomy of its wait (NULL: none). */
+static __always_inline void record(void *ctx, __s64 delta_ns, const struct latmon_alert_who *who,
+				   const struct latmon_anatomy *an)
 {
 	struct latmon_hist *h = latmon_hist_get(&runq_hist, 0);
 
@@ -117,7 +130,11 @@ static __always_inline void record(void *ctx, __s64 delta_ns, const struct latmo
 		h->alerts++;
 		/* At sched_switch the current task is still prev: the record
 		 * names the task switched in. */
+#ifdef LATMON_NO_BTF
 		latmon_alert(ctx, 0, delta_ns, bpf_ktime_get_ns(), who);
+#else
+		latmon_alert_anat(ctx, 0, delta_ns, who, an);
+#endif
 	}
 }
 
@@ -132,18 +149,22 @@ static __always_inline void count_drop(void)
 #ifndef LATMON_NO_BTF
 /* ---- tp_btf: task-local storage ---------------------------------------- */
 
+/* p waits from now on, on the CPU it is queued on, which accounts why. */
 static __always_inline void stamp_task(struct task_struct *p)
 {
-	__u64 *start_ns;
+	struct runq_stamp *st;
+	__u64 now;
 
 	if (!wanted(p->pid, p->tgid, p))
 		return;
-	start_ns = bpf_task_storage_get(&runq_start, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!start_ns) {
+	st = bpf_task_storage_get(&runq_start, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
 		count_drop(); /* storage allocation failed */
 		return;
 	}
-	*start_ns = bpf_ktime_get_ns();
+	now = bpf_ktime_get_ns();
+	st->start_ns = now;
+	st->anat = anat_claim(p, latmon_task_cpu_btf(p), now);
 }
 
 /* TP_PROTO(struct task_struct *p) for sched_wakeup and sched_wakeup_new */
@@ -166,21 +187,63 @@ int BPF_PROG(runq_wakeup_new_btf, struct task_struct *p)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(runq_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	__u64 *start_ns, now_ns;
+	struct runq_stamp *st;
+	__u64 now_ns = 0;
 
-	/* A preempted task stays runnable: its wait starts now. */
+	/* anatomy: prev held a waiting CPU until now. */
+	if (anat_held > 0) {
+		now_ns = bpf_ktime_get_ns();
+		anat_switch(prev, now_ns);
+	}
+	st = bpf_task_storage_get(&runq_start, next, 0, 0);
+	if (st && st->start_ns) {
+		struct latmon_alert_who who = {.pid = next->tgid, .tid = next->pid, .comm = &next->comm};
+		struct anat_slot *slot = anat_take(next, st->anat);
+
+		if (!now_ns)
+			now_ns = bpf_ktime_get_ns();
+		record(ctx, (__s64)(now_ns - st->start_ns), &who, slot ? &slot->acc : NULL);
+		anat_release(slot);
+		st->start_ns = 0;
+		st->anat = 0;
+	}
+	/* A preempted task stays runnable: its wait starts now (after next
+	 * gave back this CPU's anatomy slot, which prev may now claim). */
 	if (latmon_task_state(prev) == TASK_RUNNING)
 		stamp_task(prev);
-	start_ns = bpf_task_storage_get(&runq_start, next, 0, 0);
-	if (!start_ns || !*start_ns)
-		return 0;
-	now_ns = bpf_ktime_get_ns();
-	{
-		struct latmon_alert_who who = {.pid = next->tgid, .tid = next->pid, .comm = &next->comm};
+	return 0;
+}
 
-		record(ctx, (__s64)(now_ns - *start_ns), &who);
-	}
-	*start_ns = 0;
+/* ---- tp_btf: anatomy, hard and soft interrupts on a waiting CPU -------- */
+
+/* TP_PROTO(int irq, struct irqaction *action) */
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(runq_anat_irq_entry_btf, int irq, struct irqaction *action)
+{
+	anat_irq_entry(irq);
+	return 0;
+}
+
+/* TP_PROTO(int irq, struct irqaction *action, int ret) */
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(runq_anat_irq_exit_btf, int irq, struct irqaction *action, int ret)
+{
+	anat_irq_exit(irq);
+	return 0;
+}
+
+/* TP_PROTO(unsigned int vec_nr) */
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(runq_anat_softirq_entry_btf, unsigned int vec_nr)
+{
+	anat_softirq_entry(vec_nr);
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(runq_anat_softirq_exit_btf, unsigned int vec_nr)
+{
+	anat_softirq_exit(vec_nr);
 	return 0;
 }
 
@@ -226,7 +289,7 @@ int BPF_PROG(runq_switch_raw, bool preempt, struct task_struct *prev, struct tas
 	{
 		struct latmon_alert_who who = {.pid = BPF_CORE_READ(next, tgid), .tid = pid, .comm = &next->comm};
 
-		record(ctx, (__s64)(bpf_ktime_get_ns() - *start_ns), &who);
+		record(ctx, (__s64)(bpf_ktime_get_ns() - *start_ns), &who, NULL);
 	}
 	bpf_map_delete_elem(&runq_start_by_pid, &pid);
 	return 0;
@@ -332,7 +395,7 @@ int runq_switch_tp(void *ctx)
 		/* The record carries no tgid: the alert's pid is the thread's. */
 		struct latmon_alert_who who = {.pid = next, .tid = next, .comm = ctx + switch_next_comm.offset};
 
-		record(ctx, (__s64)(bpf_ktime_get_ns() - *start_ns), &who);
+		record(ctx, (__s64)(bpf_ktime_get_ns() - *start_ns), &who, NULL);
 	}
 	bpf_map_delete_elem(&runq_start_by_pid, &next);
 	return 0;

@@ -70,7 +70,9 @@
 #include "filter.bpf.h"
 #include "core_fixes.bpf.h"
 #define LATMON_ALERT_IDS LATMON_TIMER_SERIES
+#define LATMON_ALERT_ANATOMY
 #include "alerts.bpf.h"
+#include "anatomy.bpf.h"
 
 extern const void hrtimer_wakeup __ksym;
 
@@ -96,6 +98,7 @@ __s64 chain_carriers;
 struct expiring {
 	__u64 sleeper;	  /* task the expiring hrtimer_sleeper wakes (address) */
 	__u64 expires_ns; /* its intended expiry, CLOCK_MONOTONIC */
+	__u64 entry_ns;	  /* anatomy: when the expiry was handled */
 };
 
 struct timer_cpu {
@@ -114,6 +117,9 @@ struct wake_stamp {
 	__u64 run_ns;	/* chain: the task ran */
 	__u32 cause;	/* LATMON_TS_CHAIN_TIMER or LATMON_TS_CHAIN_IRQ */
 	__u32 running;	/* WAITING, RAN (chain: awaiting the response), RESPONDED */
+	__u32 anat;	/* anatomy slot held (anat_claim), 0: none */
+	__u32 pad;
+	__u64 irq_delay_ns; /* anatomy: intended expiry -> expiry handled */
 };
 
 struct {
@@ -169,7 +175,8 @@ static __always_inline void record(__u32 series, __u64 delta)
 
 /* An end-to-end series (timer, chain, chain to response): recorded, and
  * above the threshold an alert record about task `t` (NULL: current). */
-static __always_inline void record_end(void *ctx, __u32 series, __u64 delta, struct task_struct *t)
+static __always_inline void record_end(void *ctx, __u32 series, __u64 delta, struct task_struct *t,
+				       const struct latmon_anatomy *an)
 {
 	struct latmon_hist *h = latmon_hist_get(&timer_hist, series);
 	struct latmon_alert_who who = {};
@@ -185,7 +192,7 @@ static __always_inline void record_end(void *ctx, __u32 series, __u64 delta, str
 		who.tid = t->pid;
 		who.comm = &t->comm;
 	}
-	latmon_alert(ctx, series, delta, bpf_ktime_get_ns(), t ? &who : NULL);
+	latmon_alert_anat(ctx, series, delta, t ? &who : NULL, an);
 }
 
 static __always_inline void count_drop(__u32 series)
@@ -196,30 +203,54 @@ static __always_inline void count_drop(__u32 series)
 		h->drops++;
 }
 
-/* The woken task `t` runs at `now`. Stages are recorded all or nothing,
- * so their sums stay equal to the end-to-end sum. */
-static __always_inline void task_ran(void *ctx, struct task_struct *t, struct wake_stamp *st, __u64 now)
+/* The woken task `t` (NULL: current) runs at `now` (a subprogram: four
+ * callers; inlined, each would carry the alert path). Stages are recorded
+ * all or nothing, so their sums stay equal to the end-to-end sum. A task
+ * that ran untraced (now == its wakeup) gets an anatomy of the timer's
+ * delay only: its slot's accounts are of a wait that did not happen. */
+static __noinline int task_ran(void *ctx, struct task_struct *t, struct wake_stamp *st, __u64 now)
 {
 	__s64 total = now - st->start_ns, stage = st->wake_ns - st->start_ns, run = now - st->wake_ns;
+	struct anat_slot *slot = NULL;
+	const struct latmon_anatomy *an = NULL;
 
 	__sync_fetch_and_add(&timer_pending, -1);
+	if (st->anat) {
+		slot = anat_take(t ? t : bpf_get_current_task_btf(), st->anat);
+		st->anat = 0;
+		if (slot && now != st->wake_ns) {
+			slot->acc.timer_irq_delay_ns = st->irq_delay_ns;
+			an = &slot->acc;
+		}
+	}
+	if (!an && anatomy && now == st->wake_ns && total > threshold_ns) {
+		struct latmon_anatomy *blank = anat_blank();
+
+		if (blank) {
+			blank->timer_irq_delay_ns = st->irq_delay_ns;
+			an = blank;
+		}
+	}
 	if (!chain) {
 		if (total < 0)
 			count_drop(LATMON_TS_TIMER);
 		else
-			record_end(ctx, LATMON_TS_TIMER, total, t);
+			record_end(ctx, LATMON_TS_TIMER, total, t, an);
 		st->start_ns = 0;
-		return;
+		anat_release(slot);
+		return 0;
 	}
 	if (stage < 0 || run < 0) {
 		count_drop(LATMON_TS_CHAIN);
 	} else {
-		record_end(ctx, LATMON_TS_CHAIN, total, t);
+		record_end(ctx, LATMON_TS_CHAIN, total, t, an);
 		record(st->cause, stage);
 		record(LATMON_TS_CHAIN_RUN, run);
 	}
+	anat_release(slot);
 	st->run_ns = now;
 	st->running = RAN;
+	return 0;
 }
 
 /* TP_PROTO(struct hrtimer *hrtimer, ktime_t *now) */
@@ -241,6 +272,8 @@ int BPF_PROG(timer_expire_btf, struct hrtimer *hrtimer, ktime_t *now)
 	e = &c->exp[hrtimer->is_soft & 1];
 	e->sleeper = (__u64)task;
 	e->expires_ns = hrtimer->_softexpires - hrtimer->base->offset;
+	if (anatomy)
+		e->entry_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -252,7 +285,7 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 	struct irq_carry *carry;
 	struct wake_stamp *st;
 	struct expiring *e;
-	__u64 start, now;
+	__u64 start, now, irq_delay = 0;
 	__u32 cause, hops = 0;
 
 	if (!c)
@@ -280,6 +313,8 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 		e->sleeper = 0;
 		start = e->expires_ns;
 		cause = LATMON_TS_CHAIN_TIMER;
+		if (e->entry_ns > start)
+			irq_delay = e->entry_ns - start;
 	} else if (chain && c->irq_ns) {
 		start = c->irq_ns;
 		cause = LATMON_TS_CHAIN_IRQ;
@@ -327,11 +362,17 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 	st->wake_ns = now;
 	st->cause = cause;
 	st->running = WAITING;
+	st->anat = 0;
+	st->irq_delay_ns = irq_delay;
 	/* Woken before it finished going to sleep - the timer fired early in
 	 * clock_nanosleep, on this CPU or, after a migration, on another: it
 	 * is on a CPU now and no switch will follow. */
-	if (latmon_task_on_cpu_btf(p))
+	if (latmon_task_on_cpu_btf(p)) {
 		task_ran(ctx, p, st, now);
+		return 0;
+	}
+	/* It waits on the CPU it is woken on: that CPU accounts why. */
+	st->anat = anat_claim(p, latmon_task_cpu_btf(p), now);
 	return 0;
 }
 
@@ -341,7 +382,13 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(timer_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	struct wake_stamp *st;
+	__u64 now = 0;
 
+	/* anatomy: prev held a waiting CPU until now. */
+	if (anat_held > 0) {
+		now = bpf_ktime_get_ns();
+		anat_switch(prev, now);
+	}
 	/* chain: a kernel thread that carried an IRQ goes to sleep - its
 	 * activation, and what it wakes for that IRQ, is over. */
 	if (chain_carriers > 0 && (prev->flags & PF_KTHREAD) && latmon_task_state(prev) != 0) {
@@ -356,7 +403,7 @@ int BPF_PROG(timer_switch_btf, bool preempt, struct task_struct *prev, struct ta
 		return 0;
 	st = bpf_task_storage_get(&timer_stamp, next, 0, 0);
 	if (st && st->start_ns && st->running == WAITING)
-		task_ran(ctx, next, st, bpf_ktime_get_ns());
+		task_ran(ctx, next, st, now ? now : bpf_ktime_get_ns());
 	/* prev leaves the CPU with a wakeup still in flight: it ran without
 	 * a switch-in, so it never left the CPU - woken while going to sleep
 	 * and picked again by the same __schedule() (prev == next is not
@@ -396,6 +443,39 @@ int BPF_PROG(chain_irq_exit_btf, int irq, struct irqaction *action, int ret)
 	return 0;
 }
 
+/* ---- anatomy: hard and soft interrupts on a waiting CPU ---------------- */
+
+/* TP_PROTO(int irq, struct irqaction *action) */
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(anat_irq_entry_btf, int irq, struct irqaction *action)
+{
+	anat_irq_entry(irq);
+	return 0;
+}
+
+/* TP_PROTO(int irq, struct irqaction *action, int ret) */
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(anat_irq_exit_btf, int irq, struct irqaction *action, int ret)
+{
+	anat_irq_exit(irq);
+	return 0;
+}
+
+/* TP_PROTO(unsigned int vec_nr) */
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(anat_softirq_entry_btf, unsigned int vec_nr)
+{
+	anat_softirq_entry(vec_nr);
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(anat_softirq_exit_btf, unsigned int vec_nr)
+{
+	anat_softirq_exit(vec_nr);
+	return 0;
+}
+
 /* ---- chain: the response function returns ----------------------------- */
 
 /* Attached as a uretprobe on the response function (for the chain's pid,
@@ -422,7 +502,7 @@ int chain_response(struct pt_regs *ctx)
 		count_drop(LATMON_TS_CHAIN_RESPONSE);
 	} else {
 		record(LATMON_TS_CHAIN_RESPONSE, now - st->run_ns);
-		record_end(ctx, LATMON_TS_CHAIN_TO_RESPONSE, now - st->start_ns, NULL);
+		record_end(ctx, LATMON_TS_CHAIN_TO_RESPONSE, now - st->start_ns, NULL, NULL);
 	}
 	st->running = RESPONDED;
 	return 0;

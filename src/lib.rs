@@ -5,6 +5,7 @@
 //! I/O; `probes` (BPF) and `sinks` are the I/O edges; `agent` runs the loop.
 
 pub mod agent;
+pub mod anatomy;
 pub mod bpf;
 pub mod check;
 pub mod config;

@@ -150,7 +150,7 @@ pub struct AgentStatus {
 }
 
 /// A latency above a probe's threshold, as the kernel reported it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AlertRecord {
     /// Probe name (as in `ProbeReport::name`).
     pub probe: String,
@@ -161,6 +161,31 @@ pub struct AlertRecord {
     pub latency_ns: u64,
     /// CLOCK_MONOTONIC when the slow event ended.
     pub time_ns: u64,
+    /// What delayed it (timer, chain, runq): JSON `cpu_woken`, `cpu_ran`,
+    /// `causes`; absent when the record carries none.
+    pub anatomy: Option<crate::anatomy::Anatomy>,
+}
+
+/// By hand, not derived: the anatomy's fields sit beside the others
+/// (serde's `flatten` would do it with a buffering serializer, larger).
+impl Serialize for AlertRecord {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = ser.serialize_struct("AlertRecord", 10)?;
+        st.serialize_field("probe", &self.probe)?;
+        st.serialize_field("pid", &self.pid)?;
+        st.serialize_field("tid", &self.tid)?;
+        st.serialize_field("comm", &self.comm)?;
+        st.serialize_field("cpu", &self.cpu)?;
+        st.serialize_field("latency_ns", &self.latency_ns)?;
+        st.serialize_field("time_ns", &self.time_ns)?;
+        if let Some(a) = &self.anatomy {
+            st.serialize_field("cpu_woken", &a.cpu_woken)?;
+            st.serialize_field("cpu_ran", &a.cpu_ran)?;
+            st.serialize_field("causes", &a.causes)?;
+        }
+        st.end()
+    }
 }
 
 /// One interval (the JSON output is one of these per line).
@@ -461,6 +486,11 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize) {
         let _ = write!(s, "  latency {}  pid {} tid {} (", Ns(a.latency_ns), a.pid, a.tid);
         push_clean(s, &a.comm);
         let _ = writeln!(s, ")  cpu {}  at {}.{:09}s", a.cpu, a.time_ns / 1_000_000_000, a.time_ns % 1_000_000_000);
+        if let Some(an) = &a.anatomy {
+            s.push_str("    ");
+            an.render_into(s, a.latency_ns);
+            s.push('\n');
+        }
     }
     if r.alert_records.len() > max {
         let _ =
@@ -611,6 +641,7 @@ mod tests {
             cpu: 1,
             latency_ns: 2_100_000,
             time_ns: 12_000_000_345,
+            anatomy: None,
         };
         let r = IntervalReport {
             seq: 2,
@@ -618,15 +649,35 @@ mod tests {
             interval_ns: 1_000_000_000,
             last: false,
             probes: vec![ProbeReport::new(&info(), &prev, &cur)],
-            alert_records: vec![rec.clone(), rec],
+            alert_records: vec![rec.clone(), {
+                use crate::anatomy::{Anatomy, Cause, CauseKind, Policy};
+                let hog = CauseKind::Task { comm: "hog".into(), pid: 4242, policy: Policy::Fifo, prio: 90 };
+                let irq = CauseKind::Irq { irq: 36, name: "virtio1".into() };
+                let parts = vec![Cause { kind: irq, ns: 30_000 }, Cause { kind: hog, ns: 2_000_000 }];
+                AlertRecord { anatomy: Some(Anatomy::from_parts(2_100_000, 1, 0, parts)), ..rec }
+            }],
             agent: AgentStatus::default(),
         };
         let t = render_text(&r);
+        assert!(
+            t.contains(
+                "at 12.000000345s\n    late 2100 us: hog[4242] FIFO/90 2000 us, irq 36 virtio1 30 us, other 70 us; \
+                 woken on cpu 1, ran on cpu 0\n"
+            ),
+            "{t}"
+        );
         assert!(t.contains("alerts 5/5 (records dropped 2/2)"), "{t}");
         assert!(t.contains("alerts: 2 above threshold"), "{t}");
         assert!(t.contains("  ALERT ctrl  latency 2.10ms  pid 10 tid 11 (ctrl_loop)  cpu 1  at 12.000000345s"), "{t}");
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["alert_records"][0]["latency_ns"], 2_100_000);
+        // No anatomy: no anatomy keys; with one, they sum to latency_ns.
+        assert!(v["alert_records"][0].get("causes").is_none() && v["alert_records"][0].get("cpu_woken").is_none());
+        let a = &v["alert_records"][1];
+        assert_eq!((a["cpu_woken"].as_u64(), a["cpu_ran"].as_u64()), (Some(1), Some(0)));
+        let sum: u64 = a["causes"].as_array().unwrap().iter().map(|c| c["ns"].as_u64().unwrap()).sum();
+        assert_eq!(sum, 2_100_000);
+        assert_eq!(a["causes"][0]["comm"], "hog");
         assert_eq!(v["probes"][0]["alerts_dropped"], 2);
         assert!(!t.contains("MISSED"), "no kernel misses, no word about them: {t}");
     }

@@ -637,6 +637,7 @@ mod tests {
                 cpu: 0,
                 latency_ns: 2_000_000,
                 time_ns: 5 * SEC,
+                anatomy: None,
             });
         }
         let mut tr = TextRender::new(TextStyle::default());
@@ -699,6 +700,7 @@ mod tests {
             cpu: 0,
             latency_ns: 2_000,
             time_ns: SEC,
+            anatomy: None,
         });
         let mut tr = TextRender::new(TextStyle { crlf: true, ..TextStyle::default() });
         let t = tr.render(&r).to_string();

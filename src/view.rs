@@ -403,6 +403,11 @@ impl View {
                 a.cpu,
                 fmt_ns(a.latency_ns)
             );
+            if let Some(an) = &a.anatomy {
+                s.push_str("    ");
+                an.render_into(&mut s, a.latency_ns);
+                s.push('\n');
+            }
         }
         s
     }
@@ -537,11 +542,18 @@ mod tests {
             cpu: 1,
             latency_ns: 900_000,
             time_ns: 5,
+            cpu_woken: 1,
+            cpu_ran: 1,
+            causes: vec![
+                crate::wire::WireCause { kind: 1, id: 4242, policy: 1, prio: 90, name: "hog".into(), ns: 860_000 },
+                crate::wire::WireCause { kind: 7, id: 0, policy: 0, prio: 0, name: String::new(), ns: 40_000 },
+            ],
         }));
         v.on_event(&ev);
         let link = LinkStats { frames_good: 4, crc_errors: 2, resyncs: 3, ..LinkStats::default() };
         let s = v.render("serial:/dev/ttyUSB0@115200", &link, &t, Some(Duration::from_millis(300)));
         assert!(!s.contains("MISSED"), "{s}");
+        assert!(s.contains("\n    late 900 us: hog[4242] FIFO/90 860 us, other 40 us\n"), "{s}");
         let ev = t.on_frame(Frame::Status(crate::wire::Status {
             boot_id: 7,
             time_ns: 0,
@@ -607,6 +619,9 @@ mod tests {
             cpu: 0,
             latency_ns: 5,
             time_ns: 5,
+            cpu_woken: 0,
+            cpu_ran: 0,
+            causes: vec![],
         })));
         let s = v.render("tcp://x", &LinkStats::default(), &t, None);
         assert!(

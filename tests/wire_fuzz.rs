@@ -251,7 +251,26 @@ impl Gen {
             cpu: self.rng.next() as u32,
             latency_ns: self.rng.wild(),
             time_ns: self.rng.wild(),
+            cpu_woken: self.rng.next() as u32,
+            cpu_ran: self.rng.next() as u32,
+            causes: self.causes(),
         }
+    }
+
+    /// Hostile anatomies: counts past the receiver's bound, unknown
+    /// kinds, wild ids and priorities, nasty names, ns that overflow a sum.
+    fn causes(&mut self) -> Vec<WireCause> {
+        let n = self.rng.either(10, latmon::anatomy::MAX_CAUSES as u64 + 8, 8);
+        (0..n)
+            .map(|_| WireCause {
+                kind: if self.rng.chance(20) { self.rng.next() as u8 } else { 1 + self.rng.below(7) as u8 },
+                id: self.rng.next() as u32,
+                policy: self.rng.next() as u8,
+                prio: self.rng.next() as i32,
+                name: self.rng.string(),
+                ns: self.rng.wild(),
+            })
+            .collect()
     }
 
     fn status(&mut self) -> Status {

@@ -133,7 +133,7 @@ proptest! {
         pid in any::<u32>(), tid in any::<u32>(), comm in arb_name(), cpu in any::<u32>(),
         lat in any::<u64>(), time in any::<u64>(), drops in any::<u64>(), n in 0usize..300,
     ) {
-        let a = Alert { boot_id: 7, probe: 3, pid, tid, comm: comm.clone(), cpu, latency_ns: lat, time_ns: time };
+        let a = Alert { boot_id: 7, probe: 3, pid, tid, comm: comm.clone(), cpu, latency_ns: lat, time_ns: time, cpu_woken: 0, cpu_ran: 0, causes: vec![] };
         let (f, _) = decode(&encode_to_vec(&Frame::Alert(a.clone())).unwrap());
         prop_assert_eq!(f, vec![Ok(Frame::Alert(a))]);
         let s = Status {
@@ -170,7 +170,52 @@ proptest! {
         prop_assert_eq!(&shed, &s.shed);
         let probes: Vec<ProbeHealth> = parts.into_iter().flat_map(|p| p.probes).collect();
         prop_assert_eq!(probes, s.probes);
-        let _ = AlertRecord { probe: String::new(), pid, tid, comm, cpu, latency_ns: lat, time_ns: time };
+        let _ = AlertRecord { probe: String::new(), pid, tid, comm, cpu, latency_ns: lat, time_ns: time, anatomy: None };
+    }
+
+    /// Any anatomy an agent builds reaches the receiver with parts that sum
+    /// to the latency exactly, in a frame within the budget (large ones
+    /// folded into `other`), and renders without panicking.
+    #[test]
+    fn anatomies_cross_the_wire_summing_to_the_latency(
+        lat in any::<u64>(),
+        parts in prop::collection::vec((0u8..8, any::<u32>(), arb_name(), any::<u64>()), 0..24),
+        woken in any::<u32>(), ran in any::<u32>(),
+    ) {
+        use latmon::anatomy::{Anatomy, Cause, CauseKind, Policy};
+        let causes = parts.into_iter().map(|(k, id, name, ns)| Cause {
+            ns,
+            kind: match k {
+                0 => CauseKind::Task { comm: name, pid: id, policy: Policy::from_code(id % 8), prio: id as i32 },
+                1 => CauseKind::TaskRest,
+                2 => CauseKind::Irq { irq: id, name },
+                3 => CauseKind::IrqRest,
+                4 => CauseKind::Softirq { vector: id % 12 },
+                5 => CauseKind::TimerIrqDelay,
+                6 => CauseKind::Unknown { code: id as u8 },
+                _ => CauseKind::Other,
+            },
+        }).collect();
+        let anatomy = Anatomy::from_parts(lat, woken, ran, causes);
+        prop_assert!(anatomy.sums_to(lat), "{:?}", anatomy);
+        let rec = AlertRecord { probe: "timer".into(), pid: 1, tid: 2, comm: "c".into(), cpu: 0, latency_ns: lat, time_ns: 3, anatomy: Some(anatomy) };
+        let mut enc = Encoder::new();
+        let mut frames = Vec::new();
+        enc.alert(7, 0, &rec, &mut |b| frames.push(b.to_vec())).unwrap();
+        prop_assert_eq!(frames.len(), 1);
+        prop_assert!(frames[0].len() <= FRAME_BUDGET, "{} bytes", frames[0].len());
+        let (f, _) = decode(&frames[0]);
+        let Some(Ok(Frame::Alert(a))) = f.into_iter().next() else { panic!("no alert") };
+        prop_assert!(a.causes.len() <= latmon::anatomy::MAX_CAUSES);
+        let mut t = Tracker::new();
+        let Event::Alert(r) = t.on_frame(Frame::Alert(a)) else { panic!("not an alert event") };
+        if lat > 0 {
+            let back = r.anatomy.expect("an anatomy with parts");
+            prop_assert!(back.sums_to(lat), "{:?}", back);
+            prop_assert_eq!((back.cpu_woken, back.cpu_ran), (woken, ran));
+            let line = back.render(lat);
+            prop_assert!(line.starts_with("late ") && line.bytes().all(|b| (b' '..=b'~').contains(&b)), "{}", line);
+        }
     }
 
     /// Arbitrary bytes in arbitrary chunks: no panic, and every non-empty
@@ -237,6 +282,7 @@ fn sample_frames(rng: &mut XorShift, n: usize) -> Vec<Vec<u8>> {
                     cpu: 0,
                     latency_ns: rng.next(),
                     time_ns: seq,
+                    anatomy: None,
                 };
                 enc.alert(42, 0, &a, &mut out).unwrap();
             }

@@ -19,11 +19,19 @@ use std::time::Duration;
 use libbpf_rs::{MapCore, MapHandle, PerfBufferBuilder, RingBufferBuilder};
 
 use super::libbpf_error;
-use crate::bpf::limits::{ALERT_PERF_PAGES, ALERT_QUEUE, COMM_LEN};
+use crate::anatomy::{Anatomy, Cause, CauseKind};
+use crate::bpf::limits::{ALERT_PERF_PAGES, ALERT_QUEUE, ANAT_IRQS, ANAT_TASKS, COMM_LEN, SOFTIRQ_VECS};
 use crate::summary::AlertRecord;
 
 /// The record layout user space decodes must be the one in latmon.h.
 pub(crate) const ALERT_RECORD_BYTES: usize = 8 + 8 + 4 * 4 + COMM_LEN;
+/// struct latmon_anatomy, appended to an alert record that has one.
+pub(crate) const ANATOMY_BYTES: usize =
+    3 * 8 + 8 * SOFTIRQ_VECS + (8 + 4 * 4 + COMM_LEN) * ANAT_TASKS + 16 * ANAT_IRQS + 2 * 4;
+
+/// How often /proc/interrupts is read again when an anatomy names an IRQ
+/// whose name is not known yet (a device that came later).
+const IRQ_NAMES_REFRESH: Duration = Duration::from_secs(1);
 
 /// How long the alert reader waits in the kernel before re-checking its
 /// stop flag (records wake it at once; this only bounds shutdown).
@@ -32,6 +40,17 @@ const ALERT_POLL: Duration = Duration::from_millis(100);
 /// Environment override of the alert transport, for tests and for kernels
 /// whose ring buffer is present but unwanted: `ringbuf` or `perf`.
 pub const ALERT_BUFFER_ENV: &str = "LATMON_ALERT_BUFFER";
+
+/// Environment switch for cost measurements: `LATMON_ANATOMY=off` sends
+/// alert records without anatomies (and loads none of its programs).
+pub const ANATOMY_ENV: &str = "LATMON_ANATOMY";
+
+/// Account anatomies for this probe's alerts (timer, chain, runq): a
+/// threshold is set, the environment does not switch them off, and the
+/// kernel has what bpf/anatomy.bpf.h needs (else records go without).
+pub(crate) fn anatomy_wanted(spec: &crate::config::ProbeSpec) -> bool {
+    spec.threshold.is_some() && std::env::var(ANATOMY_ENV).as_deref() != Ok("off") && super::features::percpu_lookup()
+}
 
 pub(crate) fn want_ringbuf() -> bool {
     match std::env::var(ALERT_BUFFER_ENV).as_deref() {
@@ -63,6 +82,13 @@ impl<T: RawAlertDrops> ReadDrops for PerCpuArray<T> {
 pub(crate) trait RawAlert: plain::Plain + Default {
     fn probe_id(&self) -> u32;
     fn record(&self, probe: String) -> AlertRecord;
+}
+
+/// A generated `struct latmon_anatomy`: its parts as causes (IRQ names
+/// left empty: the feed names them), before `Anatomy::from_parts`.
+pub(crate) trait RawAnatomy: plain::Plain + Default {
+    fn cpus(&self) -> (u32, u32);
+    fn parts(&self, out: &mut Vec<Cause>);
 }
 
 /// Decodes one alert record (`decode_alert::<the build's latmon_alert>`).
@@ -155,7 +181,10 @@ impl AlertFeed {
         let thread = std::thread::Builder::new()
             .name("latmon-alerts".into())
             .spawn(move || {
-                let push = move |data: &[u8]| push_record(&q, &names, decode, data);
+                let mut irq_names = IrqNames::default();
+                let mut push = move |data: &[u8]| {
+                    push_record(&q, &names, decode, data, &mut |rec| irq_names.name(rec));
+                };
                 if ringbuf {
                     let mut b = RingBufferBuilder::new();
                     let built = b
@@ -247,13 +276,49 @@ impl Drop for AlertFeed {
     }
 }
 
-/// Decode one record (never panics on kernel data) and queue it.
-fn push_record(queue: &Mutex<AlertQueue>, names: &[String], decode: DecodeAlert, data: &[u8]) {
-    let Ok(mut q) = queue.lock() else { return };
-    let Some((id, rec)) = decode(data, names) else {
-        q.bad += 1;
+/// IRQ number -> name for anatomies, from /proc/interrupts, read again
+/// (at most every IRQ_NAMES_REFRESH) when a number is not known.
+#[derive(Default)]
+struct IrqNames {
+    names: std::collections::HashMap<u32, String>,
+    read_at: Option<std::time::Instant>,
+}
+
+impl IrqNames {
+    fn name(&mut self, rec: &mut AlertRecord) {
+        let Some(a) = rec.anatomy.as_mut() else { return };
+        for c in &mut a.causes {
+            let CauseKind::Irq { irq, name } = &mut c.kind else { continue };
+            if !self.names.contains_key(irq) && self.read_at.is_none_or(|t| t.elapsed() >= IRQ_NAMES_REFRESH) {
+                self.names = std::fs::read_to_string("/proc/interrupts")
+                    .map(|t| super::irq::parse_interrupts(&t))
+                    .unwrap_or_default();
+                self.read_at = Some(std::time::Instant::now());
+            }
+            if let Some(n) = self.names.get(irq) {
+                name.clone_from(n);
+            }
+        }
+    }
+}
+
+/// Decode one record (never panics on kernel data), name its IRQs, and
+/// queue it.
+fn push_record(
+    queue: &Mutex<AlertQueue>,
+    names: &[String],
+    decode: DecodeAlert,
+    data: &[u8],
+    name_irqs: &mut dyn FnMut(&mut AlertRecord),
+) {
+    let Some((id, mut rec)) = decode(data, names) else {
+        if let Ok(mut q) = queue.lock() {
+            q.bad += 1;
+        }
         return;
     };
+    name_irqs(&mut rec);
+    let Ok(mut q) = queue.lock() else { return };
     if q.held >= ALERT_QUEUE {
         q.dropped[id] += 1;
         return;
@@ -272,6 +337,70 @@ pub(crate) fn decode_alert<T: RawAlert>(data: &[u8], names: &[String]) -> Option
     let probe = names.get(id)?.clone();
     Some((id, raw.record(probe)))
 }
+
+/// As decode_alert, for objects that append an anatomy (`A`, the build's
+/// latmon_anatomy) to some records: a record that long has one.
+pub(crate) fn decode_alert_anat<T: RawAlert, A: RawAnatomy>(
+    data: &[u8],
+    names: &[String],
+) -> Option<(usize, AlertRecord)> {
+    let (id, mut rec) = decode_alert::<T>(data, names)?;
+    if let Some(bytes) = data.get(ALERT_RECORD_BYTES..ALERT_RECORD_BYTES + ANATOMY_BYTES) {
+        let mut raw = A::default();
+        plain::copy_from_bytes(&mut raw, bytes).ok()?;
+        let mut parts = Vec::with_capacity(ANAT_TASKS + ANAT_IRQS + SOFTIRQ_VECS + 3);
+        raw.parts(&mut parts);
+        let (woken, ran) = raw.cpus();
+        rec.anatomy = Some(Anatomy::from_parts(rec.latency_ns, woken, ran, parts));
+    }
+    Some((id, rec))
+}
+
+/// `RawAnatomy` for a skeleton's generated `types::latmon_anatomy`
+/// (`anatomy_types!(types)`, next to `alert_types!`).
+macro_rules! anatomy_types {
+    ($types:ident) => {
+        // SAFETY: #[repr(C)] structs of integers generated from
+        // bpf/latmon.h; every bit pattern is valid.
+        unsafe impl ::plain::Plain for $types::latmon_anatomy {}
+        const _: () = assert!(::std::mem::size_of::<$types::latmon_anatomy>() == $crate::probes::alerts::ANATOMY_BYTES);
+        const _: () = assert!(
+            ::std::mem::size_of::<$types::latmon_alert_anat>()
+                == $crate::probes::alerts::ALERT_RECORD_BYTES + $crate::probes::alerts::ANATOMY_BYTES
+        );
+
+        impl $crate::probes::alerts::RawAnatomy for $types::latmon_anatomy {
+            fn cpus(&self) -> (u32, u32) {
+                (self.cpu_woken, self.cpu_ran)
+            }
+            fn parts(&self, out: &mut Vec<$crate::anatomy::Cause>) {
+                use $crate::anatomy::{Cause, CauseKind, Policy};
+                for t in self.task.iter().filter(|t| t.ns > 0) {
+                    let comm: Vec<u8> = t.comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+                    out.push(Cause {
+                        kind: CauseKind::Task {
+                            comm: String::from_utf8_lossy(&comm).into_owned(),
+                            pid: t.pid,
+                            policy: Policy::from_code(t.policy),
+                            prio: t.prio,
+                        },
+                        ns: t.ns,
+                    });
+                }
+                out.push(Cause { kind: CauseKind::TaskRest, ns: self.task_rest_ns });
+                for i in self.irq.iter().filter(|i| i.ns > 0) {
+                    out.push(Cause { kind: CauseKind::Irq { irq: i.irq, name: String::new() }, ns: i.ns });
+                }
+                out.push(Cause { kind: CauseKind::IrqRest, ns: self.irq_rest_ns });
+                for (v, &ns) in self.softirq_ns.iter().enumerate() {
+                    out.push(Cause { kind: CauseKind::Softirq { vector: v as u32 }, ns });
+                }
+                out.push(Cause { kind: CauseKind::TimerIrqDelay, ns: self.timer_irq_delay_ns });
+            }
+        }
+    };
+}
+pub(crate) use anatomy_types;
 
 /// Decoding traits for a skeleton's generated `types::latmon_alert` and
 /// `types::latmon_alert_drops` (`alert_types!(types)` in the module that
@@ -306,6 +435,7 @@ macro_rules! alert_types {
                     cpu: self.cpu,
                     latency_ns: self.latency_ns,
                     time_ns: self.time_ns,
+                    anatomy: None,
                 }
             }
         }
@@ -320,6 +450,16 @@ pub(crate) use alert_types;
 /// the series that drains them).
 macro_rules! alert_feed {
     ($skel:expr, $spec:expr, $ringbuf:expr, $types:ident, $ids:expr) => {
+        $crate::probes::alerts::alert_feed!(
+            $skel,
+            $spec,
+            $ringbuf,
+            $types,
+            $ids,
+            $crate::probes::alerts::decode_alert::<$types::latmon_alert>
+        )
+    };
+    ($skel:expr, $spec:expr, $ringbuf:expr, $types:ident, $ids:expr, $decode:expr) => {
         match $spec.threshold {
             None => Ok(None),
             Some(_) => {
@@ -331,7 +471,7 @@ macro_rules! alert_feed {
                             handle,
                             $ringbuf,
                             vec![$spec.name.clone(); $ids],
-                            $crate::probes::alerts::decode_alert::<$types::latmon_alert>,
+                            $decode,
                         )
                     })
                     .map(Some)
@@ -402,9 +542,9 @@ mod tests {
         let names = vec!["a".to_string()];
         let q = Mutex::new(AlertQueue { per_probe: vec![VecDeque::new()], dropped: vec![0], ..Default::default() });
         for _ in 0..ALERT_QUEUE + 3 {
-            push_record(&q, &names, decode, &raw(0, b"x"));
+            push_record(&q, &names, decode, &raw(0, b"x"), &mut |_| {});
         }
-        push_record(&q, &names, decode, b"short");
+        push_record(&q, &names, decode, b"short", &mut |_| {});
         let q = q.into_inner().unwrap();
         assert_eq!((q.held, q.dropped[0], q.bad), (ALERT_QUEUE, 3, 1));
     }

@@ -115,6 +115,25 @@ fn try_prog(kind: Mechanism) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether BPF programs may read another CPU's per-CPU map value
+/// (bpf_map_lookup_percpu_elem, kernel 5.19): outlier anatomy needs it
+/// (bpf/anatomy.bpf.h). Probed once, by libbpf loading a tiny program.
+pub(crate) fn percpu_lookup() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        use libbpf_rs::libbpf_sys as sys;
+        // SAFETY: plain libbpf call; NULL opts are allowed.
+        let rc = unsafe {
+            sys::libbpf_probe_bpf_helper(
+                sys::BPF_PROG_TYPE_TRACEPOINT,
+                sys::BPF_FUNC_map_lookup_percpu_elem,
+                std::ptr::null(),
+            )
+        };
+        rc > 0
+    })
+}
+
 /// Whether this kernel has BPF ring buffers (creates and drops one).
 pub(crate) fn try_ringbuf() -> Result<(), String> {
     let mut opts = super::zeroed_opts::<libbpf_rs::libbpf_sys::bpf_map_create_opts>();

@@ -52,8 +52,7 @@ mod nobtf_alert_types {
 }
 
 /// The kernel's softirq vector names (`softirq_to_name`, stable since 4.5).
-pub const SOFTIRQ_NAMES: [&str; SOFTIRQ_VECS] =
-    ["HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU"];
+pub use crate::anatomy::SOFTIRQ_NAMES;
 
 /// Which half of bpf/irq.bpf.c a probe runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,6 +29,7 @@ use crate::summary::{AlertRecord, ProbeInfo};
 mod core_types {
     use crate::bpf::runq::types;
     crate::probes::alerts::alert_types!(types);
+    crate::probes::alerts::anatomy_types!(types);
 }
 mod nobtf_alert_types {
     use crate::bpf::runq_nobtf::types;
@@ -48,13 +49,15 @@ fn mode(mech: Mechanism) -> String {
     }
 }
 
-/// Does program `name` belong to mechanism `mech`?
-fn wants(mech: Mechanism, name: &str) -> bool {
-    name.ends_with(match mech {
-        Mechanism::TpBtf => "_btf",
-        Mechanism::RawTp => "_raw",
-        _ => "_tp",
-    })
+/// Does program `name` belong to mechanism `mech`? The anatomy's
+/// programs (tp_btf) only load when anatomies are accounted (`anatomy`).
+fn wants(mech: Mechanism, name: &str, anatomy: bool) -> bool {
+    (anatomy || !name.contains("_anat_"))
+        && name.ends_with(match mech {
+            Mechanism::TpBtf => "_btf",
+            Mechanism::RawTp => "_raw",
+            _ => "_tp",
+        })
 }
 
 pub struct Runq {
@@ -78,12 +81,12 @@ struct Loaded {
 /// types): its readers, the alert reader when a threshold is set, and the
 /// attached programs of `mech`.
 macro_rules! loaded {
-    ($skel:expr, $spec:expr, $ringbuf:expr, $types:ident, $mech:expr) => {{
+    ($skel:expr, $spec:expr, $ringbuf:expr, $types:ident, $mech:expr, $anatomy:expr, $decode:expr) => {{
         let skel = $skel;
         let reader = PerCpuHist::<$types::latmon_hist>::new(&skel.maps.runq_hist)?;
         let alert_drops = PerCpuArray::<$types::latmon_alert_drops>::new(&skel.maps.alert_drops)?;
-        let alerts = alert_feed!(skel, $spec, $ringbuf, $types, 1)?;
-        let (progs, links) = attach_progs(skel.object(), $mech)?;
+        let alerts = alert_feed!(skel, $spec, $ringbuf, $types, 1, $decode)?;
+        let (progs, links) = attach_progs(skel.object(), $mech, $anatomy)?;
         Ok(Loaded {
             alerts,
             alert_drops: Box::new(alert_drops),
@@ -108,6 +111,9 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
     if let Some(thr) = spec.threshold {
         let via = if ringbuf { "ringbuf" } else { "perf buffer" };
         mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
+        if mech == Mechanism::TpBtf && super::alerts::anatomy_wanted(spec) {
+            mode += ", anatomy";
+        }
     }
     Ok(Box::new(Runq {
         info: ProbeInfo { name: probe, kind: Family::Runq, attach: mech, mode, btf_mode: super::tp_family_build(mech) },
@@ -116,11 +122,11 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
 }
 
 /// Attach the loaded programs of `mech`; their fds and links.
-fn attach_progs(obj: &libbpf_rs::Object, mech: Mechanism) -> Result<(Vec<RawFd>, Vec<Link>), String> {
+fn attach_progs(obj: &libbpf_rs::Object, mech: Mechanism, anatomy: bool) -> Result<(Vec<RawFd>, Vec<Link>), String> {
     let (mut fds, mut links) = (Vec::new(), Vec::new());
     for prog in obj.progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();
-        if wants(mech, &name) {
+        if wants(mech, &name, anatomy) {
             fds.push(prog.as_fd().as_raw_fd());
             links.push(prog.attach().map_err(|e| libbpf_error(&format!("attach {name}"), &e))?);
         }
@@ -133,6 +139,8 @@ fn threshold_ns(spec: &ProbeSpec) -> u64 {
 }
 
 fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded, String> {
+    // Anatomies need tp_btf (trusted task pointers, task storage).
+    let anatomy = mech == Mechanism::TpBtf && super::alerts::anatomy_wanted(spec);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open =
             RunqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
@@ -141,14 +149,23 @@ fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded,
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
+        ro.anatomy = anatomy;
         crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
         for mut prog in open.open_object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
-            prog.set_autoload(wants(mech, &name));
+            prog.set_autoload(wants(mech, &name, anatomy));
         }
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    loaded!(skel, spec, ringbuf, types, mech)
+    loaded!(
+        skel,
+        spec,
+        ringbuf,
+        types,
+        mech,
+        anatomy,
+        super::alerts::decode_alert_anat::<types::latmon_alert, types::latmon_anatomy>
+    )
 }
 
 /// The no-BTF build: classic tracepoints, fields where tracefs says.
@@ -199,7 +216,15 @@ fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
         crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    loaded!(skel, spec, ringbuf, nobtf_types, Mechanism::Tracepoint)
+    loaded!(
+        skel,
+        spec,
+        ringbuf,
+        nobtf_types,
+        Mechanism::Tracepoint,
+        false,
+        super::alerts::decode_alert::<nobtf_types::latmon_alert>
+    )
 }
 
 impl Probe for Runq {
@@ -245,9 +270,10 @@ mod tests {
     #[test]
     fn programs_and_modes_per_rung() {
         use Mechanism::{RawTp, TpBtf, Tracepoint};
-        assert!(wants(TpBtf, "runq_switch_btf") && !wants(TpBtf, "runq_switch_raw"));
-        assert!(wants(RawTp, "runq_wakeup_raw") && !wants(RawTp, "runq_wakeup_tp"));
-        assert!(wants(Tracepoint, "runq_wakeup_new_tp") && !wants(Tracepoint, "runq_wakeup_new_btf"));
+        assert!(wants(TpBtf, "runq_switch_btf", false) && !wants(TpBtf, "runq_switch_raw", true));
+        assert!(wants(RawTp, "runq_wakeup_raw", true) && !wants(RawTp, "runq_wakeup_tp", true));
+        assert!(wants(Tracepoint, "runq_wakeup_new_tp", false) && !wants(Tracepoint, "runq_wakeup_new_btf", false));
+        assert!(wants(TpBtf, "runq_anat_irq_entry_btf", true) && !wants(TpBtf, "runq_anat_irq_entry_btf", false));
         assert_eq!(mode(Tracepoint), "pid-hash, layout from tracefs format");
         assert_eq!(mode(TpBtf), "task-storage");
     }

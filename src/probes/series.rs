@@ -320,7 +320,16 @@ mod tests {
     }
 
     fn record(probe: &str, latency_ns: u64) -> AlertRecord {
-        AlertRecord { probe: probe.into(), pid: 1, tid: 1, comm: "c".into(), cpu: 0, latency_ns, time_ns: 1 }
+        AlertRecord {
+            probe: probe.into(),
+            pid: 1,
+            tid: 1,
+            comm: "c".into(),
+            cpu: 0,
+            latency_ns,
+            time_ns: 1,
+            anatomy: None,
+        }
     }
 
     /// A source whose records carry no name (as syscall's, whose labels

@@ -18,7 +18,7 @@ use std::mem::MaybeUninit;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
-use super::alerts::{alert_types, decode_alert, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
+use super::alerts::{alert_types, decode_alert_anat, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
 use super::series::{Family, Role, Slot, Source};
 use super::{attach_in_order, ladder, libbpf_error, set_comm, Owned, PerCpuHist, Probe, ProbeError};
 use libbpf_rs::UprobeOpts;
@@ -34,13 +34,18 @@ use crate::ident::BtfMode;
 use crate::summary::{AlertRecord, ProbeInfo};
 
 alert_types!(types);
+super::alerts::anatomy_types!(types);
 
 /// Programs in attach order: the consumer (sched_switch) before the stamp
-/// producers, the hrtimer program last.
-fn programs(chain: bool) -> Vec<&'static str> {
+/// producers, the hrtimer program last; the anatomy's (exits before
+/// entries) when anatomies are accounted.
+fn programs(chain: bool, anatomy: bool) -> Vec<&'static str> {
     let mut p = vec!["timer_switch_btf", "timer_waking_btf"];
     if chain {
         p.extend(["chain_irq_exit_btf", "chain_irq_entry_btf"]);
+    }
+    if anatomy {
+        p.extend(["anat_irq_exit_btf", "anat_softirq_exit_btf", "anat_irq_entry_btf", "anat_softirq_entry_btf"]);
     }
     p.push("timer_expire_btf");
     p
@@ -183,6 +188,9 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
     if let Some(thr) = spec.threshold {
         let via = if ringbuf { "ringbuf" } else { "perf buffer" };
         mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
+        if super::alerts::anatomy_wanted(spec) {
+            mode += ", anatomy";
+        }
     }
     let info = ProbeInfo { name: probe, kind: spec.kind.family(), attach: mech, mode, btf_mode: BtfMode::CoRe };
     if chain {
@@ -208,12 +216,13 @@ fn alert_feed(skel: &TimerSkel<'static>, probe: &str, ringbuf: bool) -> Result<A
     names[TS_CHAIN_TO_RESPONSE] = format!("{probe}:to-response");
     let map = if ringbuf { &skel.maps.alerts } else { &skel.maps.alerts_perf };
     let handle = libbpf_rs::MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
-    AlertFeed::spawn(handle, ringbuf, names, decode_alert::<types::latmon_alert>)
+    AlertFeed::spawn(handle, ringbuf, names, decode_alert_anat::<types::latmon_alert, types::latmon_anatomy>)
 }
 
 fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> {
     let response = response_of(spec);
-    let mut wanted = programs(chain);
+    let anatomy = super::alerts::anatomy_wanted(spec);
+    let mut wanted = programs(chain, anatomy);
     if response.is_some() {
         wanted.push("chain_response");
     }
@@ -227,6 +236,7 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> 
         ro.chain = chain;
         ro.response = response.is_some();
         ro.use_ringbuf = ringbuf;
+        ro.anatomy = anatomy;
         crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
@@ -248,7 +258,7 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> 
         }
     })?;
     // Links drop in order: the producers detach first, the uretprobe last.
-    let mut links = attach_in_order(skel.object(), &programs(chain))?;
+    let mut links = attach_in_order(skel.object(), &programs(chain, anatomy))?;
     links.push(ret);
     Ok((skel, links))
 }

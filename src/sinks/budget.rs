@@ -1437,6 +1437,7 @@ mod tests {
             cpu: 0,
             latency_ns: 5_000 + i,
             time_ns: i,
+            anatomy: None,
         };
         let secs = 30;
         for seq in 1..=secs {
@@ -1503,7 +1504,16 @@ mod tests {
         let mut f = BudgetedFrames::new(1000);
         f.pacer.refill(0);
         f.pacer.refill(2_000_000_000);
-        let a = AlertRecord { probe: "p".into(), pid: 1, tid: 1, comm: "c".into(), cpu: 0, latency_ns: 1, time_ns: 1 };
+        let a = AlertRecord {
+            probe: "p".into(),
+            pid: 1,
+            tid: 1,
+            comm: "c".into(),
+            cpu: 0,
+            latency_ns: 1,
+            time_ns: 1,
+            anatomy: None,
+        };
         let sent = (0..100).filter(|_| f.alert_ok(&a)).count();
         assert!(sent > 0 && sent < 100, "{sent}");
         assert_eq!(f.pacer.alerts_shed, 100 - sent as u64);

@@ -224,7 +224,16 @@ pub fn decode_payload(p: &[u8]) -> Result<Frame, FrameError> {
     Ok(match kind {
         Kind::Hello => Frame::Hello(body_of(body).map_err(bad)?),
         Kind::Summary => Frame::Summary(body_of(body).map_err(bad)?),
-        Kind::Alert => Frame::Alert(body_of(body).map_err(bad)?),
+        Kind::Alert => {
+            let a: Alert = body_of(body).map_err(bad)?;
+            if a.causes.len() > crate::anatomy::MAX_CAUSES {
+                return Err(FrameError::Body {
+                    kind,
+                    why: format!("{} causes in an alert, at most {}", a.causes.len(), crate::anatomy::MAX_CAUSES),
+                });
+            }
+            Frame::Alert(a)
+        }
         Kind::Status => Frame::Status(body_of(body).map_err(bad)?),
         Kind::Delta => Frame::Delta(body_of(body).map_err(bad)?),
         Kind::Request => Frame::Request(body_of(body).map_err(bad)?),

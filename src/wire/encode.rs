@@ -8,7 +8,9 @@ use std::ops::Range;
 use serde::ser::SerializeSeq;
 use serde::{Serialize, Serializer};
 
+use super::anatomy::Causes;
 use super::*;
+use crate::anatomy::Anatomy;
 use crate::hist::{Hist, BUCKETS};
 use crate::summary::{AlertRecord, ProbeInfo};
 
@@ -357,17 +359,40 @@ impl Encoder {
         a: &AlertRecord,
         out: &mut dyn FnMut(&[u8]),
     ) -> Result<usize, EncodeError> {
-        let body = AlertRef {
-            boot_id,
-            probe,
-            pid: a.pid,
-            tid: a.tid,
-            comm: truncate(&a.comm, 64),
-            cpu: a.cpu,
-            latency_ns: a.latency_ns,
-            time_ns: a.time_ns,
-        };
-        let n = self.put(Kind::Alert, &body, MAX_PAYLOAD)?.ok_or(EncodeError::TooLarge { kind: Kind::Alert })?;
+        fn body<'a>(boot_id: u32, probe: u16, a: &'a AlertRecord, an: Option<&'a Anatomy>) -> AlertRef<'a> {
+            AlertRef {
+                boot_id,
+                probe,
+                pid: a.pid,
+                tid: a.tid,
+                comm: truncate(&a.comm, 64),
+                cpu: a.cpu,
+                latency_ns: a.latency_ns,
+                time_ns: a.time_ns,
+                anatomy: TrailingAnatomy {
+                    cpu_woken: an.map_or(0, |x| x.cpu_woken),
+                    cpu_ran: an.map_or(0, |x| x.cpu_ran),
+                    causes: Causes::Model(an.map_or(&[], |x| &x.causes)),
+                },
+            }
+        }
+        let budget = self.budget;
+        let mut n = self.put(Kind::Alert, &body(boot_id, probe, a, a.anatomy.as_ref()), budget)?;
+        // An anatomy too large for the frame budget (long names, many
+        // parts): its smallest parts go into `other` until it fits (rare;
+        // allocates). Without an anatomy an alert always fits.
+        let mut folded = None;
+        while n.is_none() {
+            let Some(f) = folded.as_ref().or(a.anatomy.as_ref()).and_then(super::anatomy::fold_smallest) else {
+                break;
+            };
+            n = self.put(Kind::Alert, &body(boot_id, probe, a, Some(&f)), budget)?;
+            folded = Some(f);
+        }
+        if n.is_none() {
+            n = self.put(Kind::Alert, &body(boot_id, probe, a, folded.as_ref().or(a.anatomy.as_ref())), MAX_PAYLOAD)?;
+        }
+        let n = n.ok_or(EncodeError::TooLarge { kind: Kind::Alert })?;
         self.seal(n, out);
         Ok(1)
     }
@@ -568,7 +593,7 @@ impl Encoder {
     }
 }
 
-fn truncate(s: &str, max: usize) -> &str {
+pub(crate) fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -597,6 +622,11 @@ pub fn encode_to_vec(f: &Frame) -> Result<Vec<u8>, EncodeError> {
                 cpu: a.cpu,
                 latency_ns: a.latency_ns,
                 time_ns: a.time_ns,
+                anatomy: TrailingAnatomy {
+                    cpu_woken: a.cpu_woken,
+                    cpu_ran: a.cpu_ran,
+                    causes: Causes::Wire(&a.causes),
+                },
             };
             let n = enc.put(Kind::Alert, &body, MAX_PAYLOAD)?.ok_or(EncodeError::TooLarge { kind: Kind::Alert })?;
             enc.seal(n, &mut out);

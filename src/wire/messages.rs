@@ -188,6 +188,9 @@ pub const ROLLED_MODE_PREFIX: &str = "rolled up into ";
 pub const MAX_MERGE: u8 = 3;
 
 /// A latency above a probe's threshold (mirrors `summary::AlertRecord`).
+/// Revision 5 appends the anatomy (`cpu_woken`, `cpu_ran`, `causes`),
+/// sent only when `causes` is not empty: an alert without one keeps its
+/// older bytes, and an older sender's alert reads as having none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Alert {
     pub boot_id: u32,
@@ -198,6 +201,26 @@ pub struct Alert {
     pub cpu: u32,
     pub latency_ns: u64,
     pub time_ns: u64,
+    pub cpu_woken: u32,
+    pub cpu_ran: u32,
+    /// At most `anatomy::MAX_CAUSES` (a receiver refuses more).
+    pub causes: Vec<WireCause>,
+}
+
+/// One part of an alert's anatomy (revision 5). `kind`: 1 task, 2 the
+/// folded rest of the tasks, 3 irq, 4 the folded rest of the IRQs, 5
+/// softirq, 6 timer_irq_delay, 7 other; other values are a newer
+/// sender's kinds. `id`: the task's pid, the IRQ number or the softirq
+/// vector, else 0. `policy`, `prio`: a task's (else 0). `name`: a task's
+/// comm or an IRQ's action names (at most 64 bytes), else empty.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireCause {
+    pub kind: u8,
+    pub id: u32,
+    pub policy: u8,
+    pub prio: i32,
+    pub name: String,
+    pub ns: u64,
 }
 
 #[derive(Serialize)]
@@ -210,6 +233,27 @@ pub(crate) struct AlertRef<'a> {
     pub(crate) cpu: u32,
     pub(crate) latency_ns: u64,
     pub(crate) time_ns: u64,
+    pub(crate) anatomy: TrailingAnatomy<'a>,
+}
+
+/// The anatomy fields of an Alert, left out when there are no causes.
+pub(crate) struct TrailingAnatomy<'a> {
+    pub(crate) cpu_woken: u32,
+    pub(crate) cpu_ran: u32,
+    pub(crate) causes: super::anatomy::Causes<'a>,
+}
+
+impl Serialize for TrailingAnatomy<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.causes.is_empty() {
+            return s.serialize_tuple(0)?.end();
+        }
+        let mut t = s.serialize_tuple(3)?;
+        t.serialize_element(&self.cpu_woken)?;
+        t.serialize_element(&self.cpu_ran)?;
+        t.serialize_element(&self.causes)?;
+        t.end()
+    }
 }
 
 /// Per-probe health in Status. Cost fields are 0 when unknown.

@@ -16,6 +16,7 @@
 //! ([`FrameDecoder`]) takes arbitrary partial reads, checks the CRC after
 //! COBS decoding, and resynchronises at the next delimiter after any damage.
 
+pub mod anatomy;
 mod decode;
 mod encode;
 mod messages;
@@ -38,7 +39,9 @@ pub const PROTOCOL_VERSION: u8 = 1;
 /// Revision 3 added Delta and Request, appended `merge` and `base_seq` to
 /// Summary and `link` to Status.
 /// Revision 4 appended `shed` (alert records shed per probe) to Status.
-pub const PROTOCOL_REVISION: u8 = 4;
+/// Revision 5 appended the anatomy (`cpu_woken`, `cpu_ran`, `causes`) to
+/// Alert.
+pub const PROTOCOL_REVISION: u8 = 5;
 /// The frame delimiter.
 pub const DELIMITER: u8 = 0x00;
 /// Largest frame the encoder produces, on the wire, delimiter included

@@ -168,7 +168,19 @@ fn unknown_kind_is_skipped_and_stream_continues() {
     let n = cobs::encode(&payload, &mut stream);
     stream.truncate(n);
     stream.push(0);
-    let alert = Alert { boot_id: 1, probe: 0, pid: 1, tid: 2, comm: "x".into(), cpu: 0, latency_ns: 5, time_ns: 6 };
+    let alert = Alert {
+        boot_id: 1,
+        probe: 0,
+        pid: 1,
+        tid: 2,
+        comm: "x".into(),
+        cpu: 0,
+        latency_ns: 5,
+        time_ns: 6,
+        cpu_woken: 0,
+        cpu_ran: 0,
+        causes: vec![],
+    };
     stream.extend(encode_to_vec(&Frame::Alert(alert.clone())).unwrap());
     let (frames, stats) = decode_all(&stream);
     assert_eq!(frames[0], Ok(Frame::Unknown { kind: 0x7f, len: 9 }));
@@ -210,7 +222,19 @@ fn appended_fields_are_compatible_both_ways() {
 
 #[test]
 fn damaged_frames_are_reported_and_neighbours_survive() {
-    let a = Alert { boot_id: 1, probe: 0, pid: 10, tid: 11, comm: "ctrl".into(), cpu: 1, latency_ns: 99, time_ns: 5 };
+    let a = Alert {
+        boot_id: 1,
+        probe: 0,
+        pid: 10,
+        tid: 11,
+        comm: "ctrl".into(),
+        cpu: 1,
+        latency_ns: 99,
+        time_ns: 5,
+        cpu_woken: 0,
+        cpu_ran: 0,
+        causes: vec![],
+    };
     let f = encode_to_vec(&Frame::Alert(a.clone())).unwrap();
     let mut bad = f.clone();
     bad[3] ^= 0x40;
@@ -231,7 +255,19 @@ fn damaged_frames_are_reported_and_neighbours_survive() {
 
 #[test]
 fn oversize_garbage_resyncs() {
-    let a = Alert { boot_id: 1, probe: 0, pid: 1, tid: 1, comm: String::new(), cpu: 0, latency_ns: 1, time_ns: 1 };
+    let a = Alert {
+        boot_id: 1,
+        probe: 0,
+        pid: 1,
+        tid: 1,
+        comm: String::new(),
+        cpu: 0,
+        latency_ns: 1,
+        time_ns: 1,
+        cpu_woken: 0,
+        cpu_ran: 0,
+        causes: vec![],
+    };
     let f = encode_to_vec(&Frame::Alert(a)).unwrap();
     let stream = [&f[..], &vec![0x55; MAX_ENCODED * 2], &[0], &f].concat();
     let mut d = FrameDecoder::new();
@@ -406,6 +442,9 @@ fn golden() -> Vec<(&'static str, Frame)> {
                 cpu: 1,
                 latency_ns: 250_000,
                 time_ns: 2_500_000_000,
+                cpu_woken: 0,
+                cpu_ran: 0,
+                causes: vec![],
             }),
         ),
         (
@@ -541,7 +580,30 @@ fn golden() -> Vec<(&'static str, Frame)> {
                 shed: vec![ProbeShed { id: 1, alerts_shed: 12 }],
             }),
         ),
+        ("alert-anatomy", Frame::Alert(golden_anatomy_alert())),
     ]
+}
+
+/// The Alert with an anatomy (revision 5) of docs/wire-format.md.
+fn golden_anatomy_alert() -> Alert {
+    let cause = |kind, id, policy, prio, name: &str, ns| WireCause { kind, id, policy, prio, name: name.into(), ns };
+    Alert {
+        boot_id: 0x1234_5678,
+        probe: 0,
+        pid: 1234,
+        tid: 1240,
+        comm: "ctrl_loop".into(),
+        cpu: 1,
+        latency_ns: 512_000,
+        time_ns: 2_500_000_000,
+        cpu_woken: 1,
+        cpu_ran: 1,
+        causes: vec![
+            cause(1, 4242, 1, 90, "hog", 460_000),
+            cause(3, 36, 0, 0, "virtio1", 30_000),
+            cause(7, 0, 0, 0, "", 22_000),
+        ],
+    }
 }
 
 fn hex(b: &[u8]) -> String {
@@ -632,10 +694,110 @@ fn golden_vectors_match_spec_byte_for_byte() {
             cpu: a.cpu,
             latency_ns: a.latency_ns,
             time_ns: a.time_ns,
+            anatomy: None,
         };
         enc.alert(a.boot_id, a.probe, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
         assert_eq!(hex(&v), hex(&spec_vector(doc, "alert", "frame")));
     }
+    // An AlertRecord with its anatomy encodes to the anatomy vector, and
+    // the tracker gives back the same anatomy.
+    v.clear();
+    let a = golden_anatomy_alert();
+    let anatomy = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
+    assert!(anatomy.sums_to(a.latency_ns));
+    let rec = AlertRecord {
+        probe: "timer".into(),
+        pid: a.pid,
+        tid: a.tid,
+        comm: a.comm.clone(),
+        cpu: a.cpu,
+        latency_ns: a.latency_ns,
+        time_ns: a.time_ns,
+        anatomy: Some(anatomy.clone()),
+    };
+    enc.alert(a.boot_id, a.probe, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
+    assert_eq!(hex(&v), hex(&spec_vector(doc, "alert-anatomy", "frame")));
+    assert_eq!(anatomy::to_wire(&anatomy), a.causes);
+    let mut t = Tracker::new();
+    match t.on_frame(Frame::Alert(a)) {
+        Event::Alert(r) => assert_eq!(r.anatomy, Some(anatomy)),
+        e => panic!("{e:?}"),
+    }
+}
+
+#[test]
+fn alerts_with_anatomies_stay_compatible_both_ways() {
+    let a = golden_anatomy_alert();
+    let frame = encode_to_vec(&Frame::Alert(a.clone())).unwrap();
+    let mut p = frame[..frame.len() - 1].to_vec();
+    let n = cobs::decode_in_place(&mut p).unwrap();
+    // An older receiver decodes the fields it knows and ignores the rest:
+    // the body without the anatomy is a prefix of the one with it.
+    let plain = Alert { cpu_woken: 0, cpu_ran: 0, causes: vec![], ..a.clone() };
+    let old = encode_to_vec(&Frame::Alert(plain.clone())).unwrap();
+    let mut q = old[..old.len() - 1].to_vec();
+    let m = cobs::decode_in_place(&mut q).unwrap();
+    assert_eq!(p[..m - 4], q[..m - 4], "the anatomy is appended after the older fields");
+    // An alert without anatomy from an older sender reads as none.
+    let (frames, _) = decode_all(&old);
+    assert_eq!(frames, vec![Ok(Frame::Alert(plain))]);
+    assert!(n > m);
+}
+
+#[test]
+fn hostile_cause_lists_are_refused_not_allocated() {
+    let mut a = golden_anatomy_alert();
+    let c = a.causes[0].clone();
+    a.causes = vec![c; crate::anatomy::MAX_CAUSES + 1];
+    // After a good frame: the first fragment of a stream is judged leniently.
+    let mut stream = encode_to_vec(&Frame::Request(Request { what: 1 })).unwrap();
+    stream.extend(encode_to_vec(&Frame::Alert(a.clone())).unwrap());
+    let (frames, stats) = decode_all(&stream);
+    assert!(matches!(&frames[..], [Ok(_), Err(FrameError::Body { .. })]), "{frames:?}");
+    assert_eq!(stats.body_errors, 1);
+    a.causes.truncate(crate::anatomy::MAX_CAUSES);
+    let (frames, _) = decode_all(&encode_to_vec(&Frame::Alert(a)).unwrap());
+    assert!(matches!(&frames[..], [Ok(Frame::Alert(_))]), "{frames:?}");
+    // A count the body cannot hold: a body error, whatever it claims.
+    let mut body = vec![PROTOCOL_VERSION, 3];
+    body.extend([0xf8, 0xac, 0xd1, 0x91, 0x01, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+    let crc = crate::crc32::hash(&body);
+    body.extend(crc.to_le_bytes());
+    assert!(matches!(decode_payload(&body), Err(FrameError::Body { .. })));
+}
+
+#[test]
+fn an_anatomy_too_large_for_a_frame_folds_its_smallest_parts_into_other() {
+    use crate::anatomy::{Anatomy, Cause, CauseKind, Policy};
+    let long = "x".repeat(200);
+    let parts: Vec<Cause> = (0..20)
+        .map(|i| Cause {
+            kind: CauseKind::Task { comm: long.clone(), pid: i, policy: Policy::Other, prio: 0 },
+            ns: 1_000 + u64::from(i),
+        })
+        .collect();
+    let anatomy = Anatomy::from_parts(1_000_000, 0, 0, parts);
+    let rec = AlertRecord {
+        probe: "timer".into(),
+        pid: 1,
+        tid: 1,
+        comm: "c".into(),
+        cpu: 0,
+        latency_ns: 1_000_000,
+        time_ns: 1,
+        anatomy: Some(anatomy),
+    };
+    let mut enc = Encoder::new();
+    let mut v = Vec::new();
+    enc.alert(1, 0, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
+    assert!(v.len() <= FRAME_BUDGET, "{} bytes", v.len());
+    let (frames, _) = decode_all(&v);
+    let Some(Ok(Frame::Alert(a))) = frames.first() else { panic!("{frames:?}") };
+    let back = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
+    assert!(back.sums_to(1_000_000), "{back:?}");
+    assert!(back.causes.len() < 21 && back.causes.iter().any(|c| c.kind == CauseKind::Other));
+    // The largest part survives with its name cut to the wire's 64 bytes.
+    assert!(matches!(&back.causes[0].kind, CauseKind::Task { pid: 19, comm, .. } if comm.len() == 64));
 }
 
 #[test]

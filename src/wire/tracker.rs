@@ -211,6 +211,7 @@ impl Tracker {
                     cpu: a.cpu,
                     latency_ns: a.latency_ns,
                     time_ns: a.time_ns,
+                    anatomy: super::anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes),
                 })
             }
             Frame::Status(s) => {

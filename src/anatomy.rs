@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: MIT
+//! Outlier anatomy (pure model, no I/O): what delayed a late wakeup, as
+//! parts that sum to its latency exactly, the remainder explicit as
+//! `other`. The kernel half is bpf/anatomy.bpf.h; limits in bpf/latmon.h.
+//!
+//! Words (`task`, `irq`, `softirq`, `timer_irq_delay`, `other`; policies
+//! `fifo`, ...) exist only here, at the output edge.
+
+use std::fmt::Write as _;
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+use crate::bpf::limits::{ANAT_MAX_CAUSES, SOFTIRQ_VECS};
+
+/// Softirq vector names (the kernel's `softirq_to_name`, NR_SOFTIRQS order).
+pub const SOFTIRQ_NAMES: [&str; SOFTIRQ_VECS] =
+    ["HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU"];
+
+/// Causes a receiver accepts per alert (a bound on what a sender says).
+pub const MAX_CAUSES: usize = ANAT_MAX_CAUSES;
+
+/// A task's scheduling policy (include/uapi/linux/sched.h numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Other,
+    Fifo,
+    Rr,
+    Batch,
+    Idle,
+    Deadline,
+    Ext,
+    Unknown(u32),
+}
+
+impl Policy {
+    pub fn from_code(code: u32) -> Policy {
+        match code {
+            0 => Policy::Other,
+            1 => Policy::Fifo,
+            2 => Policy::Rr,
+            3 => Policy::Batch,
+            5 => Policy::Idle,
+            6 => Policy::Deadline,
+            7 => Policy::Ext,
+            n => Policy::Unknown(n),
+        }
+    }
+
+    pub fn code(self) -> u32 {
+        match self {
+            Policy::Other => 0,
+            Policy::Fifo => 1,
+            Policy::Rr => 2,
+            Policy::Batch => 3,
+            Policy::Idle => 5,
+            Policy::Deadline => 6,
+            Policy::Ext => 7,
+            Policy::Unknown(n) => n,
+        }
+    }
+
+    /// The JSON word.
+    pub fn word(self) -> &'static str {
+        match self {
+            Policy::Other => "other",
+            Policy::Fifo => "fifo",
+            Policy::Rr => "rr",
+            Policy::Batch => "batch",
+            Policy::Idle => "idle",
+            Policy::Deadline => "deadline",
+            Policy::Ext => "ext",
+            Policy::Unknown(_) => "unknown",
+        }
+    }
+}
+
+/// What held the waiting CPU (or delayed the event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CauseKind {
+    /// Another task held the CPU; `prio` is the rt priority for FIFO and
+    /// RR, else the nice value.
+    Task { comm: String, pid: u32, policy: Policy, prio: i32 },
+    /// Tasks beyond the kernel's per-record limit, folded.
+    TaskRest,
+    /// A hard-IRQ handler (name from /proc/interrupts, may be empty).
+    Irq { irq: u32, name: String },
+    /// IRQs beyond the per-record limit, folded.
+    IrqRest,
+    /// A softirq vector (index into SOFTIRQ_NAMES; others named `vecN`).
+    Softirq { vector: u32 },
+    /// timer: intended expiry -> the expiry actually handled.
+    TimerIrqDelay,
+    /// A kind this receiver does not know (a newer sender).
+    Unknown { code: u8 },
+    /// The remainder: scheduler, idle exit, unaccounted.
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    pub kind: CauseKind,
+    pub ns: u64,
+}
+
+/// The anatomy of one alert's latency.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Anatomy {
+    pub cpu_woken: u32,
+    pub cpu_ran: u32,
+    /// Largest first, `other` last; ns sum to the alert's latency_ns.
+    pub causes: Vec<Cause>,
+}
+
+impl Anatomy {
+    /// From the accounted parts (zero parts dropped): sorted largest
+    /// first, clamped so they never exceed `latency_ns` (time is taken off
+    /// the smallest parts first: a part torn by a migration race), then
+    /// the remainder appended as `other`. The ns then sum to `latency_ns`.
+    pub fn from_parts(latency_ns: u64, cpu_woken: u32, cpu_ran: u32, parts: Vec<Cause>) -> Anatomy {
+        let mut causes: Vec<Cause> =
+            parts.into_iter().filter(|c| c.ns > 0 && c.kind != CauseKind::Other).take(MAX_CAUSES - 1).collect();
+        causes.sort_by_key(|c| std::cmp::Reverse(c.ns));
+        // u128: parts of hostile or torn records may overflow u64.
+        let mut sum: u128 = causes.iter().map(|c| u128::from(c.ns)).sum();
+        while sum > u128::from(latency_ns) {
+            let Some(last) = causes.last_mut() else { break };
+            let cut = (sum - u128::from(latency_ns)).min(u128::from(last.ns));
+            last.ns -= cut as u64;
+            sum -= cut;
+            if last.ns == 0 {
+                causes.pop();
+            }
+        }
+        let sum = sum as u64; // <= latency_ns now
+        if latency_ns > sum {
+            causes.push(Cause { kind: CauseKind::Other, ns: latency_ns - sum });
+        }
+        Anatomy { cpu_woken, cpu_ran, causes }
+    }
+
+    /// Do the parts sum to `latency_ns` exactly?
+    pub fn sums_to(&self, latency_ns: u64) -> bool {
+        self.causes.iter().try_fold(0u64, |s, c| s.checked_add(c.ns)) == Some(latency_ns)
+    }
+
+    /// `late 512 us: hog[4242] FIFO/90 460 us, irq 36 virtio1 30 us, other 22 us`
+    /// (printable ASCII only: names come from the kernel or a sender).
+    pub fn render_into(&self, s: &mut String, latency_ns: u64) {
+        let _ = write!(s, "late {}:", Us(latency_ns));
+        for (i, c) in self.causes.iter().enumerate() {
+            s.push_str(if i == 0 { " " } else { ", " });
+            match &c.kind {
+                CauseKind::Task { comm, pid, policy, prio } => {
+                    crate::summary::push_clean(s, comm);
+                    let _ = write!(s, "[{pid}] {}/{prio}", policy.word().to_ascii_uppercase());
+                }
+                CauseKind::TaskRest => s.push_str("other tasks"),
+                CauseKind::Irq { irq, name } => {
+                    let _ = write!(s, "irq {irq}");
+                    if !name.is_empty() {
+                        s.push(' ');
+                        crate::summary::push_clean(s, name);
+                    }
+                }
+                CauseKind::IrqRest => s.push_str("other irqs"),
+                CauseKind::Softirq { vector } => {
+                    s.push_str("softirq ");
+                    push_vector(s, *vector);
+                }
+                CauseKind::TimerIrqDelay => s.push_str("timer irq delay"),
+                CauseKind::Unknown { code } => {
+                    let _ = write!(s, "cause#{code}");
+                }
+                CauseKind::Other => s.push_str("other"),
+            }
+            let _ = write!(s, " {}", Us(c.ns));
+        }
+        if self.cpu_woken != self.cpu_ran {
+            let _ = write!(s, "; woken on cpu {}, ran on cpu {}", self.cpu_woken, self.cpu_ran);
+        }
+    }
+
+    pub fn render(&self, latency_ns: u64) -> String {
+        let mut s = String::new();
+        self.render_into(&mut s, latency_ns);
+        s
+    }
+}
+
+fn push_vector(s: &mut String, vector: u32) {
+    match SOFTIRQ_NAMES.get(vector as usize) {
+        Some(n) => s.push_str(n),
+        None => {
+            let _ = write!(s, "vec{vector}");
+        }
+    }
+}
+
+/// Microseconds for the anatomy line: `460 us`, `0.4 us` below 10 us.
+struct Us(u64);
+
+impl std::fmt::Display for Us {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0 < 10_000 {
+            write!(f, "{:.1} us", self.0 as f64 / 1e3)
+        } else {
+            write!(f, "{} us", (self.0 + 500) / 1000)
+        }
+    }
+}
+
+impl Serialize for Cause {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let mut m = ser.serialize_map(None)?;
+        match &self.kind {
+            CauseKind::Task { comm, pid, policy, prio } => {
+                m.serialize_entry("kind", "task")?;
+                m.serialize_entry("comm", comm)?;
+                m.serialize_entry("pid", pid)?;
+                m.serialize_entry("policy", policy.word())?;
+                m.serialize_entry("prio", prio)?;
+            }
+            CauseKind::TaskRest => {
+                m.serialize_entry("kind", "task")?;
+                m.serialize_entry("rest", &true)?;
+            }
+            CauseKind::Irq { irq, name } => {
+                m.serialize_entry("kind", "irq")?;
+                m.serialize_entry("irq", irq)?;
+                m.serialize_entry("name", name)?;
+            }
+            CauseKind::IrqRest => {
+                m.serialize_entry("kind", "irq")?;
+                m.serialize_entry("rest", &true)?;
+            }
+            CauseKind::Softirq { vector } => {
+                m.serialize_entry("kind", "softirq")?;
+                let mut v = String::new();
+                push_vector(&mut v, *vector);
+                m.serialize_entry("vector", &v)?;
+            }
+            CauseKind::TimerIrqDelay => m.serialize_entry("kind", "timer_irq_delay")?,
+            CauseKind::Unknown { code } => {
+                m.serialize_entry("kind", "unknown")?;
+                m.serialize_entry("code", code)?;
+            }
+            CauseKind::Other => m.serialize_entry("kind", "other")?,
+        }
+        m.serialize_entry("ns", &self.ns)?;
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(comm: &str, pid: u32, ns: u64) -> Cause {
+        Cause { kind: CauseKind::Task { comm: comm.into(), pid, policy: Policy::Fifo, prio: 90 }, ns }
+    }
+
+    #[test]
+    fn parts_sort_largest_first_and_the_remainder_is_other() {
+        let irq = Cause { kind: CauseKind::Irq { irq: 36, name: "virtio1".into() }, ns: 30_000 };
+        let a = Anatomy::from_parts(512_000, 3, 3, vec![irq.clone(), task("hog", 4242, 460_000)]);
+        assert_eq!(a.causes[0], task("hog", 4242, 460_000));
+        assert_eq!(a.causes[1], irq);
+        assert_eq!(a.causes[2], Cause { kind: CauseKind::Other, ns: 22_000 });
+        assert!(a.sums_to(512_000));
+        assert_eq!(a.render(512_000), "late 512 us: hog[4242] FIFO/90 460 us, irq 36 virtio1 30 us, other 22 us");
+    }
+
+    #[test]
+    fn parts_above_the_latency_are_clamped_from_the_smallest_and_sum_exactly() {
+        let sirq = Cause { kind: CauseKind::Softirq { vector: 3 }, ns: 50 };
+        let a = Anatomy::from_parts(1_000, 0, 1, vec![task("a", 1, 900), sirq, task("b", 2, 100)]);
+        assert!(a.sums_to(1_000), "{a:?}");
+        assert_eq!(a.causes.len(), 2);
+        assert_eq!(a.causes[0].ns, 900);
+        assert_eq!(a.causes[1].ns, 100);
+        // Nothing left for `other`: none is added.
+        assert!(a.causes.iter().all(|c| c.kind != CauseKind::Other));
+        // Zero parts vanish; no parts at all: everything is `other`.
+        let a = Anatomy::from_parts(7, 0, 0, vec![task("z", 3, 0)]);
+        assert_eq!(a.causes, vec![Cause { kind: CauseKind::Other, ns: 7 }]);
+        // Sums that overflow u64 still end exact.
+        let a = Anatomy::from_parts(10, 0, 0, vec![task("x", 1, u64::MAX), task("y", 2, u64::MAX)]);
+        assert!(a.sums_to(10), "{a:?}");
+    }
+
+    #[test]
+    fn json_uses_the_documented_names() {
+        let a = Anatomy::from_parts(
+            100_000,
+            1,
+            2,
+            vec![
+                task("hog", 7, 40_000),
+                Cause { kind: CauseKind::Irq { irq: 36, name: "virtio1-req.0".into() }, ns: 30_000 },
+                Cause { kind: CauseKind::Softirq { vector: 3 }, ns: 20_000 },
+                Cause { kind: CauseKind::TimerIrqDelay, ns: 5_000 },
+            ],
+        );
+        let rec = crate::summary::AlertRecord {
+            probe: "timer".into(),
+            pid: 1,
+            tid: 1,
+            comm: "ctrl".into(),
+            cpu: 2,
+            latency_ns: 100_000,
+            time_ns: 1,
+            anatomy: Some(a),
+        };
+        let v = serde_json::to_value(&rec).unwrap();
+        assert_eq!((v["cpu_woken"].as_u64(), v["cpu_ran"].as_u64()), (Some(1), Some(2)));
+        let c = &v["causes"];
+        assert_eq!(
+            c[0],
+            serde_json::json!({"kind": "task", "comm": "hog", "pid": 7, "policy": "fifo", "prio": 90, "ns": 40000})
+        );
+        assert_eq!(c[1], serde_json::json!({"kind": "irq", "irq": 36, "name": "virtio1-req.0", "ns": 30000}));
+        assert_eq!(c[2], serde_json::json!({"kind": "softirq", "vector": "NET_RX", "ns": 20000}));
+        assert_eq!(c[3], serde_json::json!({"kind": "timer_irq_delay", "ns": 5000}));
+        assert_eq!(c[4], serde_json::json!({"kind": "other", "ns": 5000}));
+    }
+}
