@@ -150,9 +150,9 @@ impl Live {
             h.board = shown(&hello.board).into_owned();
             h.kernel = shown(&hello.kernel).into_owned();
             h.version = shown(&hello.latmon_version).into_owned();
-            if h.interval_ns == 0 {
-                h.interval_ns = hello.interval_ns;
-            }
+            // The agent's interval (a late joiner's first summary covers
+            // everything since start: its length is not the interval).
+            h.interval_ns = hello.interval_ns;
         }
         h.link = *link;
         h.summaries_lost = t.summaries_lost;
@@ -168,7 +168,7 @@ impl Live {
             Event::Summary { report, ids, .. } => {
                 h.seq = report.seq;
                 h.last = report.last;
-                if report.interval_ns > 0 {
+                if t.hello.is_none() && report.interval_ns > 0 {
                     h.interval_ns = report.interval_ns;
                 }
                 if let Some(hello) = &t.hello {
