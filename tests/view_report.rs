@@ -25,7 +25,7 @@ fn report_of_a_real_capture_renders_in_chromium() {
     let dir = std::env::temp_dir().join(format!("latmon-report-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cap = dir.join("capture.bin");
-    let load = Command::new("stress-ng")
+    let mut load = Command::new("stress-ng")
         .args(["--cpu", "1", "--cpu-load", "30", "--timer", "1", "--fork", "1", "--timeout", "7s", "--quiet"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -37,7 +37,8 @@ fn report_of_a_real_capture_renders_in_chromium() {
         .stdout(Stdio::null())
         .output()
         .unwrap();
-    let _ = Command::new("kill").arg(load.id().to_string()).status();
+    let _ = load.kill();
+    let _ = load.wait();
     assert!(run.status.success(), "latmon run: {}", String::from_utf8_lossy(&run.stderr));
 
     let html = dir.join("report.html");
