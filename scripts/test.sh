@@ -31,6 +31,7 @@ stage "style gates" lint
 # run here.
 view_builds() {
   cargo build --release --locked -p latmon-view
+  cargo test --release --locked -p latmon-view
   cargo build --release --locked -p latmon-view --target x86_64-pc-windows-gnu
   file target/x86_64-pc-windows-gnu/release/latmon-view.exe | grep -q 'PE32+ executable' \
     || { echo "test.sh: latmon-view.exe is not a Windows executable" >&2; return 1; }
@@ -38,7 +39,10 @@ view_builds() {
 }
 stage "latmon-view (Linux, Windows cross build)" view_builds
 # --no-fail-fast: one CI run reports every failing test, not just the first binary's.
-stage "cargo tests" cargo test --workspace --locked --release --no-fail-fast
+# The default members (latmon, latmon-core; Cargo.toml): not --workspace,
+# whose feature unification with latmon-view's crates would build latmon a
+# second time with other dependency features.
+stage "cargo tests" cargo test --locked --release --no-fail-fast
 # The Yocto layer: oelint-adv, kas, systemd-analyze, kernel options (yocto/).
 stage "yocto checks" tests/yocto/check.sh
 # The layer through the real BitBake and yocto-check-layer, offline, from the

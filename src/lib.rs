@@ -19,8 +19,9 @@ pub mod tpformat;
 
 // The pure models live in crates/latmon-core (shared with latmon-view);
 // re-exported so that `crate::wire::...` and `latmon::wire::...` paths keep working.
-pub use latmon_core::{crc32, hist, ident, session, summary, table, wire};
+pub use latmon_core::{crc32, hist, ident, session, summary, table, view, wire};
 
-/// `latmon view` and `latmon decode`: latmon-core's screen and loops over
-/// this crate's sources (src/sinks/source.rs).
-pub mod view;
+/// `latmon view` and `latmon decode` on the board: latmon-core's screen and
+/// loops over this crate's sources (src/sinks/source.rs). Not src/view.rs:
+/// that path moved to crates/latmon-core (git follows its edits there).
+pub mod board_view;

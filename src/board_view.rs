@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 
-pub use latmon_core::view::*;
-
 use crate::sinks::source;
 use crate::wire::LinkStats;
 
