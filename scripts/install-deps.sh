@@ -28,7 +28,8 @@ apt-get install -y --no-install-recommends \
   musl-dev:arm64 \
   bpftool libbpf-tools rt-tests procps util-linux file cpio dwarves xz-utils zstd \
   python3 python3-venv systemd mbpoll prometheus \
-  chrpath diffstat lz4 locales stress-ng clang-format
+  chrpath diffstat lz4 locales stress-ng clang-format \
+  gcc-mingw-w64-x86-64 tmux chromium
 # BitBake (tests/yocto/bitbake.sh) wants an en_US.UTF-8 locale.
 if ! locale -a 2>/dev/null | grep -qix 'en_US.utf8'; then
   sed -i 's/^# *en_US.UTF-8 UTF-8/en_US.UTF-8 UTF-8/' /etc/locale.gen
@@ -39,3 +40,5 @@ scripts/install-qemu.sh
 command -v cargo >/dev/null || { echo "install-deps: cargo not found; install Rust with rustup" >&2; exit 1; }
 rustup component add rustfmt clippy
 rustup target add aarch64-unknown-linux-gnu aarch64-unknown-linux-musl armv7-unknown-linux-gnueabihf
+# latmon-view for Windows laptops (scripts/test.sh cross-builds it; mingw-w64 links).
+rustup target add x86_64-pc-windows-gnu

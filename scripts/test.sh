@@ -20,12 +20,28 @@ stage() { # NAME CMD...: run one stage and say how long it took
 # only with its reason beside it) and clang-format for bpf/ (.clang-format).
 # clippy builds the BPF skeletons through build.rs, as cargo build does.
 lint() {
-  cargo fmt --check
-  cargo clippy --release --all-targets --locked -- -D warnings
+  cargo fmt --all --check
+  cargo clippy --release --all-targets --locked --workspace -- -D warnings
   clang-format --dry-run -Werror bpf/*.c bpf/*.h
 }
 stage "style gates" lint
+# The technician's tool (crates/latmon-view) for Linux (tests/view_tui.rs and
+# tests/view_report.rs drive it) and cross-built for Windows laptops
+# (x86_64-pc-windows-gnu, linked by mingw-w64): a check that it builds, not
+# run here.
+view_builds() {
+  cargo build --release --locked -p latmon-view
+  cargo test --release --locked -p latmon-view
+  cargo build --release --locked -p latmon-view --target x86_64-pc-windows-gnu
+  file target/x86_64-pc-windows-gnu/release/latmon-view.exe | grep -q 'PE32+ executable' \
+    || { echo "test.sh: latmon-view.exe is not a Windows executable" >&2; return 1; }
+  ls -l target/release/latmon-view target/x86_64-pc-windows-gnu/release/latmon-view.exe
+}
+stage "latmon-view (Linux, Windows cross build)" view_builds
 # --no-fail-fast: one CI run reports every failing test, not just the first binary's.
+# The default members (latmon, latmon-core; Cargo.toml): not --workspace,
+# whose feature unification with latmon-view's crates would build latmon a
+# second time with other dependency features.
 stage "cargo tests" cargo test --locked --release --no-fail-fast
 # The Yocto layer: oelint-adv, kas, systemd-analyze, kernel options (yocto/).
 stage "yocto checks" tests/yocto/check.sh

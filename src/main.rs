@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 
 use latmon::config::{parse_duration, Config, Format, ProbeSpec};
 use latmon::probes;
-use latmon::{agent, check, hygiene, privs, sinks, view};
+use latmon::{agent, board_view, check, hygiene, privs, sinks};
 
 const EXAMPLES: &str = "\
 EXAMPLES:
@@ -277,8 +277,12 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Check(a) => cmd_check(a),
-        Cmd::View(a) => source_duration(&a).and_then(|d| view::run_view(&a.source, d)).map(|()| ExitCode::SUCCESS),
-        Cmd::Decode(a) => source_duration(&a).and_then(|d| view::run_decode(&a.source, d)).map(|_| ExitCode::SUCCESS),
+        Cmd::View(a) => {
+            source_duration(&a).and_then(|d| board_view::run_view(&a.source, d)).map(|()| ExitCode::SUCCESS)
+        }
+        Cmd::Decode(a) => {
+            source_duration(&a).and_then(|d| board_view::run_decode(&a.source, d)).map(|_| ExitCode::SUCCESS)
+        }
     };
     match res {
         Ok(code) => code,

@@ -7,7 +7,7 @@
 //!
 //! - Schema-3 bucket `i` is `(2^((i-1)/8), 2^(i/8)]` seconds: its edges grow
 //!   geometrically inside a power of two and are upper-inclusive.
-//! - latmon's buckets (src/hist.rs) are `[lo, hi)` integer nanoseconds: one
+//! - latmon's buckets (crates/latmon-core/src/hist.rs) are `[lo, hi)` integer nanoseconds: one
 //!   per value below 16 ns, then 8 *linear* sub-buckets per power of two of
 //!   nanoseconds. A power of two of nanoseconds is not one of seconds
 //!   (1 ns = 2^-29.897 s), so not even the octave edges line up.
@@ -17,7 +17,7 @@
 //! bucket 9.05 %: it can cover one whole and two partial ones). Its count
 //! is split over them in proportion to the *integer nanoseconds* of
 //! `[lo, hi)` each one holds - latmon's own model of a bucket (the uniform
-//! spread its percentiles interpolate with, src/hist.rs `quantile`):
+//! spread its percentiles interpolate with, crates/latmon-core/src/hist.rs `quantile`):
 //!
 //! - buckets 1..15 hold one integer each (1..15 ns): the whole count goes
 //!   to the schema-3 bucket of that value; the split is exact there;

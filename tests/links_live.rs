@@ -361,7 +361,7 @@ fn serial_text_for_terminal_programs() {
     let (status, _) = finish(run);
     assert!(status.success());
     let text = String::from_utf8(text).expect("plain text");
-    // The table (src/table.rs): column heads and runq's row, 79 columns.
+    // The table (crates/latmon-core/src/table.rs): column heads and runq's row, 79 columns.
     assert!(text.contains("\r\nNAME ") && text.contains(" P99.9 "), "{text}");
     assert!(text.contains("\r\nrunq                tp_btf "), "{text}");
     assert!(text.split("\r\n").all(|l| l.len() <= 79 && !l.contains('\x1b')), "{text}");

@@ -19,18 +19,8 @@ use super::REOPEN_PERIOD;
 /// How long one read waits before reporting `Idle` (views redraw then).
 pub const READ_WAIT: Duration = Duration::from_millis(250);
 
-/// What one read produced.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Got {
-    /// Bytes in the buffer.
-    Data(usize),
-    /// Nothing within [`READ_WAIT`] (or reconnecting).
-    Idle,
-    /// A new stream began (reconnected): restart the frame decoder.
-    Restart,
-    /// The source ended (end of file, connection closed without `follow`).
-    End,
-}
+/// What one read produced (the receiver's loops are in latmon-core).
+pub use latmon_core::view::Got;
 
 enum Kind {
     Stdin,
@@ -126,6 +116,16 @@ fn connect_unix(p: &str) -> io::Result<UnixStream> {
 
 fn idle(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted)
+}
+
+impl latmon_core::view::ByteSource for Source {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> Got {
+        Source::read(self, buf)
+    }
 }
 
 impl Source {

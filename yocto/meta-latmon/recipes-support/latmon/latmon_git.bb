@@ -81,7 +81,7 @@ SRC_URI = "\
 "
 require ${BPN}-crates.inc
 
-SRCREV_latmon ??= "74ca0235a814e4cb2d9607d2f57d0747331a6ce8"
+SRCREV_latmon ??= "3070ebba0bdce2349146413d41ad7dc45a737f71"
 SRCREV_FORMAT = "latmon"
 
 inherit cargo cargo-update-recipe-crates pkgconfig systemd update-rc.d

@@ -105,7 +105,7 @@ pub struct ProbeReport {
     pub total_bpf_runs: u64,
     pub total_bpf_run_time_ns: u64,
     /// Runs of the probe's BPF programs the kernel skipped (its
-    /// `recursion_misses`; see [`crate::cost::Cost::missed`]): events the
+    /// `recursion_misses`; see `Cost::missed` in src/cost.rs): events the
     /// probe never saw, in this interval / since start. Counted without
     /// run-time statistics too; always 0 on kernels that do not count.
     pub bpf_missed: u64,

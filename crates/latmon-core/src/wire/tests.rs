@@ -301,7 +301,7 @@ fn erfc(x: f64) -> f64 {
 
 /// Expected cumulative histogram of `n` events drawn from a mixture of
 /// log-normals [(weight, median_ns, sigma)].
-pub(crate) fn model_hist(n: u64, mix: &[(f64, f64, f64)]) -> Hist {
+pub fn model_hist(n: u64, mix: &[(f64, f64, f64)]) -> Hist {
     let cdf = |x: f64| -> f64 {
         if x <= 0.0 {
             return 0.0;
@@ -656,7 +656,7 @@ fn coarsen_carries_groups_at_their_upper_index() {
 
 #[test]
 fn golden_vectors_match_spec_byte_for_byte() {
-    let doc = include_str!("../../docs/wire-format.md");
+    let doc = include_str!("../../../../docs/wire-format.md");
     for (name, f) in golden() {
         let frame = encode_to_vec(&f).unwrap();
         assert_eq!(hex(&frame), hex(&spec_vector(doc, name, "frame")), "{name} frame");

@@ -1,20 +1,44 @@
 // SPDX-License-Identifier: MIT
 //! The technician's side of a link: `latmon view` (a live terminal screen)
 //! and `latmon decode` (JSON lines). Rendering and JSON shaping are pure
-//! functions with unit tests; `run_view` / `run_decode` are the I/O loops.
+//! functions with unit tests; `run_view` / `run_decode` are the loops, over
+//! a [`ByteSource`] and a writer the binary passes in (src/sinks/source.rs
+//! on the board, crates/latmon-view/src/source.rs on a laptop).
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use serde::Serialize;
 
-use crate::sinks::source::{self, Got};
 use crate::summary::{fmt_ns, AlertRecord, IntervalReport, ProbeReport};
 use crate::table::{SortBy, Table};
 use crate::wire::{Event, FrameDecoder, FrameError, Hello, LinkStats, Status, Tracker};
+
+// ------------------------------------------------------------------ sources
+
+/// What one read of a [`ByteSource`] produced.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Got {
+    /// Bytes in the buffer.
+    Data(usize),
+    /// Nothing within the source's read wait (or reconnecting).
+    Idle,
+    /// A new stream began (reconnected): restart the frame decoder.
+    Restart,
+    /// The source ended (end of file, connection closed without `follow`).
+    End,
+}
+
+/// Bytes from the other end of a link (a SOURCE word opened by the binary).
+pub trait ByteSource {
+    /// The source as the screen names it.
+    fn name(&self) -> &str;
+    /// Wait a bounded time (a fraction of a second) for bytes.
+    fn read(&mut self, buf: &mut [u8]) -> Got;
+}
 
 // ------------------------------------------------------------------ decode
 
@@ -183,16 +207,19 @@ pub fn budget_words(t: &Tracker) -> Option<String> {
     Some(w)
 }
 
-/// `latmon decode SOURCE`: a JSON line per frame on stdout until the
-/// source ends (or `duration` passes); link statistics on stderr.
-pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
-    let mut src = source::open(word, false).map_err(|e| anyhow!(e))?;
+/// `latmon decode SOURCE`: a JSON line per frame on `stdout` until the
+/// source ends (or `duration` passes); link statistics on `stderr`.
+pub fn run_decode(
+    src: &mut dyn ByteSource,
+    duration: Option<Duration>,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> Result<LinkStats> {
     let mut dec = FrameDecoder::new();
     let mut tracker = Tracker::new();
     let deadline = duration.map(|d| Instant::now() + d);
     let mut buf = vec![0u8; 8192];
     let mut lines = String::new();
-    let stdout = io::stdout();
     loop {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
@@ -213,8 +240,7 @@ pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
                     lines.push('\n');
                 });
                 if !lines.is_empty() {
-                    let mut out = stdout.lock();
-                    if out.write_all(lines.as_bytes()).and_then(|()| out.flush()).is_err() {
+                    if stdout.write_all(lines.as_bytes()).and_then(|()| stdout.flush()).is_err() {
                         break; // reader went away
                     }
                     lines.clear();
@@ -225,7 +251,7 @@ pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
             Got::End => break,
         }
     }
-    eprintln!("latmon: {}", link_line(&dec.stats, &tracker));
+    let _ = writeln!(stderr, "latmon: {}", link_line(&dec.stats, &tracker));
     Ok(dec.stats)
 }
 
@@ -415,34 +441,45 @@ impl View {
 
 /// `latmon view SOURCE`: redraws on every summary (at most 10 times a
 /// second) and once a second while idle. Connections are re-established;
-/// a file or stdin ends the view after drawing the last screen.
-pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
-    let mut src = source::open(word, true).map_err(|e| anyhow!(e))?;
+/// a file or stdin ends the view after drawing the last screen. `tty`:
+/// `stdout` is a terminal (the screen is cleared before each draw);
+/// `replay`: the source is a file or stdin (without a terminal, only the
+/// last screen is drawn).
+pub fn run_view(
+    src: &mut dyn ByteSource,
+    tty: bool,
+    replay: bool,
+    duration: Option<Duration>,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> Result<()> {
     let name = src.name().to_string();
     let mut dec = FrameDecoder::new();
     let mut tracker = Tracker::new();
     let mut view = View::default();
-    let tty = io::stdout().is_terminal();
     // Files and stdin are replays: without a terminal, only the last screen.
-    let replay = (word == "-" || word.starts_with("file:")) && !tty;
+    let replay = replay && !tty;
     let deadline = duration.map(|d| Instant::now() + d);
     let mut buf = vec![0u8; 8192];
     let mut last_frame: Option<Instant> = None;
     let mut last_draw: Option<Instant> = None;
     let mut dirty = true;
-    let draw =
-        |view: &mut View, dec: &FrameDecoder, tracker: &Tracker, last_frame: Option<Instant>| -> io::Result<()> {
-            let screen = view.render(&name, &dec.stats, tracker, last_frame.map(|t| t.elapsed()));
-            let mut out = io::stdout().lock();
-            if tty {
-                out.write_all(b"\x1b[H\x1b[2J")?;
-                out.write_all(screen.replace('\n', "\r\n").as_bytes())?;
-            } else {
-                out.write_all(screen.as_bytes())?;
-                out.write_all(b"\n")?;
-            }
-            out.flush()
-        };
+    let draw = |out: &mut dyn Write,
+                view: &mut View,
+                dec: &FrameDecoder,
+                tracker: &Tracker,
+                last_frame: Option<Instant>|
+     -> io::Result<()> {
+        let screen = view.render(&name, &dec.stats, tracker, last_frame.map(|t| t.elapsed()));
+        if tty {
+            out.write_all(b"\x1b[H\x1b[2J")?;
+            out.write_all(screen.replace('\n', "\r\n").as_bytes())?;
+        } else {
+            out.write_all(screen.as_bytes())?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()
+    };
     loop {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
@@ -466,15 +503,15 @@ pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
         let min_gap = if tty { Duration::from_millis(100) } else { Duration::from_secs(1) };
         let due = since.is_none_or(|d| (dirty && d >= min_gap) || d >= Duration::from_secs(1));
         if due && !replay {
-            if draw(&mut view, &dec, &tracker, last_frame).is_err() {
+            if draw(stdout, &mut view, &dec, &tracker, last_frame).is_err() {
                 return Ok(());
             }
             last_draw = Some(Instant::now());
             dirty = false;
         }
     }
-    let _ = draw(&mut view, &dec, &tracker, last_frame);
-    eprintln!("latmon: {}", link_line(&dec.stats, &tracker));
+    let _ = draw(stdout, &mut view, &dec, &tracker, last_frame);
+    let _ = writeln!(stderr, "latmon: {}", link_line(&dec.stats, &tracker));
     Ok(())
 }
 

@@ -20,8 +20,12 @@ pub mod anatomy;
 mod decode;
 mod encode;
 mod messages;
-#[cfg(test)]
-pub(crate) mod tests;
+// Feature "testkit": the latmon crate's tests (src/sinks/budget.rs) reuse
+// `model_hist`; its other helpers serve only this crate's tests.
+#[cfg(any(test, feature = "testkit"))]
+#[cfg_attr(not(test), allow(dead_code, unused_imports))]
+#[doc(hidden)]
+pub mod tests;
 mod tracker;
 
 pub use decode::*;

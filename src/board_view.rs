@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: MIT
+//! `latmon view` and `latmon decode` on the board: latmon-core's screen,
+//! JSON lines and loops (crates/latmon-core/src/view.rs) over the SOURCE
+//! words of src/sinks/source.rs, writing to this process's stdout/stderr.
+
+use std::io::{self, IsTerminal};
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+
+use crate::sinks::source;
+use crate::wire::LinkStats;
+
+/// `latmon decode SOURCE`: a JSON line per frame on stdout until the
+/// source ends (or `duration` passes); link statistics on stderr.
+pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
+    let mut src = source::open(word, false).map_err(|e| anyhow!(e))?;
+    latmon_core::view::run_decode(&mut src, duration, &mut io::stdout().lock(), &mut io::stderr())
+}
+
+/// `latmon view SOURCE`: the plain screen, redrawn as frames arrive.
+pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
+    let mut src = source::open(word, true).map_err(|e| anyhow!(e))?;
+    let tty = io::stdout().is_terminal();
+    let replay = word == "-" || word.starts_with("file:");
+    latmon_core::view::run_view(&mut src, tty, replay, duration, &mut io::stdout().lock(), &mut io::stderr())
+}

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+//! `latmon-view report`, live (root: the default probes attach to this
+//! kernel): the default configuration runs with a `file:` frames output
+//! under a small stress-ng load, the capture becomes report.html, and
+//! headless Chromium (Debian's `chromium`) renders that to a PNG. Checked:
+//! every probe with events has its section with two SVG charts (histogram
+//! bars, percentile lines); the alert, cost and link charts are there; the
+//! HTML fetches nothing (no script, src or href); the PNG is not blank
+//! (tests/report/png_stats.py: share of non-white pixels, colours).
+//!
+//! `LATMON_REPORT_PNG=docs/report.png` keeps the PNG (the README's picture).
+//! Needs target/release/latmon-view (`cargo build --release -p latmon-view`).
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::*;
+
+#[test]
+fn report_of_a_real_capture_renders_in_chromium() {
+    let view = Path::new(env!("CARGO_BIN_EXE_latmon")).with_file_name("latmon-view");
+    assert!(view.exists(), "{} missing: build it first (cargo build --release -p latmon-view)", view.display());
+    let dir = std::env::temp_dir().join(format!("latmon-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cap = dir.join("capture.bin");
+    let mut load = Command::new("stress-ng")
+        .args(["--cpu", "1", "--cpu-load", "30", "--timer", "1", "--fork", "1", "--timeout", "7s", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("stress-ng");
+    let run = latmon()
+        .args(["run", "--interval", "1s", "--duration", "6s", "--output"])
+        .arg(format!("file:{}", cap.display()))
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = load.kill();
+    let _ = load.wait();
+    assert!(run.status.success(), "latmon run: {}", String::from_utf8_lossy(&run.stderr));
+
+    let html = dir.join("report.html");
+    let out =
+        Command::new(&view).arg("report").arg(format!("file:{}", cap.display())).arg("-o").arg(&html).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "latmon-view report: {said}");
+    let text = std::fs::read_to_string(&html).unwrap();
+
+    // What decode says the capture holds: the probes with events.
+    let dec = Command::new(env!("CARGO_BIN_EXE_latmon"))
+        .arg("decode")
+        .arg(format!("file:{}", cap.display()))
+        .output()
+        .unwrap();
+    let lines = json_lines(&String::from_utf8_lossy(&dec.stdout));
+    let mut with_events = std::collections::BTreeSet::new();
+    for l in lines.iter().filter(|l| l["type"] == "summary") {
+        for p in l["probes"].as_array().unwrap() {
+            if u(p, "total_count") > 0 {
+                with_events.insert(p["name"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    assert!(with_events.contains("runq") && with_events.len() >= 3, "{with_events:?}");
+    let sections: Vec<&str> = text.split("<section class=\"probe\"").skip(1).collect();
+    assert_eq!(sections.len(), with_events.len(), "one section per probe with events");
+    for s in &sections {
+        let s = &s[..s.find("</section>").unwrap()];
+        let name = &s[s.find("<h3>").unwrap() + 4..s.find("</h3>").unwrap()];
+        assert!(with_events.contains(name), "{name} has no events per decode");
+        assert_eq!(s.matches("<svg").count(), 2, "{name}: histogram and percentile charts");
+        assert!(s.matches("<rect").count() >= 3, "{name}: histogram bars");
+        assert!(s.contains("<polyline"), "{name}: percentile lines");
+    }
+    for needle in [
+        "agent cost: BPF CPU %",
+        "link health (cumulative)",
+        "link: bytes/s used and budget",
+        "id=\"facts\"",
+        "id=\"config\"",
+    ] {
+        assert!(text.contains(needle), "{needle} missing");
+    }
+    assert!(!text.contains("<script") && !text.contains(" src=") && !text.contains(" href="), "self-contained");
+
+    // The same capture through `view` without a terminal: the compact
+    // table of `latmon run` (here the replay's last screen).
+    let plain = Command::new(&view).arg("view").arg(format!("file:{}", cap.display())).arg("--plain").output().unwrap();
+    let screen = String::from_utf8_lossy(&plain.stdout);
+    assert!(plain.status.success(), "{}", String::from_utf8_lossy(&plain.stderr));
+    assert!(screen.contains("P99.9") && screen.lines().any(|l| l.starts_with("runq ")), "{screen}");
+
+    let png = dir.join("report.png");
+    let shot = Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1300,2000"])
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .expect("chromium (apt-get install chromium)");
+    assert!(png.exists(), "no screenshot: {}", String::from_utf8_lossy(&shot.stderr));
+    let stats = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/report/png_stats.py"))
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
+    let st: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!((u(&st, "width"), u(&st, "height")), (1300, 2000), "{st}");
+    let ink = st["ink"].as_f64().unwrap();
+    assert!(ink > 0.05 && ink < 0.9, "blank or solid screenshot: {st}");
+    assert!(u(&st, "colours") >= 8, "charts have colours: {st}");
+    if let Ok(keep) = std::env::var("LATMON_REPORT_PNG") {
+        std::fs::copy(&png, &keep).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
