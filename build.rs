@@ -127,6 +127,7 @@ fn build_skel(clang: &str, src: &Path, out: &Path, name: &str, args: &[String]) 
         panic!("latmon: building {} as {name}: {e:#}", src.display());
     }
     strip_branch_labels(&obj);
+    drop_line_info(&obj);
     let skel = out.join(format!("{name}.skel.rs"));
     if let Err(e) = builder.generate(&skel) {
         panic!("latmon: skeleton of {} as {name}: {e:#}", src.display());
@@ -212,4 +213,119 @@ fn strip_branch_labels(obj: &Path) {
         Ok(s) => panic!("latmon: {tool} on {}: {s}", obj.display()),
         Err(e) => println!("cargo:warning=latmon: {tool}: {e}; BPF objects keep their branch labels (larger binary)"),
     }
+}
+
+/// Drop the BTF line info: `.BTF.ext`'s line_info records (instruction ->
+/// source line) and the source-line strings only they name in `.BTF`.
+/// libbpf passes line info to the kernel only for verifier messages and
+/// `bpftool prog dump` source interleaving; loading, CO-RE relocation
+/// (`.BTF.ext` core_relo) and func_info do not use it. It was ~20 % of
+/// each CO-RE object, and the board binary embeds them all (the 1.5 MiB
+/// goal, scripts/build-static.sh). The header's line_info_len becomes 0
+/// (libbpf then reads none) and the bytes are zeroed in place, so no
+/// offset moves and the deflated object shrinks. `LATMON_BPF_LINE_INFO=1`
+/// keeps it (for reading verifier logs).
+fn drop_line_info(obj: &Path) {
+    println!("cargo:rerun-if-env-changed=LATMON_BPF_LINE_INFO");
+    if env::var("LATMON_BPF_LINE_INFO").is_ok_and(|v| v == "1") {
+        return;
+    }
+    let mut d = fs::read(obj).expect("read BPF object");
+    if let Err(e) = zero_line_info(&mut d) {
+        panic!("latmon: {}: dropping BTF line info: {e}", obj.display());
+    }
+    fs::write(obj, d).expect("write BPF object");
+}
+
+fn zero_line_info(d: &mut [u8]) -> Result<(), String> {
+    let u16_at = |d: &[u8], o: usize| d.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]])).ok_or("truncated");
+    let u32_at =
+        |d: &[u8], o: usize| d.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).ok_or("truncated");
+    let u64_at =
+        |d: &[u8], o: usize| d.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).ok_or("truncated");
+    // ELF64 little-endian (clang -target bpf on every host latmon builds on).
+    if d.get(..6) != Some(&[0x7f, b'E', b'L', b'F', 2, 1][..]) {
+        return Err("not an ELF64 little-endian object".into());
+    }
+    let shoff = u64_at(d, 0x28)? as usize;
+    let shentsize = u16_at(d, 0x3a)? as usize;
+    let shnum = u16_at(d, 0x3c)? as usize;
+    let shstrndx = u16_at(d, 0x3e)? as usize;
+    let sec = |d: &[u8], i: usize| -> Result<(u32, usize, usize), String> {
+        let h = shoff + i * shentsize;
+        Ok((u32_at(d, h)?, u64_at(d, h + 0x18)? as usize, u64_at(d, h + 0x20)? as usize))
+    };
+    let (_, stroff, _) = sec(d, shstrndx)?;
+    let name = |d: &[u8], n: u32| -> String {
+        let o = stroff + n as usize;
+        let end = d[o..].iter().position(|&c| c == 0).map_or(d.len(), |e| o + e);
+        String::from_utf8_lossy(&d[o..end]).into_owned()
+    };
+    let (mut btf, mut ext) = (None, None);
+    for i in 0..shnum {
+        let (n, off, size) = sec(d, i)?;
+        match name(d, n).as_str() {
+            ".BTF" => btf = Some((off, size)),
+            ".BTF.ext" => ext = Some((off, size)),
+            _ => {}
+        }
+    }
+    let (Some((btf_off, btf_size)), Some((ext_off, ext_size))) = (btf, ext) else { return Ok(()) };
+    // .BTF.ext header: magic u16, version u8, flags u8, hdr_len u32,
+    // func_info off/len, line_info off/len (offsets after the header).
+    if u16_at(d, ext_off)? != 0xeb9f {
+        return Err(".BTF.ext magic".into());
+    }
+    let hdr_len = u32_at(d, ext_off + 4)? as usize;
+    let li_off = ext_off + hdr_len + u32_at(d, ext_off + 16)? as usize;
+    let li_len = u32_at(d, ext_off + 20)? as usize;
+    if li_len == 0 {
+        return Ok(());
+    }
+    if li_off + li_len > ext_off + ext_size {
+        return Err("line_info past .BTF.ext".into());
+    }
+    // The strings the line info names (file names, source lines).
+    let rec = u32_at(d, li_off)? as usize;
+    let mut named = std::collections::BTreeSet::new();
+    let mut at = li_off + 4;
+    while at + 8 <= li_off + li_len {
+        let n = u32_at(d, at + 4)? as usize;
+        at += 8;
+        for _ in 0..n {
+            named.insert(u32_at(d, at + 4)?);
+            named.insert(u32_at(d, at + 8)?);
+            at += rec;
+        }
+    }
+    // .BTF header: magic, version, flags, hdr_len, type off/len, str off/len.
+    if u16_at(d, btf_off)? != 0xeb9f {
+        return Err(".BTF magic".into());
+    }
+    let bhdr = u32_at(d, btf_off + 4)? as usize;
+    let (type_off, type_len) = (u32_at(d, btf_off + 8)? as usize, u32_at(d, btf_off + 12)? as usize);
+    let (str_off, str_len) = (u32_at(d, btf_off + 16)? as usize, u32_at(d, btf_off + 20)? as usize);
+    let strs = btf_off + bhdr + str_off;
+    if strs + str_len > btf_off + btf_size || btf_off + bhdr + type_off + type_len > btf_off + btf_size {
+        return Err(".BTF sections past .BTF".into());
+    }
+    // A string a type or func_info also names stays: types hold name_off
+    // words, so keep any string whose offset appears as a word there (an
+    // over-approximation: only ever keeps more).
+    let types = &d[btf_off + bhdr + type_off..btf_off + bhdr + type_off + type_len];
+    let mut used: std::collections::BTreeSet<u32> =
+        types.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())).collect();
+    // So does one that func_info or core_relo (section names, access
+    // strings) may name: every word of .BTF.ext outside the line info.
+    for (a, b) in [(ext_off, li_off), (li_off + li_len, ext_off + ext_size)] {
+        used.extend(d[a..b].chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())));
+    }
+    for &o in named.iter().filter(|o| **o != 0 && !used.contains(o)) {
+        let o = strs + o as usize;
+        let end = d[o..strs + str_len].iter().position(|&c| c == 0).map_or(strs + str_len, |e| o + e);
+        d[o..end].fill(0);
+    }
+    d[li_off..li_off + li_len].fill(0);
+    d[ext_off + 20..ext_off + 24].copy_from_slice(&0u32.to_le_bytes());
+    Ok(())
 }
