@@ -384,14 +384,22 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
     o.push_str("</table>\n");
     o.push_str("<h2>latmon's cost and the link</h2>\n");
     o.push_str(&health_svg(c, "agent cost: BPF CPU %", &[("BPF CPU %", BLUE, |h| h.bpf_cpu_percent)])?);
-    o.push_str(&health_svg(
-        c,
-        "link: bytes/s used and budget",
-        &[
-            ("used B/s", BLUE, |h| Some(f64::from(h.used_bps))),
-            ("budget B/s", RED, |h| (h.budget_bps > 0).then_some(f64::from(h.budget_bps))),
-        ],
-    )?);
+    if c.health.iter().any(|h| h.budget_bps > 0) {
+        o.push_str(&health_svg(
+            c,
+            "link: bytes/s used and budget",
+            &[
+                ("used B/s", BLUE, |h| Some(f64::from(h.used_bps))),
+                ("budget B/s", RED, |h| (h.budget_bps > 0).then_some(f64::from(h.budget_bps))),
+            ],
+        )?);
+    } else {
+        // A flat 0 B/s line would read as "nothing sent".
+        o.push_str(
+            "<p>The captured output has no byte budget (a file or socket output without <code>budget=</code>): \
+             the agent does not measure its link use. Its bytes are in the facts above.</p>\n",
+        );
+    }
     o.push_str(&health_svg(
         c,
         "link health (cumulative)",
