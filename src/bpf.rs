@@ -62,6 +62,12 @@ pub mod limits {
     include!(concat!(env!("OUT_DIR"), "/limits.rs"));
 }
 
+/// bpf/shared.bpf.c: no program; its `types` are the structs of
+/// bpf/latmon.h, which every other skeleton re-exports (build.rs
+/// `share_types`), so each has one Rust type.
+pub mod shared {
+    include!(concat!(env!("OUT_DIR"), "/shared.skel.rs"));
+}
 pub mod runq {
     include!(concat!(env!("OUT_DIR"), "/runq.skel.rs"));
 }

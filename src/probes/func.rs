@@ -36,24 +36,20 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::rc::Rc;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{KprobeOpts, Link, MapHandle, MapMut, OpenObject, ProgramMut, UprobeOpts};
+use libbpf_rs::{KprobeOpts, Link, MapMut, OpenObject, ProgramMut, UprobeOpts};
 
-use super::alerts::{decode_alert, want_ringbuf, AlertFeed, DecodeAlert, PerCpuArray, ReadDrops};
-use super::{clear_libbpf_warning, ladder, libbpf_error, BtfMode, Owned, PerCpuHist, Probe, ProbeError, ReadHist};
+use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
+use super::{clear_libbpf_warning, ladder, libbpf_error, threshold_ns, BtfMode, Owned, PerCpuHist, Probe, ProbeError};
 use crate::bpf::limits::MAX_FUNC_PROBES;
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::Hist;
 use crate::ident::Mechanism;
-use crate::summary::{fmt_ns, AlertRecord, ProbeInfo};
+use crate::summary::{AlertRecord, ProbeInfo};
 
 /// What every copy of the object is configured with before load.
 struct SetConfig<'a> {
     specs: &'a [&'a ProbeSpec],
     use_ringbuf: bool,
-}
-
-fn threshold_ns(spec: &ProbeSpec) -> u64 {
-    spec.threshold.map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// The set's programs, as libbpf-rs handles (the same in both builds).
@@ -75,18 +71,10 @@ struct Maps<'a> {
     alerts_perf: &'a MapMut<'static>,
 }
 
-/// Reads of one build's maps through that build's generated types.
-struct Readers {
-    hist: Box<dyn ReadHist>,
-    alert_drops: Box<dyn ReadDrops>,
-    decode_alert: DecodeAlert,
-}
-
 /// A loaded func object, whichever build.
 trait Loaded {
     fn progs(&self) -> Progs<'_>;
     fn maps(&self) -> Maps<'_>;
-    fn readers(&self) -> Result<Readers, String>;
 }
 
 /// What differs between the two builds of func.bpf.c: the generated
@@ -96,9 +84,7 @@ macro_rules! func_build {
     ($build:ident, $skel:ident, $Skel:ident, $Builder:ident, $Open:ident) => {
         mod $build {
             use super::*;
-            use crate::bpf::$skel::{types, $Builder, $Open, $Skel};
-
-            crate::probes::alerts::alert_types!(types);
+            use crate::bpf::$skel::{$Builder, $Open, $Skel};
 
             pub(super) type Skel = $Skel<'static>;
 
@@ -125,7 +111,7 @@ macro_rules! func_build {
                     }
                     ro.threshold_ns[id] = threshold_ns(spec);
                 }
-                crate::probes::alerts::keep_alert_buffer!(open, cfg.use_ringbuf)?;
+                keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, cfg.use_ringbuf)?;
                 Ok(open)
             }
 
@@ -165,14 +151,6 @@ macro_rules! func_build {
                         alerts_perf: &m.alerts_perf,
                     }
                 }
-
-                fn readers(&self) -> Result<Readers, String> {
-                    Ok(Readers {
-                        hist: Box::new(PerCpuHist::<types::latmon_hist>::new(&self.maps.func_hist)?),
-                        alert_drops: Box::new(PerCpuArray::<types::latmon_alert_drops>::new(&self.maps.alert_drops)?),
-                        decode_alert: decode_alert::<types::latmon_alert>,
-                    })
-                }
             }
         }
     };
@@ -184,9 +162,8 @@ func_build!(nobtf_build, func_nobtf, FuncNobtfSkel, FuncNobtfSkelBuilder, OpenFu
 /// The shared half: one loaded object, its readers and the alert feed.
 /// Field order is drop order: the feed thread stops before the maps go.
 struct FuncSet {
-    alerts: Option<AlertFeed>,
-    hist: std::cell::RefCell<Box<dyn ReadHist>>,
-    alert_drops: std::cell::RefCell<Box<dyn ReadDrops>>,
+    alerts: std::cell::RefCell<Alerts>,
+    hist: std::cell::RefCell<PerCpuHist>,
     use_ringbuf: bool,
     btf_mode: BtfMode,
     _exit_link: Option<Link>,
@@ -276,25 +253,14 @@ fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, String> {
     if let Err(e) = &exit_link {
         log::warn!("func: {}", libbpf_error("attach raw_tp/sched_process_exit (stamps of exiting threads leak)", e));
     }
-    let readers = skel.readers()?;
-    let alerts = if specs.iter().any(|s| threshold_ns(s) > 0) {
-        let maps = skel.maps();
-        let map = if use_ringbuf { maps.alerts } else { maps.alerts_perf };
-        let handle = MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
-        let names = specs.iter().map(|s| s.name.clone()).collect();
-        Some(AlertFeed::spawn(handle, use_ringbuf, names, readers.decode_alert)?)
-    } else {
-        None
-    };
-    let set = FuncSet {
-        alerts,
-        hist: readers.hist.into(),
-        alert_drops: readers.alert_drops.into(),
-        use_ringbuf,
-        btf_mode,
-        _exit_link: exit_link.ok(),
-        skel,
-    };
+    let maps = skel.maps();
+    let hist = PerCpuHist::new(maps.hist)?;
+    let alert_maps = AlertMaps { drops: maps.alert_drops, ring: maps.alerts, perf: maps.alerts_perf };
+    // Record ids are positions among the specs.
+    let names = |_| specs.iter().map(|s| s.name.clone()).collect();
+    let alerts = Alerts::new(alert_maps, specs.iter().any(|s| threshold_ns(s) > 0), use_ringbuf, names, decode_alert)?;
+    let set =
+        FuncSet { alerts: alerts.into(), hist: hist.into(), use_ringbuf, btf_mode, _exit_link: exit_link.ok(), skel };
     Ok(set)
 }
 
@@ -346,12 +312,7 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
         Mechanism::Kprobe => "kprobe/kretprobe, nested calls paired in order",
         _ => "fentry/fexit, nested calls paired in order",
     };
-    let mut mode = pairing.to_string();
-    let thr = threshold_ns(spec);
-    if thr > 0 {
-        mode +=
-            &format!(", alerts above {} via {}", fmt_ns(thr), if set.use_ringbuf { "ringbuf" } else { "perf buffer" });
-    }
+    let mode = pairing.to_string() + &super::alert_mode(threshold_ns(spec), set.use_ringbuf);
     Ok(Func {
         info: ProbeInfo { name: probe, kind: spec.kind.family(), attach: mech, mode, btf_mode: set.btf_mode },
         id,
@@ -479,29 +440,19 @@ impl Probe for Func {
     }
 
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
-        let err = |why| ProbeError::Read { probe: self.info.name.clone(), why };
-        // Records refused are counted after their event (BPF counts the
-        // alert, then sends or drops the record): reading the drops first
-        // keeps every counted drop's event in the histogram read after.
-        let mut dropped = self.set.alert_drops.borrow_mut().total(self.id).map_err(err)?;
-        if let Some(feed) = &self.set.alerts {
-            dropped += feed.queue_dropped(self.id);
-        }
-        self.set.hist.borrow_mut().read(self.id, out).map_err(err)?;
-        out.alerts_dropped = dropped;
-        Ok(())
+        let (set, id) = (&self.set, self.id);
+        set.alerts
+            .borrow_mut()
+            .read(id, out, |o| set.hist.borrow_mut().read(id, o))
+            .map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
     }
 
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
-        if let Some(feed) = &self.set.alerts {
-            feed.drain(self.id, out);
-        }
+        self.set.alerts.borrow().drain(self.id, out);
     }
 
     fn flush_alerts(&mut self) {
-        if let Some(feed) = &self.set.alerts {
-            feed.flush();
-        }
+        self.set.alerts.borrow().flush();
     }
 
     fn bpf_programs(&self) -> Vec<RawFd> {
