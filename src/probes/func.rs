@@ -18,7 +18,8 @@
 //! each probe reports which (`ProbeInfo::btf_mode`). Everything past
 //! loading uses libbpf-rs handles common to both builds (`Loaded`), and
 //! reads histograms, drop counters and alert records through the generated
-//! types of the build that runs (`func_build!`).
+//! types of latmon.h (the two builds differ only in `open_core` /
+//! `open_nobtf` and their `Loaded` impls).
 //!
 //! Attach ladder, per probe:
 //! - kfunc: fentry/fexit (a copy of the object holding just that pair,
@@ -39,8 +40,12 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{KprobeOpts, Link, MapMut, OpenObject, ProgramMut, UprobeOpts};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
-use super::{clear_libbpf_warning, ladder, libbpf_error, threshold_ns, BtfMode, Owned, PerCpuHist, Probe, ProbeError};
-use crate::bpf::limits::MAX_FUNC_PROBES;
+use super::{
+    clear_libbpf_warning, ladder, libbpf_error, set_comm, threshold_ns, BtfMode, Owned, PerCpuHist, Probe, ProbeError,
+};
+use crate::bpf::func::{FuncSkel, FuncSkelBuilder, OpenFuncSkel};
+use crate::bpf::func_nobtf::{FuncNobtfSkel, FuncNobtfSkelBuilder, OpenFuncNobtfSkel};
+use crate::bpf::limits::{COMM_LEN, MAX_FUNC_PROBES};
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::Hist;
 use crate::ident::Mechanism;
@@ -77,87 +82,145 @@ trait Loaded {
     fn maps(&self) -> Maps<'_>;
 }
 
-/// What differs between the two builds of func.bpf.c: the generated
-/// skeleton and types. One instance per build; each gives the rest of this
-/// file a `Loaded` object and readers typed by its own skeleton.
-macro_rules! func_build {
-    ($build:ident, $skel:ident, $Skel:ident, $Builder:ident, $Open:ident) => {
-        mod $build {
-            use super::*;
-            use crate::bpf::$skel::{$Builder, $Open, $Skel};
-
-            pub(super) type Skel = $Skel<'static>;
-
-            /// Open a copy of the object and set its rodata (filters,
-            /// thresholds, probe count) and alert transport.
-            pub(super) fn open(
-                storage: &'static mut MaybeUninit<OpenObject>,
-                cfg: &SetConfig<'_>,
-                fentry_probe_id: u32,
-            ) -> Result<$Open<'static>, String> {
-                let mut open = $Builder::default()
-                    .open_opts(super::super::open_opts(), storage)
-                    .map_err(|e| libbpf_error("open func", &e))?;
-                let ro = open.maps.rodata_data.as_deref_mut().ok_or("func object has no rodata")?;
-                ro.nr_probes = cfg.specs.len() as u32;
-                ro.fentry_probe_id = fentry_probe_id;
-                ro.use_ringbuf = cfg.use_ringbuf;
-                for (id, spec) in cfg.specs.iter().enumerate() {
-                    ro.filter_tgid[id] = spec.pid.unwrap_or(0);
-                    if let Some(comm) = &spec.comm {
-                        for (d, s) in ro.filter_comm[id].iter_mut().zip(comm.bytes()) {
-                            *d = s as i8;
-                        }
-                    }
-                    ro.threshold_ns[id] = threshold_ns(spec);
-                }
-                keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, cfg.use_ringbuf)?;
-                Ok(open)
-            }
-
-            /// The set's object: loaded with the programs `wanted` says.
-            pub(super) fn load(cfg: &SetConfig<'_>, wanted: &dyn Fn(&str) -> bool) -> Result<Box<dyn Loaded>, String> {
-                let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<Skel, String> {
-                    let mut open = open(storage, cfg, 0)?;
-                    for mut prog in open.open_object_mut().progs_mut() {
-                        let name = prog.name().to_string_lossy().into_owned();
-                        prog.set_autoload(wanted(&name));
-                    }
-                    open.load().map_err(|e| libbpf_error("load func", &e))
-                })?;
-                Ok(Box::new(skel))
-            }
-
-            impl Loaded for Owned<Skel> {
-                fn progs(&self) -> Progs<'_> {
-                    let p = &self.progs;
-                    Progs {
-                        kentry: &p.func_kentry,
-                        kexit: &p.func_kexit,
-                        uentry: &p.func_uentry,
-                        uexit: &p.func_uexit,
-                        task_exit: &p.func_task_exit,
-                    }
-                }
-
-                fn maps(&self) -> Maps<'_> {
-                    let m = &self.maps;
-                    Maps {
-                        hist: &m.func_hist,
-                        stamps: &m.func_stamps,
-                        alert_tat: &m.alert_tat,
-                        alert_drops: &m.alert_drops,
-                        alerts: &m.alerts,
-                        alerts_perf: &m.alerts_perf,
-                    }
-                }
-            }
-        }
-    };
+/// The rodata `SetConfig` sets, in either build's skeleton.
+struct Rodata<'a> {
+    nr_probes: &'a mut u32,
+    fentry_probe_id: &'a mut u32,
+    use_ringbuf: &'a mut bool,
+    filter_tgid: &'a mut [u32],
+    filter_comm: &'a mut [[i8; COMM_LEN]],
+    threshold_ns: &'a mut [u64],
 }
 
-func_build!(core_build, func, FuncSkel, FuncSkelBuilder, OpenFuncSkel);
-func_build!(nobtf_build, func_nobtf, FuncNobtfSkel, FuncNobtfSkelBuilder, OpenFuncNobtfSkel);
+impl SetConfig<'_> {
+    /// Set a copy's rodata: filters, thresholds, probe count and alert
+    /// transport.
+    fn apply(&self, ro: Rodata<'_>, fentry_probe_id: u32) {
+        *ro.nr_probes = self.specs.len() as u32;
+        *ro.fentry_probe_id = fentry_probe_id;
+        *ro.use_ringbuf = self.use_ringbuf;
+        for (id, spec) in self.specs.iter().enumerate() {
+            ro.filter_tgid[id] = spec.pid.unwrap_or(0);
+            set_comm(&mut ro.filter_comm[id], spec.comm.as_deref());
+            ro.threshold_ns[id] = threshold_ns(spec);
+        }
+    }
+}
+
+/// Open a copy of the CO-RE object, configured by `cfg`.
+fn open_core(
+    storage: &'static mut MaybeUninit<OpenObject>,
+    cfg: &SetConfig<'_>,
+    fentry_probe_id: u32,
+) -> Result<OpenFuncSkel<'static>, String> {
+    let mut open =
+        FuncSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open func", &e))?;
+    let ro = open.maps.rodata_data.as_deref_mut().ok_or("func object has no rodata")?;
+    let ro = Rodata {
+        nr_probes: &mut ro.nr_probes,
+        fentry_probe_id: &mut ro.fentry_probe_id,
+        use_ringbuf: &mut ro.use_ringbuf,
+        filter_tgid: &mut ro.filter_tgid,
+        filter_comm: &mut ro.filter_comm,
+        threshold_ns: &mut ro.threshold_ns,
+    };
+    cfg.apply(ro, fentry_probe_id);
+    keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, cfg.use_ringbuf)?;
+    Ok(open)
+}
+
+/// Open the no-BTF object, configured by `cfg` (no fentry copies).
+fn open_nobtf(
+    storage: &'static mut MaybeUninit<OpenObject>,
+    cfg: &SetConfig<'_>,
+) -> Result<OpenFuncNobtfSkel<'static>, String> {
+    let mut open = FuncNobtfSkelBuilder::default()
+        .open_opts(super::open_opts(), storage)
+        .map_err(|e| libbpf_error("open func", &e))?;
+    let ro = open.maps.rodata_data.as_deref_mut().ok_or("func object has no rodata")?;
+    let ro = Rodata {
+        nr_probes: &mut ro.nr_probes,
+        fentry_probe_id: &mut ro.fentry_probe_id,
+        use_ringbuf: &mut ro.use_ringbuf,
+        filter_tgid: &mut ro.filter_tgid,
+        filter_comm: &mut ro.filter_comm,
+        threshold_ns: &mut ro.threshold_ns,
+    };
+    cfg.apply(ro, 0);
+    keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, cfg.use_ringbuf)?;
+    Ok(open)
+}
+
+/// The set's object of either build (`open` opens a configured copy):
+/// loaded with the programs `wanted` says.
+fn load_build<O>(
+    open: impl FnOnce(&'static mut MaybeUninit<OpenObject>) -> Result<O, String>,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Result<Box<dyn Loaded>, String>
+where
+    O: OpenSkel<'static>,
+    Owned<O::Output>: Loaded + 'static,
+{
+    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<O::Output, String> {
+        let mut open = open(storage)?;
+        for mut prog in open.open_object_mut().progs_mut() {
+            let name = prog.name().to_string_lossy().into_owned();
+            prog.set_autoload(wanted(&name));
+        }
+        open.load().map_err(|e| libbpf_error("load func", &e))
+    })?;
+    Ok(Box::new(skel))
+}
+
+impl Loaded for Owned<FuncSkel<'static>> {
+    fn progs(&self) -> Progs<'_> {
+        let p = &self.progs;
+        Progs {
+            kentry: &p.func_kentry,
+            kexit: &p.func_kexit,
+            uentry: &p.func_uentry,
+            uexit: &p.func_uexit,
+            task_exit: &p.func_task_exit,
+        }
+    }
+
+    fn maps(&self) -> Maps<'_> {
+        let m = &self.maps;
+        Maps {
+            hist: &m.func_hist,
+            stamps: &m.func_stamps,
+            alert_tat: &m.alert_tat,
+            alert_drops: &m.alert_drops,
+            alerts: &m.alerts,
+            alerts_perf: &m.alerts_perf,
+        }
+    }
+}
+
+impl Loaded for Owned<FuncNobtfSkel<'static>> {
+    fn progs(&self) -> Progs<'_> {
+        let p = &self.progs;
+        Progs {
+            kentry: &p.func_kentry,
+            kexit: &p.func_kexit,
+            uentry: &p.func_uentry,
+            uexit: &p.func_uexit,
+            task_exit: &p.func_task_exit,
+        }
+    }
+
+    fn maps(&self) -> Maps<'_> {
+        let m = &self.maps;
+        Maps {
+            hist: &m.func_hist,
+            stamps: &m.func_stamps,
+            alert_tat: &m.alert_tat,
+            alert_drops: &m.alert_drops,
+            alerts: &m.alerts,
+            alerts_perf: &m.alerts_perf,
+        }
+    }
+}
 
 /// The shared half: one loaded object, its readers and the alert feed.
 /// Field order is drop order: the feed thread stops before the maps go.
@@ -177,7 +240,7 @@ pub struct Func {
     /// `[return, entry]`; Drop detaches the entry first.
     links: Vec<Link>,
     /// fentry only: this probe's own copy of the programs.
-    _own: Option<Owned<core_build::Skel>>,
+    _own: Option<Owned<FuncSkel<'static>>>,
     set: Rc<FuncSet>,
 }
 
@@ -241,10 +304,10 @@ fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, String> {
     };
     clear_libbpf_warning();
     let skel = match btf_mode {
-        BtfMode::CoRe => core_build::load(&cfg, &wanted)?,
+        BtfMode::CoRe => load_build(|storage| open_core(storage, &cfg, 0), &wanted)?,
         BtfMode::NoBtf => {
             log::info!("func: {}: kfunc/ufunc probes run the no-BTF build (kprobe, uprobe)", super::no_btf_reason());
-            nobtf_build::load(&cfg, &wanted)?
+            load_build(|storage| open_nobtf(storage, &cfg), &wanted)?
         }
     };
     // Threads exiting inside a traced function: their stamps are dropped
@@ -329,11 +392,11 @@ fn attach_fentry(
     specs: &[&ProbeSpec],
     id: u32,
     func: &str,
-) -> Result<(Owned<core_build::Skel>, Vec<Link>), String> {
+) -> Result<(Owned<FuncSkel<'static>>, Vec<Link>), String> {
     let cfg = SetConfig { specs, use_ringbuf: set.use_ringbuf };
     let shared = set.skel.maps();
-    let own = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<core_build::Skel, String> {
-        let mut open = core_build::open(storage, &cfg, id)?;
+    let own = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<FuncSkel<'static>, String> {
+        let mut open = open_core(storage, &cfg, id)?;
         for mut prog in open.open_object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
             prog.set_autoload(name == "func_fentry" || name == "func_fexit");
