@@ -22,6 +22,9 @@ use tracing_subscriber::prelude::*;
 #[path = "src/core_relos.rs"]
 mod core_relos;
 
+/// The types-only object whose skeleton holds the structs of latmon.h.
+const SHARED_SOURCE: &str = "shared.bpf.c";
+
 /// The line that opts a source into the no-BTF build.
 const NO_BTF_MARKER: &str = "/* LATMON_NO_BTF_VARIANT";
 
@@ -98,12 +101,24 @@ fn main() {
     let core_args = [common.clone(), vec!["-I".into(), vmlinux_dir.display().to_string()]].concat();
     let no_btf_args = [common, vec!["-DLATMON_NO_BTF".into()]].concat();
 
+    // The shared type set first: every other skeleton's copies of the
+    // structs of latmon.h become re-exports of its types.
+    let shared_structs = latmon_structs(&bpf_dir.join("latmon.h"));
+    sources.sort_by_key(|s| !s.ends_with(SHARED_SOURCE));
+    assert!(sources[0].ends_with(SHARED_SOURCE), "latmon: bpf/{SHARED_SOURCE} missing");
+    let mut shared_text = None;
     for src in &sources {
         let stem = src.file_name().unwrap().to_string_lossy().replace(".bpf.c", "");
         build_skel(&clang, src, &out, &stem, &core_args);
+        let skel = out.join(format!("{stem}.skel.rs"));
+        match &shared_text {
+            None => shared_text = Some(fs::read_to_string(&skel).expect("read the shared skeleton")),
+            Some(shared) => share_types(&skel, shared, &shared_structs),
+        }
         let text = fs::read_to_string(src).expect("read BPF source");
         if text.lines().any(|l| l.trim_start().starts_with(NO_BTF_MARKER)) {
             let obj = build_skel(&clang, src, &out, &format!("{stem}_nobtf"), &no_btf_args);
+            share_types(&out.join(format!("{stem}_nobtf.skel.rs")), shared_text.as_ref().unwrap(), &shared_structs);
             let relos = core_relos::core_relo_bytes(&fs::read(&obj).expect("read BPF object"))
                 .unwrap_or_else(|e| panic!("latmon: {}: {e}", obj.display()));
             assert!(
@@ -328,4 +343,83 @@ fn zero_line_info(d: &mut [u8]) -> Result<(), String> {
     d[li_off..li_off + li_len].fill(0);
     d[ext_off + 20..ext_off + 24].copy_from_slice(&0u32.to_le_bytes());
     Ok(())
+}
+
+/// The names of the structs latmon.h defines (`struct NAME {` lines).
+fn latmon_structs(header: &Path) -> Vec<String> {
+    let text = fs::read_to_string(header).expect("read latmon.h");
+    text.lines().filter_map(|l| l.strip_prefix("struct ")?.strip_suffix(" {").map(str::to_string)).collect()
+}
+
+/// Each skeleton generates its own Rust type for every struct it uses: in
+/// `skel`, replace the copies of latmon.h's structs by re-exports of the
+/// shared skeleton's (`crate::bpf::shared::types`), so every family reads
+/// them through one type. A copy that differs from the shared one (other
+/// defines, other layout) fails the build.
+fn share_types(skel: &Path, shared: &str, structs: &[String]) {
+    let mut text = fs::read_to_string(skel).expect("read skeleton");
+    let mut uses = String::new();
+    for name in structs {
+        let head = format!("pub struct {name}");
+        let want = item_span(shared, &head).unwrap_or_else(|| {
+            panic!("latmon: the shared skeleton has no struct {name}: add it to bpf/{SHARED_SOURCE}")
+        });
+        let Some(span) = item_span(&text, &head) else { continue };
+        let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            words(&text[span.clone()]) == words(&shared[want]),
+            "latmon: {}: struct {name} differs from the shared one",
+            skel.display()
+        );
+        text.replace_range(span, "");
+        if let Some(span) = item_span(&text, &format!("impl Default for {name}")) {
+            text.replace_range(span, "");
+        }
+        writeln!(uses, "pub use crate::bpf::shared::types::{name};").unwrap();
+    }
+    let at = text.find("pub mod types {").expect("skeleton has a types module") + "pub mod types {".len();
+    text.insert_str(at, &format!("\n{uses}"));
+    fs::write(skel, text).expect("write skeleton");
+}
+
+/// The bytes of the item that starts `head` (`pub struct NAME`, `impl
+/// Default for NAME`) in generated code: its attributes, through the brace
+/// that closes it.
+fn item_span(text: &str, head: &str) -> Option<std::ops::Range<usize>> {
+    let mut from = 0;
+    while let Some(i) = text[from..].find(head) {
+        let at = from + i;
+        from = at + head.len();
+        let rest = &text[from..];
+        let body = rest.trim_start();
+        let word_start = text[..at].ends_with(char::is_whitespace);
+        if !body.starts_with('{') || !word_start {
+            continue;
+        }
+        let open = from + (rest.len() - body.len());
+        let mut depth = 0usize;
+        let close = text[open..].char_indices().find_map(|(j, c)| {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(open + j + 1);
+                    }
+                }
+                _ => {}
+            }
+            None
+        })?;
+        let mut start = at;
+        loop {
+            let before = text[..start].trim_end();
+            match before.strip_suffix(']').and_then(|b| b.rfind("#[")) {
+                Some(attr) => start = attr,
+                None => break,
+            }
+        }
+        return Some(start..close);
+    }
+    None
 }

@@ -61,6 +61,12 @@ fn inflate(z: &[u8], len: usize) -> Result<Vec<u8>, i32> {
 /// crates/latmon-core/build.rs (the models there need them too).
 pub use latmon_core::bpf::limits;
 
+/// bpf/shared.bpf.c: no program; its `types` are the structs of
+/// bpf/latmon.h, which every other skeleton re-exports (build.rs
+/// `share_types`), so each has one Rust type.
+pub mod shared {
+    include!(concat!(env!("OUT_DIR"), "/shared.skel.rs"));
+}
 pub mod runq {
     include!(concat!(env!("OUT_DIR"), "/runq.skel.rs"));
 }

@@ -5,8 +5,8 @@
 //! interval without ever blocking on the kernel; kernel-side drops (token
 //! bucket, full buffer) and queue overflows are counted per alert id.
 //!
-//! Every skeleton generates its own `types::latmon_alert`; `alert_types!`
-//! gives one of them the traits the feed decodes through.
+//! Records, drop counters and anatomies are read through the one Rust type
+//! set of bpf/latmon.h's structs (`crate::bpf::shared::types`, build.rs).
 
 use std::collections::VecDeque;
 use std::mem::size_of;
@@ -16,12 +16,24 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use libbpf_rs::{MapCore, MapHandle, PerfBufferBuilder, RingBufferBuilder};
+use libbpf_rs::{MapCore, MapHandle, MapMut, OpenMapMut, PerfBufferBuilder, RingBufferBuilder};
 
 use super::libbpf_error;
-use crate::anatomy::{Anatomy, Cause, CauseKind};
+use crate::anatomy::{Anatomy, Cause, CauseKind, Policy};
 use crate::bpf::limits::{ALERT_PERF_PAGES, ALERT_QUEUE, ANAT_IRQS, ANAT_TASKS, COMM_LEN, SOFTIRQ_VECS};
+use crate::bpf::shared::types::{latmon_alert, latmon_alert_anat, latmon_alert_drops, latmon_anatomy};
+use crate::hist::Hist;
 use crate::summary::AlertRecord;
+
+// SAFETY: #[repr(C)] structs of integers generated from bpf/latmon.h;
+// every bit pattern is valid.
+unsafe impl plain::Plain for latmon_alert {}
+unsafe impl plain::Plain for latmon_alert_drops {}
+unsafe impl plain::Plain for latmon_anatomy {}
+const _: () = assert!(size_of::<latmon_alert>() == ALERT_RECORD_BYTES);
+const _: () = assert!(size_of::<latmon_alert_drops>() == 16);
+const _: () = assert!(size_of::<latmon_anatomy>() == ANATOMY_BYTES);
+const _: () = assert!(size_of::<latmon_alert_anat>() == ALERT_RECORD_BYTES + ANATOMY_BYTES);
 
 /// The record layout user space decodes must be the one in latmon.h.
 pub(crate) const ALERT_RECORD_BYTES: usize = 8 + 8 + 4 * 4 + COMM_LEN;
@@ -60,38 +72,63 @@ pub(crate) fn want_ringbuf() -> bool {
     }
 }
 
-/// A generated `struct latmon_alert_drops`.
-pub(crate) trait RawAlertDrops: plain::Plain + Default {
-    fn total(&self) -> u64;
-}
-
-pub(crate) trait ReadDrops {
-    /// Alert records dropped in the kernel for probe `key`, all CPUs.
-    fn total(&mut self, key: u32) -> Result<u64, String>;
-}
-
-impl<T: RawAlertDrops> ReadDrops for PerCpuArray<T> {
-    fn total(&mut self, key: u32) -> Result<u64, String> {
-        let mut n = 0;
-        self.read(key, |d| n += d.total())?;
-        Ok(n)
+impl latmon_alert_drops {
+    fn total(&self) -> u64 {
+        self.rate_limited + self.buffer_full
     }
 }
 
-/// A generated `struct latmon_alert`, as the summary's record.
-pub(crate) trait RawAlert: plain::Plain + Default {
-    fn probe_id(&self) -> u32;
-    fn record(&self, probe: String) -> AlertRecord;
+/// A kernel comm (NUL-terminated unless full) as text, lossy UTF-8.
+fn comm_text(comm: &[i8]) -> String {
+    let bytes: Vec<u8> = comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// A generated `struct latmon_anatomy`: its parts as causes (IRQ names
-/// left empty: the feed names them), before `Anatomy::from_parts`.
-pub(crate) trait RawAnatomy: plain::Plain + Default {
-    fn cpus(&self) -> (u32, u32);
-    fn parts(&self, out: &mut Vec<Cause>);
+impl latmon_alert {
+    /// The summary's record of this alert, from probe `probe`.
+    fn record(&self, probe: String) -> AlertRecord {
+        AlertRecord {
+            probe,
+            pid: self.pid,
+            tid: self.tid,
+            comm: comm_text(&self.comm),
+            cpu: self.cpu,
+            latency_ns: self.latency_ns,
+            time_ns: self.time_ns,
+            anatomy: None,
+        }
+    }
 }
 
-/// Decodes one alert record (`decode_alert::<the build's latmon_alert>`).
+impl latmon_anatomy {
+    /// The parts as causes (IRQ names left empty: the feed names them),
+    /// before `Anatomy::from_parts`.
+    fn parts(&self, out: &mut Vec<Cause>) {
+        for t in self.task.iter().filter(|t| t.ns > 0) {
+            out.push(Cause {
+                kind: CauseKind::Task {
+                    comm: comm_text(&t.comm),
+                    pid: t.pid,
+                    policy: Policy::from_code(t.policy),
+                    prio: t.prio,
+                },
+                ns: t.ns,
+            });
+        }
+        out.push(Cause { kind: CauseKind::TaskRest, ns: self.task_rest_ns });
+        for i in self.irq.iter().filter(|i| i.ns > 0) {
+            out.push(Cause { kind: CauseKind::Irq { irq: i.irq, name: String::new() }, ns: i.ns });
+        }
+        out.push(Cause { kind: CauseKind::IrqRest, ns: self.irq_rest_ns });
+        for (v, &ns) in self.softirq_ns.iter().enumerate() {
+            out.push(Cause { kind: CauseKind::Softirq { vector: v as u32 }, ns });
+        }
+        out.push(Cause { kind: CauseKind::TimerIrqDelay, ns: self.timer_irq_delay_ns });
+    }
+}
+
+/// Decodes one alert record: `decode_alert`, or `decode_alert_anat` for
+/// objects that append anatomies.
 pub(crate) type DecodeAlert = fn(&[u8], &[String]) -> Option<(usize, AlertRecord)>;
 
 /// Reads one key of a per-CPU array map of `T`, visiting each CPU's value.
@@ -327,183 +364,136 @@ fn push_record(
     q.held += 1;
 }
 
-/// A kernel alert record, read through the generated type `T` of the
-/// build that wrote it, as the summary's `AlertRecord` (lossy UTF-8 comm).
-pub(crate) fn decode_alert<T: RawAlert>(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
-    let mut raw = T::default();
+/// A kernel alert record as the summary's `AlertRecord` (lossy UTF-8
+/// comm), named after its id's entry of `names`.
+pub(crate) fn decode_alert(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
+    let mut raw = latmon_alert::default();
     // Perf buffer samples may carry trailing padding; never less.
     plain::copy_from_bytes(&mut raw, data.get(..ALERT_RECORD_BYTES)?).ok()?;
-    let id = raw.probe_id() as usize;
+    let id = raw.probe_id as usize;
     let probe = names.get(id)?.clone();
     Some((id, raw.record(probe)))
 }
 
-/// As decode_alert, for objects that append an anatomy (`A`, the build's
-/// latmon_anatomy) to some records: a record that long has one.
-pub(crate) fn decode_alert_anat<T: RawAlert, A: RawAnatomy>(
-    data: &[u8],
-    names: &[String],
-) -> Option<(usize, AlertRecord)> {
-    let (id, mut rec) = decode_alert::<T>(data, names)?;
+/// As decode_alert, for objects that append an anatomy to some records
+/// (struct latmon_alert_anat): a record that long has one.
+pub(crate) fn decode_alert_anat(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
+    let (id, mut rec) = decode_alert(data, names)?;
     if let Some(bytes) = data.get(ALERT_RECORD_BYTES..ALERT_RECORD_BYTES + ANATOMY_BYTES) {
-        let mut raw = A::default();
+        let mut raw = latmon_anatomy::default();
         plain::copy_from_bytes(&mut raw, bytes).ok()?;
         let mut parts = Vec::with_capacity(ANAT_TASKS + ANAT_IRQS + SOFTIRQ_VECS + 3);
         raw.parts(&mut parts);
-        let (woken, ran) = raw.cpus();
-        rec.anatomy = Some(Anatomy::from_parts(rec.latency_ns, woken, ran, parts));
+        rec.anatomy = Some(Anatomy::from_parts(rec.latency_ns, raw.cpu_woken, raw.cpu_ran, parts));
     }
     Some((id, rec))
 }
 
-/// `RawAnatomy` for a skeleton's generated `types::latmon_anatomy`
-/// (`anatomy_types!(types)`, next to `alert_types!`).
-macro_rules! anatomy_types {
-    ($types:ident) => {
-        // SAFETY: #[repr(C)] structs of integers generated from
-        // bpf/latmon.h; every bit pattern is valid.
-        unsafe impl ::plain::Plain for $types::latmon_anatomy {}
-        const _: () = assert!(::std::mem::size_of::<$types::latmon_anatomy>() == $crate::probes::alerts::ANATOMY_BYTES);
-        const _: () = assert!(
-            ::std::mem::size_of::<$types::latmon_alert_anat>()
-                == $crate::probes::alerts::ALERT_RECORD_BYTES + $crate::probes::alerts::ANATOMY_BYTES
-        );
-
-        impl $crate::probes::alerts::RawAnatomy for $types::latmon_anatomy {
-            fn cpus(&self) -> (u32, u32) {
-                (self.cpu_woken, self.cpu_ran)
-            }
-            fn parts(&self, out: &mut Vec<$crate::anatomy::Cause>) {
-                use $crate::anatomy::{Cause, CauseKind, Policy};
-                for t in self.task.iter().filter(|t| t.ns > 0) {
-                    let comm: Vec<u8> = t.comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
-                    out.push(Cause {
-                        kind: CauseKind::Task {
-                            comm: String::from_utf8_lossy(&comm).into_owned(),
-                            pid: t.pid,
-                            policy: Policy::from_code(t.policy),
-                            prio: t.prio,
-                        },
-                        ns: t.ns,
-                    });
-                }
-                out.push(Cause { kind: CauseKind::TaskRest, ns: self.task_rest_ns });
-                for i in self.irq.iter().filter(|i| i.ns > 0) {
-                    out.push(Cause { kind: CauseKind::Irq { irq: i.irq, name: String::new() }, ns: i.ns });
-                }
-                out.push(Cause { kind: CauseKind::IrqRest, ns: self.irq_rest_ns });
-                for (v, &ns) in self.softirq_ns.iter().enumerate() {
-                    out.push(Cause { kind: CauseKind::Softirq { vector: v as u32 }, ns });
-                }
-                out.push(Cause { kind: CauseKind::TimerIrqDelay, ns: self.timer_irq_delay_ns });
-            }
-        }
-    };
+/// Before load: create only the alert buffer in use (`ringbuf`: `ring`,
+/// the object's `alerts`; else `perf`, its `alerts_perf`) of an open
+/// skeleton that includes bpf/alerts.bpf.h; the BPF side picks it by its
+/// `use_ringbuf` rodata.
+pub(crate) fn keep_alert_buffer<'a>(
+    ring: &mut OpenMapMut<'a>,
+    perf: &mut OpenMapMut<'a>,
+    ringbuf: bool,
+) -> Result<(), String> {
+    if ringbuf { perf } else { ring }.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))
 }
-pub(crate) use anatomy_types;
 
-/// Decoding traits for a skeleton's generated `types::latmon_alert` and
-/// `types::latmon_alert_drops` (`alert_types!(types)` in the module that
-/// imports that skeleton's `types`).
-macro_rules! alert_types {
-    ($types:ident) => {
-        // SAFETY: #[repr(C)] structs of integers generated from
-        // bpf/latmon.h; every bit pattern is valid.
-        unsafe impl ::plain::Plain for $types::latmon_alert {}
-        unsafe impl ::plain::Plain for $types::latmon_alert_drops {}
-        const _: () =
-            assert!(::std::mem::size_of::<$types::latmon_alert>() == $crate::probes::alerts::ALERT_RECORD_BYTES);
-        const _: () = assert!(::std::mem::size_of::<$types::latmon_alert_drops>() == 16);
-
-        impl $crate::probes::alerts::RawAlertDrops for $types::latmon_alert_drops {
-            fn total(&self) -> u64 {
-                self.rate_limited + self.buffer_full
-            }
-        }
-
-        impl $crate::probes::alerts::RawAlert for $types::latmon_alert {
-            fn probe_id(&self) -> u32 {
-                self.probe_id
-            }
-            fn record(&self, probe: String) -> $crate::summary::AlertRecord {
-                let comm: Vec<u8> = self.comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
-                $crate::summary::AlertRecord {
-                    probe,
-                    pid: self.pid,
-                    tid: self.tid,
-                    comm: String::from_utf8_lossy(&comm).into_owned(),
-                    cpu: self.cpu,
-                    latency_ns: self.latency_ns,
-                    time_ns: self.time_ns,
-                    anatomy: None,
-                }
-            }
-        }
-    };
+/// The maps of a loaded object that includes bpf/alerts.bpf.h.
+pub(crate) struct AlertMaps<'a> {
+    /// `alert_drops`, per alert id: its max_entries is the object's
+    /// number of alert ids (LATMON_ALERT_IDS).
+    pub drops: &'a MapMut<'a>,
+    /// `alerts` (ring buffer) and `alerts_perf`; `keep_alert_buffer`
+    /// created one of them.
+    pub ring: &'a MapMut<'a>,
+    pub perf: &'a MapMut<'a>,
 }
-pub(crate) use alert_types;
 
-/// The alert reader of a loaded skeleton whose BPF side includes
-/// bpf/alerts.bpf.h (maps `alerts` and `alerts_perf`), when `spec` sets a
-/// threshold: `Result<Option<AlertFeed>, String>`. `ids` alert ids, all
-/// named after the probe (a multi-series family renames its records after
-/// the series that drains them).
-macro_rules! alert_feed {
-    ($skel:expr, $spec:expr, $ringbuf:expr, $types:ident, $ids:expr) => {
-        $crate::probes::alerts::alert_feed!(
-            $skel,
-            $spec,
-            $ringbuf,
-            $types,
-            $ids,
-            $crate::probes::alerts::decode_alert::<$types::latmon_alert>
-        )
-    };
-    ($skel:expr, $spec:expr, $ringbuf:expr, $types:ident, $ids:expr, $decode:expr) => {
-        match $spec.threshold {
-            None => Ok(None),
-            Some(_) => {
-                let map = if $ringbuf { &$skel.maps.alerts } else { &$skel.maps.alerts_perf };
-                ::libbpf_rs::MapHandle::try_from(map)
-                    .map_err(|e| $crate::probes::libbpf_error("alert buffer", &e))
-                    .and_then(|handle| {
-                        $crate::probes::alerts::AlertFeed::spawn(
-                            handle,
-                            $ringbuf,
-                            vec![$spec.name.clone(); $ids],
-                            $decode,
-                        )
-                    })
-                    .map(Some)
-            }
+/// A family's alert half, read the same way by every family: the
+/// records the kernel dropped per alert id and, when the probe has a
+/// threshold, the reader of its records.
+pub(crate) struct Alerts {
+    feed: Option<AlertFeed>,
+    drops: PerCpuArray<latmon_alert_drops>,
+}
+
+impl Alerts {
+    /// The alert half of a loaded object; with `records`, its reader too,
+    /// naming each id's records by `names(number of ids)` and decoding
+    /// them with `decode`.
+    pub(crate) fn new(
+        maps: AlertMaps<'_>,
+        records: bool,
+        ringbuf: bool,
+        names: impl FnOnce(usize) -> Vec<String>,
+        decode: DecodeAlert,
+    ) -> Result<Self, String> {
+        let drops = PerCpuArray::new(maps.drops)?;
+        if !records {
+            return Ok(Alerts { feed: None, drops });
         }
-    };
-}
-pub(crate) use alert_feed;
+        let map = if ringbuf { maps.ring } else { maps.perf };
+        let handle = MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
+        let names = names(maps.drops.max_entries() as usize);
+        Ok(Alerts { feed: Some(AlertFeed::spawn(handle, ringbuf, names, decode)?), drops })
+    }
 
-/// Before load: create only the alert buffer in use (`ringbuf`: `alerts`,
-/// else `alerts_perf`) in an open skeleton that includes
-/// bpf/alerts.bpf.h; the BPF side picks it by its `use_ringbuf` rodata.
-macro_rules! keep_alert_buffer {
-    ($open:expr, $ringbuf:expr) => {
-        if $ringbuf { &mut $open.maps.alerts_perf } else { &mut $open.maps.alerts }
-            .set_autocreate(false)
-            .map_err(|e| $crate::probes::libbpf_error("alert buffer", &e))
-    };
+    /// Whether records are read (a threshold is set).
+    pub(crate) fn records(&self) -> bool {
+        self.feed.is_some()
+    }
+
+    /// Alert records of id `id` lost on the way: in the kernel (token
+    /// bucket, full buffer) and in the queue (agent too slow).
+    pub(crate) fn dropped(&mut self, id: u32) -> Result<u64, String> {
+        let mut n = 0;
+        self.drops.read(id, |d| n += d.total())?;
+        Ok(n + self.feed.as_ref().map_or(0, |f| f.queue_dropped(id)))
+    }
+
+    /// A histogram (`hist` reads it into `out`) with the records of alert
+    /// id `id` lost on the way.
+    pub(crate) fn read(
+        &mut self,
+        id: u32,
+        out: &mut Hist,
+        hist: impl FnOnce(&mut Hist) -> Result<(), String>,
+    ) -> Result<(), String> {
+        // Records refused are counted after their event (BPF counts the
+        // alert, then sends or drops the record): reading the drops first
+        // keeps every counted drop's event in the histogram read after.
+        let dropped = self.dropped(id)?;
+        hist(out)?;
+        out.alerts_dropped = dropped;
+        Ok(())
+    }
+
+    pub(crate) fn drain(&self, id: u32, out: &mut Vec<AlertRecord>) {
+        if let Some(feed) = &self.feed {
+            feed.drain(id, out);
+        }
+    }
+
+    pub(crate) fn flush(&self) {
+        if let Some(feed) = &self.feed {
+            feed.flush();
+        }
+    }
 }
-pub(crate) use keep_alert_buffer;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf::func::types;
 
     fn decode(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
-        decode_alert::<types::latmon_alert>(data, names)
+        decode_alert(data, names)
     }
 
     fn raw(id: u32, comm: &[u8]) -> Vec<u8> {
-        let mut a = types::latmon_alert {
+        let mut a = latmon_alert {
             time_ns: 5,
             latency_ns: 2_000_000,
             probe_id: id,

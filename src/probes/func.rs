@@ -18,7 +18,8 @@
 //! each probe reports which (`ProbeInfo::btf_mode`). Everything past
 //! loading uses libbpf-rs handles common to both builds (`Loaded`), and
 //! reads histograms, drop counters and alert records through the generated
-//! types of the build that runs (`func_build!`).
+//! types of latmon.h (the two builds differ only in `open_core` /
+//! `open_nobtf` and their `Loaded` impls).
 //!
 //! Attach ladder, per probe:
 //! - kfunc: fentry/fexit (a copy of the object holding just that pair,
@@ -36,24 +37,24 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::rc::Rc;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{KprobeOpts, Link, MapHandle, MapMut, OpenObject, ProgramMut, UprobeOpts};
+use libbpf_rs::{KprobeOpts, Link, MapMut, OpenObject, ProgramMut, UprobeOpts};
 
-use super::alerts::{decode_alert, want_ringbuf, AlertFeed, DecodeAlert, PerCpuArray, ReadDrops};
-use super::{clear_libbpf_warning, ladder, libbpf_error, BtfMode, Owned, PerCpuHist, Probe, ProbeError, ReadHist};
-use crate::bpf::limits::MAX_FUNC_PROBES;
+use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
+use super::{
+    clear_libbpf_warning, ladder, libbpf_error, set_comm, threshold_ns, BtfMode, Owned, PerCpuHist, Probe, ProbeError,
+};
+use crate::bpf::func::{FuncSkel, FuncSkelBuilder, OpenFuncSkel};
+use crate::bpf::func_nobtf::{FuncNobtfSkel, FuncNobtfSkelBuilder, OpenFuncNobtfSkel};
+use crate::bpf::limits::{COMM_LEN, MAX_FUNC_PROBES};
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::Hist;
 use crate::ident::Mechanism;
-use crate::summary::{fmt_ns, AlertRecord, ProbeInfo};
+use crate::summary::{AlertRecord, ProbeInfo};
 
 /// What every copy of the object is configured with before load.
 struct SetConfig<'a> {
     specs: &'a [&'a ProbeSpec],
     use_ringbuf: bool,
-}
-
-fn threshold_ns(spec: &ProbeSpec) -> u64 {
-    spec.threshold.map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// The set's programs, as libbpf-rs handles (the same in both builds).
@@ -75,118 +76,157 @@ struct Maps<'a> {
     alerts_perf: &'a MapMut<'static>,
 }
 
-/// Reads of one build's maps through that build's generated types.
-struct Readers {
-    hist: Box<dyn ReadHist>,
-    alert_drops: Box<dyn ReadDrops>,
-    decode_alert: DecodeAlert,
-}
-
 /// A loaded func object, whichever build.
 trait Loaded {
     fn progs(&self) -> Progs<'_>;
     fn maps(&self) -> Maps<'_>;
-    fn readers(&self) -> Result<Readers, String>;
 }
 
-/// What differs between the two builds of func.bpf.c: the generated
-/// skeleton and types. One instance per build; each gives the rest of this
-/// file a `Loaded` object and readers typed by its own skeleton.
-macro_rules! func_build {
-    ($build:ident, $skel:ident, $Skel:ident, $Builder:ident, $Open:ident) => {
-        mod $build {
-            use super::*;
-            use crate::bpf::$skel::{types, $Builder, $Open, $Skel};
+/// The rodata `SetConfig` sets, in either build's skeleton.
+struct Rodata<'a> {
+    nr_probes: &'a mut u32,
+    fentry_probe_id: &'a mut u32,
+    use_ringbuf: &'a mut bool,
+    filter_tgid: &'a mut [u32],
+    filter_comm: &'a mut [[i8; COMM_LEN]],
+    threshold_ns: &'a mut [u64],
+}
 
-            crate::probes::alerts::alert_types!(types);
-
-            pub(super) type Skel = $Skel<'static>;
-
-            /// Open a copy of the object and set its rodata (filters,
-            /// thresholds, probe count) and alert transport.
-            pub(super) fn open(
-                storage: &'static mut MaybeUninit<OpenObject>,
-                cfg: &SetConfig<'_>,
-                fentry_probe_id: u32,
-            ) -> Result<$Open<'static>, String> {
-                let mut open = $Builder::default()
-                    .open_opts(super::super::open_opts(), storage)
-                    .map_err(|e| libbpf_error("open func", &e))?;
-                let ro = open.maps.rodata_data.as_deref_mut().ok_or("func object has no rodata")?;
-                ro.nr_probes = cfg.specs.len() as u32;
-                ro.fentry_probe_id = fentry_probe_id;
-                ro.use_ringbuf = cfg.use_ringbuf;
-                for (id, spec) in cfg.specs.iter().enumerate() {
-                    ro.filter_tgid[id] = spec.pid.unwrap_or(0);
-                    if let Some(comm) = &spec.comm {
-                        for (d, s) in ro.filter_comm[id].iter_mut().zip(comm.bytes()) {
-                            *d = s as i8;
-                        }
-                    }
-                    ro.threshold_ns[id] = threshold_ns(spec);
-                }
-                crate::probes::alerts::keep_alert_buffer!(open, cfg.use_ringbuf)?;
-                Ok(open)
-            }
-
-            /// The set's object: loaded with the programs `wanted` says.
-            pub(super) fn load(cfg: &SetConfig<'_>, wanted: &dyn Fn(&str) -> bool) -> Result<Box<dyn Loaded>, String> {
-                let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<Skel, String> {
-                    let mut open = open(storage, cfg, 0)?;
-                    for mut prog in open.open_object_mut().progs_mut() {
-                        let name = prog.name().to_string_lossy().into_owned();
-                        prog.set_autoload(wanted(&name));
-                    }
-                    open.load().map_err(|e| libbpf_error("load func", &e))
-                })?;
-                Ok(Box::new(skel))
-            }
-
-            impl Loaded for Owned<Skel> {
-                fn progs(&self) -> Progs<'_> {
-                    let p = &self.progs;
-                    Progs {
-                        kentry: &p.func_kentry,
-                        kexit: &p.func_kexit,
-                        uentry: &p.func_uentry,
-                        uexit: &p.func_uexit,
-                        task_exit: &p.func_task_exit,
-                    }
-                }
-
-                fn maps(&self) -> Maps<'_> {
-                    let m = &self.maps;
-                    Maps {
-                        hist: &m.func_hist,
-                        stamps: &m.func_stamps,
-                        alert_tat: &m.alert_tat,
-                        alert_drops: &m.alert_drops,
-                        alerts: &m.alerts,
-                        alerts_perf: &m.alerts_perf,
-                    }
-                }
-
-                fn readers(&self) -> Result<Readers, String> {
-                    Ok(Readers {
-                        hist: Box::new(PerCpuHist::<types::latmon_hist>::new(&self.maps.func_hist)?),
-                        alert_drops: Box::new(PerCpuArray::<types::latmon_alert_drops>::new(&self.maps.alert_drops)?),
-                        decode_alert: decode_alert::<types::latmon_alert>,
-                    })
-                }
-            }
+impl SetConfig<'_> {
+    /// Set a copy's rodata: filters, thresholds, probe count and alert
+    /// transport.
+    fn apply(&self, ro: Rodata<'_>, fentry_probe_id: u32) {
+        *ro.nr_probes = self.specs.len() as u32;
+        *ro.fentry_probe_id = fentry_probe_id;
+        *ro.use_ringbuf = self.use_ringbuf;
+        for (id, spec) in self.specs.iter().enumerate() {
+            ro.filter_tgid[id] = spec.pid.unwrap_or(0);
+            set_comm(&mut ro.filter_comm[id], spec.comm.as_deref());
+            ro.threshold_ns[id] = threshold_ns(spec);
         }
-    };
+    }
 }
 
-func_build!(core_build, func, FuncSkel, FuncSkelBuilder, OpenFuncSkel);
-func_build!(nobtf_build, func_nobtf, FuncNobtfSkel, FuncNobtfSkelBuilder, OpenFuncNobtfSkel);
+/// Open a copy of the CO-RE object, configured by `cfg`.
+fn open_core(
+    storage: &'static mut MaybeUninit<OpenObject>,
+    cfg: &SetConfig<'_>,
+    fentry_probe_id: u32,
+) -> Result<OpenFuncSkel<'static>, String> {
+    let mut open =
+        FuncSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open func", &e))?;
+    let ro = open.maps.rodata_data.as_deref_mut().ok_or("func object has no rodata")?;
+    let ro = Rodata {
+        nr_probes: &mut ro.nr_probes,
+        fentry_probe_id: &mut ro.fentry_probe_id,
+        use_ringbuf: &mut ro.use_ringbuf,
+        filter_tgid: &mut ro.filter_tgid,
+        filter_comm: &mut ro.filter_comm,
+        threshold_ns: &mut ro.threshold_ns,
+    };
+    cfg.apply(ro, fentry_probe_id);
+    keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, cfg.use_ringbuf)?;
+    Ok(open)
+}
+
+/// Open the no-BTF object, configured by `cfg` (no fentry copies).
+fn open_nobtf(
+    storage: &'static mut MaybeUninit<OpenObject>,
+    cfg: &SetConfig<'_>,
+) -> Result<OpenFuncNobtfSkel<'static>, String> {
+    let mut open = FuncNobtfSkelBuilder::default()
+        .open_opts(super::open_opts(), storage)
+        .map_err(|e| libbpf_error("open func", &e))?;
+    let ro = open.maps.rodata_data.as_deref_mut().ok_or("func object has no rodata")?;
+    let ro = Rodata {
+        nr_probes: &mut ro.nr_probes,
+        fentry_probe_id: &mut ro.fentry_probe_id,
+        use_ringbuf: &mut ro.use_ringbuf,
+        filter_tgid: &mut ro.filter_tgid,
+        filter_comm: &mut ro.filter_comm,
+        threshold_ns: &mut ro.threshold_ns,
+    };
+    cfg.apply(ro, 0);
+    keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, cfg.use_ringbuf)?;
+    Ok(open)
+}
+
+/// The set's object of either build (`open` opens a configured copy):
+/// loaded with the programs `wanted` says.
+fn load_build<O>(
+    open: impl FnOnce(&'static mut MaybeUninit<OpenObject>) -> Result<O, String>,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Result<Box<dyn Loaded>, String>
+where
+    O: OpenSkel<'static>,
+    Owned<O::Output>: Loaded + 'static,
+{
+    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<O::Output, String> {
+        let mut open = open(storage)?;
+        for mut prog in open.open_object_mut().progs_mut() {
+            let name = prog.name().to_string_lossy().into_owned();
+            prog.set_autoload(wanted(&name));
+        }
+        open.load().map_err(|e| libbpf_error("load func", &e))
+    })?;
+    Ok(Box::new(skel))
+}
+
+impl Loaded for Owned<FuncSkel<'static>> {
+    fn progs(&self) -> Progs<'_> {
+        let p = &self.progs;
+        Progs {
+            kentry: &p.func_kentry,
+            kexit: &p.func_kexit,
+            uentry: &p.func_uentry,
+            uexit: &p.func_uexit,
+            task_exit: &p.func_task_exit,
+        }
+    }
+
+    fn maps(&self) -> Maps<'_> {
+        let m = &self.maps;
+        Maps {
+            hist: &m.func_hist,
+            stamps: &m.func_stamps,
+            alert_tat: &m.alert_tat,
+            alert_drops: &m.alert_drops,
+            alerts: &m.alerts,
+            alerts_perf: &m.alerts_perf,
+        }
+    }
+}
+
+impl Loaded for Owned<FuncNobtfSkel<'static>> {
+    fn progs(&self) -> Progs<'_> {
+        let p = &self.progs;
+        Progs {
+            kentry: &p.func_kentry,
+            kexit: &p.func_kexit,
+            uentry: &p.func_uentry,
+            uexit: &p.func_uexit,
+            task_exit: &p.func_task_exit,
+        }
+    }
+
+    fn maps(&self) -> Maps<'_> {
+        let m = &self.maps;
+        Maps {
+            hist: &m.func_hist,
+            stamps: &m.func_stamps,
+            alert_tat: &m.alert_tat,
+            alert_drops: &m.alert_drops,
+            alerts: &m.alerts,
+            alerts_perf: &m.alerts_perf,
+        }
+    }
+}
 
 /// The shared half: one loaded object, its readers and the alert feed.
 /// Field order is drop order: the feed thread stops before the maps go.
 struct FuncSet {
-    alerts: Option<AlertFeed>,
-    hist: std::cell::RefCell<Box<dyn ReadHist>>,
-    alert_drops: std::cell::RefCell<Box<dyn ReadDrops>>,
+    alerts: std::cell::RefCell<Alerts>,
+    hist: std::cell::RefCell<PerCpuHist>,
     use_ringbuf: bool,
     btf_mode: BtfMode,
     _exit_link: Option<Link>,
@@ -200,7 +240,7 @@ pub struct Func {
     /// `[return, entry]`; Drop detaches the entry first.
     links: Vec<Link>,
     /// fentry only: this probe's own copy of the programs.
-    _own: Option<Owned<core_build::Skel>>,
+    _own: Option<Owned<FuncSkel<'static>>>,
     set: Rc<FuncSet>,
 }
 
@@ -264,10 +304,10 @@ fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, String> {
     };
     clear_libbpf_warning();
     let skel = match btf_mode {
-        BtfMode::CoRe => core_build::load(&cfg, &wanted)?,
+        BtfMode::CoRe => load_build(|storage| open_core(storage, &cfg, 0), &wanted)?,
         BtfMode::NoBtf => {
             log::info!("func: {}: kfunc/ufunc probes run the no-BTF build (kprobe, uprobe)", super::no_btf_reason());
-            nobtf_build::load(&cfg, &wanted)?
+            load_build(|storage| open_nobtf(storage, &cfg), &wanted)?
         }
     };
     // Threads exiting inside a traced function: their stamps are dropped
@@ -276,25 +316,14 @@ fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, String> {
     if let Err(e) = &exit_link {
         log::warn!("func: {}", libbpf_error("attach raw_tp/sched_process_exit (stamps of exiting threads leak)", e));
     }
-    let readers = skel.readers()?;
-    let alerts = if specs.iter().any(|s| threshold_ns(s) > 0) {
-        let maps = skel.maps();
-        let map = if use_ringbuf { maps.alerts } else { maps.alerts_perf };
-        let handle = MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
-        let names = specs.iter().map(|s| s.name.clone()).collect();
-        Some(AlertFeed::spawn(handle, use_ringbuf, names, readers.decode_alert)?)
-    } else {
-        None
-    };
-    let set = FuncSet {
-        alerts,
-        hist: readers.hist.into(),
-        alert_drops: readers.alert_drops.into(),
-        use_ringbuf,
-        btf_mode,
-        _exit_link: exit_link.ok(),
-        skel,
-    };
+    let maps = skel.maps();
+    let hist = PerCpuHist::new(maps.hist)?;
+    let alert_maps = AlertMaps { drops: maps.alert_drops, ring: maps.alerts, perf: maps.alerts_perf };
+    // Record ids are positions among the specs.
+    let names = |_| specs.iter().map(|s| s.name.clone()).collect();
+    let alerts = Alerts::new(alert_maps, specs.iter().any(|s| threshold_ns(s) > 0), use_ringbuf, names, decode_alert)?;
+    let set =
+        FuncSet { alerts: alerts.into(), hist: hist.into(), use_ringbuf, btf_mode, _exit_link: exit_link.ok(), skel };
     Ok(set)
 }
 
@@ -346,12 +375,7 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
         Mechanism::Kprobe => "kprobe/kretprobe, nested calls paired in order",
         _ => "fentry/fexit, nested calls paired in order",
     };
-    let mut mode = pairing.to_string();
-    let thr = threshold_ns(spec);
-    if thr > 0 {
-        mode +=
-            &format!(", alerts above {} via {}", fmt_ns(thr), if set.use_ringbuf { "ringbuf" } else { "perf buffer" });
-    }
+    let mode = pairing.to_string() + &super::alert_mode(threshold_ns(spec), set.use_ringbuf);
     Ok(Func {
         info: ProbeInfo { name: probe, kind: spec.kind.family(), attach: mech, mode, btf_mode: set.btf_mode },
         id,
@@ -368,11 +392,11 @@ fn attach_fentry(
     specs: &[&ProbeSpec],
     id: u32,
     func: &str,
-) -> Result<(Owned<core_build::Skel>, Vec<Link>), String> {
+) -> Result<(Owned<FuncSkel<'static>>, Vec<Link>), String> {
     let cfg = SetConfig { specs, use_ringbuf: set.use_ringbuf };
     let shared = set.skel.maps();
-    let own = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<core_build::Skel, String> {
-        let mut open = core_build::open(storage, &cfg, id)?;
+    let own = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<FuncSkel<'static>, String> {
+        let mut open = open_core(storage, &cfg, id)?;
         for mut prog in open.open_object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
             prog.set_autoload(name == "func_fentry" || name == "func_fexit");
@@ -479,29 +503,19 @@ impl Probe for Func {
     }
 
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
-        let err = |why| ProbeError::Read { probe: self.info.name.clone(), why };
-        // Records refused are counted after their event (BPF counts the
-        // alert, then sends or drops the record): reading the drops first
-        // keeps every counted drop's event in the histogram read after.
-        let mut dropped = self.set.alert_drops.borrow_mut().total(self.id).map_err(err)?;
-        if let Some(feed) = &self.set.alerts {
-            dropped += feed.queue_dropped(self.id);
-        }
-        self.set.hist.borrow_mut().read(self.id, out).map_err(err)?;
-        out.alerts_dropped = dropped;
-        Ok(())
+        let (set, id) = (&self.set, self.id);
+        set.alerts
+            .borrow_mut()
+            .read(id, out, |o| set.hist.borrow_mut().read(id, o))
+            .map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
     }
 
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
-        if let Some(feed) = &self.set.alerts {
-            feed.drain(self.id, out);
-        }
+        self.set.alerts.borrow().drain(self.id, out);
     }
 
     fn flush_alerts(&mut self) {
-        if let Some(feed) = &self.set.alerts {
-            feed.flush();
-        }
+        self.set.alerts.borrow().flush();
     }
 
     fn bpf_programs(&self) -> Vec<RawFd> {

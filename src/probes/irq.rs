@@ -19,19 +19,18 @@ use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapMut, OpenObject};
 
-use super::alerts::{alert_feed, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
+use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
 use super::series::{Family as FamilyProbe, Role, Slot, Source};
 use super::{
-    attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, tracefs_format, Owned, PerCpuHist, Probe,
-    ProbeError, RawHist,
+    attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, threshold_ns, tracefs_format, Owned, PerCpuHist,
+    Probe, ProbeError,
 };
-use crate::bpf::irq::{types, IrqSkelBuilder};
-use crate::bpf::irq_nobtf::{types as nobtf_types, IrqNobtfSkelBuilder};
-use crate::bpf::limits::{
-    IRQ_ALERT_SLOTS, IRQ_KIND_HANDLER, IRQ_KIND_THREAD, IRQ_KIND_THREAD_HARDIRQ, IRQ_KIND_THREAD_WAKEUP, SOFTIRQ_VECS,
-};
+use crate::bpf::irq::{IrqSkel, IrqSkelBuilder};
+use crate::bpf::irq_nobtf::{IrqNobtfSkel, IrqNobtfSkelBuilder};
+use crate::bpf::limits::{IRQ_KIND_HANDLER, IRQ_KIND_THREAD, IRQ_KIND_THREAD_HARDIRQ, IRQ_KIND_THREAD_WAKEUP};
+use crate::bpf::shared::types::latmon_irq_key;
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
 use crate::ident::Mechanism;
@@ -39,17 +38,8 @@ use crate::summary::{AlertRecord, ProbeInfo};
 use crate::tpformat::PID_SIZES;
 
 // SAFETY: a #[repr(C)] pair of u32s generated from latmon.h.
-unsafe impl plain::Plain for types::latmon_irq_key {}
-const _: () = assert!(std::mem::size_of::<types::latmon_irq_key>() == 8, "alert_id builds the key as two u32s");
-
-mod core_alert_types {
-    use crate::bpf::irq::types;
-    crate::probes::alerts::alert_types!(types);
-}
-mod nobtf_alert_types {
-    use crate::bpf::irq_nobtf::types;
-    crate::probes::alerts::alert_types!(types);
-}
+unsafe impl plain::Plain for latmon_irq_key {}
+const _: () = assert!(std::mem::size_of::<latmon_irq_key>() == 8, "alert_id builds the key as two u32s");
 
 /// The kernel's softirq vector names (`softirq_to_name`, stable since 4.5).
 pub use crate::anatomy::SOFTIRQ_NAMES;
@@ -138,33 +128,16 @@ pub fn parse_interrupts(text: &str) -> HashMap<u32, String> {
     names
 }
 
-/// A histogram map of either build: softirq_hist by vector, irq_hist by
-/// (irq, kind) - the key layout is the same in both builds.
-trait ReadIrqHist {
-    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String>;
-    fn read_key(&mut self, key: &types::latmon_irq_key, out: &mut Hist) -> Result<(), String>;
-}
-
-impl<T: RawHist> ReadIrqHist for PerCpuHist<T> {
-    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String> {
-        PerCpuHist::read(self, key, out)
-    }
-    fn read_key(&mut self, key: &types::latmon_irq_key, out: &mut Hist) -> Result<(), String> {
-        PerCpuHist::read_key(self, key, out)
-    }
-}
-
 struct Irqs {
     /// Alert records above the threshold (one is set). Ids: a softirq's
     /// vector, or what `irq_alert_id` gave an (irq, kind) pair.
-    alerts: Option<AlertFeed>,
-    alert_drops: Box<dyn ReadDrops>,
+    alerts: Alerts,
     /// irq_alert_id, and the ids found there so far (they never change).
     alert_ids: MapHandle,
     alert_id_of: HashMap<u64, u32>,
     family: Family,
     /// Reader of irq_hist (keyed by latmon_irq_key) or softirq_hist.
-    reader: Box<dyn ReadIrqHist>,
+    reader: PerCpuHist,
     /// irq_hist, for its keys.
     irq_hist: MapHandle,
     /// The object's .bss `irq_lost`, mapped; valid while `_skel` lives.
@@ -189,16 +162,21 @@ impl Irqs {
     }
 }
 
-fn irq_key(key: u64) -> types::latmon_irq_key {
-    types::latmon_irq_key { irq: key as u32, kind: (key >> 32) as u32 }
+fn irq_key(key: u64) -> latmon_irq_key {
+    latmon_irq_key { irq: key as u32, kind: (key >> 32) as u32 }
+}
+
+/// A slot's histogram: softirq_hist by vector, irq_hist by (irq, kind).
+fn read_hist(reader: &mut PerCpuHist, family: Family, key: u64, out: &mut Hist) -> Result<(), String> {
+    match family {
+        Family::Softirq => reader.read(key as u32, out),
+        Family::Irq => reader.read_key(&irq_key(key), out),
+    }
 }
 
 impl Irqs {
     fn read_hist(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
-        match self.family {
-            Family::Softirq => self.reader.read(key as u32, out),
-            Family::Irq => self.reader.read_key(&irq_key(key), out),
-        }
+        read_hist(&mut self.reader, self.family, key, out)
     }
 
     /// Whether a slot's alerts become records: softirqs, handlers and
@@ -248,7 +226,7 @@ impl Source for Irqs {
         }
         let keys: Vec<Vec<u8>> = self.irq_hist.keys().collect();
         for raw in keys {
-            let mut k = types::latmon_irq_key::default();
+            let mut k = latmon_irq_key::default();
             plain::copy_from_bytes(&mut k, &raw).map_err(|e| format!("irq key: {e:?}"))?;
             let base = self.irq_label(k.irq);
             let (label, role) = match k.kind as usize {
@@ -270,7 +248,7 @@ impl Source for Irqs {
     /// bucket, full buffer, full queue); a pair that alerted without
     /// getting an alert id (all taken) lost every record.
     fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
-        if self.alerts.is_none() || !self.sends_records(key) {
+        if !self.alerts.records() || !self.sends_records(key) {
             // No threshold, or a stage of the threaded path: no records.
             self.read_hist(key, out)?;
             out.alerts_dropped = 0;
@@ -291,12 +269,9 @@ impl Source for Irqs {
                 return Ok(());
             }
         }
-        // Drops first: see runq.rs (a drop is counted after its event).
         let id = self.known_alert_id(key).unwrap_or_default();
-        let dropped = self.alert_drops.total(id)? + self.alerts.as_ref().map_or(0, |f| f.queue_dropped(id));
-        self.read_hist(key, out)?;
-        out.alerts_dropped = dropped;
-        Ok(())
+        let (reader, family) = (&mut self.reader, self.family);
+        self.alerts.read(id, out, |o| read_hist(reader, family, key, o))
     }
 
     /// Records of pairs whose id `read` has seen (it runs before every
@@ -305,15 +280,13 @@ impl Source for Irqs {
         if !self.sends_records(key) {
             return;
         }
-        if let (Some(feed), Some(id)) = (&self.alerts, self.known_alert_id(key)) {
-            feed.drain(id, out);
+        if let Some(id) = self.known_alert_id(key) {
+            self.alerts.drain(id, out);
         }
     }
 
     fn flush_alerts(&mut self) {
-        if let Some(feed) = &self.alerts {
-            feed.flush();
-        }
+        self.alerts.flush();
     }
 
     fn lost(&self) -> u64 {
@@ -345,19 +318,14 @@ pub fn open(spec: &ProbeSpec, family: Family, threads: ThreadPath) -> Result<Box
         _ if !core => Err(super::needs_btf(kind)),
         _ => load_core(spec, family, mech, threads, ringbuf),
     })?;
-    let mut mode = match family {
+    let mode = match family {
         Family::Irq if threads && mech == Mechanism::TpBtf => "per-cpu stamp, irq threads".to_string(),
         _ if mech == Mechanism::Tracepoint => format!("per-cpu stamp, {}", super::TP_LAYOUT),
         _ => "per-cpu stamp".to_string(),
-    };
-    if let Some(thr) = spec.threshold {
-        let via = if ringbuf { "ringbuf" } else { "perf buffer" };
-        mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
-    }
+    } + &super::alert_mode(threshold_ns(spec), ringbuf);
     let info = ProbeInfo { name: probe, kind, attach: mech, mode, btf_mode: super::tp_family_build(mech) };
     let source = Irqs {
         alerts: l.alerts,
-        alert_drops: l.alert_drops,
         alert_ids: l.alert_ids,
         alert_id_of: HashMap::new(),
         family,
@@ -374,10 +342,9 @@ pub fn open(spec: &ProbeSpec, family: Family, threads: ThreadPath) -> Result<Box
 
 /// What a rung's load gives.
 struct Loaded {
-    alerts: Option<AlertFeed>,
-    alert_drops: Box<dyn ReadDrops>,
+    alerts: Alerts,
     alert_ids: MapHandle,
-    reader: Box<dyn ReadIrqHist>,
+    reader: PerCpuHist,
     irq_hist: MapHandle,
     lost: *const u64,
     progs: Vec<RawFd>,
@@ -385,35 +352,38 @@ struct Loaded {
     skel: Box<dyn Any>,
 }
 
+/// The maps of a loaded object of either build, and its `irq_lost`.
+struct Maps<'a> {
+    irq_hist: &'a MapMut<'a>,
+    softirq_hist: &'a MapMut<'a>,
+    alert_ids: &'a MapMut<'a>,
+    alerts: AlertMaps<'a>,
+    lost: Option<*const u64>,
+}
+
 /// Attach the `wanted` programs of a loaded object of either build
-/// (`types`: that build's generated types) and gather its readers.
-macro_rules! loaded {
-    ($skel:expr, $spec:expr, $family:expr, $wanted:expr, $ringbuf:expr, $types:ident) => {{
-        let skel = $skel;
-        let links = attach_in_order(skel.object(), &$wanted)?;
-        let alert_drops = PerCpuArray::<$types::latmon_alert_drops>::new(&skel.maps.alert_drops)?;
-        let alerts = alert_feed!(skel, $spec, $ringbuf, $types, SOFTIRQ_VECS + IRQ_ALERT_SLOTS)?;
-        let alert_ids = MapHandle::try_from(&skel.maps.irq_alert_id).map_err(|e| libbpf_error("irq_alert_id", &e))?;
-        let map = match $family {
-            Family::Irq => &skel.maps.irq_hist,
-            Family::Softirq => &skel.maps.softirq_hist,
-        };
-        let reader = PerCpuHist::<$types::latmon_hist>::new(map)?;
-        let irq_hist = MapHandle::try_from(&skel.maps.irq_hist).map_err(|e| libbpf_error("irq_hist", &e))?;
-        let lost = skel.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.irq_lost)).ok_or("no .bss")?;
-        let progs = super::loaded_prog_fds(skel.object());
-        Ok(Loaded {
-            alerts,
-            alert_drops: Box::new(alert_drops),
-            alert_ids,
-            reader: Box::new(reader),
-            irq_hist,
-            lost,
-            progs,
-            links,
-            skel: Box::new(skel),
-        })
-    }};
+/// (`maps` names its maps) and gather its readers.
+fn loaded<S: Skel<'static> + 'static>(
+    skel: Owned<S>,
+    maps: fn(&S) -> Maps<'_>,
+    spec: &ProbeSpec,
+    family: Family,
+    wanted: &[&str],
+    ringbuf: bool,
+) -> Result<Loaded, String> {
+    let links = attach_in_order(skel.object(), wanted)?;
+    let m = maps(&skel);
+    let alerts =
+        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode_alert)?;
+    let alert_ids = MapHandle::try_from(m.alert_ids).map_err(|e| libbpf_error("irq_alert_id", &e))?;
+    let reader = PerCpuHist::new(match family {
+        Family::Irq => m.irq_hist,
+        Family::Softirq => m.softirq_hist,
+    })?;
+    let irq_hist = MapHandle::try_from(m.irq_hist).map_err(|e| libbpf_error("irq_hist", &e))?;
+    let lost = m.lost.ok_or("no .bss")?;
+    let progs = super::loaded_prog_fds(skel.object());
+    Ok(Loaded { alerts, alert_ids, reader, irq_hist, lost, progs, links, skel: Box::new(skel) })
 }
 
 fn load_core(
@@ -428,13 +398,20 @@ fn load_core(
         let mut open =
             IrqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
-        ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
+        ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
-        crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
+        keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    loaded!(skel, spec, family, wanted, ringbuf, types)
+    let maps: for<'a> fn(&'a IrqSkel<'static>) -> Maps<'a> = |s| Maps {
+        irq_hist: &s.maps.irq_hist,
+        softirq_hist: &s.maps.softirq_hist,
+        alert_ids: &s.maps.irq_alert_id,
+        alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
+        lost: s.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.irq_lost)),
+    };
+    loaded(skel, maps, spec, family, &wanted, ringbuf)
 }
 
 /// The no-BTF build: classic tracepoints, `irq` / `vec` where tracefs says.
@@ -450,25 +427,32 @@ fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, St
             .open_opts(super::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
-        ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
+        ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
-        crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
+        keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         match family {
             Family::Irq => {
-                let e = set_tp_field!(ro.entry_irq, &events[0], "irq", PID_SIZES);
-                let x = set_tp_field!(ro.exit_irq, &events[1], "irq", PID_SIZES);
+                let e = set_tp_field(&mut ro.entry_irq, &events[0], "irq", PID_SIZES)?;
+                let x = set_tp_field(&mut ro.exit_irq, &events[1], "irq", PID_SIZES)?;
                 log::info!("irq: record layout from tracefs: irq_handler_entry irq{e}, irq_handler_exit irq{x}");
             }
             Family::Softirq => {
-                let e = set_tp_field!(ro.soft_entry_vec, &events[0], "vec", PID_SIZES);
-                let x = set_tp_field!(ro.soft_exit_vec, &events[1], "vec", PID_SIZES);
+                let e = set_tp_field(&mut ro.soft_entry_vec, &events[0], "vec", PID_SIZES)?;
+                let x = set_tp_field(&mut ro.soft_exit_vec, &events[1], "vec", PID_SIZES)?;
                 log::info!("softirq: record layout from tracefs: softirq_entry vec{e}, softirq_exit vec{x}");
             }
         }
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    loaded!(skel, spec, family, wanted, ringbuf, nobtf_types)
+    let maps: for<'a> fn(&'a IrqNobtfSkel<'static>) -> Maps<'a> = |s| Maps {
+        irq_hist: &s.maps.irq_hist,
+        softirq_hist: &s.maps.softirq_hist,
+        alert_ids: &s.maps.irq_alert_id,
+        alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
+        lost: s.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.irq_lost)),
+    };
+    loaded(skel, maps, spec, family, &wanted, ringbuf)
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use std::sync::{Mutex, OnceLock};
 
 use libbpf_rs::{Link, MapCore, Object, OpenObject, PrintLevel};
 
+use crate::bpf::shared::types::{latmon_hist, latmon_tp_field};
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::{Hist, BUCKETS};
 pub use crate::ident::BtfMode;
@@ -213,59 +214,44 @@ impl<S> Drop for Owned<S> {
     }
 }
 
-/// The skeleton-generated `struct latmon_hist` of any BPF object (each
-/// skeleton generates its own Rust type from bpf/latmon.h).
-pub(crate) trait RawHist: Default + plain::Plain {
-    fn merge_into(&self, h: &mut Hist);
+// SAFETY: a #[repr(C)] struct of u64s generated from latmon.h.
+unsafe impl plain::Plain for latmon_hist {}
+// The Rust model and the C struct must agree on the bucket count.
+const _: () = assert!(size_of::<latmon_hist>() == 6 * 8 + BUCKETS * 8);
+
+impl latmon_hist {
+    fn merge_into(&self, h: &mut Hist) {
+        h.merge(&Hist {
+            count: self.count,
+            sum_ns: self.sum_ns,
+            min_ns: self.min_ns,
+            max_ns: self.max_ns,
+            drops: self.drops,
+            alerts: self.alerts,
+            alerts_dropped: 0,
+            slots: self.slots,
+        });
+    }
 }
 
-macro_rules! raw_hist {
-    ($($skel:ident),*) => {$(
-        // SAFETY: a #[repr(C)] struct of u64s generated from latmon.h.
-        unsafe impl plain::Plain for crate::bpf::$skel::types::latmon_hist {}
-        // The Rust model and the C struct must agree on the bucket count.
-        const _: () = assert!(
-            size_of::<crate::bpf::$skel::types::latmon_hist>() == 6 * 8 + BUCKETS * 8
-        );
-        impl RawHist for crate::bpf::$skel::types::latmon_hist {
-            fn merge_into(&self, h: &mut Hist) {
-                h.merge(&Hist {
-                    count: self.count,
-                    sum_ns: self.sum_ns,
-                    min_ns: self.min_ns,
-                    max_ns: self.max_ns,
-                    drops: self.drops,
-                    alerts: self.alerts,
-                    alerts_dropped: 0,
-                    slots: self.slots,
-                });
-            }
-        }
-    )*};
-}
-raw_hist!(runq, func, func_nobtf);
-raw_hist!(syscall, irq, timer);
-raw_hist!(runq_nobtf, syscall_nobtf, irq_nobtf);
-
-/// Reads one key of a per-CPU array of `latmon_hist` into a pre-sized
-/// buffer (no allocation per interval), summing CPUs.
-pub(crate) struct PerCpuHist<T> {
+/// Reads one key of a per-CPU array (or hash) of `latmon_hist` into a
+/// pre-sized buffer (no allocation per interval), summing CPUs.
+pub(crate) struct PerCpuHist {
     fd: RawFd,
     buf: Vec<u8>,
     stride: usize,
-    _t: std::marker::PhantomData<T>,
 }
 
-impl<T: RawHist> PerCpuHist<T> {
+impl PerCpuHist {
     /// `map` must outlive the reader (both live in the same probe struct).
     pub fn new(map: &dyn MapCore) -> Result<Self, String> {
         let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| e.to_string())?;
         // The kernel copies per-CPU values at an 8-byte stride.
         let stride = (map.value_size() as usize).next_multiple_of(8);
-        if map.value_size() as usize != size_of::<T>() {
-            return Err(format!("map value is {} bytes, expected {}", map.value_size(), size_of::<T>()));
+        if map.value_size() as usize != size_of::<latmon_hist>() {
+            return Err(format!("map value is {} bytes, expected {}", map.value_size(), size_of::<latmon_hist>()));
         }
-        Ok(PerCpuHist { fd: map.as_fd().as_raw_fd(), buf: vec![0; stride * ncpus], stride, _t: Default::default() })
+        Ok(PerCpuHist { fd: map.as_fd().as_raw_fd(), buf: vec![0; stride * ncpus], stride })
     }
 
     pub fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String> {
@@ -284,25 +270,29 @@ impl<T: RawHist> PerCpuHist<T> {
             return Err(std::io::Error::last_os_error().to_string());
         }
         *out = Hist::default();
-        let mut raw = T::default();
+        let mut raw = latmon_hist::default();
         for chunk in self.buf.chunks_exact(self.stride) {
-            plain::copy_from_bytes(&mut raw, &chunk[..size_of::<T>()]).map_err(|e| format!("{e:?}"))?;
+            plain::copy_from_bytes(&mut raw, &chunk[..size_of::<latmon_hist>()]).map_err(|e| format!("{e:?}"))?;
             raw.merge_into(out);
         }
         Ok(())
     }
 }
 
-/// `PerCpuHist` of any build's `latmon_hist`, as a trait object: probes
-/// whose two builds (CO-RE, no-BTF) generate different types.
-pub(crate) trait ReadHist {
-    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String>;
+/// A probe's alert threshold in ns (0: none), as its BPF rodata takes
+/// it; a threshold beyond u64 ns saturates.
+pub(crate) fn threshold_ns(spec: &ProbeSpec) -> u64 {
+    spec.threshold.map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
 }
 
-impl<T: RawHist> ReadHist for PerCpuHist<T> {
-    fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String> {
-        PerCpuHist::read(self, key, out)
+/// The `mode` words of a probe with threshold alerts (`threshold_ns`
+/// above 0): what it sends and through which buffer.
+pub(crate) fn alert_mode(threshold_ns: u64, ringbuf: bool) -> String {
+    if threshold_ns == 0 {
+        return String::new();
     }
+    let via = if ringbuf { "ringbuf" } else { "perf buffer" };
+    format!(", alerts above {} via {via}", crate::summary::fmt_ns(threshold_ns))
 }
 
 /// Environment override of where tracepoint format files are read from
@@ -334,18 +324,20 @@ pub fn tracefs_format(sys: &str, event: &str) -> Result<crate::tpformat::Format,
 }
 
 /// Set a skeleton's `struct latmon_tp_field` rodata global from field
-/// `$name` of a parsed format (any build's generated type); `?` on a
-/// `String` error naming the event and field. Evaluates to the field.
-macro_rules! set_tp_field {
-    ($dst:expr, $fmt:expr, $name:expr, $sizes:expr) => {{
-        let f = crate::tpformat::TpField::of($fmt, $name, $sizes).map_err(|e| e.to_string())?;
-        $dst.offset = f.offset;
-        $dst.size = f.size;
-        $dst.is_signed = u8::from(f.signed);
-        f
-    }};
+/// `name` of a parsed format; the error names the event and field.
+/// Returns the field.
+pub(crate) fn set_tp_field(
+    dst: &mut latmon_tp_field,
+    format: &crate::tpformat::Format,
+    name: &str,
+    sizes: &'static [u32],
+) -> Result<crate::tpformat::TpField, String> {
+    let f = crate::tpformat::TpField::of(format, name, sizes).map_err(|e| e.to_string())?;
+    dst.offset = f.offset;
+    dst.size = f.size;
+    dst.is_signed = u8::from(f.signed);
+    Ok(f)
 }
-pub(crate) use set_tp_field;
 
 /// The attach ladder of a family with a no-BTF tracepoint build: without
 /// kernel types only its `tracepoint` rung can run (unless the spec pins

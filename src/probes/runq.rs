@@ -12,29 +12,19 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{Link, OpenObject};
+use libbpf_rs::{Link, MapMut, OpenObject};
 
-use super::alerts::{alert_feed, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
+use super::alerts::{decode_alert, decode_alert_anat, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts, DecodeAlert};
 use super::{
-    ladder, ladder_for, libbpf_error, set_comm, set_tp_field, tracefs_format, Owned, PerCpuHist, Probe, ProbeError,
-    ReadHist,
+    ladder, ladder_for, libbpf_error, set_comm, set_tp_field, threshold_ns, tracefs_format, Owned, PerCpuHist, Probe,
+    ProbeError,
 };
-use crate::bpf::runq::{types, RunqSkelBuilder};
-use crate::bpf::runq_nobtf::{types as nobtf_types, RunqNobtfSkelBuilder};
+use crate::bpf::runq::{RunqSkel, RunqSkelBuilder};
+use crate::bpf::runq_nobtf::{RunqNobtfSkel, RunqNobtfSkelBuilder};
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
 use crate::ident::{Family, Mechanism};
 use crate::summary::{AlertRecord, ProbeInfo};
-
-mod core_types {
-    use crate::bpf::runq::types;
-    crate::probes::alerts::alert_types!(types);
-    crate::probes::alerts::anatomy_types!(types);
-}
-mod nobtf_alert_types {
-    use crate::bpf::runq_nobtf::types;
-    crate::probes::alerts::alert_types!(types);
-}
 use crate::tpformat::{COMM_SIZES, LONG_SIZES, PID_SIZES};
 
 /// TASK_REPORT_MAX since 4.14, when sched_switch's print fmt does not say.
@@ -69,33 +59,36 @@ pub struct Runq {
 /// stops and the links detach before the object goes away.
 struct Loaded {
     /// Alert records of waits above the threshold (one is set).
-    alerts: Option<AlertFeed>,
-    alert_drops: Box<dyn ReadDrops>,
-    reader: Box<dyn ReadHist>,
+    alerts: Alerts,
+    reader: PerCpuHist,
     progs: Vec<RawFd>,
     _links: Vec<Link>,
     _skel: Box<dyn Any>,
 }
 
-/// A loaded object of either build (`types`: that build's generated
-/// types): its readers, the alert reader when a threshold is set, and the
-/// attached programs of `mech`.
-macro_rules! loaded {
-    ($skel:expr, $spec:expr, $ringbuf:expr, $types:ident, $mech:expr, $anatomy:expr, $decode:expr) => {{
-        let skel = $skel;
-        let reader = PerCpuHist::<$types::latmon_hist>::new(&skel.maps.runq_hist)?;
-        let alert_drops = PerCpuArray::<$types::latmon_alert_drops>::new(&skel.maps.alert_drops)?;
-        let alerts = alert_feed!(skel, $spec, $ringbuf, $types, 1, $decode)?;
-        let (progs, links) = attach_progs(skel.object(), $mech, $anatomy)?;
-        Ok(Loaded {
-            alerts,
-            alert_drops: Box::new(alert_drops),
-            reader: Box::new(reader),
-            progs,
-            _links: links,
-            _skel: Box::new(skel),
-        })
-    }};
+/// The maps of a loaded object of either build.
+struct Maps<'a> {
+    hist: &'a MapMut<'a>,
+    alerts: AlertMaps<'a>,
+}
+
+/// A loaded object of either build (`maps` names its maps): its readers,
+/// the alert reader when a threshold is set, and the attached programs of
+/// `mech`.
+fn loaded<S: Skel<'static> + 'static>(
+    skel: Owned<S>,
+    maps: fn(&S) -> Maps<'_>,
+    spec: &ProbeSpec,
+    ringbuf: bool,
+    mech: Mechanism,
+    anatomy: bool,
+    decode: DecodeAlert,
+) -> Result<Loaded, String> {
+    let m = maps(&skel);
+    let reader = PerCpuHist::new(m.hist)?;
+    let alerts = Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode)?;
+    let (progs, links) = attach_progs(skel.object(), mech, anatomy)?;
+    Ok(Loaded { alerts, reader, progs, _links: links, _skel: Box::new(skel) })
 }
 
 pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
@@ -107,13 +100,9 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
         _ if !core => Err(super::needs_btf(Family::Runq)),
         _ => load_core(spec, mech, ringbuf),
     })?;
-    let mut mode = mode(mech);
-    if let Some(thr) = spec.threshold {
-        let via = if ringbuf { "ringbuf" } else { "perf buffer" };
-        mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
-        if mech == Mechanism::TpBtf && super::alerts::anatomy_wanted(spec) {
-            mode += ", anatomy";
-        }
+    let mut mode = mode(mech) + &super::alert_mode(threshold_ns(spec), ringbuf);
+    if mech == Mechanism::TpBtf && super::alerts::anatomy_wanted(spec) {
+        mode += ", anatomy";
     }
     Ok(Box::new(Runq {
         info: ProbeInfo { name: probe, kind: Family::Runq, attach: mech, mode, btf_mode: super::tp_family_build(mech) },
@@ -134,10 +123,6 @@ fn attach_progs(obj: &libbpf_rs::Object, mech: Mechanism, anatomy: bool) -> Resu
     Ok((fds, links))
 }
 
-fn threshold_ns(spec: &ProbeSpec) -> u64 {
-    spec.threshold.map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
-}
-
 fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded, String> {
     // Anatomies need tp_btf (trusted task pointers, task storage).
     let anatomy = mech == Mechanism::TpBtf && super::alerts::anatomy_wanted(spec);
@@ -150,22 +135,18 @@ fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded,
         ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
         ro.anatomy = anatomy;
-        crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
+        keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         for mut prog in open.open_object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
             prog.set_autoload(wants(mech, &name, anatomy));
         }
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    loaded!(
-        skel,
-        spec,
-        ringbuf,
-        types,
-        mech,
-        anatomy,
-        super::alerts::decode_alert_anat::<types::latmon_alert, types::latmon_anatomy>
-    )
+    let maps: for<'a> fn(&'a RunqSkel<'static>) -> Maps<'a> = |s| Maps {
+        hist: &s.maps.runq_hist,
+        alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
+    };
+    loaded(skel, maps, spec, ringbuf, mech, anatomy, decode_alert_anat)
 }
 
 /// The no-BTF build: classic tracepoints, fields where tracefs says.
@@ -181,18 +162,18 @@ fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
-        set_tp_field!(ro.switch_next_comm, &switch, "next_comm", COMM_SIZES);
+        set_tp_field(&mut ro.switch_next_comm, &switch, "next_comm", COMM_SIZES)?;
         let w = (
-            set_tp_field!(ro.wakeup_pid, &wakeup, "pid", PID_SIZES),
-            set_tp_field!(ro.wakeup_comm, &wakeup, "comm", COMM_SIZES),
+            set_tp_field(&mut ro.wakeup_pid, &wakeup, "pid", PID_SIZES)?,
+            set_tp_field(&mut ro.wakeup_comm, &wakeup, "comm", COMM_SIZES)?,
         );
-        set_tp_field!(ro.wakeup_new_pid, &wakeup_new, "pid", PID_SIZES);
-        set_tp_field!(ro.wakeup_new_comm, &wakeup_new, "comm", COMM_SIZES);
+        set_tp_field(&mut ro.wakeup_new_pid, &wakeup_new, "pid", PID_SIZES)?;
+        set_tp_field(&mut ro.wakeup_new_comm, &wakeup_new, "comm", COMM_SIZES)?;
         let sw = [
-            set_tp_field!(ro.switch_prev_pid, &switch, "prev_pid", PID_SIZES),
-            set_tp_field!(ro.switch_prev_comm, &switch, "prev_comm", COMM_SIZES),
-            set_tp_field!(ro.switch_prev_state, &switch, "prev_state", LONG_SIZES),
-            set_tp_field!(ro.switch_next_pid, &switch, "next_pid", PID_SIZES),
+            set_tp_field(&mut ro.switch_prev_pid, &switch, "prev_pid", PID_SIZES)?,
+            set_tp_field(&mut ro.switch_prev_comm, &switch, "prev_comm", COMM_SIZES)?,
+            set_tp_field(&mut ro.switch_prev_state, &switch, "prev_state", LONG_SIZES)?,
+            set_tp_field(&mut ro.switch_next_pid, &switch, "next_pid", PID_SIZES)?,
         ];
         ro.report_max = switch.sched_switch_report_max().unwrap_or_else(|| {
             log::warn!("runq: sched_switch's print fmt names no prev_state flags; taking TASK_REPORT_MAX = {DEFAULT_REPORT_MAX:#x}");
@@ -213,18 +194,14 @@ fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
         if spec.pid.is_none() {
             open.maps.runq_tids.set_max_entries(1).map_err(|e| libbpf_error("runq_tids", &e))?;
         }
-        crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
+        keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    loaded!(
-        skel,
-        spec,
-        ringbuf,
-        nobtf_types,
-        Mechanism::Tracepoint,
-        false,
-        super::alerts::decode_alert::<nobtf_types::latmon_alert>
-    )
+    let maps: for<'a> fn(&'a RunqNobtfSkel<'static>) -> Maps<'a> = |s| Maps {
+        hist: &s.maps.runq_hist,
+        alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
+    };
+    loaded(skel, maps, spec, ringbuf, Mechanism::Tracepoint, false, decode_alert)
 }
 
 impl Probe for Runq {
@@ -237,29 +214,18 @@ impl Probe for Runq {
     }
 
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
-        let err = |why| ProbeError::Read { probe: self.info.name.clone(), why };
-        // Records refused are counted after their event (BPF counts the
-        // alert, then sends or drops the record): reading the drops first
-        // keeps every counted drop's event in the histogram read after.
-        let mut dropped = self.l.alert_drops.total(0).map_err(err)?;
-        if let Some(feed) = &self.l.alerts {
-            dropped += feed.queue_dropped(0);
-        }
-        self.l.reader.read(0, out).map_err(err)?;
-        out.alerts_dropped = dropped;
-        Ok(())
+        let l = &mut self.l;
+        l.alerts
+            .read(0, out, |o| l.reader.read(0, o))
+            .map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
     }
 
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
-        if let Some(feed) = &self.l.alerts {
-            feed.drain(0, out);
-        }
+        self.l.alerts.drain(0, out);
     }
 
     fn flush_alerts(&mut self) {
-        if let Some(feed) = &self.l.alerts {
-            feed.flush();
-        }
+        self.l.alerts.flush();
     }
 }
 

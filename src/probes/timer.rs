@@ -18,23 +18,20 @@ use std::mem::MaybeUninit;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
-use super::alerts::{alert_types, decode_alert_anat, want_ringbuf, AlertFeed, PerCpuArray, ReadDrops};
+use super::alerts::{decode_alert_anat, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
 use super::series::{Family, Role, Slot, Source};
-use super::{attach_in_order, ladder, libbpf_error, set_comm, Owned, PerCpuHist, Probe, ProbeError};
+use super::{attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, PerCpuHist, Probe, ProbeError};
 use libbpf_rs::UprobeOpts;
 
 use crate::bpf::limits::{
     TS_CHAIN, TS_CHAIN_IRQ, TS_CHAIN_IRQ_THREAD, TS_CHAIN_RESPONSE, TS_CHAIN_RUN, TS_CHAIN_TIMER, TS_CHAIN_TO_RESPONSE,
     TS_TIMER,
 };
-use crate::bpf::timer::{types, TimerSkel, TimerSkelBuilder};
+use crate::bpf::timer::{TimerSkel, TimerSkelBuilder};
 use crate::config::{ProbeKind, ProbeSpec, UserFunc};
 use crate::hist::Hist;
 use crate::ident::BtfMode;
 use crate::summary::{AlertRecord, ProbeInfo};
-
-alert_types!(types);
-super::alerts::anatomy_types!(types);
 
 /// Programs in attach order: the consumer (sched_switch) before the stamp
 /// producers, the hrtimer program last; the anatomy's (exits before
@@ -56,9 +53,8 @@ type Loaded = (Owned<TimerSkel<'static>>, Vec<Link>);
 /// Field order is drop order: the alert feed stops before the object goes.
 struct Timers {
     /// Alert records of the end-to-end series (a threshold is set).
-    alerts: Option<AlertFeed>,
-    alert_drops: Box<dyn ReadDrops>,
-    reader: PerCpuHist<types::latmon_hist>,
+    alerts: Alerts,
+    reader: PerCpuHist,
     /// chain: a response function closes the chain.
     response: bool,
     // Field order is drop order: detach before the object goes away.
@@ -134,26 +130,16 @@ impl Timers {
     /// A series' histogram with its alert records lost on the way (token
     /// bucket, full buffer, full queue).
     fn read_series(&mut self, series: u32, out: &mut Hist) -> Result<(), String> {
-        // Drops first: see runq.rs (a drop is counted after its event).
-        let mut dropped = self.alert_drops.total(series)?;
-        if let Some(feed) = &self.alerts {
-            dropped += feed.queue_dropped(series);
-        }
-        self.reader.read(series, out)?;
-        out.alerts_dropped = dropped;
-        Ok(())
+        let reader = &mut self.reader;
+        self.alerts.read(series, out, |o| reader.read(series, o))
     }
 
     fn flush(&self) {
-        if let Some(feed) = &self.alerts {
-            feed.flush();
-        }
+        self.alerts.flush();
     }
 
     fn drain(&self, series: u32, out: &mut Vec<AlertRecord>) {
-        if let Some(feed) = &self.alerts {
-            feed.drain(series, out);
-        }
+        self.alerts.drain(series, out);
     }
 }
 
@@ -173,24 +159,19 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
     let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, chain, ringbuf))?;
     let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
     let reader = PerCpuHist::new(&skel.maps.timer_hist).map_err(read_err)?;
-    let alert_drops =
-        Box::new(PerCpuArray::<types::latmon_alert_drops>::new(&skel.maps.alert_drops).map_err(read_err)?);
-    let alerts = match spec.threshold {
-        Some(_) => Some(alert_feed(&skel, &probe, ringbuf).map_err(read_err)?),
-        None => None,
-    };
+    let m = &skel.maps;
+    let maps = AlertMaps { drops: &m.alert_drops, ring: &m.alerts, perf: &m.alerts_perf };
+    let alerts =
+        Alerts::new(maps, spec.threshold.is_some(), ringbuf, |ids| alert_names(&probe, ids), decode_alert_anat)
+            .map_err(read_err)?;
     let response = response_of(spec);
-    let t = Timers { alerts, alert_drops, reader, response: response.is_some(), _links: links, _skel: skel };
+    let t = Timers { alerts, reader, response: response.is_some(), _links: links, _skel: skel };
     let mut mode = match response {
         Some(f) => format!("task-storage, response: uretprobe {}:{}", f.binary, f.symbol),
         None => "task-storage".into(),
-    };
-    if let Some(thr) = spec.threshold {
-        let via = if ringbuf { "ringbuf" } else { "perf buffer" };
-        mode += &format!(", alerts above {} via {via}", crate::summary::fmt_ns(thr.as_nanos() as u64));
-        if super::alerts::anatomy_wanted(spec) {
-            mode += ", anatomy";
-        }
+    } + &super::alert_mode(threshold_ns(spec), ringbuf);
+    if super::alerts::anatomy_wanted(spec) {
+        mode += ", anatomy";
     }
     let info = ProbeInfo { name: probe, kind: spec.kind.family(), attach: mech, mode, btf_mode: BtfMode::CoRe };
     if chain {
@@ -207,16 +188,15 @@ fn response_of(spec: &ProbeSpec) -> Option<&UserFunc> {
     }
 }
 
-/// The alert reader: record ids are series numbers; `timer` alerts on its
-/// one series, `chain` on its end-to-end lines.
-fn alert_feed(skel: &TimerSkel<'static>, probe: &str, ringbuf: bool) -> Result<AlertFeed, String> {
-    let mut names = vec![String::new(); crate::bpf::limits::TIMER_SERIES];
+/// The names of the alert records of `ids` series (TIMER_SERIES): record
+/// ids are series numbers; `timer` alerts on its one series, `chain` on
+/// its end-to-end lines.
+fn alert_names(probe: &str, ids: usize) -> Vec<String> {
+    let mut names = vec![String::new(); ids.max(crate::bpf::limits::TIMER_SERIES)];
     names[TS_TIMER] = probe.to_string();
     names[TS_CHAIN] = probe.to_string();
     names[TS_CHAIN_TO_RESPONSE] = format!("{probe}:to-response");
-    let map = if ringbuf { &skel.maps.alerts } else { &skel.maps.alerts_perf };
-    let handle = libbpf_rs::MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
-    AlertFeed::spawn(handle, ringbuf, names, decode_alert_anat::<types::latmon_alert, types::latmon_anatomy>)
+    names
 }
 
 fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> {
@@ -232,12 +212,12 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> 
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_pid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
-        ro.threshold_ns = spec.threshold.map_or(0, |t| t.as_nanos() as u64);
+        ro.threshold_ns = threshold_ns(spec);
         ro.chain = chain;
         ro.response = response.is_some();
         ro.use_ringbuf = ringbuf;
         ro.anatomy = anatomy;
-        crate::probes::alerts::keep_alert_buffer!(open, ringbuf)?;
+        keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;

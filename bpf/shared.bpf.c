@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR MIT)
+/*
+ * shared: no program, one global of each struct of latmon.h. Its skeleton's
+ * `types` module is the one Rust type set for those structs: build.rs
+ * replaces every other skeleton's copy of them by a re-export of it, after
+ * checking the copy is the same. Never loaded.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "latmon.h"
+
+struct latmon_hist shared_hist;
+struct latmon_alert shared_alert;
+struct latmon_anat_task shared_anat_task;
+struct latmon_anat_irq shared_anat_irq;
+struct latmon_anatomy shared_anatomy;
+struct latmon_alert_anat shared_alert_anat;
+struct latmon_alert_drops shared_alert_drops;
+struct latmon_irq_key shared_irq_key;
+struct latmon_tp_field shared_tp_field;
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
