@@ -10,6 +10,7 @@
 //! relocation; the build fails if it does.
 
 use std::env;
+use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
