@@ -534,6 +534,10 @@ pub struct BudgetedFrames {
     /// What keyframing every entry costs (bytes), as of the last summary.
     full_key_bytes: u64,
     pub hello_requested: bool,
+    /// `wire` holds this interval's fill for the current entries and plan
+    /// (`fit_summary` filled it; `summary` need not again). Cleared at
+    /// every render and by every step.
+    wire_filled: bool,
     /// A step down was taken: the plan's measure, not the table's size,
     /// decides the roll-up from then on.
     stepped_down: bool,
@@ -579,6 +583,7 @@ impl BudgetedFrames {
             hello_bytes: 0,
             announced: 0,
             stepped_down: false,
+            wire_filled: false,
             force_keys: false,
             key_backlog: 0,
             last_delta_bytes: 0,
@@ -743,6 +748,7 @@ impl BudgetedFrames {
         status: &mut StatusFn<'_>,
     ) {
         let r = t.report;
+        self.wire_filled = false;
         self.pacer.refill(r.time_ns);
         if q.take_resync() {
             // The link was (re)opened: whoever listens there now gets the
@@ -891,6 +897,7 @@ impl BudgetedFrames {
         }
         for _ in 0..=MAX_MERGE + 1 {
             self.fill_wire(t);
+            self.wire_filled = true;
             let room = self.pacer.summary_room();
             let merge = self.pacer.merge;
             if self.delta_bytes_at(merge) <= room || (merge >= MAX_MERGE && !self.families.is_empty()) {
@@ -939,6 +946,7 @@ impl BudgetedFrames {
     /// the entries, keyframe what a delta cannot express, say so.
     fn changed(&mut self, t: &Tick<'_>, change: Change, before: (u8, bool, u32)) {
         self.stepped_down |= change == Change::Down;
+        self.wire_filled = false;
         if self.pacer.rolled && self.families.is_empty() {
             self.roll_up(t);
             self.table_changed = true; // its changed rows at the next interval
@@ -1121,7 +1129,10 @@ impl BudgetedFrames {
     fn summary(&mut self, t: &Tick<'_>, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>, dt: u64) -> usize {
         let r = t.report;
         let merge = self.pacer.merge;
-        self.fill_wire(t);
+        // Filled once per interval: by fit_summary when it ran with this plan.
+        if !std::mem::take(&mut self.wire_filled) {
+            self.fill_wire(t);
+        }
         let m = self.ids.len();
         // Keyframes owed: each entry once per keyframe period (all of them
         // after a resync), sent from a rolling cursor as far as the credit
