@@ -146,6 +146,8 @@ static __always_inline void latmon_alert(void *ctx, __u32 id, __u64 delta, __u64
 }
 
 #ifdef LATMON_ALERT_ANATOMY
+#include "causes.bpf.h"
+
 /* Objects that send anatomies (LATMON_ALERT_ANATOMY defined before
  * including): the longer record's layout for the skeleton, and a per-CPU
  * scratch record for the perf buffer (too large for the BPF stack). */
@@ -159,7 +161,7 @@ struct {
 } alert_scratch SEC(".maps");
 
 /* As latmon_alert() at now, with the anatomy `an` appended (NULL: the
- * short record, no anatomy). A BPF subprogram, not inlined: the record's
+ * short record, no anatomy), its causes tallied (tally_causes). A BPF subprogram, not inlined: the record's
  * copy is long, and every caller would carry it (binary size). */
 static __noinline int latmon_alert_anat(void *ctx, __u32 id, __u64 delta, const struct latmon_alert_who *who,
 					const struct latmon_anatomy *an)
@@ -168,6 +170,13 @@ static __noinline int latmon_alert_anat(void *ctx, __u32 id, __u64 delta, const 
 	struct latmon_alert_anat *a;
 	__u32 zero = 0;
 
+	/* Before the token bucket: refused records' time counts too. */
+	if (tally_causes) {
+		if (an)
+			latmon_cause_tally(id, delta, an);
+		else
+			latmon_cause_tally_whole(id, delta);
+	}
 	if (!an) {
 		latmon_alert(ctx, id, delta, now, who);
 		return 0;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR MIT) */
 /*
  * Outlier anatomy, shared by timer.bpf.c (timer, chain) and runq.bpf.c
- * (tp_btf programs): while a watched task waits for its CPU, that CPU
- * accounts what held it, so an alert record can say why it was late.
+ * (its tp_btf and raw_tp programs, and its no-BTF build): while a watched
+ * task waits for its CPU, that CPU accounts what held it, so an alert
+ * record can say why it was late.
  *
  * One slot per CPU (a per-CPU array): the family claims the slot of the
  * CPU the task is woken on (cpu_woken) at the wakeup, and takes it back
@@ -27,6 +28,13 @@
  * cpu_woken) takes what its slot accounted until then; the slot's CPU may
  * be writing it at that moment (a torn part only moves time between a
  * part and `other`; user space clamps the parts to the latency).
+ *
+ * Who a task is: the waiter's key is its task_struct address where BTF
+ * gives task pointers (tp_btf, raw_tp), its thread id in the no-BTF build
+ * (tracepoint records carry pids, not tasks). raw_tp's task arguments
+ * are untrusted: read through CO-RE (anat_switch_raw). The no-BTF build
+ * takes what sched_switch's record says of prev (pid, comm, priority) and
+ * the current task's ids (bpf_get_current_*): see its section below.
  */
 #ifndef __ANATOMY_BPF_H
 #define __ANATOMY_BPF_H
@@ -34,6 +42,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "latmon.h"
+#ifdef LATMON_NO_BTF
+#include "tpfield.bpf.h"
+#endif
 
 #define LATMON_SCHED_FIFO 1 /* include/uapi/linux/sched.h */
 #define LATMON_SCHED_RR 2
@@ -42,7 +53,7 @@
 const volatile bool anatomy = false;
 
 struct anat_slot {
-	__u64 waiter;	/* task_struct address of the waiting task, 0: free */
+	__u64 waiter;	/* key of the waiting task (see above), 0: free */
 	__u64 since_ns; /* claimed at */
 	__u64 last_ns;	/* time charged up to */
 	__s32 in_irq;	/* hardirq handler running (IRQ number), -1: none */
@@ -110,37 +121,63 @@ static __always_inline __u64 anat_elapsed(struct anat_slot *s, __u64 now)
 	return d;
 }
 
-static __always_inline void anat_charge_task(struct anat_slot *s, struct task_struct *t, __u64 now)
+/* Charge the time since the last change to task `pid` (waiter key
+ * `key`): its entry - a new one has tgid 0, the caller says who it is -
+ * or NULL: no time, the idle task or the waiter itself (their time is
+ * `other`), or folded into the rest. */
+static __always_inline struct latmon_anat_task *anat_charge_pid(struct anat_slot *s, __u64 key, __u32 pid, __u64 now)
 {
 	__u64 d = anat_elapsed(s, now);
-	__u32 pid;
 
-	if (!d)
-		return;
-	pid = t->pid;
-	if (!pid || (__u64)t == s->waiter)
-		return; /* idle or the waiter itself: `other` */
+	if (!d || !pid || key == s->waiter)
+		return NULL;
 	for (int i = 0; i < LATMON_ANAT_TASKS; i++) {
 		struct latmon_anat_task *e = &s->acc.task[i];
 
 		if (e->ns && e->pid == pid) {
 			e->ns += d;
-			return;
+			return e;
 		}
 		if (!e->ns) {
 			e->ns = d;
 			e->pid = pid;
-			e->tgid = t->tgid;
-			e->policy = t->policy;
-			e->prio = (e->policy == LATMON_SCHED_FIFO || e->policy == LATMON_SCHED_RR)
-					  ? (__s32)t->rt_priority
-					  : t->static_prio - 120;
-			bpf_probe_read_kernel(e->comm, sizeof(e->comm), t->comm);
-			return;
+			return e;
 		}
 	}
 	s->acc.task_rest_ns += d;
+	return NULL;
 }
+
+#ifndef LATMON_NO_BTF
+/* t: a trusted task pointer (tp_btf, bpf_get_current_task_btf). */
+static __always_inline void anat_charge_task(struct anat_slot *s, struct task_struct *t, __u64 now)
+{
+	struct latmon_anat_task *e = anat_charge_pid(s, (__u64)t, t->pid, now);
+
+	if (!e || e->tgid)
+		return;
+	e->tgid = t->tgid;
+	e->policy = t->policy;
+	e->prio = (e->policy == LATMON_SCHED_FIFO || e->policy == LATMON_SCHED_RR) ? (__s32)t->rt_priority
+										   : t->static_prio - 120;
+	bpf_probe_read_kernel(e->comm, sizeof(e->comm), t->comm);
+}
+
+/* The same for an untrusted task pointer (raw_tp arguments): CO-RE reads. */
+static __always_inline void anat_charge_task_raw(struct anat_slot *s, struct task_struct *t, __u64 now)
+{
+	struct latmon_anat_task *e = anat_charge_pid(s, (__u64)t, BPF_CORE_READ(t, pid), now);
+
+	if (!e || e->tgid)
+		return;
+	e->tgid = BPF_CORE_READ(t, tgid);
+	e->policy = BPF_CORE_READ(t, policy);
+	e->prio = (e->policy == LATMON_SCHED_FIFO || e->policy == LATMON_SCHED_RR)
+			  ? (__s32)BPF_CORE_READ(t, rt_priority)
+			  : BPF_CORE_READ(t, static_prio) - 120;
+	bpf_probe_read_kernel(e->comm, sizeof(e->comm), &t->comm);
+}
+#endif
 
 static __always_inline void anat_charge_irq(struct anat_slot *s, __u32 irq, __u64 now)
 {
@@ -172,6 +209,27 @@ static __always_inline void anat_charge_softirq(struct anat_slot *s, __u32 vec, 
 		s->acc.softirq_ns[vec] += d;
 }
 
+#ifndef LATMON_NO_BTF
+static __always_inline void anat_charge_current_task(struct anat_slot *s, __u64 now)
+{
+	anat_charge_task(s, bpf_get_current_task_btf(), now);
+}
+#else
+/* No BTF: the current task's ids and comm; its policy and priority come
+ * with its sched_switch (anat_switch_tp), if it switches out in the wait. */
+static __always_inline void anat_charge_current_task(struct anat_slot *s, __u64 now)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct latmon_anat_task *e = anat_charge_pid(s, (__u32)id, (__u32)id, now);
+
+	if (!e || e->tgid)
+		return;
+	e->tgid = id >> 32;
+	e->policy = LATMON_ANAT_POLICY_UNSET;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+}
+#endif
+
 /* Charge the context running since the last change: an IRQ handler, a
  * softirq, or the current task. */
 static __always_inline void anat_charge_current(struct anat_slot *s, __u64 now)
@@ -181,7 +239,7 @@ static __always_inline void anat_charge_current(struct anat_slot *s, __u64 now)
 	else if (s->in_vec >= 0)
 		anat_charge_softirq(s, s->in_vec, now);
 	else
-		anat_charge_task(s, bpf_get_current_task_btf(), now);
+		anat_charge_current_task(s, now);
 }
 
 /* The local slot if held (after the gate). */
@@ -237,6 +295,7 @@ static __always_inline void anat_softirq_exit(__u32 vec)
 	s->in_vec = -1;
 }
 
+#ifndef LATMON_NO_BTF
 /* sched_switch on this CPU: prev ran until now. */
 static __always_inline void anat_switch(struct task_struct *prev, __u64 now)
 {
@@ -249,9 +308,23 @@ static __always_inline void anat_switch(struct task_struct *prev, __u64 now)
 	s->in_vec = -1;
 }
 
-/* Task p is woken onto `cpu` at `now`: claim that CPU's slot. Returns
- * what the waiter keeps (cpu + 1), 0 when no anatomy is accounted. */
-static __always_inline __u32 anat_claim(struct task_struct *p, __u32 cpu, __u64 now)
+/* The same for raw_tp, whose prev is not a trusted pointer. */
+static __always_inline void anat_switch_raw(struct task_struct *prev, __u64 now)
+{
+	struct anat_slot *s = anat_held_here();
+
+	if (!s)
+		return;
+	anat_charge_task_raw(s, prev, now);
+	s->in_irq = -1;
+	s->in_vec = -1;
+}
+#endif
+
+/* The task of waiter key `p` is woken onto `cpu` at `now`: claim that
+ * CPU's slot. Returns what the waiter keeps (cpu + 1), 0 when no anatomy
+ * is accounted. */
+static __always_inline __u32 anat_claim_key(__u64 p, __u32 cpu, __u64 now)
 {
 	struct anat_slot *s;
 
@@ -260,7 +333,7 @@ static __always_inline __u32 anat_claim(struct task_struct *p, __u32 cpu, __u64 
 	s = anat_slot_of(cpu);
 	if (!s)
 		return 0;
-	if (s->waiter && s->waiter != (__u64)p && now - s->since_ns < LATMON_ANAT_STALE_NS)
+	if (s->waiter && s->waiter != p && now - s->since_ns < LATMON_ANAT_STALE_NS)
 		return 0;
 	if (!s->waiter)
 		__sync_fetch_and_add(&anat_held, 1);
@@ -270,24 +343,36 @@ static __always_inline __u32 anat_claim(struct task_struct *p, __u32 cpu, __u64 
 	s->in_irq = -1;
 	s->in_vec = -1;
 	s->acc.cpu_woken = cpu;
-	s->waiter = (__u64)p;
+	s->waiter = p;
 	return cpu + 1;
 }
 
-/* The waiter p runs (on this CPU): its slot, if it still holds it. The
- * caller sends the slot's `acc` with the alert, then releases it. */
-static __always_inline struct anat_slot *anat_take(struct task_struct *p, __u32 held)
+/* The waiter of key p runs (on this CPU): its slot, if it still holds
+ * it. The caller sends the slot's `acc` with the alert, then releases it. */
+static __always_inline struct anat_slot *anat_take_key(__u64 p, __u32 held)
 {
 	struct anat_slot *s;
 
 	if (!held)
 		return NULL;
 	s = anat_slot_of(held - 1);
-	if (!s || s->waiter != (__u64)p)
+	if (!s || s->waiter != p)
 		return NULL;
 	s->acc.cpu_ran = bpf_get_smp_processor_id();
 	return s;
 }
+
+#ifndef LATMON_NO_BTF
+static __always_inline __u32 anat_claim(struct task_struct *p, __u32 cpu, __u64 now)
+{
+	return anat_claim_key((__u64)p, cpu, now);
+}
+
+static __always_inline struct anat_slot *anat_take(struct task_struct *p, __u32 held)
+{
+	return anat_take_key((__u64)p, held);
+}
+#endif
 
 static __always_inline void anat_release(struct anat_slot *s)
 {
@@ -296,5 +381,51 @@ static __always_inline void anat_release(struct anat_slot *s)
 	s->waiter = 0;
 	__sync_fetch_and_add(&anat_held, -1);
 }
+
+#ifdef LATMON_NO_BTF
+/* ---- no BTF: what sched_switch's record says of prev -----------------
+ *
+ * At sched_switch the current task is still prev: its tgid is the current
+ * one's. Its policy is not in the record, only its priority (the kernel's
+ * p->prio: -1 deadline, 0..98 real-time as 99 - rt_priority, 100..139
+ * fair as 120 + nice), which gives the policy's class. */
+static __always_inline void anat_class_of_prio(struct latmon_anat_task *e, __s64 kprio)
+{
+	if (kprio < 0) {
+		e->policy = 6; /* SCHED_DEADLINE */
+		e->prio = 0;
+	} else if (kprio < 100) {
+		e->policy = LATMON_ANAT_POLICY_RT;
+		e->prio = 99 - kprio;
+	} else {
+		e->policy = LATMON_ANAT_POLICY_FAIR;
+		e->prio = kprio - 120;
+	}
+}
+
+/* sched_switch on this CPU (record `ctx`): prev (thread id `prev`,
+ * priority `kprio`, comm at field `comm_f`) ran until now. */
+static __always_inline void anat_switch_tp(void *ctx, __u32 prev, __s64 kprio,
+					   const volatile struct latmon_tp_field *comm_f, __u64 now)
+{
+	struct anat_slot *s = anat_held_here();
+	struct latmon_anat_task *e;
+
+	if (!s)
+		return;
+	e = anat_charge_pid(s, prev, prev, now);
+	s->in_irq = -1;
+	s->in_vec = -1;
+	if (!e)
+		return;
+	if (!e->tgid) {
+		e->tgid = bpf_get_current_pid_tgid() >> 32;
+		bpf_probe_read_kernel(e->comm, sizeof(e->comm), ctx + comm_f->offset);
+	} else if (e->policy != LATMON_ANAT_POLICY_UNSET) {
+		return;
+	}
+	anat_class_of_prio(e, kprio);
+}
+#endif /* LATMON_NO_BTF */
 
 #endif /* __ANATOMY_BPF_H */

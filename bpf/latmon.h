@@ -95,9 +95,33 @@
 #define LATMON_ANAT_TASKS 4
 #define LATMON_ANAT_IRQS 4
 #define LATMON_ANAT_STALE_NS 1000000000
+/* The no-BTF build's task causes: sched_switch's record has the task's
+ * priority (prev_prio), not its policy, so struct latmon_anat_task's
+ * policy holds its class instead; user space asks the thread for its
+ * policy (src/probes/alerts.rs). UNSET: a task charged only while
+ * interrupted, never seen switching out (policy and prio unknown). */
+#define LATMON_ANAT_POLICY_RT 256   /* FIFO or RR; prio: rt_priority */
+#define LATMON_ANAT_POLICY_FAIR 257 /* OTHER, BATCH or IDLE; prio: nice */
+#define LATMON_ANAT_POLICY_UNSET 258
 /* Wire bound: causes per Alert frame a receiver accepts (a sender makes at
  * most ANAT_TASKS + ANAT_IRQS + SOFTIRQ_VECS + 4). */
 #define LATMON_ANAT_MAX_CAUSES 32
+/* Top causes per interval (bpf/causes.bpf.h): every alert of timer, chain
+ * and runq with an anatomy adds its parts, before the token bucket decides
+ * on its record, to its alert id's table of CAUSE_SLOTS entries, keyed by
+ * cause kind and id (thread id, IRQ number, softirq vector); a cause that
+ * finds no entry is folded, counted, into one sum. An entry not added to
+ * in the current or the previous epoch (user space advances an id's epoch
+ * at each read, once an interval) may be taken over by a new cause. */
+#define LATMON_CAUSE_SLOTS 16
+/* Cause kinds (the wire's WireCause kinds too). */
+#define LATMON_CAUSE_TASK 1 /* id: thread id */
+#define LATMON_CAUSE_TASK_REST 2
+#define LATMON_CAUSE_IRQ 3 /* id: IRQ number */
+#define LATMON_CAUSE_IRQ_REST 4
+#define LATMON_CAUSE_SOFTIRQ 5 /* id: vector */
+#define LATMON_CAUSE_TIMER_IRQ_DELAY 6
+#define LATMON_CAUSE_OTHER 7
 
 #if !defined(__cplusplus)
 _Static_assert(LATMON_FUNC_MAX_DEPTH > 0 && (LATMON_FUNC_MAX_DEPTH & (LATMON_FUNC_MAX_DEPTH - 1)) == 0,
@@ -144,7 +168,7 @@ struct latmon_anat_task {
 	__u64 ns;
 	__u32 pid;    /* thread id */
 	__u32 tgid;   /* thread group id */
-	__u32 policy; /* SCHED_* */
+	__u32 policy; /* SCHED_*, or a LATMON_ANAT_POLICY_* class (no BTF) */
 	__s32 prio;   /* rt_priority for FIFO and RR, else the nice value */
 	char comm[LATMON_COMM_LEN];
 };
@@ -171,6 +195,26 @@ struct latmon_anatomy {
 struct latmon_alert_anat {
 	struct latmon_alert alert;
 	struct latmon_anatomy anat;
+};
+
+/* One cause of a tally (bpf/causes.bpf.h). ns is cumulative across the
+ * entry's causes: user space takes deltas between reads, and the growth
+ * since the last read belongs to the key it reads (an entry is taken over
+ * only after a whole epoch without additions). */
+struct latmon_cause_entry {
+	__u64 key;   /* kind << 32 | id (LATMON_CAUSE_*); 0: never used */
+	__u64 ns;    /* time charged to it, all alerts */
+	__u64 epoch; /* the epoch it was last added to in */
+};
+
+/* Per alert id, all CPUs (atomic adds): the causes of its alerted time.
+ * Cumulative; alerted_ns = the entries' ns + folded_ns. */
+struct latmon_cause_tally {
+	__u64 alerts;	    /* alerts tallied (records refused or not) */
+	__u64 alerted_ns;   /* the sum of their latencies */
+	__u64 folded_ns;    /* parts that found no entry */
+	__u64 folded_parts; /* how many */
+	struct latmon_cause_entry slot[LATMON_CAUSE_SLOTS];
 };
 
 /* Per probe, per CPU: alert records that never reached user space. */

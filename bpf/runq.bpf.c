@@ -35,15 +35,13 @@
 #include "maps.bpf.h"
 #include "tpfield.bpf.h"
 #define LATMON_ALERT_IDS 1
-#ifndef LATMON_NO_BTF
 #define LATMON_ALERT_ANATOMY
-#endif
 #include "alerts.bpf.h"
 #ifndef LATMON_NO_BTF
 #include <bpf/bpf_core_read.h>
 #include "core_fixes.bpf.h"
-#include "anatomy.bpf.h"
 #endif
+#include "anatomy.bpf.h"
 
 #define TASK_RUNNING 0
 
@@ -60,14 +58,15 @@ struct {
 	__type(value, struct latmon_hist);
 } runq_hist SEC(".maps");
 
-#ifndef LATMON_NO_BTF
-/* tp_btf: a waiting task's stamp. */
+/* A waiting task's stamp. */
 struct runq_stamp {
 	__u64 start_ns; /* 0: not waiting */
 	__u32 anat;	/* anatomy slot held (anat_claim), 0: none */
 	__u32 pad;
 };
 
+#ifndef LATMON_NO_BTF
+/* tp_btf: in task storage. */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -80,7 +79,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, LATMON_MAX_STAMPS);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct runq_stamp);
 } runq_start_by_pid SEC(".maps");
 
 #ifndef LATMON_NO_BTF
@@ -130,11 +129,7 @@ static __always_inline void record(void *ctx, __s64 delta_ns, const struct latmo
 		h->alerts++;
 		/* At sched_switch the current task is still prev: the record
 		 * names the task switched in. */
-#ifdef LATMON_NO_BTF
-		latmon_alert(ctx, 0, delta_ns, bpf_ktime_get_ns(), who);
-#else
 		latmon_alert_anat(ctx, 0, delta_ns, who, an);
-#endif
 	}
 }
 
@@ -249,16 +244,21 @@ int BPF_PROG(runq_anat_softirq_exit_btf, unsigned int vec_nr)
 
 /* ---- raw_tp: bounded hash keyed by pid --------------------------------- */
 
+/* Task arguments are untrusted here: CO-RE reads. */
 static __always_inline void stamp_pid(struct task_struct *p)
 {
 	__u32 pid = BPF_CORE_READ(p, pid);
-	__u64 now_ns;
+	struct runq_stamp st;
 
 	if (!wanted(pid, BPF_CORE_READ(p, tgid), p))
 		return;
-	now_ns = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&runq_start_by_pid, &pid, &now_ns, BPF_ANY))
+	st.start_ns = bpf_ktime_get_ns();
+	st.anat = anat_claim(p, latmon_task_cpu_btf(p), st.start_ns);
+	st.pad = 0;
+	if (bpf_map_update_elem(&runq_start_by_pid, &pid, &st, BPF_ANY)) {
+		anat_release(anat_take(p, st.anat));
 		count_drop(); /* map full */
+	}
 }
 
 SEC("raw_tp/sched_wakeup")
@@ -279,19 +279,58 @@ SEC("raw_tp/sched_switch")
 int BPF_PROG(runq_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	__u32 pid = BPF_CORE_READ(next, pid);
-	__u64 *start_ns;
+	struct runq_stamp *st;
+	__u64 now_ns = 0;
 
+	/* anatomy: prev held a waiting CPU until now. */
+	if (anat_held > 0) {
+		now_ns = bpf_ktime_get_ns();
+		anat_switch_raw(prev, now_ns);
+	}
+	st = bpf_map_lookup_elem(&runq_start_by_pid, &pid);
+	if (st) {
+		struct latmon_alert_who who = {.pid = BPF_CORE_READ(next, tgid), .tid = pid, .comm = &next->comm};
+		struct anat_slot *slot = anat_take(next, st->anat);
+
+		if (!now_ns)
+			now_ns = bpf_ktime_get_ns();
+		record(ctx, (__s64)(now_ns - st->start_ns), &who, slot ? &slot->acc : NULL);
+		anat_release(slot);
+		bpf_map_delete_elem(&runq_start_by_pid, &pid);
+	}
+	/* After next gave back this CPU's anatomy slot (as on tp_btf). */
 	if (latmon_task_state(prev) == TASK_RUNNING)
 		stamp_pid(prev);
-	start_ns = bpf_map_lookup_elem(&runq_start_by_pid, &pid);
-	if (!start_ns)
-		return 0;
-	{
-		struct latmon_alert_who who = {.pid = BPF_CORE_READ(next, tgid), .tid = pid, .comm = &next->comm};
+	return 0;
+}
 
-		record(ctx, (__s64)(bpf_ktime_get_ns() - *start_ns), &who, NULL);
-	}
-	bpf_map_delete_elem(&runq_start_by_pid, &pid);
+/* ---- raw_tp: anatomy, hard and soft interrupts on a waiting CPU -------- */
+
+SEC("raw_tp/irq_handler_entry")
+int BPF_PROG(runq_anat_irq_entry_raw, int irq)
+{
+	anat_irq_entry(irq);
+	return 0;
+}
+
+SEC("raw_tp/irq_handler_exit")
+int BPF_PROG(runq_anat_irq_exit_raw, int irq)
+{
+	anat_irq_exit(irq);
+	return 0;
+}
+
+SEC("raw_tp/softirq_entry")
+int BPF_PROG(runq_anat_softirq_entry_raw, unsigned int vec_nr)
+{
+	anat_softirq_entry(vec_nr);
+	return 0;
+}
+
+SEC("raw_tp/softirq_exit")
+int BPF_PROG(runq_anat_softirq_exit_raw, unsigned int vec_nr)
+{
+	anat_softirq_exit(vec_nr);
 	return 0;
 }
 #endif /* !LATMON_NO_BTF */
@@ -303,12 +342,25 @@ int BPF_PROG(runq_switch_raw, bool preempt, struct task_struct *prev, struct tas
  * comes from the records of sched_wakeup(_new) (pid, comm) and
  * sched_switch (prev_pid, prev_comm, prev_state, next_pid), at offsets and
  * sizes user space parsed from events/sched/<event>/format and set here
- * before load. Stamps in the pid-keyed hash, as raw_tp does.
+ * before load. Stamps in the pid-keyed hash, as raw_tp does. With a
+ * threshold, the anatomy too (bpf/anatomy.bpf.h's no-BTF section): the
+ * woken-on CPU from the wakeup's target_cpu, prev's priority from
+ * sched_switch's prev_prio, and the IRQ number and softirq vector from the
+ * irq events' records.
  */
 const volatile struct latmon_tp_field wakeup_pid = {};
 const volatile struct latmon_tp_field wakeup_comm = {};
+const volatile struct latmon_tp_field wakeup_cpu = {};
 const volatile struct latmon_tp_field wakeup_new_pid = {};
 const volatile struct latmon_tp_field wakeup_new_comm = {};
+const volatile struct latmon_tp_field wakeup_new_cpu = {};
+/* anatomy only (user space sets them when `anatomy` is): prev's priority,
+ * the IRQ number and the softirq vector. */
+const volatile struct latmon_tp_field switch_prev_prio = {};
+const volatile struct latmon_tp_field irq_entry_irq = {};
+const volatile struct latmon_tp_field irq_exit_irq = {};
+const volatile struct latmon_tp_field soft_entry_vec = {};
+const volatile struct latmon_tp_field soft_exit_vec = {};
 const volatile struct latmon_tp_field switch_prev_pid = {};
 const volatile struct latmon_tp_field switch_prev_comm = {};
 const volatile struct latmon_tp_field switch_prev_state = {};
@@ -332,16 +384,23 @@ struct {
 	__type(value, __u8);
 } runq_tids SEC(".maps");
 
-static __always_inline void stamp_tid(__u32 pid)
+/* Thread `pid` waits from now on, queued on `cpu`, which accounts why. */
+static __always_inline void stamp_tid(__u32 pid, __u32 cpu)
 {
-	__u64 now_ns = bpf_ktime_get_ns();
+	struct runq_stamp st;
 
-	if (bpf_map_update_elem(&runq_start_by_pid, &pid, &now_ns, BPF_ANY))
+	st.start_ns = bpf_ktime_get_ns();
+	st.anat = anat_claim_key(pid, cpu, st.start_ns);
+	st.pad = 0;
+	if (bpf_map_update_elem(&runq_start_by_pid, &pid, &st, BPF_ANY)) {
+		anat_release(anat_take_key(pid, st.anat));
 		count_drop(); /* map full */
+	}
 }
 
 static __always_inline int wakeup_tp(void *ctx, const volatile struct latmon_tp_field *pid_f,
-				     const volatile struct latmon_tp_field *comm_f, bool new_task)
+				     const volatile struct latmon_tp_field *comm_f,
+				     const volatile struct latmon_tp_field *cpu_f, bool new_task)
 {
 	__u32 pid = latmon_tp_read(ctx, pid_f);
 
@@ -356,15 +415,15 @@ static __always_inline int wakeup_tp(void *ctx, const volatile struct latmon_tp_
 	}
 	if (!latmon_tp_comm_is(ctx, comm_f, filter_comm))
 		return 0;
-	stamp_tid(pid);
+	stamp_tid(pid, anatomy ? latmon_tp_read(ctx, cpu_f) : 0);
 	return 0;
 }
 
 SEC("tracepoint/sched/sched_wakeup")
-int runq_wakeup_tp(void *ctx) { return wakeup_tp(ctx, &wakeup_pid, &wakeup_comm, false); }
+int runq_wakeup_tp(void *ctx) { return wakeup_tp(ctx, &wakeup_pid, &wakeup_comm, &wakeup_cpu, false); }
 
 SEC("tracepoint/sched/sched_wakeup_new")
-int runq_wakeup_new_tp(void *ctx) { return wakeup_tp(ctx, &wakeup_new_pid, &wakeup_new_comm, true); }
+int runq_wakeup_new_tp(void *ctx) { return wakeup_tp(ctx, &wakeup_new_pid, &wakeup_new_comm, &wakeup_new_cpu, true); }
 
 SEC("tracepoint/sched/sched_switch")
 int runq_switch_tp(void *ctx)
@@ -373,7 +432,14 @@ int runq_switch_tp(void *ctx)
 	__u32 next = latmon_tp_read(ctx, &switch_next_pid);
 	__u64 state = latmon_tp_read(ctx, &switch_prev_state);
 	bool prev_wanted = prev != 0;
-	__u64 *start_ns;
+	struct runq_stamp *st;
+	__u64 now_ns = 0;
+
+	/* anatomy: prev held a waiting CPU until now. */
+	if (anat_held > 0) {
+		now_ns = bpf_ktime_get_ns();
+		anat_switch_tp(ctx, prev, latmon_tp_read(ctx, &switch_prev_prio), &switch_prev_comm, now_ns);
+	}
 
 	if (filter_tgid && prev) {
 		if ((bpf_get_current_pid_tgid() >> 32) == filter_tgid) {
@@ -385,19 +451,56 @@ int runq_switch_tp(void *ctx)
 			prev_wanted = false;
 		}
 	}
-	/* A preempted task stays runnable: its wait starts now. */
-	if (prev_wanted && !(state & (report_max - 1)) && latmon_tp_comm_is(ctx, &switch_prev_comm, filter_comm))
-		stamp_tid(prev);
-	start_ns = bpf_map_lookup_elem(&runq_start_by_pid, &next);
-	if (!start_ns)
-		return 0;
-	{
+	st = bpf_map_lookup_elem(&runq_start_by_pid, &next);
+	if (st) {
 		/* The record carries no tgid: the alert's pid is the thread's. */
 		struct latmon_alert_who who = {.pid = next, .tid = next, .comm = ctx + switch_next_comm.offset};
+		struct anat_slot *slot = anat_take_key(next, st->anat);
 
-		record(ctx, (__s64)(bpf_ktime_get_ns() - *start_ns), &who, NULL);
+		if (!now_ns)
+			now_ns = bpf_ktime_get_ns();
+		record(ctx, (__s64)(now_ns - st->start_ns), &who, slot ? &slot->acc : NULL);
+		anat_release(slot);
+		bpf_map_delete_elem(&runq_start_by_pid, &next);
 	}
-	bpf_map_delete_elem(&runq_start_by_pid, &next);
+	/* A preempted task stays runnable: its wait starts now, on this CPU
+	 * (after next gave back its anatomy slot). */
+	if (prev_wanted && !(state & (report_max - 1)) && latmon_tp_comm_is(ctx, &switch_prev_comm, filter_comm))
+		stamp_tid(prev, bpf_get_smp_processor_id());
+	return 0;
+}
+
+/* ---- tracepoint: anatomy, hard and soft interrupts on a waiting CPU ---- */
+
+SEC("tracepoint/irq/irq_handler_entry")
+int runq_anat_irq_entry_tp(void *ctx)
+{
+	if (anat_held > 0)
+		anat_irq_entry(latmon_tp_read(ctx, &irq_entry_irq));
+	return 0;
+}
+
+SEC("tracepoint/irq/irq_handler_exit")
+int runq_anat_irq_exit_tp(void *ctx)
+{
+	if (anat_held > 0)
+		anat_irq_exit(latmon_tp_read(ctx, &irq_exit_irq));
+	return 0;
+}
+
+SEC("tracepoint/irq/softirq_entry")
+int runq_anat_softirq_entry_tp(void *ctx)
+{
+	if (anat_held > 0)
+		anat_softirq_entry(latmon_tp_read(ctx, &soft_entry_vec));
+	return 0;
+}
+
+SEC("tracepoint/irq/softirq_exit")
+int runq_anat_softirq_exit_tp(void *ctx)
+{
+	if (anat_held > 0)
+		anat_softirq_exit(latmon_tp_read(ctx, &soft_exit_vec));
 	return 0;
 }
 #endif /* LATMON_NO_BTF */

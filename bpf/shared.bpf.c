@@ -16,6 +16,8 @@ struct latmon_anat_irq shared_anat_irq;
 struct latmon_anatomy shared_anatomy;
 struct latmon_alert_anat shared_alert_anat;
 struct latmon_alert_drops shared_alert_drops;
+struct latmon_cause_entry shared_cause_entry;
+struct latmon_cause_tally shared_cause_tally;
 struct latmon_irq_key shared_irq_key;
 struct latmon_tp_field shared_tp_field;
 

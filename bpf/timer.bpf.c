@@ -71,6 +71,8 @@
 #include "core_fixes.bpf.h"
 #define LATMON_ALERT_IDS LATMON_TIMER_SERIES
 #define LATMON_ALERT_ANATOMY
+/* The tally as global functions: see causes.bpf.h (chain's verifier limit). */
+#define LATMON_CAUSES_GLOBAL
 #include "alerts.bpf.h"
 #include "anatomy.bpf.h"
 
@@ -422,6 +424,10 @@ int BPF_PROG(chain_irq_entry_btf, int irq, struct irqaction *action)
 {
 	struct timer_cpu *c = cpu_state();
 
+	/* anatomy: chain's own hardirq programs do its accounting (no second
+	 * pair of programs on every interrupt: src/probes/timer.rs). */
+	if (anatomy)
+		anat_irq_entry(irq);
 	if (c) {
 		c->irq_ns = bpf_ktime_get_ns();
 		c->thread_irq_ns = 0;
@@ -435,6 +441,8 @@ int BPF_PROG(chain_irq_exit_btf, int irq, struct irqaction *action, int ret)
 {
 	struct timer_cpu *c = cpu_state();
 
+	if (anatomy)
+		anat_irq_exit(irq);
 	if (!c)
 		return 0;
 	if (ret & 2 /* IRQ_WAKE_THREAD */)
@@ -444,6 +452,9 @@ int BPF_PROG(chain_irq_exit_btf, int irq, struct irqaction *action, int ret)
 }
 
 /* ---- anatomy: hard and soft interrupts on a waiting CPU ---------------- */
+
+/* The hardirq pair is for timer only: chain's programs above call the same
+ * functions. */
 
 /* TP_PROTO(int irq, struct irqaction *action) */
 SEC("tp_btf/irq_handler_entry")

@@ -55,7 +55,23 @@ pub mod reg {
     /// u32: runs of the probes' BPF programs the kernel skipped since start
     /// (was reserved: added within map version 1).
     pub const MISSED: u16 = 22;
+    /// The interval's top cause of late time (were reserved: added within
+    /// map version 1). The block of the probe with the most alerted time
+    /// ([`super::NO_BLOCK`]: no probe alerted), its largest cause's kind
+    /// (LATMON_CAUSE_* of bpf/latmon.h; 0: none) and id (u32), that
+    /// probe's alerted time (u32, µs) and the cause's share of it (0.01 %).
+    pub const CAUSE_BLOCK: u16 = 24;
+    pub const CAUSE_KIND: u16 = 25;
+    /// u32
+    pub const CAUSE_ID: u16 = 26;
+    /// u32, µs
+    pub const CAUSE_ALERTED_US: u16 = 28;
+    /// u16, 0.01 % (10000 = all of it)
+    pub const CAUSE_SHARE: u16 = 30;
 }
+
+/// [`reg::CAUSE_BLOCK`] when no probe alerted in the interval.
+pub const NO_BLOCK: u16 = 0xFFFF;
 
 /// Offsets inside a probe block.
 pub mod off {
@@ -248,6 +264,8 @@ impl Image {
         // Blocks in config order: failed probes sit at their positions,
         // attached ones fill the rest in session order.
         let mut attached = 0usize;
+        // The probe with the most alerted time: (block, its causes).
+        let mut worst: Option<(u16, &crate::causes::CauseSummary)> = None;
         for pos in 0..blocks {
             let base = HEADER_WORDS + pos as u16 * BLOCK_WORDS;
             self.put16(base + off::INDEX, pos as u16);
@@ -264,8 +282,22 @@ impl Image {
             self.put_name(base, &info.name);
             if let Some(p) = t.report.probes.get(attached) {
                 self.put_probe(base, p);
+                if let Some(c) = p.alert_causes.as_ref().filter(|c| c.alerted_ns > 0) {
+                    if worst.is_none_or(|(_, w)| c.alerted_ns > w.alerted_ns) {
+                        worst = Some((pos as u16, c));
+                    }
+                }
             }
             attached += 1;
+        }
+        self.put16(reg::CAUSE_BLOCK, worst.map_or(NO_BLOCK, |w| w.0));
+        if let Some((_, c)) = worst {
+            self.put32(reg::CAUSE_ALERTED_US, us_ceil(c.alerted_ns));
+            if let Some(top) = c.top() {
+                self.put16(reg::CAUSE_KIND, top.id.code());
+                self.put32(reg::CAUSE_ID, top.id.id());
+                self.put16(reg::CAUSE_SHARE, c.share_basis_points(top.ns));
+            }
         }
     }
 
@@ -430,6 +462,39 @@ mod tests {
         img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &agent);
         assert_eq!(img.words()[reg::STATUS as usize], status::OVER_BUDGET | status::LINK_ERRORS | status::MISSED);
         assert_eq!(u32_at(img.words(), reg::MISSED), 92);
+    }
+
+    #[test]
+    fn the_top_cause_of_the_probe_with_the_most_late_time() {
+        use crate::causes::{CauseId, CauseSummary, TopCause};
+        let s = session(Vec::new());
+        let mut r = report(3);
+        let mut img = Image::default();
+        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
+        let w = img.words();
+        assert_eq!(w[reg::CAUSE_BLOCK as usize], NO_BLOCK, "no alerts: no block");
+        assert!(w[reg::CAUSE_KIND as usize..32].iter().all(|&x| x == 0));
+        let causes = |alerted_ns: u64, id: CauseId, ns: u64| CauseSummary {
+            alerts: 3,
+            alerted_ns,
+            causes: vec![
+                TopCause { id, name: "hog".into(), ns },
+                TopCause { id: CauseId::Other, name: String::new(), ns: alerted_ns - ns },
+            ],
+            ..Default::default()
+        };
+        r.probes[0].alert_causes = Some(causes(1_000_000, CauseId::Irq { irq: 36 }, 600_000));
+        r.probes[1].alert_causes = Some(causes(4_000_001, CauseId::Task { pid: 70_000 }, 3_600_000));
+        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
+        let w = img.words();
+        assert_eq!((w[reg::CAUSE_BLOCK as usize], w[reg::CAUSE_KIND as usize]), (1, 1), "block 1, a task");
+        assert_eq!(u32_at(w, reg::CAUSE_ID), 70_000);
+        assert_eq!(u32_at(w, reg::CAUSE_ALERTED_US), 4_001, "rounded up");
+        assert_eq!(w[reg::CAUSE_SHARE as usize], 8_999, "89.99 %: rounded down");
+        assert_eq!(w[31], 0, "still reserved");
+        // The header's other registers are where they were.
+        assert_eq!(u32_at(w, reg::MISSED), 0);
+        assert_eq!(&w[..2], &[MAGIC, MAP_VERSION]);
     }
 
     #[test]

@@ -832,18 +832,7 @@ fn prometheus_exposition_passes_promtool() {
     assert_eq!(ctype, "text/plain; version=0.0.4; charset=utf-8");
     assert_eq!(st404, "HTTP/1.1 404 Not Found");
     // promtool check metrics: syntax and the naming lints.
-    let mut p = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; scripts/install-deps.sh)");
-    p.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-    let out = p.wait_with_output().unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    eprintln!("FIGURES promtool: exit {:?}, {} bytes of metrics, said {said:?}", out.status.code(), body.len());
-    assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}\n{body}");
+    promtool_check_metrics(&body);
     // The content: histogram per probe with labels, cost metrics.
     let series = |prefix: &str| body.lines().filter(|l| l.starts_with(prefix)).count();
     assert_eq!(series("latmon_latency_seconds_bucket{probe=\"runq\",kind=\"runq\",attach=\"tp_btf\""), 30);

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -21,20 +20,6 @@ fn softirq_count(vector: &str) -> u64 {
     let text = std::fs::read_to_string("/proc/softirqs").unwrap();
     let line = text.lines().find(|l| l.trim_start().starts_with(&format!("{vector}:"))).unwrap();
     line.split_whitespace().skip(1).map(|c| c.parse::<u64>().unwrap()).sum()
-}
-
-/// IRQ number -> count summed over CPUs, from /proc/interrupts.
-fn irq_counts() -> HashMap<u32, u64> {
-    let text = std::fs::read_to_string("/proc/interrupts").unwrap();
-    let mut lines = text.lines();
-    let ncpus = lines.next().unwrap().split_whitespace().count();
-    lines
-        .filter_map(|l| {
-            let (n, rest) = l.split_once(':')?;
-            let n = n.trim().parse().ok()?;
-            Some((n, rest.split_whitespace().take(ncpus).map(|c| c.parse::<u64>().unwrap_or(0)).sum()))
-        })
-        .collect()
 }
 
 #[test]

@@ -31,16 +31,6 @@ fn secs() -> u64 {
     std::env::var("LATMON_PACED_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(75)
 }
 
-struct XorShift(u64);
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// What the paced line carried.
 #[derive(Debug, Default)]
 struct Line {

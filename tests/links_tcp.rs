@@ -9,20 +9,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use latmon::hist::Hist;
-use latmon::ident::{BtfMode, Family, Mechanism};
 use latmon::sinks::{self, Session, Tick};
-use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
+use latmon::summary::{IntervalReport, ProbeReport};
 use latmon::wire::{Frame, FrameDecoder};
 
-fn info(i: usize) -> ProbeInfo {
-    ProbeInfo {
-        name: format!("p{i}"),
-        kind: Family::Runq,
-        attach: Mechanism::TpBtf,
-        mode: String::new(),
-        btf_mode: BtfMode::CoRe,
-    }
-}
+mod common;
+use common::runq_probe;
 
 #[test]
 fn tcp_stalled_client_dropped_while_other_served_on_time() {
@@ -69,7 +61,7 @@ fn tcp_stalled_client_dropped_while_other_served_on_time() {
         boot_id: 1,
         start_ns: 0,
         interval_ns: 2_000_000,
-        probes: (0..n_probes).map(info).collect(),
+        probes: (0..n_probes).map(runq_probe).collect(),
         failed: Vec::new(),
     };
     let mut totals: Vec<Hist> = vec![Hist::default(); n_probes];

@@ -12,25 +12,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use latmon::hist::Hist;
-use latmon::ident::{BtfMode, Family, Mechanism};
+use latmon::ident::Family;
 use latmon::modbus_map::{off, reg, status, BLOCK_WORDS, HEADER_WORDS, MAGIC};
 use latmon::sinks::{self, Session, Sink, Tick};
-use latmon::summary::{FailedProbe, IntervalReport, ProbeInfo, ProbeReport};
+use latmon::summary::{FailedProbe, IntervalReport, ProbeReport};
 use rmodbus::client::ModbusRequest;
 use rmodbus::{ErrorKind, ModbusProto};
 
+mod common;
+use common::runq_probe;
+
 fn port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn info(i: usize) -> ProbeInfo {
-    ProbeInfo {
-        name: format!("p{i}"),
-        kind: Family::Runq,
-        attach: Mechanism::TpBtf,
-        mode: String::new(),
-        btf_mode: BtfMode::CoRe,
-    }
 }
 
 /// Two attached probes (blocks 0 and 1) and a failed one (block 2).
@@ -41,7 +34,7 @@ fn session() -> Session {
         boot_id: 0x1234_5678,
         start_ns: 0,
         interval_ns: 1_000_000,
-        probes: vec![info(0), info(1)],
+        probes: vec![runq_probe(0), runq_probe(1)],
         failed: vec![FailedProbe { position: 2, name: "timer".into(), kind: Family::Timer, why: "absent".into() }],
     }
 }

@@ -6,15 +6,17 @@
 //! with what a live run rarely shows (a folded family, link counters)
 //! passes `promtool check metrics`.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use latmon::hist::Hist;
 use latmon::ident::{BtfMode, Family, Mechanism};
 use latmon::sinks::prom::{render_text, snapshot};
 use latmon::sinks::{LinkStats, Session, Tick};
 use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
+
+mod common;
+use common::promtool_check_metrics;
 
 fn repo(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
@@ -118,17 +120,7 @@ fn a_folded_family_and_link_counters_pass_promtool_check_metrics() {
     render_text(&mut text, &snap);
     assert!(text.contains("latmon_series_folded{probe=\"sys\",kind=\"syscall\",attach=\"raw_tp\"} 24"), "{text}");
     assert!(text.contains("latmon_output_errors_total{output=\"modbus-tcp://0.0.0.0:502\"} 2"));
-    let mut p = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool");
-    p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = p.wait_with_output().unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}");
+    promtool_check_metrics(&text);
     let lines = text.lines().filter(|l| l.starts_with("latmon_latency_seconds_count{")).count();
     assert_eq!(lines, 18, "family line + 16 series + folded");
 }

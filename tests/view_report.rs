@@ -9,7 +9,8 @@
 //! (tests/report/png_stats.py: share of non-white pixels, colours).
 //!
 //! `LATMON_REPORT_PNG=docs/report.png` keeps the PNG (the README's picture).
-//! Needs target/release/latmon-view (`cargo build --release -p latmon-view`).
+//! Needs latmon-view beside the latmon under test, in the same profile
+//! (`cargo build --release -p latmon-view` for `cargo test --release`).
 
 mod common;
 
@@ -21,7 +22,7 @@ use common::*;
 #[test]
 fn report_of_a_real_capture_renders_in_chromium() {
     let view = Path::new(env!("CARGO_BIN_EXE_latmon")).with_file_name("latmon-view");
-    assert!(view.exists(), "{} missing: build it first (cargo build --release -p latmon-view)", view.display());
+    assert!(view.exists(), "{} missing: build it first, in the profile of these tests (cargo build -p latmon-view --release, or --profile release-test as scripts/test.sh does)", view.display());
     let dir = std::env::temp_dir().join(format!("latmon-report-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cap = dir.join("capture.bin");

@@ -11,8 +11,9 @@
 //! unplugged: the pty and the symlink go away) shows "NO DATA for N s",
 //! then restarting it (replugged) resumes.
 //!
-//! Needs tmux and target/release/latmon-view (`cargo build --release -p
-//! latmon-view`; scripts/test.sh builds it before the cargo tests).
+//! Needs tmux and latmon-view beside the latmon under test, in the same
+//! profile (`cargo build --release -p latmon-view` for `cargo test
+//! --release`; scripts/test.sh builds it, in its tests' profile, first).
 
 mod common;
 
@@ -32,7 +33,7 @@ const INTERVAL: Duration = Duration::from_secs(1);
 
 fn view_bin() -> PathBuf {
     let p = Path::new(env!("CARGO_BIN_EXE_latmon")).with_file_name("latmon-view");
-    assert!(p.exists(), "{} missing: build it first (cargo build --release -p latmon-view)", p.display());
+    assert!(p.exists(), "{} missing: build it first, in the profile of these tests (cargo build -p latmon-view --release, or --profile release-test as scripts/test.sh does)", p.display());
     p
 }
 

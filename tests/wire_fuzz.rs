@@ -311,6 +311,9 @@ impl Gen {
             shed: (0..self.rng.next() % 4)
                 .map(|_| ProbeShed { id: self.rng.next() as u16, alerts_shed: self.rng.wild() })
                 .collect(),
+            dropped: (0..self.rng.next() % 4)
+                .map(|_| ProbeDropped { id: self.rng.next() as u16, alerts_dropped: self.rng.wild() })
+                .collect(),
         }
     }
 

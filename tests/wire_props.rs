@@ -5,6 +5,9 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+use common::XorShift;
+
 use latmon::hist::{Hist, BUCKETS};
 use latmon::summary::AlertRecord;
 use latmon::wire::*;
@@ -142,6 +145,8 @@ proptest! {
             flags: cpu, bpf_cpu_ppm: cpu / 2, detached: (0..n.min(20)).map(|i| i as u16).collect(), link: Default::default(),
             // Every fifth probe had alert records shed.
             shed: (0..n).filter(|i| i % 5 == 2).map(|i| ProbeShed { id: i as u16, alerts_shed: lat ^ i as u64 }).collect(),
+            // Every seventh probe had alert records dropped before the link.
+            dropped: (0..n).filter(|i| i % 7 == 4).map(|i| ProbeDropped { id: i as u16, alerts_dropped: lat ^ i as u64 }).collect(),
             // Every third probe has kernel misses.
             missed: (0..n).filter(|i| i % 3 == 1).map(|i| ProbeMissed { id: i as u16, missed: lat ^ i as u64 }).collect(),
         };
@@ -168,6 +173,11 @@ proptest! {
         }
         let shed: Vec<ProbeShed> = parts.iter().flat_map(|p| p.shed.clone()).collect();
         prop_assert_eq!(&shed, &s.shed);
+        for p in &parts {
+            prop_assert!(p.dropped.iter().all(|m| p.probes.iter().any(|h| h.id == m.id)), "{:?}", p.dropped);
+        }
+        let dropped: Vec<ProbeDropped> = parts.iter().flat_map(|p| p.dropped.clone()).collect();
+        prop_assert_eq!(&dropped, &s.dropped);
         let probes: Vec<ProbeHealth> = parts.into_iter().flat_map(|p| p.probes).collect();
         prop_assert_eq!(probes, s.probes);
         let _ = AlertRecord { probe: String::new(), pid, tid, comm, cpu, latency_ns: lat, time_ns: time, anatomy: None };
@@ -238,19 +248,6 @@ proptest! {
 }
 
 /// A small deterministic PRNG for the time-bounded loops.
-struct XorShift(u64);
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 /// A stream of real frames of every kind.
 fn sample_frames(rng: &mut XorShift, n: usize) -> Vec<Vec<u8>> {
     let mut enc = Encoder::new();

@@ -37,8 +37,16 @@ impl Agent {
                         s.read_errors += 1;
                         s.cur.clone_from(&s.prev);
                     }
+                    // A failed read leaves what it missed to the next one.
+                    if let Err(e) = p.causes(&mut r.probes[i].alert_causes) {
+                        log::warn!("{e}");
+                        s.read_errors += 1;
+                    }
                 }
-                None => s.cur.clone_from(&s.prev),
+                None => {
+                    s.cur.clone_from(&s.prev);
+                    r.probes[i].alert_causes = None;
+                }
             }
             r.probes[i].fill(&s.info, &s.prev, &s.cur);
             r.probes[i].state = s.state;

@@ -20,8 +20,14 @@ use libbpf_rs::{MapCore, MapHandle, MapMut, OpenMapMut, PerfBufferBuilder, RingB
 
 use super::libbpf_error;
 use crate::anatomy::{Anatomy, Cause, CauseKind, Policy};
-use crate::bpf::limits::{ALERT_PERF_PAGES, ALERT_QUEUE, ANAT_IRQS, ANAT_TASKS, COMM_LEN, SOFTIRQ_VECS};
-use crate::bpf::shared::types::{latmon_alert, latmon_alert_anat, latmon_alert_drops, latmon_anatomy};
+use crate::bpf::limits::{
+    ALERT_PERF_PAGES, ALERT_QUEUE, ANAT_IRQS, ANAT_POLICY_FAIR, ANAT_POLICY_RT, ANAT_POLICY_UNSET, ANAT_TASKS,
+    COMM_LEN, SOFTIRQ_VECS,
+};
+use crate::bpf::shared::types::{
+    latmon_alert, latmon_alert_anat, latmon_alert_drops, latmon_anatomy, latmon_cause_tally,
+};
+use crate::causes::{CauseId, CauseSummary, TallyRead};
 use crate::hist::Hist;
 use crate::summary::AlertRecord;
 
@@ -30,6 +36,7 @@ use crate::summary::AlertRecord;
 unsafe impl plain::Plain for latmon_alert {}
 unsafe impl plain::Plain for latmon_alert_drops {}
 unsafe impl plain::Plain for latmon_anatomy {}
+unsafe impl plain::Plain for latmon_cause_tally {}
 const _: () = assert!(size_of::<latmon_alert>() == ALERT_RECORD_BYTES);
 const _: () = assert!(size_of::<latmon_alert_drops>() == 16);
 const _: () = assert!(size_of::<latmon_anatomy>() == ANATOMY_BYTES);
@@ -62,6 +69,16 @@ pub const ANATOMY_ENV: &str = "LATMON_ANATOMY";
 /// kernel has what bpf/anatomy.bpf.h needs (else records go without).
 pub(crate) fn anatomy_wanted(spec: &crate::config::ProbeSpec) -> bool {
     spec.threshold.is_some() && std::env::var(ANATOMY_ENV).as_deref() != Ok("off") && super::features::percpu_lookup()
+}
+
+/// Environment switch for cost measurements: `LATMON_CAUSES=off` leaves
+/// out the per-interval cause tally (bpf/causes.bpf.h), anatomies kept.
+pub const CAUSES_ENV: &str = "LATMON_CAUSES";
+
+/// Tally the causes of this probe's alerts (anatomies are accounted and
+/// the environment does not switch the tally off).
+pub(crate) fn causes_wanted(spec: &crate::config::ProbeSpec) -> bool {
+    anatomy_wanted(spec) && std::env::var(CAUSES_ENV).as_deref() != Ok("off")
 }
 
 pub(crate) fn want_ringbuf() -> bool {
@@ -188,6 +205,32 @@ pub(crate) struct AlertFeed {
     /// Flushes asked for, and done by the reader (see `flush`).
     flush: Arc<(AtomicU64, AtomicU64)>,
     thread: Option<JoinHandle<()>>,
+    /// The comms of the tasks records named (for the cause tallies).
+    comms: Arc<Mutex<TaskComms>>,
+}
+
+/// Thread id -> comm, as alert records' anatomies named them: a tally's
+/// task that has exited keeps its name. Bounded: emptied when full.
+#[derive(Default)]
+pub(crate) struct TaskComms(std::collections::HashMap<u32, String>);
+
+/// Tasks [`TaskComms`] holds at most.
+const TASK_COMMS: usize = 1024;
+
+impl TaskComms {
+    fn note(&mut self, rec: &AlertRecord) {
+        let Some(a) = &rec.anatomy else { return };
+        for c in &a.causes {
+            let CauseKind::Task { comm, pid, .. } = &c.kind else { continue };
+            if self.0.get(pid) == Some(comm) {
+                continue;
+            }
+            if self.0.len() >= TASK_COMMS {
+                self.0.clear();
+            }
+            self.0.insert(*pid, comm.clone());
+        }
+    }
 }
 
 impl AlertFeed {
@@ -206,7 +249,8 @@ impl AlertFeed {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), String>>(1);
         let flush = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
-        let (q, st, fl) = (Arc::clone(&queue), Arc::clone(&stop), Arc::clone(&flush));
+        let comms = Arc::new(Mutex::new(TaskComms::default()));
+        let (q, st, fl, cm) = (Arc::clone(&queue), Arc::clone(&stop), Arc::clone(&flush), Arc::clone(&comms));
         // After each wait: consume what is there if a flush was asked for.
         let flushed = move |consume: &dyn Fn()| {
             let asked = fl.0.load(Ordering::Acquire);
@@ -220,7 +264,13 @@ impl AlertFeed {
             .spawn(move || {
                 let mut irq_names = IrqNames::default();
                 let mut push = move |data: &[u8]| {
-                    push_record(&q, &names, decode, data, &mut |rec| irq_names.name(rec));
+                    push_record(&q, &names, decode, data, &mut |rec| {
+                        irq_names.name(rec);
+                        name_policies(rec);
+                        if let Ok(mut c) = cm.lock() {
+                            c.note(rec);
+                        }
+                    });
                 };
                 if ringbuf {
                     let mut b = RingBufferBuilder::new();
@@ -266,7 +316,7 @@ impl AlertFeed {
                 }
             })
             .map_err(|e| format!("spawn alert reader: {e}"))?;
-        let feed = AlertFeed { flush, queue, stop, thread: Some(thread) };
+        let feed = AlertFeed { flush, queue, stop, thread: Some(thread), comms };
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(feed),
             Ok(Err(e)) => Err(e),
@@ -326,14 +376,213 @@ impl IrqNames {
         let Some(a) = rec.anatomy.as_mut() else { return };
         for c in &mut a.causes {
             let CauseKind::Irq { irq, name } = &mut c.kind else { continue };
-            if !self.names.contains_key(irq) && self.read_at.is_none_or(|t| t.elapsed() >= IRQ_NAMES_REFRESH) {
-                self.names = std::fs::read_to_string("/proc/interrupts")
-                    .map(|t| super::irq::parse_interrupts(&t))
-                    .unwrap_or_default();
-                self.read_at = Some(std::time::Instant::now());
-            }
-            if let Some(n) = self.names.get(irq) {
+            if let Some(n) = self.get(*irq) {
                 name.clone_from(n);
+            }
+        }
+    }
+
+    /// IRQ `irq`'s name, /proc/interrupts read again if it is new.
+    fn get(&mut self, irq: u32) -> Option<&String> {
+        if !self.names.contains_key(&irq) && self.read_at.is_none_or(|t| t.elapsed() >= IRQ_NAMES_REFRESH) {
+            self.names = std::fs::read_to_string("/proc/interrupts")
+                .map(|t| super::irq::parse_interrupts(&t))
+                .unwrap_or_default();
+            self.read_at = Some(std::time::Instant::now());
+        }
+        self.names.get(&irq)
+    }
+}
+
+/// The kernel's cause tallies of an object (bpf/causes.bpf.h: `cause_tally`
+/// and `cause_epoch`, one entry per alert id) and the last read of each,
+/// for the interval's top causes. Names are resolved here, at the edge:
+/// tasks as the records' anatomies named them, else from /proc/TID/comm
+/// (empty: a task no record named, gone), IRQs from /proc/interrupts.
+pub(crate) struct CauseTallies {
+    tally: RawFd,
+    epoch: RawFd,
+    prev: Vec<TallyRead>,
+    epochs: Vec<u64>,
+    raw: latmon_cause_tally,
+    irq_names: IrqNames,
+    /// Comms the records named (tasks that may have exited since).
+    comms: Option<Arc<Mutex<TaskComms>>>,
+    path: String,
+}
+
+impl CauseTallies {
+    /// `tally` and `epoch` must outlive the reader (both live in the
+    /// probe's skeleton).
+    fn new(tally: &dyn MapCore, epoch: &dyn MapCore, comms: Option<Arc<Mutex<TaskComms>>>) -> Result<Self, String> {
+        if tally.value_size() as usize != size_of::<latmon_cause_tally>() {
+            return Err(format!(
+                "cause_tally value is {} bytes, expected {}",
+                tally.value_size(),
+                size_of::<latmon_cause_tally>()
+            ));
+        }
+        let ids = tally.max_entries() as usize;
+        Ok(CauseTallies {
+            tally: tally.as_fd().as_raw_fd(),
+            epoch: epoch.as_fd().as_raw_fd(),
+            prev: vec![TallyRead::default(); ids],
+            epochs: vec![0; ids],
+            raw: latmon_cause_tally::default(),
+            irq_names: IrqNames::default(),
+            comms,
+            path: String::with_capacity(32),
+        })
+    }
+
+    /// The causes of id `id`'s alerted time since the last call. The
+    /// epoch moves first: an entry this read sees in use stays its
+    /// cause's until the next read has seen it (bpf/causes.bpf.h).
+    fn read(&mut self, id: u32, out: &mut CauseSummary) -> Result<(), String> {
+        let i = id as usize;
+        let (Some(epoch), Some(prev)) = (self.epochs.get_mut(i), self.prev.get_mut(i)) else {
+            return Err(format!("cause tally: no alert id {id}"));
+        };
+        *epoch += 1;
+        // SAFETY: key and value are the map's u32 and u64; raw is the
+        // map's value type (size checked in new()).
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_map_update_elem(
+                self.epoch,
+                (&id as *const u32).cast(),
+                (epoch as *const u64).cast(),
+                0,
+            )
+        };
+        if rc != 0 {
+            return Err(format!("cause_epoch: {}", std::io::Error::last_os_error()));
+        }
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_map_lookup_elem(
+                self.tally,
+                (&id as *const u32).cast(),
+                (&mut self.raw as *mut latmon_cause_tally).cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(format!("cause_tally: {}", std::io::Error::last_os_error()));
+        }
+        let r = &self.raw;
+        let mut cur = TallyRead {
+            alerts: r.alerts,
+            alerted_ns: r.alerted_ns,
+            folded_ns: r.folded_ns,
+            folded_parts: r.folded_parts,
+            ..Default::default()
+        };
+        for (d, e) in cur.slots.iter_mut().zip(&r.slot) {
+            *d = (e.key, e.ns);
+        }
+        out.fill(prev, &cur);
+        *prev = cur;
+        for c in &mut out.causes {
+            match c.id {
+                CauseId::Task { pid } => {
+                    // As the kernel named it at the alert, else as it is now.
+                    let known = self
+                        .comms
+                        .as_ref()
+                        .and_then(|m| m.lock().ok())
+                        .and_then(|m| m.0.get(&pid).map(|n| c.name.push_str(n)));
+                    if known.is_none() {
+                        task_comm(&mut self.path, pid, &mut c.name);
+                    }
+                }
+                CauseId::Irq { irq } => {
+                    if let Some(n) = self.irq_names.get(irq) {
+                        c.name.push_str(n);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Thread `tid`'s comm into `name` (nothing when it is gone); `path` is
+/// scratch.
+fn task_comm(path: &mut String, tid: u32, name: &mut String) {
+    use std::fmt::Write as _;
+    use std::io::Read as _;
+    path.clear();
+    let _ = write!(path, "/proc/{tid}/comm");
+    let mut buf = [0u8; 64];
+    let Ok(mut f) = std::fs::File::open(&*path) else { return };
+    let n = f.read(&mut buf).unwrap_or(0);
+    let text = String::from_utf8_lossy(&buf[..n]);
+    name.push_str(text.trim_end_matches('\n'));
+}
+
+/// A task cause of the no-BTF build carries its policy's class
+/// (ANAT_POLICY_RT, _FAIR: sched_switch's record has the priority only)
+/// or nothing (ANAT_POLICY_UNSET). The policy `now` the thread has when
+/// the record is read, if it is of that class; None: the class stays
+/// (`unknown`). Policies rarely change, but this is the thread's policy
+/// when the record is read, not at the wait.
+fn policy_of_class(class: u32, now: Policy) -> Option<Policy> {
+    let fits = match class as usize {
+        ANAT_POLICY_RT => matches!(now, Policy::Fifo | Policy::Rr),
+        ANAT_POLICY_FAIR => matches!(now, Policy::Other | Policy::Batch | Policy::Idle),
+        ANAT_POLICY_UNSET => !matches!(now, Policy::Unknown(_)),
+        _ => false,
+    };
+    fits.then_some(now)
+}
+
+/// Thread `tid`'s policy now, and its priority as anatomies give it
+/// (rt_priority for FIFO and RR, else the nice value); None: it is gone.
+fn thread_sched(tid: u32) -> Option<(Policy, i32)> {
+    let tid = libc::pid_t::try_from(tid).ok()?;
+    // SAFETY: plain syscalls on a valid pointer; errors are checked.
+    unsafe {
+        let pol = libc::sched_getscheduler(tid);
+        if pol < 0 {
+            return None;
+        }
+        let policy = Policy::from_code((pol & !libc::SCHED_RESET_ON_FORK) as u32);
+        let prio = match policy {
+            Policy::Fifo | Policy::Rr => {
+                // Zeroed: musl's sched_param has more fields than glibc's.
+                let mut p: libc::sched_param = std::mem::zeroed();
+                if libc::sched_getparam(tid, &mut p) != 0 {
+                    return None;
+                }
+                p.sched_priority
+            }
+            Policy::Deadline => 0,
+            _ => {
+                *libc::__errno_location() = 0;
+                let nice = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+                if nice == -1 && *libc::__errno_location() != 0 {
+                    return None;
+                }
+                nice
+            }
+        };
+        Some((policy, prio))
+    }
+}
+
+/// The policies of a no-BTF anatomy's task causes (see policy_of_class).
+fn name_policies(rec: &mut AlertRecord) {
+    let Some(a) = rec.anatomy.as_mut() else { return };
+    for c in &mut a.causes {
+        let CauseKind::Task { pid, policy, prio, .. } = &mut c.kind else { continue };
+        let Policy::Unknown(class) = *policy else { continue };
+        if ![ANAT_POLICY_RT, ANAT_POLICY_FAIR, ANAT_POLICY_UNSET].contains(&(class as usize)) {
+            continue;
+        }
+        let Some((now, now_prio)) = thread_sched(*pid) else { continue };
+        if let Some(p) = policy_of_class(class, now) {
+            *policy = p;
+            if class as usize == ANAT_POLICY_UNSET {
+                *prio = now_prio;
             }
         }
     }
@@ -418,6 +667,9 @@ pub(crate) struct AlertMaps<'a> {
 pub(crate) struct Alerts {
     feed: Option<AlertFeed>,
     drops: PerCpuArray<latmon_alert_drops>,
+    /// Objects that tally their alerts' causes (bpf/causes.bpf.h), when
+    /// that is on.
+    causes: Option<CauseTallies>,
 }
 
 impl Alerts {
@@ -433,12 +685,32 @@ impl Alerts {
     ) -> Result<Self, String> {
         let drops = PerCpuArray::new(maps.drops)?;
         if !records {
-            return Ok(Alerts { feed: None, drops });
+            return Ok(Alerts { feed: None, drops, causes: None });
         }
         let map = if ringbuf { maps.ring } else { maps.perf };
         let handle = MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
         let names = names(maps.drops.max_entries() as usize);
-        Ok(Alerts { feed: Some(AlertFeed::spawn(handle, ringbuf, names, decode)?), drops })
+        Ok(Alerts { feed: Some(AlertFeed::spawn(handle, ringbuf, names, decode)?), drops, causes: None })
+    }
+
+    /// Read the object's cause tallies too (its `cause_tally` and
+    /// `cause_epoch` maps; the object's `tally_causes` is on).
+    pub(crate) fn with_causes(mut self, tally: &dyn MapCore, epoch: &dyn MapCore) -> Result<Self, String> {
+        let comms = self.feed.as_ref().map(|f| Arc::clone(&f.comms));
+        self.causes = Some(CauseTallies::new(tally, epoch, comms)?);
+        Ok(self)
+    }
+
+    /// The causes of id `id`'s alerted time since the last call into
+    /// `out` (None when the object tallies none).
+    pub(crate) fn causes(&mut self, id: u32, out: &mut Option<CauseSummary>) -> Result<(), String> {
+        match &mut self.causes {
+            Some(t) => t.read(id, out.get_or_insert_with(CauseSummary::default)),
+            None => {
+                *out = None;
+                Ok(())
+            }
+        }
     }
 
     /// Whether records are read (a threshold is set).
@@ -537,5 +809,65 @@ mod tests {
         push_record(&q, &names, decode, b"short", &mut |_| {});
         let q = q.into_inner().unwrap();
         assert_eq!((q.held, q.dropped[0], q.bad), (ALERT_QUEUE, 3, 1));
+    }
+
+    #[test]
+    fn a_no_btf_policy_class_takes_only_a_policy_of_that_class() {
+        let (rt, fair, unset) = (ANAT_POLICY_RT as u32, ANAT_POLICY_FAIR as u32, ANAT_POLICY_UNSET as u32);
+        assert_eq!(policy_of_class(rt, Policy::Fifo), Some(Policy::Fifo));
+        assert_eq!(policy_of_class(rt, Policy::Rr), Some(Policy::Rr));
+        // The thread changed class since the wait: the class stays.
+        assert_eq!(policy_of_class(rt, Policy::Other), None);
+        assert_eq!(policy_of_class(fair, Policy::Batch), Some(Policy::Batch));
+        assert_eq!(policy_of_class(fair, Policy::Fifo), None);
+        assert_eq!(policy_of_class(unset, Policy::Deadline), Some(Policy::Deadline));
+        assert_eq!(policy_of_class(unset, Policy::Unknown(9)), None);
+        // A real policy code is never rewritten.
+        assert_eq!(policy_of_class(1, Policy::Fifo), None);
+    }
+
+    #[test]
+    fn name_policies_reads_the_threads_policy_for_a_class() {
+        // This thread: SCHED_OTHER at nice 0 (the test harness's).
+        let me = unsafe { libc::gettid() } as u32;
+        let task = |policy: u32, prio: i32| Cause {
+            kind: CauseKind::Task { comm: "t".into(), pid: me, policy: Policy::from_code(policy), prio },
+            ns: 5,
+        };
+        let mut rec = AlertRecord {
+            probe: "runq".into(),
+            pid: 1,
+            tid: 1,
+            comm: "x".into(),
+            cpu: 0,
+            latency_ns: 100,
+            time_ns: 1,
+            anatomy: Some(Anatomy::from_parts(
+                100,
+                0,
+                0,
+                vec![
+                    task(ANAT_POLICY_FAIR as u32, 0),
+                    task(ANAT_POLICY_RT as u32, 50),
+                    task(ANAT_POLICY_UNSET as u32, 0),
+                ],
+            )),
+        };
+        let Some((now, nice)) = thread_sched(me) else { panic!("this thread exists") };
+        name_policies(&mut rec);
+        let got: Vec<(Policy, i32)> = rec
+            .anatomy
+            .unwrap()
+            .causes
+            .iter()
+            .filter_map(|c| match &c.kind {
+                CauseKind::Task { policy, prio, .. } => Some((*policy, *prio)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(now, Policy::Other);
+        assert!(got.contains(&(Policy::Other, 0)), "{got:?}");
+        assert!(got.contains(&(Policy::Unknown(ANAT_POLICY_RT as u32), 50)), "an RT class stays: {got:?}");
+        assert!(got.contains(&(Policy::Other, nice)), "unset takes policy and nice: {got:?}");
     }
 }

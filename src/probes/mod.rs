@@ -21,6 +21,7 @@ use std::sync::{Mutex, OnceLock};
 use libbpf_rs::{Link, MapCore, Object, OpenObject, PrintLevel};
 
 use crate::bpf::shared::types::{latmon_hist, latmon_tp_field};
+use crate::causes::CauseSummary;
 use crate::config::{ProbeKind, ProbeSpec};
 use crate::hist::{Hist, BUCKETS};
 pub use crate::ident::BtfMode;
@@ -87,6 +88,13 @@ pub trait Probe {
     fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError>;
     /// Move alert records that arrived since the last call into `out`.
     fn drain_alerts(&mut self, _out: &mut Vec<AlertRecord>) {}
+    /// The causes of the alerted time since the last call (timer, chain,
+    /// runq with an anatomy; bpf/causes.bpf.h) into `out`; None for
+    /// probes that tally none. Called once per interval.
+    fn causes(&mut self, out: &mut Option<CauseSummary>) -> Result<(), ProbeError> {
+        *out = None;
+        Ok(())
+    }
     /// Before the final summary: wait until the alert reader has taken
     /// every record the kernel wrote so far.
     fn flush_alerts(&mut self) {}

@@ -6,6 +6,11 @@
 //! CO-RE build, -> tracepoint: the no-BTF build (pid hash), reading the
 //! sched_wakeup(_new) and sched_switch records at the offsets their tracefs
 //! format files give. Without kernel BTF only the last runs.
+//!
+//! Anatomies (a threshold is set) on every rung: each loads its own
+//! irq/softirq programs beside its sched ones (bpf/anatomy.bpf.h); the
+//! no-BTF build reads prev's priority, the wakeup's target CPU, the IRQ
+//! number and the softirq vector at the offsets tracefs gives too.
 
 use std::any::Any;
 use std::mem::MaybeUninit;
@@ -14,13 +19,14 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapMut, OpenObject};
 
-use super::alerts::{decode_alert, decode_alert_anat, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts, DecodeAlert};
+use super::alerts::{decode_alert_anat, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts, DecodeAlert};
 use super::{
     ladder, ladder_for, libbpf_error, set_comm, set_tp_field, threshold_ns, tracefs_format, Owned, PerCpuHist, Probe,
     ProbeError,
 };
 use crate::bpf::runq::{RunqSkel, RunqSkelBuilder};
 use crate::bpf::runq_nobtf::{RunqNobtfSkel, RunqNobtfSkelBuilder};
+use crate::causes::CauseSummary;
 use crate::config::ProbeSpec;
 use crate::hist::Hist;
 use crate::ident::{Family, Mechanism};
@@ -40,7 +46,7 @@ fn mode(mech: Mechanism) -> String {
 }
 
 /// Does program `name` belong to mechanism `mech`? The anatomy's
-/// programs (tp_btf) only load when anatomies are accounted (`anatomy`).
+/// programs only load when anatomies are accounted (`anatomy`).
 fn wants(mech: Mechanism, name: &str, anatomy: bool) -> bool {
     (anatomy || !name.contains("_anat_"))
         && name.ends_with(match mech {
@@ -70,6 +76,8 @@ struct Loaded {
 struct Maps<'a> {
     hist: &'a MapMut<'a>,
     alerts: AlertMaps<'a>,
+    /// `cause_tally` and `cause_epoch` (every build's: bpf/causes.bpf.h).
+    causes: Option<(&'a MapMut<'a>, &'a MapMut<'a>)>,
 }
 
 /// A loaded object of either build (`maps` names its maps): its readers,
@@ -86,7 +94,11 @@ fn loaded<S: Skel<'static> + 'static>(
 ) -> Result<Loaded, String> {
     let m = maps(&skel);
     let reader = PerCpuHist::new(m.hist)?;
-    let alerts = Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode)?;
+    let mut alerts =
+        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode)?;
+    if let (true, Some((tally, epoch))) = (anatomy && super::alerts::causes_wanted(spec), m.causes) {
+        alerts = alerts.with_causes(tally, epoch)?;
+    }
     let (progs, links) = attach_progs(skel.object(), mech, anatomy)?;
     Ok(Loaded { alerts, reader, progs, _links: links, _skel: Box::new(skel) })
 }
@@ -101,7 +113,7 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
         _ => load_core(spec, mech, ringbuf),
     })?;
     let mut mode = mode(mech) + &super::alert_mode(threshold_ns(spec), ringbuf);
-    if mech == Mechanism::TpBtf && super::alerts::anatomy_wanted(spec) {
+    if super::alerts::anatomy_wanted(spec) {
         mode += ", anatomy";
     }
     Ok(Box::new(Runq {
@@ -124,8 +136,7 @@ fn attach_progs(obj: &libbpf_rs::Object, mech: Mechanism, anatomy: bool) -> Resu
 }
 
 fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded, String> {
-    // Anatomies need tp_btf (trusted task pointers, task storage).
-    let anatomy = mech == Mechanism::TpBtf && super::alerts::anatomy_wanted(spec);
+    let anatomy = super::alerts::anatomy_wanted(spec);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open =
             RunqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
@@ -135,6 +146,7 @@ fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded,
         ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
         ro.anatomy = anatomy;
+        ro.tally_causes = anatomy && super::alerts::causes_wanted(spec);
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         for mut prog in open.open_object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
@@ -145,6 +157,7 @@ fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded,
     let maps: for<'a> fn(&'a RunqSkel<'static>) -> Maps<'a> = |s| Maps {
         hist: &s.maps.runq_hist,
         alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
+        causes: Some((&s.maps.cause_tally, &s.maps.cause_epoch)),
     };
     loaded(skel, maps, spec, ringbuf, mech, anatomy, decode_alert_anat)
 }
@@ -153,6 +166,14 @@ fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded,
 fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
     let fmt = |event: &str| tracefs_format("sched", event).map_err(|e| e.to_string());
     let (wakeup, wakeup_new, switch) = (fmt("sched_wakeup")?, fmt("sched_wakeup_new")?, fmt("sched_switch")?);
+    let anatomy = super::alerts::anatomy_wanted(spec);
+    // The anatomy's interrupt records, only read when it is accounted.
+    let irq_events = if anatomy {
+        let fmt = |event: &str| tracefs_format("irq", event).map_err(|e| e.to_string());
+        Some([fmt("irq_handler_entry")?, fmt("irq_handler_exit")?, fmt("softirq_entry")?, fmt("softirq_exit")?])
+    } else {
+        None
+    };
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
         let mut open = RunqNobtfSkelBuilder::default()
             .open_opts(super::open_opts(), storage)
@@ -162,6 +183,31 @@ fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
+        ro.anatomy = anatomy;
+        ro.tally_causes = anatomy && super::alerts::causes_wanted(spec);
+        if let Some([entry, exit, soft_entry, soft_exit]) = &irq_events {
+            let a = [
+                set_tp_field(&mut ro.wakeup_cpu, &wakeup, "target_cpu", PID_SIZES)?,
+                set_tp_field(&mut ro.wakeup_new_cpu, &wakeup_new, "target_cpu", PID_SIZES)?,
+                set_tp_field(&mut ro.switch_prev_prio, &switch, "prev_prio", PID_SIZES)?,
+                set_tp_field(&mut ro.irq_entry_irq, entry, "irq", PID_SIZES)?,
+                set_tp_field(&mut ro.irq_exit_irq, exit, "irq", PID_SIZES)?,
+                set_tp_field(&mut ro.soft_entry_vec, soft_entry, "vec", PID_SIZES)?,
+                set_tp_field(&mut ro.soft_exit_vec, soft_exit, "vec", PID_SIZES)?,
+            ];
+            log::info!(
+                "runq: anatomy layout from tracefs: sched_wakeup target_cpu{}, sched_wakeup_new target_cpu{}, \
+                 sched_switch prev_prio{}, irq_handler_entry irq{}, irq_handler_exit irq{}, softirq_entry vec{}, \
+                 softirq_exit vec{}",
+                a[0],
+                a[1],
+                a[2],
+                a[3],
+                a[4],
+                a[5],
+                a[6]
+            );
+        }
         set_tp_field(&mut ro.switch_next_comm, &switch, "next_comm", COMM_SIZES)?;
         let w = (
             set_tp_field(&mut ro.wakeup_pid, &wakeup, "pid", PID_SIZES)?,
@@ -195,13 +241,18 @@ fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
             open.maps.runq_tids.set_max_entries(1).map_err(|e| libbpf_error("runq_tids", &e))?;
         }
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
+        for mut prog in open.open_object_mut().progs_mut() {
+            let name = prog.name().to_string_lossy().into_owned();
+            prog.set_autoload(wants(Mechanism::Tracepoint, &name, anatomy));
+        }
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let maps: for<'a> fn(&'a RunqNobtfSkel<'static>) -> Maps<'a> = |s| Maps {
         hist: &s.maps.runq_hist,
         alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
+        causes: Some((&s.maps.cause_tally, &s.maps.cause_epoch)),
     };
-    loaded(skel, maps, spec, ringbuf, Mechanism::Tracepoint, false, decode_alert)
+    loaded(skel, maps, spec, ringbuf, Mechanism::Tracepoint, anatomy, decode_alert_anat)
 }
 
 impl Probe for Runq {
@@ -224,6 +275,10 @@ impl Probe for Runq {
         self.l.alerts.drain(0, out);
     }
 
+    fn causes(&mut self, out: &mut Option<CauseSummary>) -> Result<(), ProbeError> {
+        self.l.alerts.causes(0, out).map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
+    }
+
     fn flush_alerts(&mut self) {
         self.l.alerts.flush();
     }
@@ -240,6 +295,9 @@ mod tests {
         assert!(wants(RawTp, "runq_wakeup_raw", true) && !wants(RawTp, "runq_wakeup_tp", true));
         assert!(wants(Tracepoint, "runq_wakeup_new_tp", false) && !wants(Tracepoint, "runq_wakeup_new_btf", false));
         assert!(wants(TpBtf, "runq_anat_irq_entry_btf", true) && !wants(TpBtf, "runq_anat_irq_entry_btf", false));
+        assert!(wants(RawTp, "runq_anat_softirq_exit_raw", true) && !wants(RawTp, "runq_anat_softirq_exit_raw", false));
+        assert!(wants(Tracepoint, "runq_anat_irq_exit_tp", true) && !wants(Tracepoint, "runq_anat_irq_exit_tp", false));
+        assert!(!wants(RawTp, "runq_anat_irq_exit_btf", true) && !wants(Tracepoint, "runq_anat_irq_exit_raw", true));
         assert_eq!(mode(Tracepoint), "pid-hash, layout from tracefs format");
         assert_eq!(mode(TpBtf), "task-storage");
     }

@@ -26,6 +26,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::{Probe, ProbeError};
+use crate::causes::CauseSummary;
 use crate::hist::Hist;
 use crate::summary::{AlertRecord, ProbeInfo};
 
@@ -74,6 +75,11 @@ pub(crate) trait Source {
     /// family for `Role::Family` slots): a source may not know the label
     /// yet when a record arrives.
     fn drain_alerts(&mut self, _key: u64, _out: &mut Vec<AlertRecord>) {}
+    /// The family line's alert causes (see `Probe::causes`).
+    fn causes(&mut self, out: &mut Option<CauseSummary>) -> Result<(), String> {
+        *out = None;
+        Ok(())
+    }
     /// See `Probe::flush_alerts`.
     fn flush_alerts(&mut self) {}
 }
@@ -178,6 +184,11 @@ impl Probe for Family {
         if std::mem::take(&mut sh.reread) {
             sh.fresh = false;
         }
+    }
+
+    fn causes(&mut self, out: &mut Option<CauseSummary>) -> Result<(), ProbeError> {
+        let r = self.shared.borrow_mut().source.causes(out);
+        r.map_err(|why| self.read_error(why))
     }
 
     fn new_series(&mut self) -> Vec<Box<dyn Probe>> {

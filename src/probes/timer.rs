@@ -28,6 +28,7 @@ use crate::bpf::limits::{
     TS_TIMER,
 };
 use crate::bpf::timer::{TimerSkel, TimerSkelBuilder};
+use crate::causes::CauseSummary;
 use crate::config::{ProbeKind, ProbeSpec, UserFunc};
 use crate::hist::Hist;
 use crate::ident::BtfMode;
@@ -35,14 +36,21 @@ use crate::summary::{AlertRecord, ProbeInfo};
 
 /// Programs in attach order: the consumer (sched_switch) before the stamp
 /// producers, the hrtimer program last; the anatomy's (exits before
-/// entries) when anatomies are accounted.
+/// entries) when anatomies are accounted. chain's hardirq programs do the
+/// anatomy's hardirq accounting too: every interrupt runs two programs of
+/// this object, not four (docs/probes.md, "Gate and cost").
 fn programs(chain: bool, anatomy: bool) -> Vec<&'static str> {
     let mut p = vec!["timer_switch_btf", "timer_waking_btf"];
     if chain {
         p.extend(["chain_irq_exit_btf", "chain_irq_entry_btf"]);
     }
     if anatomy {
-        p.extend(["anat_irq_exit_btf", "anat_softirq_exit_btf", "anat_irq_entry_btf", "anat_softirq_entry_btf"]);
+        let hardirq = !chain;
+        p.extend(
+            ["anat_irq_exit_btf", "anat_softirq_exit_btf", "anat_irq_entry_btf", "anat_softirq_entry_btf"]
+                .into_iter()
+                .filter(|n| hardirq || !n.starts_with("anat_irq_")),
+        );
     }
     p.push("timer_expire_btf");
     p
@@ -79,6 +87,13 @@ impl Probe for Timer {
 
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
         self.t.drain(TS_TIMER as u32, out);
+    }
+
+    fn causes(&mut self, out: &mut Option<CauseSummary>) -> Result<(), ProbeError> {
+        self.t
+            .alerts
+            .causes(TS_TIMER as u32, out)
+            .map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
     }
 
     fn flush_alerts(&mut self) {
@@ -121,6 +136,10 @@ impl Source for Timers {
         self.drain(key as u32, out);
     }
 
+    fn causes(&mut self, out: &mut Option<CauseSummary>) -> Result<(), String> {
+        self.alerts.causes(TS_CHAIN as u32, out)
+    }
+
     fn flush_alerts(&mut self) {
         self.flush();
     }
@@ -161,9 +180,12 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
     let reader = PerCpuHist::new(&skel.maps.timer_hist).map_err(read_err)?;
     let m = &skel.maps;
     let maps = AlertMaps { drops: &m.alert_drops, ring: &m.alerts, perf: &m.alerts_perf };
-    let alerts =
+    let mut alerts =
         Alerts::new(maps, spec.threshold.is_some(), ringbuf, |ids| alert_names(&probe, ids), decode_alert_anat)
             .map_err(read_err)?;
+    if super::alerts::causes_wanted(spec) {
+        alerts = alerts.with_causes(&m.cause_tally, &m.cause_epoch).map_err(read_err)?;
+    }
     let response = response_of(spec);
     let t = Timers { alerts, reader, response: response.is_some(), _links: links, _skel: skel };
     let mut mode = match response {
@@ -217,6 +239,7 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> 
         ro.response = response.is_some();
         ro.use_ringbuf = ringbuf;
         ro.anatomy = anatomy;
+        ro.tally_causes = super::alerts::causes_wanted(spec);
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
@@ -241,4 +264,27 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> 
     let mut links = attach_in_order(skel.object(), &programs(chain, anatomy))?;
     links.push(ret);
     Ok((skel, links))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::programs;
+
+    #[test]
+    fn chain_accounts_the_anatomys_hardirqs_in_its_own_programs() {
+        let timer = programs(false, true);
+        let chain = programs(true, true);
+        assert!(timer.contains(&"anat_irq_entry_btf") && timer.contains(&"anat_irq_exit_btf"), "{timer:?}");
+        assert!(!chain.iter().any(|p| p.starts_with("anat_irq_")), "{chain:?}");
+        assert!(chain.contains(&"chain_irq_entry_btf") && chain.contains(&"anat_softirq_entry_btf"), "{chain:?}");
+        // Each exit attaches before its entry (an entry without its exit
+        // would leave a handler open).
+        for p in [&timer, &chain] {
+            for (exit, entry) in [("irq_exit", "irq_entry"), ("softirq_exit", "softirq_entry")] {
+                let pos = |w: &str| p.iter().position(|n| n.contains(&format!("_{w}_btf")));
+                assert!(matches!((pos(exit), pos(entry)), (Some(a), Some(b)) if a < b), "{p:?}");
+            }
+        }
+        assert!(!programs(true, false).iter().any(|p| p.starts_with("anat_")));
+    }
 }

@@ -482,6 +482,7 @@ fn status_into(
         missed: Vec::with_capacity(t.session.probes.len()),
         link: wire::LinkHealth::default(),
         shed: Vec::with_capacity(t.session.probes.len()),
+        dropped: Vec::with_capacity(t.session.probes.len()),
     });
     s.boot_id = t.session.boot_id;
     s.time_ns = t.report.time_ns;
@@ -525,6 +526,17 @@ fn status_into(
     s.shed.clear();
     s.shed.extend(
         shed.iter().enumerate().filter(|(_, &n)| n > 0).map(|(i, &n)| wire::ProbeShed { id: i as u16, alerts_shed: n }),
+    );
+    // Records lost before any output (token bucket, kernel buffer, agent
+    // queue): the summaries on the wire do not carry them.
+    s.dropped.clear();
+    s.dropped.extend(
+        t.report
+            .probes
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.total_alerts_dropped > 0)
+            .map(|(i, p)| wire::ProbeDropped { id: i as u16, alerts_dropped: p.total_alerts_dropped }),
     );
     if let Err(e) = enc.status(s, &mut |f| {
         buf.extend_from_slice(f);

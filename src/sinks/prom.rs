@@ -49,6 +49,7 @@ use prost::Message as _;
 use super::prom_pb as pb;
 use super::{LinkStats, Sink, Tick};
 use crate::bpf::limits::HIST_MAX_LOG2;
+use crate::causes::CauseSummary;
 use crate::hist::{bucket_index, Hist};
 use crate::promhist::{self, SPAN};
 use crate::summary::ProbeState;
@@ -167,6 +168,10 @@ pub struct Line {
     /// A family line: how many of its series are folded (None: not a
     /// family with series).
     pub folded: Option<u32>,
+    /// timer, chain, runq with an anatomy: the last interval's alerted
+    /// time by cause (`has_causes`; kept, not dropped, between intervals).
+    pub causes: CauseSummary,
+    pub has_causes: bool,
 }
 
 impl Line {
@@ -184,6 +189,7 @@ impl Line {
         (self.up, self.detached, self.bpf_ns_per_event, self.events_per_s, self.bpf_cpu_percent) =
             (true, false, 0, 0, 0.0);
         self.folded = None;
+        self.has_causes = false;
     }
 
     /// Add probe `i`'s state: its histogram merged, counters and rates
@@ -200,6 +206,12 @@ impl Line {
         self.bpf_ns_per_event += rp.map_or(0, |p| p.bpf_ns_per_event);
         self.events_per_s += rp.map_or(0, |p| p.events_per_s);
         self.bpf_cpu_percent += rp.map_or(0.0, |p| p.bpf_cpu_percent);
+        // Only probes with one alert id tally causes (never a folded
+        // line's series): the line's own.
+        if let Some(c) = rp.and_then(|p| p.alert_causes.as_ref()) {
+            self.causes.copy_from(c);
+            self.has_causes = true;
+        }
     }
 }
 
@@ -506,6 +518,26 @@ enum Labels<'a> {
     Info(&'a Snapshot),
     /// `output` of a link.
     Output(&'a str),
+    /// A line's and its `rank`-th cause (0: the largest): `rank` (1..),
+    /// `cause_kind` (task, irq, ...) and `cause` (`hog[4242]`, `irq 36
+    /// virtio1`, `softirq NET_RX`, `other`).
+    Cause(&'a Line, usize),
+}
+
+/// Causes per line shown in `latmon_probe_alerted_cause_ratio`.
+pub const TOP_CAUSES: usize = 3;
+
+/// A cause's label words: (rank, kind, label).
+fn cause_labels(l: &Line, rank: usize) -> (String, &'static str, String) {
+    let mut label = String::new();
+    let kind = match l.causes.causes.get(rank) {
+        Some(c) => {
+            c.label_into(&mut label);
+            c.id.word()
+        }
+        None => "",
+    };
+    ((rank + 1).to_string(), kind, label)
 }
 
 /// Where the exposition is written: the text format or protobuf. One
@@ -658,6 +690,26 @@ fn expose(s: &Snapshot, out: &mut impl Exposition) {
             }
         }
     }
+    if s.lines().iter().any(|l| l.has_causes) {
+        out.family(
+            "latmon_probe_alerted_seconds_total",
+            Counter,
+            "Latency of the probe's alerts summed (records sent or refused), since it started; timer, chain, runq with a threshold.",
+        );
+        for l in s.lines().iter().filter(|l| l.has_causes) {
+            out.sample(Labels::Line(l), secs(l.causes.total_alerted_ns));
+        }
+        out.family(
+            "latmon_probe_alerted_cause_ratio",
+            Gauge,
+            "Share (0..1) of the last interval's alerted time spent on each of its largest causes (rank 1 the largest).",
+        );
+        for l in s.lines().iter().filter(|l| l.has_causes) {
+            for (rank, c) in l.causes.causes.iter().take(TOP_CAUSES).enumerate() {
+                out.sample(Labels::Cause(l, rank), l.causes.share(c.ns));
+            }
+        }
+    }
     if s.lines().iter().any(|l| l.folded.is_some()) {
         out.family(
             "latmon_series_folded",
@@ -708,6 +760,17 @@ impl Text<'_> {
             }
             Labels::Output(o) => {
                 let _ = write!(s, "{{output=\"{}\"}}", Esc(o));
+            }
+            Labels::Cause(l, rank) => {
+                let (rank, kind, label) = cause_labels(l, rank);
+                let _ = write!(
+                    s,
+                    "{{probe=\"{}\",kind=\"{}\",attach=\"{}\",rank=\"{rank}\",cause_kind=\"{kind}\",cause=\"{}\"}}",
+                    Esc(&l.probe),
+                    Esc(&l.kind),
+                    Esc(&l.attach),
+                    Esc(&label)
+                );
             }
             Labels::Info(i) => {
                 let _ = write!(
@@ -790,6 +853,17 @@ fn labels_pb(labels: Labels<'_>) -> Vec<pb::LabelPair> {
         Labels::None => Vec::new(),
         Labels::Line(l) => vec![pair("probe", &l.probe), pair("kind", &l.kind), pair("attach", &l.attach)],
         Labels::Output(o) => vec![pair("output", o)],
+        Labels::Cause(l, rank) => {
+            let (rank, kind, label) = cause_labels(l, rank);
+            vec![
+                pair("probe", &l.probe),
+                pair("kind", &l.kind),
+                pair("attach", &l.attach),
+                pair("rank", &rank),
+                pair("cause_kind", kind),
+                pair("cause", &label),
+            ]
+        }
         Labels::Info(i) => vec![
             pair("version", env!("CARGO_PKG_VERSION")),
             pair("kernel", &i.kernel),
@@ -1057,6 +1131,62 @@ mod tests {
             failed: Vec::new(),
         };
         (session, report, totals)
+    }
+
+    #[test]
+    fn alerted_time_and_its_top_causes_per_line() {
+        use crate::causes::{CauseId, TopCause};
+        let (session, mut report, totals) = tick_of(&["timer", "runq", "syscall"], 1_000);
+        let cause = |id, name: &str, ns| TopCause { id, name: name.into(), ns };
+        report.probes[0].alert_causes = Some(CauseSummary {
+            alerts: 4,
+            alerted_ns: 1_000_000,
+            causes: vec![
+                cause(CauseId::Task { pid: 4242 }, "hog\"x", 900_000),
+                cause(CauseId::Irq { irq: 36 }, "virtio1", 60_000),
+                cause(CauseId::Softirq { vector: 3 }, "", 30_000),
+                cause(CauseId::Other, "", 10_000),
+            ],
+            total_alerts: 9,
+            total_alerted_ns: 2_500_000_000,
+            ..Default::default()
+        });
+        // A probe with a tally but no alert this interval: its counter only.
+        report.probes[1].alert_causes = Some(CauseSummary { total_alerted_ns: 7, ..Default::default() });
+        let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0, 0] };
+        let mut text = String::new();
+        render(&mut text, &t);
+        let l = "probe=\"timer\",kind=\"timer\",attach=\"tp_btf\"";
+        for want in [
+            format!("latmon_probe_alerted_seconds_total{{{l}}} 2.5\n"),
+            "latmon_probe_alerted_seconds_total{probe=\"runq\",kind=\"runq\",attach=\"tp_btf\"} 0.000000007\n".into(),
+            format!("latmon_probe_alerted_cause_ratio{{{l},rank=\"1\",cause_kind=\"task\",cause=\"hog\\\"x[4242]\"}} 0.9\n"),
+            format!("latmon_probe_alerted_cause_ratio{{{l},rank=\"2\",cause_kind=\"irq\",cause=\"irq 36 virtio1\"}} 0.06\n"),
+            format!("latmon_probe_alerted_cause_ratio{{{l},rank=\"3\",cause_kind=\"softirq\",cause=\"softirq NET_RX\"}} 0.03\n"),
+        ] {
+            assert!(text.contains(&want), "{want} in {text}");
+        }
+        assert_eq!(text.matches("latmon_probe_alerted_cause_ratio{").count(), 3, "the top 3 only: {text}");
+        assert!(!text.contains("latmon_probe_alerted_seconds_total{probe=\"syscall\""), "no tally, no line: {text}");
+        // Protobuf: the same samples, labels included.
+        let mut pb_out = Vec::new();
+        let map = promhist::Map::new();
+        let mut counts = [0u64; SPAN];
+        render_protobuf(&mut pb_out, &snapshot(&t, SERIES_PER_FAMILY), &map, &mut counts);
+        let mut buf = &pb_out[..];
+        let mut found = None;
+        while !buf.is_empty() {
+            let f = pb::MetricFamily::decode_length_delimited(&mut buf).unwrap();
+            if f.name.as_deref() == Some("latmon_probe_alerted_cause_ratio") {
+                found = Some(f);
+            }
+        }
+        let f = found.expect("the ratio family in protobuf");
+        assert_eq!(f.metric.len(), 3);
+        let m = &f.metric[0];
+        let label = |k: &str| m.label.iter().find(|p| p.name.as_deref() == Some(k)).and_then(|p| p.value.clone());
+        assert_eq!((label("rank").as_deref(), label("cause").as_deref()), (Some("1"), Some("hog\"x[4242]")));
+        assert_eq!(m.gauge.as_ref().and_then(|g| g.value), Some(0.9));
     }
 
     #[test]

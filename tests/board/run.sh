@@ -17,7 +17,9 @@
 # it.
 # Environment: EXTRA_BTF=/path is copied to /etc/latmon/kernel.btf in the
 # guest (armmp default: the detached BTF of fetch-board.sh --btf);
-# LATMON_BOARD_VERBOSE=-vv for libbpf's own messages.
+# LATMON_BOARD_VERBOSE=-vv for libbpf's own messages; LATMON_BOARD_FEED=off
+# makes the host write no bytes into the console UART (the negative control
+# of the checks that need them).
 # Fails loudly when anything cannot run (package not downloadable, qemu
 # missing, no output): a board test never passes silently.
 set -euo pipefail
@@ -33,7 +35,10 @@ target_cc=""
 rx_tty="" rx_driver="" rx_n=200 rx_gap_ms=20
 case "$board" in
   rt-arm64) arch=aarch64; uart=/dev/ttyAMA1; console=ttyAMA0
-    configs=(main=board-configs/qemu-arm64-rt.toml)
+    # anatomy: a control loop pinned with the console UART's IRQ thread
+    # (lm-target cycle; tests/board/rt-arm64-anatomy.toml).
+    configs=(main=board-configs/qemu-arm64-rt.toml anatomy=tests/board/rt-arm64-anatomy.toml)
+    target_cc=aarch64-linux-gnu-gcc
     # Only the arch timer (IRQF_TIMER, never threaded) fires on its own on
     # qemu's virt board; the PL011's handler is force-threaded on
     # PREEMPT_RT (irq/N-uart-pl011): host bytes into the console make the
@@ -100,6 +105,19 @@ fi
 # the console. Only the workload's 300 sleeps
 # run as "sleep" (probes filter comm=sleep): the script's own waits use
 # usleep.
+# The anatomy section (rt-arm64): the console UART's interrupt and its IRQ
+# thread on CPU 0, where the control loop runs; the guest reports the
+# thread it found (comm, pid, rt_priority and policy from /proc/PID/stat).
+pin_console_irq() {
+  irq=\$(sed -n 's/^0: .* irq:\([0-9]*\).*/\1/p' $rx_driver)
+  echo 1 > /proc/irq/\$irq/smp_affinity
+  tp=""
+  for d in /proc/[0-9]*; do
+    case "\$(cat \$d/comm 2>/dev/null)" in irq/\$irq-*) tp=\${d#/proc/} ;; esac
+  done
+  taskset -p 1 \$tp > /dev/null
+  echo "anatomy-irq \$irq thread \$(cat /proc/\$tp/comm) pid \$tp rt_priority-policy \$(cut -d' ' -f40,41 /proc/\$tp/stat) irq-affinity \$(cat /proc/irq/\$irq/smp_affinity) thread-affinity \$(taskset -p \$tp | sed 's/.*: //')" >> /tmp/work.out
+}
 run_config() {
   name=\$1; cfg=/etc/latmon/\$1.toml
   {
@@ -113,6 +131,7 @@ run_config() {
   } 2>&1
   : > /tmp/run.err
   : > /tmp/work.out
+  if [ "\$name" = anatomy ]; then pin_console_irq; fi
   latmon ${LATMON_BOARD_VERBOSE:--v} run --config \$cfg > /dev/null 2>/tmp/run.err &
   pid=\$!
   # Attaching takes a while under emulation: start the workload once
@@ -145,7 +164,16 @@ run_config() {
     echo "=== rx-go $rx_n $rx_gap_ms"
   fi
   s0=\$(date +%s)
-  for i in \$(seq 300); do sleep 0.01; done
+  if [ "\$name" = anatomy ]; then
+    # The control loop, pinned with the IRQ thread: 1000 periods of 4 ms,
+    # 2 ms of work each (SCHED_FIFO 10, tests/fixtures/lm_target.c), for
+    # the 4 s the host feeds bytes. It starts 0.3 s after rx-go: the
+    # console interrupts of the rx-go line itself are over by then.
+    usleep 300000
+    echo "lm-target cycle 1000 4000 2000: \$(taskset 1 lm-target cycle 1000 4000 2000 2>&1 | sed 's/ self_ns=.*//')" >> /tmp/work.out
+  else
+    for i in \$(seq 300); do sleep 0.01; done
+  fi
   echo "sleep-loop-s \$((\$(date +%s) - s0))" >> /tmp/work.out
   if [ -n "\$rx_tty" ]; then
     n=0
@@ -162,7 +190,7 @@ run_config() {
       echo "--- rx end"
     } >> /tmp/work.out
   fi
-  if grep -q lm-target \$cfg; then
+  if grep -q ufunc:/bin/lm-target \$cfg; then
     for w in "work 50 1000000" "recurse 20 3 2000000" "longjmp 10"; do
       echo "lm-target \$w: \$(lm-target \$w 2>&1)" >> /tmp/work.out
     done
@@ -214,8 +242,10 @@ mkdir -p target/board
 cp "$work/uart.log" "target/board/$board-uart.log"
 cp "$work/console.log" "target/board/$board-console.log"
 # Decode the link UART's frames on the host, as a technician's laptop would.
-host_latmon=target/release/latmon
-[ -x "$host_latmon" ] || cargo build --release --locked >&2
+# LATMON_HOST_BIN: a host build to decode with (scripts/test.sh passes the
+# one its cargo tests built); by default the release build.
+host_latmon=${LATMON_HOST_BIN:-target/release/latmon}
+[ -x "$host_latmon" ] || { host_latmon=target/release/latmon; cargo build --release --locked >&2; }
 "$host_latmon" decode "file:$work/uart.log" > "$work/frames.jsonl" 2> "$work/link.txt" || true
 cp "$work/frames.jsonl" "target/board/$board-frames.jsonl"
 python3 tests/board/verify.py "$board" "$work/console.log" "$work/frames.jsonl" "$work/link.txt" "$t1" "$t0" "$((t1 - q0))"

@@ -33,10 +33,10 @@ failures, proved = [], []
 
 
 
-def shed_of(frames, probe):
-    """Alert records of `probe` a budgeted link shed over its fair part of
-    the alerts' share (Status `shed`, per probe id, cumulative; revision 4,
-    docs/wire-format.md), named through the Hello of the same session."""
+def status_count_of(frames, probe, field, key):
+    """A per-probe cumulative count of the Status frames (`field`, a list
+    of {id, key}) for `probe`, named through the Hello of the same session:
+    its largest value."""
     names = {}
     for f in frames:
         if f.get("type") == "hello":
@@ -45,10 +45,23 @@ def shed_of(frames, probe):
     best = 0
     for f in frames:
         if f.get("type") == "status":
-            for m in f.get("shed") or []:
+            for m in f.get(field) or []:
                 if names.get((f["boot_id"], m["id"])) == probe:
-                    best = max(best, m["alerts_shed"])
+                    best = max(best, m[key])
     return best
+
+
+def shed_of(frames, probe):
+    """Alert records of `probe` a budgeted link shed over its fair part of
+    the alerts' share (Status `shed`, revision 4, docs/wire-format.md)."""
+    return status_count_of(frames, probe, "shed", "alerts_shed")
+
+
+def dropped_of(frames, probe, summary):
+    """Alert records of `probe` lost before any output (token bucket,
+    kernel buffer, agent queue): Status `dropped` (revision 6; the final
+    Status follows the final summary, whose count is the one before)."""
+    return max(status_count_of(frames, probe, "dropped", "alerts_dropped"), summary.get("total_alerts_dropped", 0))
 
 
 def records_accounted(recs, dropped, alerts, shed, slack=0):
@@ -145,9 +158,15 @@ class Section:
         return 0
 
     def lm_target(self, mode):
-        """lm-target's own account of a workload: {'calls': .., 'mean_ns': ..}."""
+        """lm-target's own account of a workload: {'calls': .., 'mean_ns': ..,
+        'self_ns': [each traced call's duration measured inside its body]}."""
         m = re.search(rf"^lm-target {mode}\b.*$", self.workload, re.M)
-        return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(0))} if m else {}
+        if not m:
+            return {}
+        own = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)\b(?!,)", m.group(0))}
+        body = re.search(r"\bself_ns=([\d,]+)", m.group(0))
+        own["self_ns"] = [int(v) for v in body.group(1).split(",") if v] if body else []
+        return own
 
     def say(self, cond, what):
         return expect(cond, f"[{self.name}] {what}")
@@ -254,7 +273,7 @@ def threaded_irq_rx(s):
         # records before its last read of the counts; interrupts keep
         # coming meanwhile, so a few counted alerts may have no record yet.
         p = s.last.get(thread, {})
-        alerts, dropped = p.get("total_alerts", 0), p.get("total_alerts_dropped", 0)
+        alerts, dropped = p.get("total_alerts", 0), dropped_of(frames, thread, p)
         recs = [f for f in frames if f.get("type") == "alert" and f.get("probe") == thread]
         shed = shed_of(frames, thread)
         s.say(records_accounted(recs, dropped, alerts, shed, slack=3)
@@ -290,6 +309,91 @@ def chain_through_irq_threads(s, irq, rx_bytes, irq_thread_wake_mean_ns):
 
 def ms(ns):
     return f"{ns / 1e6:.2f} ms"
+
+
+def irq_names(text):
+    """/proc/interrupts text -> {irq number: the handler's name (last column)}."""
+    out = {}
+    for line in text.strip().splitlines()[1:]:
+        head, _, rest = line.partition(":")
+        if head.strip().isdigit() and rest.split():
+            out[int(head)] = rest.split()[-1]
+    return out
+
+
+def anatomy_irq_thread(s):
+    """The anatomy on PREEMPT_RT (tests/board/rt-arm64-anatomy.toml): a
+    SCHED_FIFO control loop below the IRQ threads' priority, pinned to the
+    CPU the console UART's interrupt and IRQ thread are pinned to, while
+    the host writes bytes into that UART. The bytes' IRQ thread preempts
+    the loop or holds the CPU when it wakes: runq's alert records must name
+    it as a `task` cause, `irq/N-NAME` (the kernel's thread name, 15
+    characters), with its FIFO policy and time, the parts summing to the
+    latency."""
+    w = s.workload
+
+    def part(name):
+        m = re.search(rf"^--- {name}\n(.*?)^--- ", w, re.M | re.S)
+        return m.group(1) if m else ""
+
+    s.say("anatomy" in (s.plan.get("runq-loop", {}).get("mode") or ""),
+          f"latmon check: runq-loop accounts anatomies on kernel {s.check['kernel']} "
+          f"(bpf_map_lookup_percpu_elem, 5.19+): mode {s.plan.get('runq-loop', {}).get('mode')}")
+    m = re.search(r"^anatomy-irq (\d+) thread (\S+) pid (\d+) rt_priority-policy (\d+) (\d+) "
+                  r"irq-affinity (\S+) thread-affinity (\S+)", w, re.M)
+    if not s.say(m, "the guest found the console UART's IRQ thread and reported its pinning"):
+        return
+    irq, comm, tpid = int(m.group(1)), m.group(2), int(m.group(3))
+    rt_prio, policy, irq_aff, thread_aff = int(m.group(4)), int(m.group(5)), m.group(6), m.group(7)
+    s.say(policy == 1 and rt_prio == 50 and int(irq_aff, 16) == 1 and int(thread_aff, 16) == 1,
+          f"IRQ {irq}'s thread {comm} (pid {tpid}) is SCHED_FIFO {rt_prio} (policy {policy}), above the loop's "
+          f"FIFO 10; IRQ affinity {irq_aff}, thread affinity {thread_aff} (CPU 0, the loop's)")
+    sent = re.search(r"^rx-sent (\d+)", w, re.M)
+    got = re.search(r"^rx-received (\d+)", w, re.M)
+    sent, got = (int(x.group(1)) if x else -1 for x in (sent, got))
+    s.say(sent > 0 and got == sent, f"the guest read {got} of the {sent} bytes the host wrote into its console UART")
+    # The IRQ the bytes made fire, by the kernel's count; its thread's name
+    # is the kernel's "irq/%d-%s" cut to 15 characters.
+    c0, c1 = irq_counts(part("interrupts before")), irq_counts(part("interrupts after"))
+    deltas = {n: c1.get(n, 0) - c0.get(n, 0) for n in c1}
+    # (/proc/PID/comm shows a kernel thread's whole name, the task's comm
+    # that latmon reads keeps 15 characters.)
+    name = irq_names(part("interrupts after")).get(irq, "?")
+    want = f"irq/{irq}-{name}"[:15]
+    s.say(deltas.get(irq, 0) >= max(sent // 2, 1) and comm[:15] == want,
+          f"/proc/interrupts: IRQ {irq} ({name}) fired {deltas.get(irq, 0)} times during the feed; its thread "
+          f"{comm} has the task comm {want}")
+    loop = re.search(r"^lm-target cycle (\d+) .*?calls=(\d+)", w, re.M)
+    s.say(loop and loop.group(1) == loop.group(2),
+          f"the control loop ran its periods: {loop.group(0) if loop else 'no lm-target line'}")
+    recs = [f for f in frames if f.get("type") == "alert" and f.get("probe") == "runq-loop"]
+    p = s.last.get("runq-loop", {})
+    alerts, dropped = p.get("total_alerts", 0), dropped_of(frames, "runq-loop", p)
+    # Under TCG most of the loop's own wakeups take over 100 us too: the
+    # records are a sample (the token bucket refuses some, the link sheds
+    # most of the rest over its budget), and every alert is accounted for
+    # exactly: the loop has ended 2 s before the final summary. (Before
+    # Status `dropped`, revision 6, the bucket's refusals never reached
+    # the UART: 462 of 896 alerts in one boot were unaccounted for.)
+    shed = shed_of(frames, "runq-loop")
+    s.say(recs and alerts == len(recs) + dropped + shed and all(r["comm"] == "lm-target" for r in recs),
+          f"runq-loop: {alerts} of {s.total('runq-loop')} waits above 100 us = {len(recs)} alert records of "
+          f"lm-target over the UART + {dropped} dropped before it (token bucket) + {shed} shed by the link")
+    unsummed = [r for r in recs if "causes" not in r or sum(c["ns"] for c in r["causes"]) != r["latency_ns"]]
+    s.say(recs and not unsummed,
+          f"every runq-loop record carries its anatomy, parts summing to latency_ns exactly "
+          f"({len(unsummed)} of {len(recs)} do not)")
+    named = []
+    for r in recs:
+        for c in r.get("causes", []):
+            if c.get("kind") == "task" and c.get("comm") == want and c.get("policy") == "fifo" and c.get("ns", 0) > 0:
+                named.append((r, c))
+    ns = sorted(c["ns"] for _, c in named)
+    largest = sum(1 for r, c in named if c["ns"] == max(x["ns"] for x in r["causes"]))
+    s.say(named and largest > 0 and all(c.get("pid") == tpid and c.get("prio") == rt_prio for _, c in named),
+          f"{len(named)} of {len(recs)} runq-loop records name the IRQ thread {want} as a task cause "
+          f"(pid {tpid}, fifo {rt_prio}); its ns min/median/max "
+          f"{ns[0] if ns else 0}/{ns[len(ns) // 2] if ns else 0}/{ns[-1] if ns else 0}; largest cause in {largest}")
 
 
 if not expect("=== done" in text, "the board ran the script to the end and reported over its UART"):
@@ -414,12 +518,17 @@ if board in ("rt-arm64", "rt-amd64"):
             # counts the rest. Each record names the woken `sleep` process.
             recs = [f for f in frames if f.get("type") == "alert" and f.get("probe") == "timer-sleep"]
             t = s.last.get("timer-sleep", {})
-            alerts, dropped = t.get("total_alerts", 0), t.get("total_alerts_dropped", 0)
+            alerts, dropped = t.get("total_alerts", 0), dropped_of(frames, "timer-sleep", t)
             shed = shed_of(frames, "timer-sleep")
             s.say(alerts == s.total("timer-sleep") and records_accounted(recs, dropped, alerts, shed)
                   and all(r["comm"] == "sleep" and r["latency_ns"] > 1000 for r in recs),
                   f"timer alert records: {alerts} wakeups above 1 us -> {len(recs)} records over the UART "
                   f"(comm {sorted({r['comm'] for r in recs})}) + {dropped} counted drops (+ {shed} of its records shed by the link)")
+    if board == "rt-arm64":
+        an = Section("anatomy", 1)
+        if an.ran_to_the_end():
+            an.say(an.check_rc == 0 and an.run_rc == 0, f"latmon check exit {an.check_rc}, run exit {an.run_rc}")
+            anatomy_irq_thread(an)
 elif board == "armmp":
     a = Section("nobtf")
     if a.ran_to_the_end():
@@ -464,7 +573,7 @@ elif board == "armmp":
         # has stopped when the final summary is read, so the accounting
         # is exact.
         p = a.last.get(nsn, {})
-        alerts, dropped = p.get("total_alerts", 0), p.get("total_alerts_dropped", 0)
+        alerts, dropped = p.get("total_alerts", 0), dropped_of(frames, nsn, p)
         recs = [f for f in frames if f.get("type") == "alert" and f.get("probe") == nsn]
         shed = shed_of(frames, nsn)
         a.say(alerts == 300 and records_accounted(recs, dropped, alerts, shed)
@@ -494,11 +603,21 @@ elif board == "armmp":
         p50_lo, p50_hi = a.quantile("ufunc-work", 0.5)
         a.say(own.get("calls") == 50 and n == 50 and a.drops("ufunc-work") == 0,
               f"ufunc lm_work counted {n} of the target's {own.get('calls')} calls, {a.drops('ufunc-work')} drops")
+        # latmon's window lies between the call's body (the target's own
+        # self_ns, measured inside lm_work) and the caller's clock around the
+        # call (mean_ns): the median's bucket must reach the body's median and
+        # start below the caller's mean. Both brackets hold whatever the
+        # emulator stalled, so the check does not depend on a quiet host (a
+        # fixed "p50 below 1.25 ms" failed on a loaded CI machine: p50 1.39 ms
+        # with the caller's mean at 1.78 ms).
         truth = own.get("mean_ns", 0)
-        a.say(lo >= 1_000_000 and p50_lo < 1_250_000 and 0 <= truth - mean <= 500_000,
-              f"ufunc lm_work (1 ms busy-waits): min {ms(lo)}, p50 {ms(a.p50_ns('ufunc-work'))}, "
-              f"mean {ms(mean)} vs the target's own mean {ms(truth)} around each call "
-              f"(the difference is the uprobe traps outside latmon's window)")
+        body = sorted(own.get("self_ns", []))
+        body_p50 = body[len(body) // 2] if body else 0
+        a.say(lo >= 1_000_000 and len(body) == 50 and p50_hi > body_p50 and p50_lo < truth
+              and 0 <= truth - mean <= 500_000,
+              f"ufunc lm_work (1 ms busy-waits): min {ms(lo)}, p50 bucket [{ms(p50_lo)}, {ms(p50_hi)}) "
+              f"between the body's own median {ms(body_p50)} ({len(body)} calls) and the caller's mean "
+              f"{ms(truth)}; mean {ms(mean)} (the caller's minus the uprobe traps outside latmon's window)")
         frames_by_sp(a, "no-btf", "the hand-written arm32 pt_regs of bpf/nobtf.h (uregs[13], 4 bytes)")
     b = Section("btf", 1)
     if b.ran_to_the_end():

@@ -4,6 +4,8 @@
 // Each test binary compiles this module and uses only some of it.
 #![allow(dead_code)]
 
+pub mod prometheus;
+
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -357,4 +359,66 @@ pub fn mbpoll_input_register(port: u16, reg: u16) -> i64 {
         l.trim().strip_prefix(&format!("[{reg}]:")).and_then(|v| v.split_whitespace().next()?.parse().ok())
     });
     v.unwrap_or_else(|| panic!("mbpoll -r {reg}: {text} {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// xorshift64: a reproducible stream for tests that damage, sample or
+/// interleave frames from a seed (the seed is printed by the test that
+/// picks it, so a failure can be replayed).
+pub struct XorShift(pub u64);
+impl XorShift {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform enough below `n` (0 for `n` 0 or 1).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Probe `p{i}`, a runq probe attached by tp_btf with CO-RE: the identity
+/// of the probes in synthetic sessions (no BPF loaded).
+pub fn runq_probe(i: usize) -> latmon::summary::ProbeInfo {
+    use latmon::ident::{BtfMode, Family, Mechanism};
+    latmon::summary::ProbeInfo {
+        name: format!("p{i}"),
+        kind: Family::Runq,
+        attach: Mechanism::TpBtf,
+        mode: String::new(),
+        btf_mode: BtfMode::CoRe,
+    }
+}
+
+/// `promtool check metrics` on a text exposition: fails the test with what
+/// promtool said (syntax errors and naming lints alike) and the exposition.
+pub fn promtool_check_metrics(body: &str) {
+    use std::io::Write;
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/install-deps.sh)");
+    p.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("FIGURES promtool: exit {:?}, {} bytes of metrics, said {said:?}", out.status.code(), body.len());
+    assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}\n{body}");
+}
+
+/// IRQ number -> count summed over CPUs, from /proc/interrupts.
+pub fn irq_counts() -> std::collections::HashMap<u32, u64> {
+    let text = std::fs::read_to_string("/proc/interrupts").unwrap();
+    let mut lines = text.lines();
+    let ncpus = lines.next().unwrap().split_whitespace().count();
+    lines
+        .filter_map(|l| {
+            let (n, rest) = l.split_once(':')?;
+            let n = n.trim().parse().ok()?;
+            Some((n, rest.split_whitespace().take(ncpus).map(|c| c.parse::<u64>().unwrap_or(0)).sum()))
+        })
+        .collect()
 }

@@ -4,7 +4,8 @@
 # snapshots in ../shared/yocto (bitbake 2.18, oe-core, meta-yocto, meta-oe,
 # meta-raspberrypi at the commits yocto/kas/ names; see that README):
 #   A. the qemuarm64-rt kas build, from a clone of this repository on a
-#      detached HEAD without a local "main": bitbake -p; -n latmon-test-image;
+#      detached HEAD without a local "main": bitbake -p; -g latmon-test-image;
+#      -n latmon;
 #      -e of the kernel (the fragment and KERNEL_DEBUG are there) and of latmon
 #      (pinned SRCREV, the UNPACKDIR prefix map); -c fetch and -c unpack of
 #      latmon (its crates from the Rust crate registry, checksums checked)
@@ -14,7 +15,8 @@
 #   C. a standalone copy of the layer (no git checkout around it), without the
 #      distro feature, with latmon built through externalsrc: bitbake -p; the
 #      kernel has no latmon fragment; externalsrc keeps the crates
-#   D. yocto-check-layer on meta-latmon (meta-oe given as its dependency)
+#   D. yocto-check-layer on meta-latmon (meta-oe given as its dependency),
+#      beside A, B and C
 # BitBake refuses to run as root: everything runs as an unprivileged user
 # ($LATMON_YOCTO_USER, created if missing) in a scratch directory it owns.
 # The kas files are turned into bblayers.conf/local.conf by kas's own loader
@@ -48,7 +50,10 @@ die() { echo "bitbake: FAIL: $*" >&2; exit 1; }
 id "$user" >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash "$user"
 W=$(mktemp -d /var/tmp/latmon-bitbake.XXXXXX)
 keep=${LATMON_YOCTO_KEEP:-0}
-trap '[ "$keep" = 1 ] && echo "bitbake: kept $W" || rm -rf "$W"' EXIT
+# On the way out, stopped or not: BitBake's servers (they leave the process
+# group a kill of this script reaches) and D's background part, then the
+# scratch directory. Only BitBake runs as $user.
+trap '[ -z "${d_pid:-}" ] || kill "$d_pid" 2>/dev/null; pkill -KILL -u "$user" 2>/dev/null || true; [ "$keep" = 1 ] && echo "bitbake: kept $W" || rm -rf "$W"' EXIT
 
 step "setup: unpack the snapshots, clone latmon (detached HEAD, no local main)"
 mkdir -p "$W/layers"
@@ -104,7 +109,19 @@ bb() {
 # configuration hash of a build directory with that file differs from one
 # without it, so without this the first two commands of every build would
 # each parse all ~2000 recipes (the first one writes the file).
+# Once a build has parsed every recipe (A), its codeparser cache holds the
+# parsed form of every shell and Python function of oe-core, meta-oe and
+# meta-yocto: a copy of it warms B and C instead, whose first parse then
+# skips that work (the cache is keyed by the code's text, not by paths). D
+# starts beside A, before that file exists.
 warm() {
+  if [ -s "$W/A/cache/bb_codeparser.dat" ] && { [ "$1" = B ] || [ "$1" = C ]; }; then
+    mkdir -p "$W/$1/cache"
+    cp "$W/A/cache/bb_codeparser.dat" "$W/$1/cache/bb_codeparser.dat"
+    chown -R "$user:" "$W/$1/cache"
+    echo "warm $1: A's codeparser cache ($(( $(stat -c %s "$W/$1/cache/bb_codeparser.dat") / 1024 )) KiB)"
+    return
+  fi
   bb "$1" env BB_ENV_PASSTHROUGH_ADDITIONS="PYTHONHASHSEED BBMASK" 'BBMASK=^(?!.*/quilt).*\.bb(append)?$' \
     bitbake -p > "$W/$1.warm" 2>&1 || { tail -20 "$W/$1.warm" >&2; die "warm-up parse of $1"; }
   [ -s "$W/$1/cache/bb_codeparser.dat" ] || die "warm-up parse of $1 wrote no codeparser cache"
@@ -132,6 +149,41 @@ if ! git -C "$top" cat-file -e "$pin^{commit}" 2>/dev/null; then
   pin_conf=("SRCREV_latmon = \"$pin\"")
 fi
 
+# ---- D: yocto-check-layer --------------------------------------------------------
+# D runs beside A, B and C, from the start: most of its ~25 min are world
+# signatures, computed in one BitBake server process (one core), and run
+# last and alone they left the second core idle (session 8: D's last
+# ~15 min were all that was left of CI). Its own build directory and
+# server; its output is printed when it has ended.
+check_layer() {
+step_name=""
+step "D. yocto-check-layer --no-auto-dependency --dependency meta-oe meta-latmon (beside A, B and C)"
+mkdir -p "$W/D/conf"
+cat > "$W/D/conf/bblayers.conf" <<EOF
+BBPATH = "\${TOPDIR}"
+BBFILES ?= ""
+BBLAYERS ?= "$L/openembedded-core/meta $L/meta-yocto/meta-poky"
+EOF
+printf '%s\n' 'MACHINE ??= "qemuarm64"' 'DISTRO ?= "poky"' 'CONNECTIVITY_CHECK_URIS = ""' 'INHERIT:remove = "uninative"' \
+  "DL_DIR = \"$W/downloads\"" 'BB_NUMBER_THREADS = "2"' > "$W/D/conf/local.conf"
+chown -R "$user:" "$W/D"
+warm D
+# --no-auto-dependency: meta-oe is a dependency to add, not a layer under test.
+# Each line of its log gets the seconds since D started, so the log says
+# where D's time goes (its world signatures, its parses).
+d0=$(date +%s)
+bb D yocto-check-layer --no-auto-dependency --dependency "$L/meta-openembedded/meta-oe" -- "$W/latmon/yocto/meta-latmon" 2>&1 \
+  | while IFS= read -r line; do printf '+%ss %s\n' "$(( $(date +%s) - d0 ))" "$line"; done > "$W/D.log" || true
+grep -E "INFO: (Ran|OK|FAILED|Summary|meta-latmon|Getting|Setting)|INFO: test_|FAIL|ERROR| \.\.\. " "$W/D.log" | tail -40
+grep -q "INFO: meta-latmon \.* PASS" "$W/D.log" || { tail -60 "$W/D.log" >&2; die "yocto-check-layer did not PASS meta-latmon"; }
+step ""
+}
+d_pid=
+if part D; then
+  check_layer > "$W/D.out" 2>&1 &
+  d_pid=$!
+fi
+
 # ---- A: qemuarm64, linux-yocto-rt, DISTRO_FEATURES latmon ----------------------
 if part A; then
 conf A yocto/kas/qemuarm64-rt.yml "${pin_conf[@]}"
@@ -140,11 +192,24 @@ warm A
 bb A bitbake -p > "$W/A.parse" 2>&1 || { tail -40 "$W/A.parse" >&2; die "bitbake -p (A)"; }
 grep -E "^Parsing recipes|recipes parsed|WARNING|ERROR" "$W/A.parse" | tail -3 || true
 if grep -q "^ERROR" "$W/A.parse"; then die "bitbake -p (A) printed errors"; fi
-step "A. bitbake -n latmon-test-image"
-bb A bitbake -n latmon-test-image > "$W/A.dry" 2>&1 || { tail -40 "$W/A.dry" >&2; die "bitbake -n latmon-test-image (A)"; }
+# The image's whole graph and every task's signature with -g; the dry run
+# (-n: each task forked into a worker that parses its recipe, then skipped)
+# of latmon, the layer's own recipe, with everything it depends on. The
+# image's dry run took 12-14 min of both cores (5 621 tasks), the longest
+# step of CI, for recipes that are oe-core's.
+step "A. bitbake -g latmon-test-image"
+bb A bitbake -g latmon-test-image > "$W/A.graph" 2>&1 || { tail -40 "$W/A.graph" >&2; die "bitbake -g latmon-test-image (A)"; }
+tasks=$(grep -c '^"[^"]*" \[label=' "$W/A/task-depends.dot" || true)
+[ "$tasks" -gt 1000 ] || { tail -20 "$W/A.graph" >&2; die "task graph has '$tasks' tasks"; }
+for pn in latmon linux-yocto-rt pahole-native; do
+  grep -qx "$pn" "$W/A/pn-buildlist" || die "latmon-test-image's build list (qemuarm64) lacks $pn"
+done
+echo "bitbake -g latmon-test-image (qemuarm64): $tasks tasks; latmon, linux-yocto-rt and pahole-native in the build list"
+step "A. bitbake -n latmon"
+bb A bitbake -n latmon > "$W/A.dry" 2>&1 || { tail -40 "$W/A.dry" >&2; die "bitbake -n latmon (A)"; }
 tasks=$(sed -n 's/.*Tasks Summary: Attempted \([0-9]*\) tasks.*/\1/p' "$W/A.dry" | tail -1)
-[ -n "$tasks" ] && [ "$tasks" -gt 1000 ] || { tail -20 "$W/A.dry" >&2; die "dry run attempted '${tasks:-no}' tasks"; }
-echo "bitbake -n latmon-test-image (qemuarm64): $tasks tasks"
+[ -n "$tasks" ] && [ "$tasks" -gt 100 ] || { tail -20 "$W/A.dry" >&2; die "dry run attempted '${tasks:-no}' tasks"; }
+echo "bitbake -n latmon (qemuarm64): $tasks tasks"
 step "A. bitbake -e linux-yocto-rt, latmon"
 uri=$(var A linux-yocto-rt SRC_URI)
 has "$uri" file://latmon.scc && has "$uri" file://latmon.cfg || die "linux-yocto-rt SRC_URI lacks the latmon fragment: $uri"
@@ -223,23 +288,12 @@ has "$lsrc" crate://crates.io/libbpf-rs/0.27.2 || die "externalsrc dropped the c
 echo "standalone layer parses; without the feature the kernel gets no fragment and no KERNEL_DEBUG; externalsrc builds the checkout with the crates"
 fi
 
-# ---- D: yocto-check-layer --------------------------------------------------------
-if part D; then
-step "D. yocto-check-layer --no-auto-dependency --dependency meta-oe meta-latmon"
-mkdir -p "$W/D/conf"
-cat > "$W/D/conf/bblayers.conf" <<EOF
-BBPATH = "\${TOPDIR}"
-BBFILES ?= ""
-BBLAYERS ?= "$L/openembedded-core/meta $L/meta-yocto/meta-poky"
-EOF
-printf '%s\n' 'MACHINE ??= "qemuarm64"' 'DISTRO ?= "poky"' 'CONNECTIVITY_CHECK_URIS = ""' 'INHERIT:remove = "uninative"' \
-  "DL_DIR = \"$W/downloads\"" 'BB_NUMBER_THREADS = "2"' > "$W/D/conf/local.conf"
-chown -R "$user:" "$W/D"
-warm D
-# --no-auto-dependency: meta-oe is a dependency to add, not a layer under test.
-bb D yocto-check-layer --no-auto-dependency --dependency "$L/meta-openembedded/meta-oe" -- "$W/latmon/yocto/meta-latmon" > "$W/D.log" 2>&1 || true
-grep -E "INFO: (Ran|OK|FAILED|Summary|meta-latmon)|^INFO: test_|FAIL|ERROR" "$W/D.log" | tail -30
-grep -q "INFO: meta-latmon \.* PASS" "$W/D.log" || { tail -60 "$W/D.log" >&2; die "yocto-check-layer did not PASS meta-latmon"; }
-fi
 step ""
+if [ -n "$d_pid" ]; then
+  d_rc=0
+  wait "$d_pid" || d_rc=$?
+  d_pid=
+  cat "$W/D.out"
+  [ "$d_rc" = 0 ] || die "D failed (exit $d_rc)"
+fi
 echo "bitbake: all checks passed in $(( $(date +%s) - start )) s"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The Yocto layer's checks, the ones the Yocto world itself uses, without
-# bitbake (scripts/test.sh runs this after cargo test, then tests/yocto/bitbake.sh,
-# the real BitBake):
+# bitbake (scripts/test.sh runs this before the builds, then tests/yocto/bitbake.sh,
+# the real BitBake, beside them):
 #   1. latmon-crates.inc lists exactly Cargo.lock's crates and checksums
 #   2. oelint-adv is clean on every recipe, append, include and layer.conf
 #      (suppressions: yocto/.oelint.cfg, each justified there), and the

@@ -14,6 +14,7 @@ pub mod bpf {
     }
 }
 pub mod anatomy;
+pub mod causes;
 pub mod crc32;
 pub mod hist;
 pub mod ident;

@@ -117,6 +117,11 @@ pub struct ProbeReport {
     /// BPF time as a share of the machine's CPU capacity over the
     /// interval: `bpf_run_time_ns / (interval_ns * online CPUs) * 100`.
     pub bpf_cpu_percent: f64,
+    /// timer, chain, runq with an anatomy: what the interval's alerted
+    /// time was spent on, over all its alerts (records sent or refused by
+    /// the token bucket); absent for other probes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alert_causes: Option<crate::causes::CauseSummary>,
     /// Text outputs show this probe's histogram under the table (the
     /// spec's `hist=true`, inherited by a family's series). A display
     /// choice, not a measurement: not in JSON, not on the wire.
@@ -262,6 +267,7 @@ impl ProbeReport {
             bpf_ns_per_event: 0,
             events_per_s: 0,
             bpf_cpu_percent: 0.0,
+            alert_causes: None,
             hist: false,
         }
     }
@@ -440,6 +446,12 @@ pub fn render_hist_into(s: &mut String, p: &ProbeReport, cost_measured: bool) {
             "  cost: BPF {} ns/event  {} events/s  {:.3}% CPU",
             p.bpf_ns_per_event, p.events_per_s, p.bpf_cpu_percent
         );
+    }
+    if let Some(c) = p.alert_causes.as_ref().filter(|c| c.alerts > 0) {
+        // The interval's late time by cause: what a dashboard shows.
+        s.push_str("  ");
+        c.render_into(s, 3);
+        s.push('\n');
     }
     if p.count == 0 {
         let _ = writeln!(s, "  (no events)");
@@ -643,12 +655,25 @@ mod tests {
             time_ns: 12_000_000_345,
             anatomy: None,
         };
+        let mut probe = ProbeReport::new(&info(), &prev, &cur);
+        probe.alert_causes = Some(crate::causes::CauseSummary {
+            alerts: 5,
+            alerted_ns: 4_000_000,
+            causes: vec![crate::causes::TopCause {
+                id: crate::causes::CauseId::Task { pid: 4242 },
+                name: "hog".into(),
+                ns: 3_600_000,
+            }],
+            folded_ns: 400_000,
+            folded_parts: 2,
+            ..Default::default()
+        });
         let r = IntervalReport {
             seq: 2,
             time_ns: 0,
             interval_ns: 1_000_000_000,
             last: false,
-            probes: vec![ProbeReport::new(&info(), &prev, &cur)],
+            probes: vec![probe],
             alert_records: vec![rec.clone(), {
                 use crate::anatomy::{Anatomy, Cause, CauseKind, Policy};
                 let hog = CauseKind::Task { comm: "hog".into(), pid: 4242, policy: Policy::Fifo, prio: 90 };
@@ -667,6 +692,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("alerts 5/5 (records dropped 2/2)"), "{t}");
+        assert!(t.contains("\n  alerted 4.00ms in 5 alerts: 90.0% hog[4242]; folded 10.0% (2 parts)\n"), "{t}");
         assert!(t.contains("alerts: 2 above threshold"), "{t}");
         assert!(t.contains("  ALERT ctrl  latency 2.10ms  pid 10 tid 11 (ctrl_loop)  cpu 1  at 12.000000345s"), "{t}");
         let v = serde_json::to_value(&r).unwrap();
@@ -679,6 +705,8 @@ mod tests {
         assert_eq!(sum, 2_100_000);
         assert_eq!(a["causes"][0]["comm"], "hog");
         assert_eq!(v["probes"][0]["alerts_dropped"], 2);
+        assert_eq!(v["probes"][0]["alert_causes"]["causes"][0]["share"], 0.9);
+        assert_eq!(v["probes"][0]["alert_causes"]["folded_parts"], 2);
         assert!(!t.contains("MISSED"), "no kernel misses, no word about them: {t}");
     }
 

@@ -26,6 +26,8 @@ pub const WIDTH: usize = 79;
 /// Alert records listed under the table (all with `--hist`); the
 /// per-probe alert counts are exact either way.
 pub const ALERTS_SHOWN: usize = 5;
+/// Probes whose interval's late time by cause the compact text shows.
+pub const LATE_SHOWN: usize = 3;
 
 const NAME_W: usize = 19;
 const VIA_W: usize = 6;
@@ -496,6 +498,7 @@ impl TextRender {
                 render_hist_into(s, p, measured);
             }
         });
+        render_late_time_into(s, r.probes.as_slice(), |p| style.hist_all || p.hist);
         render_alerts_into(&mut self.lf, r, if style.hist_all { usize::MAX } else { ALERTS_SHOWN });
         if !style.crlf {
             return &self.lf;
@@ -513,6 +516,28 @@ pub fn to_crlf(dst: &mut String, src: &str) {
         if line.ends_with('\n') {
             dst.push_str("\r\n");
         }
+    }
+}
+
+/// The interval's late time by cause, one line per probe that alerted (at
+/// most [`LATE_SHOWN`], in the table's probe order), each cut to [`WIDTH`]
+/// columns: what a technician needs after "late": why. A probe whose
+/// histogram block is shown (`shown`) has the line there already.
+fn render_late_time_into(s: &mut String, probes: &[ProbeReport], shown: impl Fn(&ProbeReport) -> bool) {
+    let late = probes.iter().filter(|p| !shown(p)).filter_map(|p| Some((p, p.alert_causes.as_ref()?)));
+    for (p, c) in late.filter(|(_, c)| c.alerts > 0).take(LATE_SHOWN) {
+        let start = s.len();
+        s.push_str("late ");
+        push_clean(s, &p.name);
+        s.push_str(": ");
+        c.render_into(s, 3);
+        // render_into and push_clean write printable ASCII only: a byte
+        // cut is a character cut.
+        if s.len() - start > WIDTH {
+            s.truncate(start + WIDTH - 1);
+            s.push('~');
+        }
+        s.push('\n');
     }
 }
 
@@ -648,6 +673,32 @@ mod tests {
         assert!(t.lines().count() <= 40);
         assert!(t.contains("  ... 35 more alert records"), "{t}");
         assert!(!t.contains("distribution"), "no histogram by default: {t}");
+    }
+
+    #[test]
+    fn late_time_by_cause_follows_the_table_cut_to_the_width() {
+        use crate::causes::{CauseId, CauseSummary, TopCause};
+        let mut r = report(vec![probe("loop", "timer", 1000, 50_000), probe("quiet", "runq", 10, 1_000)]);
+        let hog = TopCause { id: CauseId::Task { pid: 4242 }, name: "hog".into(), ns: 9_000_000 };
+        let long = TopCause { id: CauseId::Task { pid: 7 }, name: "x".repeat(200), ns: 1_000_000 };
+        r.probes[0].alert_causes = Some(CauseSummary {
+            alerts: 12,
+            alerted_ns: 10_000_000,
+            causes: vec![hog, long],
+            ..CauseSummary::default()
+        });
+        // An alert tally of 0 alerts says nothing.
+        r.probes[1].alert_causes = Some(CauseSummary::default());
+        let t = TextRender::new(TextStyle::default()).render(&r).to_string();
+        let late: Vec<&str> = t.lines().filter(|l| l.starts_with("late ")).collect();
+        assert_eq!(late.len(), 1, "{t}");
+        assert!(late[0].starts_with("late loop: alerted 10.00ms in 12 alerts: 90.0% hog[4242], 10.0% "), "{t}");
+        assert!(late[0].len() == WIDTH && late[0].ends_with('~'), "{:?}", late[0]);
+        // With its histogram shown, the probe's block carries the line.
+        r.probes[0].hist = true;
+        let t = TextRender::new(TextStyle::default()).render(&r).to_string();
+        assert!(!t.lines().any(|l| l.starts_with("late ")), "{t}");
+        assert!(t.contains("  alerted 10.00ms in 12 alerts: 90.0% hog[4242]"), "{t}");
     }
 
     #[test]

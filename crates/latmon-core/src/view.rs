@@ -140,7 +140,39 @@ pub fn link_line(s: &LinkStats, t: &Tracker) -> String {
         t.inexact_probes(),
         if t.seq_jumps > 0 { format!(", {} seq jumps", t.seq_jumps) } else { String::new() },
         budget_words(t).map_or(String::new(), |w| format!(", {w}"))
-    ) + &ignored_line(t)
+    ) + &match dropped_words(t) {
+        w if w.is_empty() => w,
+        w => format!(", {w}"),
+    } + &ignored_line(t)
+}
+
+/// " (name n, name n, ...)": at most 8 probes, then "...".
+fn per_probe(w: &mut String, t: &Tracker, counts: impl Iterator<Item = (u16, u64)>) {
+    let mut sep = " (";
+    for (k, (id, n)) in counts.enumerate() {
+        if k == 8 {
+            w.push_str(", ...");
+            break;
+        }
+        let _ = write!(w, "{sep}{} {n}", shown(&t.probe_name(id)));
+        sep = ", ";
+    }
+    if sep == ", " {
+        w.push(')');
+    }
+}
+
+/// Alert records the sender counted but lost before any output (its token
+/// bucket, kernel buffer or queue), per probe from the last Status; empty
+/// when none.
+pub fn dropped_words(t: &Tracker) -> String {
+    let total: u64 = t.dropped_probes().map(|(_, n)| n).sum();
+    if total == 0 {
+        return String::new();
+    }
+    let mut w = format!("{total} alert records dropped before any output");
+    per_probe(&mut w, t, t.dropped_probes());
+    w
 }
 
 /// What the receiver set aside (only when something was), for the link
@@ -188,18 +220,7 @@ pub fn budget_words(t: &Tracker) -> Option<String> {
     if l.alerts_shed > 0 {
         let _ = write!(w, ", {} alerts shed over their share", l.alerts_shed);
         // Per probe (the share is divided fairly; this says whose).
-        let mut sep = " (";
-        for (k, (id, n)) in t.shed_probes().enumerate() {
-            if k == 8 {
-                w.push_str(", ...");
-                break;
-            }
-            let _ = write!(w, "{sep}{} {n}", shown(&t.probe_name(id)));
-            sep = ", ";
-        }
-        if sep == ", " {
-            w.push(')');
-        }
+        per_probe(&mut w, t, t.shed_probes());
     }
     if l.intervals_folded > 0 {
         let _ = write!(w, ", {} intervals folded into the next", l.intervals_folded);
@@ -369,6 +390,10 @@ impl View {
             if t.restarts > 0 { format!("  agent restarts {}", t.restarts) } else { String::new() }
         );
         if let Some(w) = budget_words(t) {
+            let _ = writeln!(s, "link  {w}");
+        }
+        let w = dropped_words(t);
+        if !w.is_empty() {
             let _ = writeln!(s, "link  {w}");
         }
         if t.summaries_lost > 0 || t.inexact_probes() > 0 {
@@ -606,6 +631,7 @@ mod tests {
             missed: vec![crate::wire::ProbeMissed { id: 0, missed: 92 }],
             link: Default::default(),
             shed: Vec::new(),
+            dropped: Vec::new(),
         }));
         v.on_event(&ev);
         let s = v.render("serial:/dev/ttyUSB0@115200", &link, &t, Some(Duration::from_millis(300)));
@@ -713,16 +739,20 @@ mod tests {
                 intervals_folded: 0,
             },
             shed: vec![crate::wire::ProbeShed { id: 0, alerts_shed: 5 }],
+            dropped: vec![crate::wire::ProbeDropped { id: 0, alerts_dropped: 7 }],
         }));
         let s = v.render("serial:/dev/ttyS1@9600", &LinkStats::default(), &t, None);
         for needle in [
             "budget 480 B/s, using 410 B/s, keyframes every 60 s",
             "DEGRADED step 2 (roll-up): 1 buckets per power of two, 31 series rolled up",
             "5 alerts shed over their share (runq 5)",
+            "7 alert records dropped before any output (runq 7)",
         ] {
             assert!(s.contains(needle), "{needle:?} missing in\n{s}");
         }
-        assert!(link_line(&LinkStats::default(), &t).contains("budget 480 B/s"));
+        let line = link_line(&LinkStats::default(), &t);
+        assert!(line.contains("budget 480 B/s"), "{line}");
+        assert!(line.contains(", 7 alert records dropped before any output (runq 7)"), "{line}");
         // A delta whose base never arrived: reported, totals marked inexact.
         let d = crate::wire::Delta {
             seq: 9,

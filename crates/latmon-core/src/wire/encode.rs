@@ -313,23 +313,11 @@ impl Encoder {
             Kind::Status,
             s.probes.len(),
             |e, r, limit| {
-                // The misses of this part's probes (`missed` is by id).
-                let missed = match (s.probes.get(r.start), r.end.checked_sub(1).and_then(|l| s.probes.get(l))) {
-                    (Some(first), Some(last)) if !r.is_empty() => {
-                        let lo = s.missed.partition_point(|m| m.id < first.id);
-                        let hi = s.missed.partition_point(|m| m.id <= last.id);
-                        &s.missed[lo..hi.max(lo)]
-                    }
-                    _ => &s.missed[..0],
-                };
-                let shed = match (s.probes.get(r.start), r.end.checked_sub(1).and_then(|l| s.probes.get(l))) {
-                    (Some(first), Some(last)) if !r.is_empty() => {
-                        let lo = s.shed.partition_point(|m| m.id < first.id);
-                        let hi = s.shed.partition_point(|m| m.id <= last.id);
-                        &s.shed[lo..hi.max(lo)]
-                    }
-                    _ => &s.shed[..0],
-                };
+                // The misses, sheds and drops of this part's probes (by id).
+                let part = &s.probes[r.clone()];
+                let missed = of_part(&s.missed, part, |m| m.id);
+                let shed = of_part(&s.shed, part, |m| m.id);
+                let dropped = of_part(&s.dropped, part, |m| m.id);
                 let body = StatusRef {
                     boot_id: s.boot_id,
                     time_ns: s.time_ns,
@@ -338,12 +326,12 @@ impl Encoder {
                     frames_dropped: s.frames_dropped,
                     bytes_dropped: s.bytes_dropped,
                     clients: s.clients,
-                    probes: &s.probes[r],
+                    probes: part,
                     flags: s.flags,
                     bpf_cpu_ppm: s.bpf_cpu_ppm,
                     detached: &s.detached,
                     missed,
-                    link: TrailingLink(&s.link, shed),
+                    link: TrailingLink(&s.link, shed, dropped),
                 };
                 e.put(Kind::Status, &body, limit)
             },
@@ -590,6 +578,19 @@ impl Encoder {
         let n = self.put(Kind::Request, r, MAX_PAYLOAD)?.ok_or(EncodeError::TooLarge { kind: Kind::Request })?;
         self.seal(n, out);
         Ok(1)
+    }
+}
+
+/// The entries of `all` (ascending by `id`) whose probe is in `part` (a
+/// contiguous run of the Status's probes, ascending by id).
+fn of_part<'a, T>(all: &'a [T], part: &[ProbeHealth], id: impl Fn(&T) -> u16) -> &'a [T] {
+    match (part.first(), part.last()) {
+        (Some(first), Some(last)) => {
+            let lo = all.partition_point(|m| id(m) < first.id);
+            let hi = all.partition_point(|m| id(m) <= last.id);
+            &all[lo..hi.max(lo)]
+        }
+        _ => &all[..0],
     }
 }
 

@@ -317,6 +317,13 @@ pub struct Status {
     /// only those with some; sums to `link.alerts_shed` over the parts,
     /// less records of an unknown probe).
     pub shed: Vec<ProbeShed>,
+    /// Revision 6: alert records lost before any output, per probe since
+    /// start: refused by the probe's token bucket, the kernel buffer full,
+    /// the agent's queue full (the JSON summary's `total_alerts_dropped`).
+    /// Ids within this part's `probes`, ascending; only those with some.
+    /// With `shed`, a receiver accounts for every alert the sender counted:
+    /// alerts = records received + shed + dropped.
+    pub dropped: Vec<ProbeDropped>,
 }
 
 /// Alert records of one probe a budgeted link shed (Status, revision 4).
@@ -324,6 +331,13 @@ pub struct Status {
 pub struct ProbeShed {
     pub id: u16,
     pub alerts_shed: u64,
+}
+
+/// Alert records of one probe lost before any output (Status, revision 6).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeDropped {
+    pub id: u16,
+    pub alerts_dropped: u64,
 }
 
 /// The degradation steps of a budgeted link, in the order they are taken.
@@ -391,22 +405,35 @@ pub struct LinkHealth {
 /// The window over which `LinkHealth::used_bps` is measured.
 pub const USE_WINDOW_NS: u64 = 10_000_000_000;
 
-/// Serializes as nothing when all zero and nothing shed (revision 2 bytes
-/// unchanged), the link alone when nothing was shed (revision 3 bytes
-/// unchanged), else the link and the per-probe shed counts (revision 4).
-pub(crate) struct TrailingLink<'a>(pub(crate) &'a LinkHealth, pub(crate) &'a [ProbeShed]);
+/// Serializes as nothing when all zero and nothing shed or dropped
+/// (revision 2 bytes unchanged), the link alone when nothing was shed or
+/// dropped (revision 3 bytes unchanged), the link and the per-probe shed
+/// counts when nothing was dropped (revision 4 bytes unchanged), else all
+/// three (revision 6).
+pub(crate) struct TrailingLink<'a>(
+    pub(crate) &'a LinkHealth,
+    pub(crate) &'a [ProbeShed],
+    pub(crate) &'a [ProbeDropped],
+);
 
 impl Serialize for TrailingLink<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if *self.0 == LinkHealth::default() && self.1.is_empty() {
-            s.serialize_tuple(0)?.end()
-        } else if self.1.is_empty() {
-            self.0.serialize(s)
-        } else {
-            let mut t = s.serialize_tuple(2)?;
-            t.serialize_element(self.0)?;
-            t.serialize_element(self.1)?;
+        let (link, shed, dropped) = (self.0, self.1, self.2);
+        if !dropped.is_empty() {
+            let mut t = s.serialize_tuple(3)?;
+            t.serialize_element(link)?;
+            t.serialize_element(shed)?;
+            t.serialize_element(dropped)?;
             t.end()
+        } else if !shed.is_empty() {
+            let mut t = s.serialize_tuple(2)?;
+            t.serialize_element(link)?;
+            t.serialize_element(shed)?;
+            t.end()
+        } else if *link != LinkHealth::default() {
+            link.serialize(s)
+        } else {
+            s.serialize_tuple(0)?.end()
         }
     }
 }

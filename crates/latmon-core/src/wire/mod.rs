@@ -45,7 +45,9 @@ pub const PROTOCOL_VERSION: u8 = 1;
 /// Revision 4 appended `shed` (alert records shed per probe) to Status.
 /// Revision 5 appended the anatomy (`cpu_woken`, `cpu_ran`, `causes`) to
 /// Alert.
-pub const PROTOCOL_REVISION: u8 = 5;
+/// Revision 6 appended `dropped` (alert records lost before any output,
+/// per probe) to Status.
+pub const PROTOCOL_REVISION: u8 = 6;
 /// The frame delimiter.
 pub const DELIMITER: u8 = 0x00;
 /// Largest frame the encoder produces, on the wire, delimiter included

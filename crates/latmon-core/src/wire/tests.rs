@@ -464,6 +464,7 @@ fn golden() -> Vec<(&'static str, Frame)> {
                 missed: vec![ProbeMissed { id: 0, missed: 92 }],
                 link: LinkHealth::default(),
                 shed: vec![],
+                dropped: vec![],
             }),
         ),
         (
@@ -546,6 +547,7 @@ fn golden() -> Vec<(&'static str, Frame)> {
                     intervals_folded: 0,
                 },
                 shed: vec![],
+                dropped: vec![],
             }),
         ),
         (
@@ -578,10 +580,79 @@ fn golden() -> Vec<(&'static str, Frame)> {
                     intervals_folded: 0,
                 },
                 shed: vec![ProbeShed { id: 1, alerts_shed: 12 }],
+                dropped: vec![],
             }),
         ),
         ("alert-anatomy", Frame::Alert(golden_anatomy_alert())),
+        ("status-dropped", Frame::Status(golden_dropped_status())),
     ]
+}
+
+/// The Status with records dropped before any output (revision 6) of
+/// docs/wire-format.md: an unlimited link (link all zero), nothing shed,
+/// 760 records of probe 0 refused by its token bucket.
+fn golden_dropped_status() -> Status {
+    Status {
+        boot_id: 0x1234_5678,
+        time_ns: 3_000_000_000,
+        seq: 2,
+        uptime_ns: 2_000_000_000,
+        frames_dropped: 0,
+        bytes_dropped: 0,
+        clients: 0,
+        probes: vec![ProbeHealth { id: 0, read_errors: 0, run_count: 0, run_time_ns: 0 }],
+        flags: 0,
+        bpf_cpu_ppm: 0,
+        detached: vec![],
+        missed: vec![],
+        link: LinkHealth::default(),
+        shed: vec![],
+        dropped: vec![ProbeDropped { id: 0, alerts_dropped: 760 }],
+    }
+}
+
+#[test]
+fn dropped_records_travel_in_status_and_older_bytes_read_as_none() {
+    // A revision 6 Status with drops decodes to them; the tracker keeps
+    // them per probe, fills the decoded summaries' record drops and
+    // forgets them when the sender restarts.
+    let (mut got, _) = decode_all(&encode_to_vec(&Frame::Status(golden_dropped_status())).unwrap());
+    assert_eq!(got, vec![Ok(Frame::Status(golden_dropped_status()))]);
+    let mut t = Tracker::new();
+    t.on_frame(got.pop().unwrap().unwrap());
+    assert_eq!(t.alerts_dropped(0), 760);
+    assert_eq!(t.dropped_probes().collect::<Vec<_>>(), vec![(0, 760)]);
+    let Event::Summary { report, .. } = t.on_frame(Frame::Summary(Summary {
+        seq: 3,
+        boot_id: 0x1234_5678,
+        time_ns: 4_000_000_000,
+        last: false,
+        probes: vec![ProbeCounts {
+            id: 0,
+            count: 0,
+            sum_ns: 0,
+            min_ns: 0,
+            max_ns: 0,
+            drops: 0,
+            alerts: 800,
+            first_bucket: 0,
+            end_bucket: BUCKETS as u16,
+            buckets: vec![],
+        }],
+        merge: 0,
+        base_seq: 0,
+    })) else {
+        panic!("not a summary")
+    };
+    assert_eq!((report.probes[0].total_alerts, report.probes[0].total_alerts_dropped), (800, 760));
+    let mut restarted = golden_dropped_status();
+    restarted.boot_id += 1;
+    restarted.dropped.clear();
+    t.on_frame(Frame::Status(restarted));
+    assert_eq!(t.alerts_dropped(0), 0, "a new boot's counts start at zero");
+    // With nothing dropped, `dropped` is left out: the "status" and
+    // "status-shed" vectors keep their revision 1 and 4 bytes
+    // (golden_vectors_match_spec_byte_for_byte).
 }
 
 /// The Alert with an anatomy (revision 5) of docs/wire-format.md.

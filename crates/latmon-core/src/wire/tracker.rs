@@ -58,6 +58,9 @@ pub(super) struct Track {
     stale: bool,
     /// Alert records of this probe the sender's link shed (Status `shed`).
     alerts_shed: u64,
+    /// Alert records of this probe lost before any output (Status
+    /// `dropped`; the wire's summaries do not carry them).
+    alerts_dropped: u64,
 }
 
 /// Receiver state: the probe table from Hello and the last cumulative
@@ -114,6 +117,8 @@ impl Tracker {
                 t.pending = None;
                 t.seen_seq = 0;
                 t.stale = false;
+                t.alerts_shed = 0;
+                t.alerts_dropped = 0;
             }
             if self.hello.as_ref().is_some_and(|h| h.boot_id != boot_id) {
                 self.hello = None;
@@ -141,6 +146,18 @@ impl Tracker {
     /// Alert records of probe `id` the sender's link shed, since start.
     pub fn alerts_shed(&self, id: u16) -> u64 {
         self.tracks.get(id as usize).map_or(0, |t| t.alerts_shed)
+    }
+
+    /// Alert records of probe `id` lost before any output (the sender's
+    /// token bucket, kernel buffer or queue), since start, as of the last
+    /// Status.
+    pub fn alerts_dropped(&self, id: u16) -> u64 {
+        self.tracks.get(id as usize).map_or(0, |t| t.alerts_dropped)
+    }
+
+    /// Probes with alert records lost before any output: (id, count), by id.
+    pub fn dropped_probes(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.tracks.iter().enumerate().filter(|(_, t)| t.alerts_dropped > 0).map(|(i, t)| (i as u16, t.alerts_dropped))
     }
 
     /// Probes with alert records shed: (id, count), by id.
@@ -220,6 +237,11 @@ impl Tracker {
                     // Ids beyond the table are ignored, as in Hello.
                     if (m.id as usize) < MAX_PROBES {
                         self.track(m.id).alerts_shed = m.alerts_shed;
+                    }
+                }
+                for m in &s.dropped {
+                    if (m.id as usize) < MAX_PROBES {
+                        self.track(m.id).alerts_dropped = m.alerts_dropped;
                     }
                 }
                 self.status = Some(s.clone());
@@ -407,6 +429,7 @@ impl Tracker {
                 t.prev.as_deref().map_or((Hist::default(), start_ns.unwrap_or(d.time_ns)), |(h, t)| (h.clone(), *t));
             let mut cur = prev.clone();
             cur.merge(&delta);
+            cur.alerts_dropped = t.alerts_dropped.max(prev.alerts_dropped);
             since = Some(since.map_or(prev_time, |p: u64| p.min(prev_time)));
             let r = self.report(id16, &prev, &cur);
             let t = self.track(id16);
@@ -456,9 +479,12 @@ impl Tracker {
                 self.scheme_mismatch += 1;
                 continue;
             }
-            let Some(h) = self.assemble(s.seq, e) else { continue };
+            let Some(mut h) = self.assemble(s.seq, e) else { continue };
             let t = self.track(id);
             let (prev, prev_time) = t.prev.take().map_or((Hist::default(), start_ns.unwrap_or(s.time_ns)), |b| *b);
+            // The summaries carry no record drops: the last Status's count,
+            // as of this summary (never going back within a boot).
+            h.alerts_dropped = t.alerts_dropped.max(prev.alerts_dropped);
             since = Some(since.map_or(prev_time, |p: u64| p.min(prev_time)));
             let r = self.report(id, &prev, &h);
             let t = self.track(id);

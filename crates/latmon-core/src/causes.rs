@@ -1,0 +1,426 @@
+// SPDX-License-Identifier: MIT
+//! Top causes of a probe's alerted time per interval (pure model, no
+//! I/O): "90 % of late time this interval: task hog". The kernel keeps a
+//! bounded table per alert id (bpf/causes.bpf.h, limits in bpf/latmon.h)
+//! that every alert adds its anatomy to, whether its record was sent or
+//! refused; this module turns two reads of it into the interval's causes,
+//! largest first.
+//!
+//! A cause is kind + id ([`CauseId`]); names (a task's comm, an IRQ's
+//! action names) are filled in by the I/O edge that reads the table.
+
+use std::fmt::Write as _;
+
+use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
+
+use crate::anatomy::SOFTIRQ_NAMES;
+use crate::bpf::limits::{
+    CAUSE_IRQ, CAUSE_IRQ_REST, CAUSE_OTHER, CAUSE_SLOTS, CAUSE_SOFTIRQ, CAUSE_TASK, CAUSE_TASK_REST,
+    CAUSE_TIMER_IRQ_DELAY,
+};
+
+/// What a tally entry is about (the kernel's key: kind << 32 | id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CauseId {
+    /// Another task held the waiting CPU (its thread id).
+    Task { pid: u32 },
+    /// Tasks beyond an anatomy's per-record limit.
+    TaskRest,
+    /// A hard-IRQ handler.
+    Irq { irq: u32 },
+    /// IRQs beyond the per-record limit.
+    IrqRest,
+    /// A softirq vector.
+    Softirq { vector: u32 },
+    /// timer: intended expiry -> the expiry handled.
+    TimerIrqDelay,
+    /// The remainder (scheduler, unaccounted; all of an alert without an
+    /// anatomy).
+    Other,
+    /// A kind this build does not know.
+    Unknown { kind: u32, id: u32 },
+}
+
+impl CauseId {
+    /// From a kernel key; None for 0 (an entry never used).
+    pub fn from_key(key: u64) -> Option<CauseId> {
+        let (kind, id) = ((key >> 32) as u32 as usize, key as u32);
+        Some(match kind {
+            0 if id == 0 => return None,
+            CAUSE_TASK => CauseId::Task { pid: id },
+            CAUSE_TASK_REST => CauseId::TaskRest,
+            CAUSE_IRQ => CauseId::Irq { irq: id },
+            CAUSE_IRQ_REST => CauseId::IrqRest,
+            CAUSE_SOFTIRQ => CauseId::Softirq { vector: id },
+            CAUSE_TIMER_IRQ_DELAY => CauseId::TimerIrqDelay,
+            CAUSE_OTHER => CauseId::Other,
+            _ => CauseId::Unknown { kind: kind as u32, id },
+        })
+    }
+
+    /// The kind's number (bpf/latmon.h's LATMON_CAUSE_*; Modbus register).
+    pub fn code(self) -> u16 {
+        (match self {
+            CauseId::Task { .. } => CAUSE_TASK,
+            CauseId::TaskRest => CAUSE_TASK_REST,
+            CauseId::Irq { .. } => CAUSE_IRQ,
+            CauseId::IrqRest => CAUSE_IRQ_REST,
+            CauseId::Softirq { .. } => CAUSE_SOFTIRQ,
+            CauseId::TimerIrqDelay => CAUSE_TIMER_IRQ_DELAY,
+            CauseId::Other => CAUSE_OTHER,
+            CauseId::Unknown { kind, .. } => kind.min(u32::from(u16::MAX)) as usize,
+        }) as u16
+    }
+
+    /// The id within the kind: thread id, IRQ number, vector; else 0.
+    pub fn id(self) -> u32 {
+        match self {
+            CauseId::Task { pid } => pid,
+            CauseId::Irq { irq } => irq,
+            CauseId::Softirq { vector } => vector,
+            CauseId::Unknown { id, .. } => id,
+            _ => 0,
+        }
+    }
+
+    /// The JSON/Prometheus word of the kind (as in alert records' causes).
+    pub fn word(self) -> &'static str {
+        match self {
+            CauseId::Task { .. } | CauseId::TaskRest => "task",
+            CauseId::Irq { .. } | CauseId::IrqRest => "irq",
+            CauseId::Softirq { .. } => "softirq",
+            CauseId::TimerIrqDelay => "timer_irq_delay",
+            CauseId::Other => "other",
+            CauseId::Unknown { .. } => "unknown",
+        }
+    }
+}
+
+/// One read of a kernel tally (struct latmon_cause_tally): cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TallyRead {
+    pub alerts: u64,
+    pub alerted_ns: u64,
+    pub folded_ns: u64,
+    pub folded_parts: u64,
+    /// (key, ns) per entry.
+    pub slots: [(u64, u64); CAUSE_SLOTS],
+}
+
+/// One cause of an interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopCause {
+    pub id: CauseId,
+    /// A task's comm or an IRQ's action names (the edge fills it; may be
+    /// empty: a task gone, an IRQ not in /proc/interrupts).
+    pub name: String,
+    pub ns: u64,
+}
+
+/// The causes of a probe's alerted time in one interval (JSON
+/// `alert_causes`). `causes`' ns plus `folded_ns` sum to `alerted_ns`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CauseSummary {
+    /// Alerts in the interval, their records sent or refused.
+    pub alerts: u64,
+    /// The sum of their latencies.
+    pub alerted_ns: u64,
+    /// Largest first (ties: by id), at most CAUSE_SLOTS, none zero.
+    pub causes: Vec<TopCause>,
+    /// Time of causes that found no entry in the kernel's table, and how
+    /// many alert parts that was.
+    pub folded_ns: u64,
+    pub folded_parts: u64,
+    /// Since the probe started: alerts and alerted time (Prometheus
+    /// counters).
+    pub total_alerts: u64,
+    pub total_alerted_ns: u64,
+}
+
+impl CauseSummary {
+    /// The interval between reads `prev` and `cur` of one tally. Reuses
+    /// the cause list and its names' buffers (names are cleared: the edge
+    /// fills them). An entry's growth since `prev` belongs to the cause
+    /// `cur` names (the kernel frees an entry only after a whole epoch
+    /// without additions, so the read before saw its old cause's all).
+    pub fn fill(&mut self, prev: &TallyRead, cur: &TallyRead) {
+        self.alerts = cur.alerts.saturating_sub(prev.alerts);
+        self.alerted_ns = cur.alerted_ns.saturating_sub(prev.alerted_ns);
+        self.folded_ns = cur.folded_ns.saturating_sub(prev.folded_ns);
+        self.folded_parts = cur.folded_parts.saturating_sub(prev.folded_parts);
+        (self.total_alerts, self.total_alerted_ns) = (cur.alerts, cur.alerted_ns);
+        let mut n = 0;
+        for (&(key, ns), &(_, was)) in cur.slots.iter().zip(&prev.slots) {
+            let (Some(id), d) = (CauseId::from_key(key), ns.saturating_sub(was)) else { continue };
+            if d == 0 {
+                continue;
+            }
+            // Two CPUs may have claimed two entries for one new cause.
+            if let Some(c) = self.causes[..n].iter_mut().find(|c| c.id == id) {
+                c.ns += d;
+                continue;
+            }
+            if n == self.causes.len() {
+                self.causes.push(TopCause { id, name: String::new(), ns: d });
+            } else {
+                let c = &mut self.causes[n];
+                (c.id, c.ns) = (id, d);
+                c.name.clear();
+            }
+            n += 1;
+        }
+        self.causes.truncate(n);
+        self.causes.sort_unstable_by(|a, b| b.ns.cmp(&a.ns).then(a.id.cmp(&b.id)));
+    }
+
+    /// `self = o`, reusing the cause list and its names' buffers.
+    pub fn copy_from(&mut self, o: &CauseSummary) {
+        (self.alerts, self.alerted_ns, self.folded_ns, self.folded_parts) =
+            (o.alerts, o.alerted_ns, o.folded_ns, o.folded_parts);
+        (self.total_alerts, self.total_alerted_ns) = (o.total_alerts, o.total_alerted_ns);
+        self.causes.truncate(o.causes.len());
+        for (i, c) in o.causes.iter().enumerate() {
+            match self.causes.get_mut(i) {
+                Some(d) => {
+                    (d.id, d.ns) = (c.id, c.ns);
+                    d.name.clear();
+                    d.name.push_str(&c.name);
+                }
+                None => self.causes.push(c.clone()),
+            }
+        }
+    }
+
+    /// The largest cause, if any time was alerted.
+    pub fn top(&self) -> Option<&TopCause> {
+        self.causes.first()
+    }
+
+    /// `ns` as a share of the alerted time (0..1).
+    pub fn share(&self, ns: u64) -> f64 {
+        if self.alerted_ns == 0 {
+            0.0
+        } else {
+            ns as f64 / self.alerted_ns as f64
+        }
+    }
+
+    /// `ns` as a share of the alerted time in 0.01 % (0..=10000; Modbus).
+    pub fn share_basis_points(&self, ns: u64) -> u16 {
+        if self.alerted_ns == 0 {
+            return 0;
+        }
+        (u128::from(ns.min(self.alerted_ns)) * 10_000 / u128::from(self.alerted_ns)) as u16
+    }
+
+    /// `alerted 812 us in 3 alerts: 91.2% hog[4242], 5.0% other, ...`
+    /// (the first `max` causes; printable ASCII only).
+    pub fn render_into(&self, s: &mut String, max: usize) {
+        let _ = write!(s, "alerted {} in {} alerts:", crate::summary::Ns(self.alerted_ns), self.alerts);
+        for (i, c) in self.causes.iter().take(max).enumerate() {
+            s.push_str(if i == 0 { " " } else { ", " });
+            let _ = write!(s, "{:.1}% ", self.share(c.ns) * 100.0);
+            c.label_into(s);
+        }
+        if self.folded_ns > 0 {
+            let _ = write!(s, "; folded {:.1}% ({} parts)", self.share(self.folded_ns) * 100.0, self.folded_parts);
+        }
+    }
+}
+
+impl TopCause {
+    /// A short label: `hog[4242]`, `irq 36 virtio1`, `softirq NET_RX`,
+    /// `other tasks`, `timer irq delay`, `other` (printable ASCII only).
+    pub fn label_into(&self, s: &mut String) {
+        match self.id {
+            CauseId::Task { pid } => {
+                crate::summary::push_clean(s, if self.name.is_empty() { "?" } else { &self.name });
+                let _ = write!(s, "[{pid}]");
+            }
+            CauseId::TaskRest => s.push_str("other tasks"),
+            CauseId::Irq { irq } => {
+                let _ = write!(s, "irq {irq}");
+                if !self.name.is_empty() {
+                    s.push(' ');
+                    crate::summary::push_clean(s, &self.name);
+                }
+            }
+            CauseId::IrqRest => s.push_str("other irqs"),
+            CauseId::Softirq { vector } => {
+                s.push_str("softirq ");
+                push_vector(s, vector);
+            }
+            CauseId::TimerIrqDelay => s.push_str("timer irq delay"),
+            CauseId::Other => s.push_str("other"),
+            CauseId::Unknown { kind, id } => {
+                let _ = write!(s, "cause#{kind}:{id}");
+            }
+        }
+    }
+}
+
+fn push_vector(s: &mut String, vector: u32) {
+    match SOFTIRQ_NAMES.get(vector as usize) {
+        Some(n) => s.push_str(n),
+        None => {
+            let _ = write!(s, "vec{vector}");
+        }
+    }
+}
+
+/// 4 decimals: shares read as 0.9123.
+fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+/// A cause with its share of the interval's alerted time.
+struct Shared<'a>(&'a TopCause, f64);
+
+impl Serialize for Shared<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let c = self.0;
+        let mut m = ser.serialize_map(None)?;
+        m.serialize_entry("kind", c.id.word())?;
+        match c.id {
+            CauseId::Task { pid } => {
+                m.serialize_entry("pid", &pid)?;
+                m.serialize_entry("comm", &c.name)?;
+            }
+            CauseId::TaskRest | CauseId::IrqRest => m.serialize_entry("rest", &true)?,
+            CauseId::Irq { irq } => {
+                m.serialize_entry("irq", &irq)?;
+                m.serialize_entry("name", &c.name)?;
+            }
+            CauseId::Softirq { vector } => {
+                let mut v = String::new();
+                push_vector(&mut v, vector);
+                m.serialize_entry("vector", &v)?;
+            }
+            CauseId::Unknown { kind, id } => {
+                m.serialize_entry("code", &kind)?;
+                m.serialize_entry("id", &id)?;
+            }
+            CauseId::TimerIrqDelay | CauseId::Other => {}
+        }
+        m.serialize_entry("ns", &c.ns)?;
+        m.serialize_entry("share", &round4(self.1))?;
+        m.end()
+    }
+}
+
+struct Causes<'a>(&'a CauseSummary);
+
+impl Serialize for Causes<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        ser.collect_seq(self.0.causes.iter().map(|c| Shared(c, self.0.share(c.ns))))
+    }
+}
+
+impl Serialize for CauseSummary {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let mut st = ser.serialize_struct("CauseSummary", 5)?;
+        st.serialize_field("alerts", &self.alerts)?;
+        st.serialize_field("alerted_ns", &self.alerted_ns)?;
+        st.serialize_field("causes", &Causes(self))?;
+        st.serialize_field("folded_ns", &self.folded_ns)?;
+        st.serialize_field("folded_parts", &self.folded_parts)?;
+        st.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(kind: usize, id: u32) -> u64 {
+        (kind as u64) << 32 | u64::from(id)
+    }
+
+    fn read(alerts: u64, alerted_ns: u64, slots: &[(u64, u64)]) -> TallyRead {
+        let mut r = TallyRead { alerts, alerted_ns, ..Default::default() };
+        r.slots[..slots.len()].copy_from_slice(slots);
+        r
+    }
+
+    #[test]
+    fn an_interval_is_the_growth_per_cause_largest_first() {
+        let prev = read(10, 1_000, &[(key(CAUSE_TASK, 42), 600), (key(CAUSE_OTHER, 0), 400)]);
+        let cur =
+            read(13, 5_000, &[(key(CAUSE_TASK, 42), 4_200), (key(CAUSE_OTHER, 0), 700), (key(CAUSE_IRQ, 36), 100)]);
+        let mut s = CauseSummary::default();
+        s.fill(&prev, &cur);
+        assert_eq!((s.alerts, s.alerted_ns), (3, 4_000));
+        let got: Vec<(CauseId, u64)> = s.causes.iter().map(|c| (c.id, c.ns)).collect();
+        assert_eq!(
+            got,
+            vec![(CauseId::Task { pid: 42 }, 3_600), (CauseId::Other, 300), (CauseId::Irq { irq: 36 }, 100)]
+        );
+        assert_eq!(s.causes.iter().map(|c| c.ns).sum::<u64>() + s.folded_ns, s.alerted_ns);
+        assert_eq!(s.share_basis_points(3_600), 9_000);
+        s.causes[0].name = "hog".into();
+        let mut t = String::new();
+        s.render_into(&mut t, 2);
+        assert_eq!(t, "alerted 4.00us in 3 alerts: 90.0% hog[42], 7.5% other");
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            v["causes"][0],
+            serde_json::json!({"kind": "task", "pid": 42, "comm": "hog", "ns": 3600, "share": 0.9})
+        );
+        assert_eq!(
+            v["causes"][2],
+            serde_json::json!({"kind": "irq", "irq": 36, "name": "", "ns": 100, "share": 0.025})
+        );
+        assert_eq!((v["alerts"].as_u64(), v["alerted_ns"].as_u64()), (Some(3), Some(4_000)));
+    }
+
+    #[test]
+    fn a_taken_over_entry_counts_its_growth_for_its_new_cause_and_duplicates_merge() {
+        // Entry 0 went from task 42 (stale) to softirq NET_RX: its growth
+        // since the last read is NET_RX's. Entries 1 and 2 both hold task
+        // 7 (two CPUs claimed at once): merged.
+        let prev = read(1, 100, &[(key(CAUSE_TASK, 42), 100)]);
+        let cur = read(
+            4,
+            1_100,
+            &[(key(CAUSE_SOFTIRQ, 3), 400), (key(CAUSE_TASK, 7), 250), (key(CAUSE_TASK, 7), 250), (0, 0)],
+        );
+        let mut s = CauseSummary::default();
+        s.fill(&prev, &cur);
+        let got: Vec<(CauseId, u64)> = s.causes.iter().map(|c| (c.id, c.ns)).collect();
+        assert_eq!(got, vec![(CauseId::Task { pid: 7 }, 500), (CauseId::Softirq { vector: 3 }, 300)]);
+        // Reuse: a quieter interval shortens the list and clears names.
+        s.causes[0].name = "x".into();
+        let cap = s.causes.capacity();
+        let later =
+            read(5, 1_150, &[(key(CAUSE_SOFTIRQ, 3), 450), (key(CAUSE_TASK, 7), 250), (key(CAUSE_TASK, 7), 250)]);
+        s.fill(&cur, &later);
+        assert_eq!(s.causes, vec![TopCause { id: CauseId::Softirq { vector: 3 }, name: String::new(), ns: 50 }]);
+        assert_eq!(s.causes.capacity(), cap);
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["causes"][0]["vector"], "NET_RX");
+        // Counters that went backwards (a reloaded probe) saturate.
+        s.fill(&later, &TallyRead::default());
+        assert_eq!((s.alerts, s.alerted_ns, s.causes.len()), (0, 0, 0));
+        assert_eq!(s.share_basis_points(5), 0);
+    }
+
+    #[test]
+    fn keys_kinds_and_words() {
+        assert_eq!(CauseId::from_key(0), None);
+        for (kind, id, want, word) in [
+            (CAUSE_TASK, 9, CauseId::Task { pid: 9 }, "task"),
+            (CAUSE_TASK_REST, 0, CauseId::TaskRest, "task"),
+            (CAUSE_IRQ, 36, CauseId::Irq { irq: 36 }, "irq"),
+            (CAUSE_IRQ_REST, 0, CauseId::IrqRest, "irq"),
+            (CAUSE_SOFTIRQ, 3, CauseId::Softirq { vector: 3 }, "softirq"),
+            (CAUSE_TIMER_IRQ_DELAY, 0, CauseId::TimerIrqDelay, "timer_irq_delay"),
+            (CAUSE_OTHER, 0, CauseId::Other, "other"),
+            (99, 5, CauseId::Unknown { kind: 99, id: 5 }, "unknown"),
+        ] {
+            let c = CauseId::from_key(key(kind, id)).unwrap();
+            assert_eq!((c, c.word(), c.code(), c.id()), (want, word, kind as u16, id));
+        }
+        // The wire's WireCause kinds are the same numbers.
+        assert_eq!((CAUSE_TASK, CAUSE_IRQ, CAUSE_SOFTIRQ, CAUSE_OTHER), (1, 3, 5, 7));
+    }
+}
