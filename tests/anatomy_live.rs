@@ -382,17 +382,15 @@ fn assert_tally_matches_records(lines: &[serde_json::Value], family: &str, recs:
     assert_eq!(tally_hog, rec_hog, "the tally's hog time is the records': {c}");
     // The top cause is the records' largest, summed (the hog, unless a
     // task of another test on this shared machine held the CPU longer).
-    let mut by_task = std::collections::BTreeMap::<u64, u64>::new();
+    // Keyed by pid; None is the record's folded rest of tasks (`"rest":
+    // true`, no pid: more tasks ran in its wait than a record names).
+    let mut by_task = std::collections::BTreeMap::<Option<u64>, u64>::new();
     for cause in recs.iter().filter_map(|r| r["causes"].as_array()).flatten().filter(|x| x["kind"] == "task") {
-        *by_task.entry(cause["pid"].as_u64().unwrap()).or_default() += u(cause, "ns");
+        *by_task.entry(cause["pid"].as_u64()).or_default() += u(cause, "ns");
     }
     let (&largest, &largest_ns) = by_task.iter().max_by_key(|e| *e.1).expect("tasks among the causes");
     let top = &c["causes"][0];
-    assert_eq!(
-        (top["kind"].as_str(), top["pid"].as_u64(), u(top, "ns")),
-        (Some("task"), Some(largest), largest_ns),
-        "{c}"
-    );
+    assert_eq!((top["kind"].as_str(), top["pid"].as_u64(), u(top, "ns")), (Some("task"), largest, largest_ns), "{c}");
     let share = top["share"].as_f64().unwrap();
     assert!((share - largest_ns as f64 / u(c, "alerted_ns") as f64).abs() < 1e-4, "{c}");
     assert!(tally_hog > 0 && task_ns(&c["causes"], hog) == tally_hog, "the hog is named: {c}");
@@ -541,7 +539,8 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
 /// 24 hogs one after the other (distinct threads), each bursting for
 /// 0.6 s: more causes over the run than the kernel's table has entries
 /// (LATMON_CAUSE_SLOTS = 16). An entry frees itself once its cause stops,
-/// so the late hogs are named, not folded.
+/// so the late hogs are named, not folded: they are named with as much
+/// time as the early ones.
 #[test]
 fn the_cause_table_frees_entries_of_causes_gone_so_late_hogs_are_named() {
     let _s = serial();
@@ -576,10 +575,21 @@ fn the_cause_table_frees_entries_of_causes_gone_so_late_hogs_are_named() {
         lines.len()
     );
     // Every hog is named with a good part of its time (each bursts ~190
-    // times, ~0.3 of them in the loop's wait), the last ones too.
+    // times, ~0.3 of them in the loop's wait), the last ones too: the 8
+    // after the table's 16 entries have been used with at least half the
+    // time of the first 8 (a table that never freed its entries names
+    // them with none).
     let weakest = named.iter().copied().min().unwrap();
     assert!(weakest >= 2_000_000, "every hog named with its time: {named:?}");
-    assert!(folded * 20 <= alerted, "{folded} of {alerted} ns folded");
+    let (first, last) = (named[..8].iter().sum::<u64>(), named[16..].iter().sum::<u64>());
+    assert!(last * 2 >= first, "the last 8 hogs named with {last} ns, the first 8 with {first}: {named:?}");
+    // Folded: causes beyond 16 at once. Idle here, nothing; beside BitBake
+    // (CI) or stress-ng --fork, the one-off tasks of a fork storm are real
+    // causes of their own (each delays a wakeup by tens of us in fork or
+    // exit) and fill entries: 12 % and 19-23 % of the alerted time folded,
+    // the hogs still named. So the bound is the table's, not an idle
+    // machine's.
+    assert!(folded * 3 <= alerted, "{folded} of {alerted} ns folded");
 }
 
 #[test]
