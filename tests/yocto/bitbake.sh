@@ -116,7 +116,7 @@ bb() {
 # skips that work (the cache is keyed by the code's text, not by paths). D
 # starts beside A, before that file exists.
 warm() {
-  if [ -s "$W/A/cache/bb_codeparser.dat" ] && { [ "$1" = B ] || [ "$1" = C ]; }; then
+  if [ -s "$W/A/cache/bb_codeparser.dat" ] && [ "$1" = B ]; then
     mkdir -p "$W/$1/cache"
     cp "$W/A/cache/bb_codeparser.dat" "$W/$1/cache/bb_codeparser.dat"
     chown -R "$user:" "$W/$1/cache"
