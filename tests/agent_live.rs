@@ -388,10 +388,22 @@ fn over_budget_detaches_the_most_expensive_probe_and_says_so_everywhere() {
     assert_eq!(run.attached(), 2, "probes attached at READY=1");
     let ids_before = prog_ids_of(run.pid());
     let first = run.wait_line("a detached probe", Duration::from_secs(15), |l| u(&l["agent"], "detached") >= 1);
-    let (_, _, metrics) = http_get(&addr, "/metrics");
+    // The sinks take a summary in their configured order: stdout first,
+    // Prometheus and Modbus after it, so a reader that saw stdout may be a
+    // few microseconds ahead of them (on a loaded machine, milliseconds).
+    // Poll until they have the same interval, then read them.
+    let metrics = poll_until(Duration::from_secs(5), || {
+        let (_, _, m) = http_get(&addr, "/metrics");
+        m.contains("latmon_degraded 1").then_some(m)
+    })
+    .unwrap_or_else(|| http_get(&addr, "/metrics").2);
     // A PLC sees it too: status register 5, bit 2 "over budget" (it was
     // never set: the Modbus output did not take the agent's alarm).
-    let plc_status = mbpoll_input_register(modbus_port, 5);
+    let plc_status = poll_until(Duration::from_secs(5), || {
+        let r = mbpoll_input_register(modbus_port, 5);
+        (r & 0x4 != 0).then_some(r)
+    })
+    .unwrap_or_else(|| mbpoll_input_register(modbus_port, 5));
     let both = run.wait_line("both detached", Duration::from_secs(15), |l| u(&l["agent"], "detached") == 2);
     let ids_after = prog_ids_of(run.pid());
     // One more interval after both are gone.

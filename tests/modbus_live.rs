@@ -613,8 +613,10 @@ fn chain_probe_blocks_read_family_8() {
         "--output",
         &format!("modbus-tcp://127.0.0.1:{p}"),
     ]);
-    std::thread::sleep(Duration::from_millis(600));
-    let family = mbpoll_input_register(p, 32 + 2);
+    // Block 0's registers exist from the first summary on (200 ms after
+    // ready; later on a loaded machine): poll for them.
+    let family = poll_until(Duration::from_secs(5), || mbpoll_try_input_register(p, 32 + 2).ok().filter(|&f| f != 0))
+        .unwrap_or_else(|| mbpoll_input_register(p, 32 + 2));
     let index = mbpoll_input_register(p, 32 + 3);
     stop(child);
     assert_eq!((family, index), (8, 0), "block 0: family chain, index 0");

@@ -333,9 +333,29 @@ pub fn loopback_traffic(bytes: usize) {
     rx.join().unwrap();
 }
 
+/// `f`'s first `Some` within `limit`, polling every 50 ms; `None` after it.
+pub fn poll_until<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if std::time::Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// One 16-bit input register (function 04, PDU address `reg`) read with
 /// mbpoll, a Modbus client no one here wrote, from latmon's Modbus TCP output.
 pub fn mbpoll_input_register(port: u16, reg: u16) -> i64 {
+    mbpoll_try_input_register(port, reg).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`mbpoll_input_register`], with mbpoll's answer as the error when it
+/// read no value (e.g. "Illegal data address" before the first summary).
+pub fn mbpoll_try_input_register(port: u16, reg: u16) -> Result<i64, String> {
     let out = Command::new("mbpoll")
         .args([
             "-m",
@@ -358,7 +378,7 @@ pub fn mbpoll_input_register(port: u16, reg: u16) -> i64 {
     let v = text.lines().find_map(|l| {
         l.trim().strip_prefix(&format!("[{reg}]:")).and_then(|v| v.split_whitespace().next()?.parse().ok())
     });
-    v.unwrap_or_else(|| panic!("mbpoll -r {reg}: {text} {}", String::from_utf8_lossy(&out.stderr)))
+    v.ok_or_else(|| format!("mbpoll -r {reg}: {text} {}", String::from_utf8_lossy(&out.stderr)))
 }
 
 /// xorshift64: a reproducible stream for tests that damage, sample or
