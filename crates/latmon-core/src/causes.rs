@@ -226,6 +226,38 @@ impl CauseSummary {
             let _ = write!(s, "; folded {:.1}% ({} parts)", self.share(self.folded_ns) * 100.0, self.folded_parts);
         }
     }
+
+    /// [`render_into`](Self::render_into) for one terminal line: without
+    /// the word "alerted" (`812 us in 3 alerts: 91.2% hog[4242], ...`), and
+    /// only whole causes, within `width` bytes from `s`'s length on entry.
+    /// A cause that does not fit ends the list with `~`, so a technician
+    /// reads `45.8% other` or nothing, never `45.8% ot`.
+    pub fn render_line_into(&self, s: &mut String, max: usize, width: usize) {
+        let start = s.len();
+        let _ = write!(s, "{} in {} alerts:", crate::summary::Ns(self.alerted_ns), self.alerts);
+        let shown = self.causes.len().min(max);
+        for (i, c) in self.causes.iter().take(max).enumerate() {
+            let before = s.len();
+            s.push_str(if i == 0 { " " } else { ", " });
+            let _ = write!(s, "{:.1}% ", self.share(c.ns) * 100.0);
+            c.label_into(s);
+            // With more to come, keep room for the ", ~" that ends a cut list.
+            let more = i + 1 < shown || self.folded_ns > 0;
+            if s.len() - start > width || (more && s.len() - start > width.saturating_sub(3)) {
+                s.truncate(before);
+                s.push_str(if i == 0 { " ~" } else { ", ~" });
+                return;
+            }
+        }
+        if self.folded_ns > 0 {
+            let before = s.len();
+            let _ = write!(s, "; folded {:.1}% ({} parts)", self.share(self.folded_ns) * 100.0, self.folded_parts);
+            if s.len() - start > width {
+                s.truncate(before);
+                s.push_str("; ~");
+            }
+        }
+    }
 }
 
 impl TopCause {
@@ -371,6 +403,42 @@ mod tests {
             serde_json::json!({"kind": "irq", "irq": 36, "name": "", "ns": 100, "share": 0.025})
         );
         assert_eq!((v["alerts"].as_u64(), v["alerted_ns"].as_u64()), (Some(3), Some(4_000)));
+    }
+
+    #[test]
+    fn a_terminal_line_holds_whole_causes_within_its_width() {
+        // The field case: a FIFO hog and the rest, after "late timer: ".
+        let hog = TopCause { id: CauseId::Task { pid: 8705 }, name: "stress-ng-cpu".into(), ns: 392_479_000 };
+        let other = TopCause { id: CauseId::Other, name: String::new(), ns: 332_269_000 };
+        let mut s =
+            CauseSummary { alerts: 25, alerted_ns: 725_478_000, causes: vec![hog, other], ..CauseSummary::default() };
+        let width = 79 - "late timer: ".len();
+        let mut t = String::new();
+        s.render_line_into(&mut t, 3, width);
+        assert_eq!(t, "725.48ms in 25 alerts: 54.1% stress-ng-cpu[8705], 45.8% other");
+        // Narrower: the cause that does not fit is left out whole, and so is
+        // one that would leave no room for the marker.
+        t.clear();
+        s.render_line_into(&mut t, 3, 55);
+        assert_eq!(t, "725.48ms in 25 alerts: 54.1% stress-ng-cpu[8705], ~");
+        t.clear();
+        s.render_line_into(&mut t, 3, 30);
+        assert_eq!(t, "725.48ms in 25 alerts: ~");
+        // The folded part is one more piece to fit.
+        s.folded_ns = 1_000_000;
+        s.folded_parts = 9;
+        t.clear();
+        s.render_line_into(&mut t, 3, 200);
+        assert!(t.ends_with(", 45.8% other; folded 0.1% (9 parts)"), "{t}");
+        // Every width from the head's up: within it, ending at a whole
+        // piece or the marker.
+        let head = "725.48ms in 25 alerts:".len();
+        for w in head + 2..120 {
+            t.clear();
+            s.render_line_into(&mut t, 3, w);
+            assert!(t.len() <= w, "{w}: {t:?}");
+            assert!(t.ends_with('~') || t.ends_with("other") || t.ends_with("parts)"), "{w}: {t:?}");
+        }
     }
 
     #[test]
