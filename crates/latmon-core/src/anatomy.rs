@@ -146,37 +146,37 @@ impl Anatomy {
     /// `late 512 us: hog[4242] FIFO/90 460 us, irq 36 virtio1 30 us, other 22 us`
     /// (printable ASCII only: names come from the kernel or a sender).
     pub fn render_into(&self, s: &mut String, latency_ns: u64) {
+        self.render_line_into(s, latency_ns, usize::MAX);
+    }
+
+    /// [`render_into`](Self::render_into) within `width` bytes from `s`'s
+    /// length on entry, whole parts only: a part that does not fit ends
+    /// the line with `~` (the largest parts come first; JSON and frames
+    /// carry them all). A 79-column terminal reads `hog[4242] FIFO/90
+    /// 460 us, ~`, never a part cut in two or a line wrapped.
+    pub fn render_line_into(&self, s: &mut String, latency_ns: u64, width: usize) {
+        let start = s.len();
         let _ = write!(s, "late {}:", Us(latency_ns));
+        let moved = self.cpu_woken != self.cpu_ran;
         for (i, c) in self.causes.iter().enumerate() {
+            let before = s.len();
             s.push_str(if i == 0 { " " } else { ", " });
-            match &c.kind {
-                CauseKind::Task { comm, pid, policy, prio } => {
-                    crate::summary::push_clean(s, comm);
-                    let _ = write!(s, "[{pid}] {}/{prio}", policy.word().to_ascii_uppercase());
-                }
-                CauseKind::TaskRest => s.push_str("other tasks"),
-                CauseKind::Irq { irq, name } => {
-                    let _ = write!(s, "irq {irq}");
-                    if !name.is_empty() {
-                        s.push(' ');
-                        crate::summary::push_clean(s, name);
-                    }
-                }
-                CauseKind::IrqRest => s.push_str("other irqs"),
-                CauseKind::Softirq { vector } => {
-                    s.push_str("softirq ");
-                    push_vector(s, *vector);
-                }
-                CauseKind::TimerIrqDelay => s.push_str("timer irq delay"),
-                CauseKind::Unknown { code } => {
-                    let _ = write!(s, "cause#{code}");
-                }
-                CauseKind::Other => s.push_str("other"),
+            push_cause(s, c);
+            // With more to come, keep room for the ", ~" that ends a cut line.
+            let more = i + 1 < self.causes.len() || moved;
+            if s.len() - start > width || (more && s.len() - start > width.saturating_sub(3)) {
+                s.truncate(before);
+                s.push_str(if i == 0 { " ~" } else { ", ~" });
+                return;
             }
-            let _ = write!(s, " {}", Us(c.ns));
         }
-        if self.cpu_woken != self.cpu_ran {
+        if moved {
+            let before = s.len();
             let _ = write!(s, "; woken on cpu {}, ran on cpu {}", self.cpu_woken, self.cpu_ran);
+            if s.len() - start > width {
+                s.truncate(before);
+                s.push_str("; ~");
+            }
         }
     }
 
@@ -185,6 +185,35 @@ impl Anatomy {
         self.render_into(&mut s, latency_ns);
         s
     }
+}
+
+/// One part: `hog[4242] FIFO/90 460 us`, `irq 36 virtio1 30 us`, ...
+fn push_cause(s: &mut String, c: &Cause) {
+    match &c.kind {
+        CauseKind::Task { comm, pid, policy, prio } => {
+            crate::summary::push_clean(s, comm);
+            let _ = write!(s, "[{pid}] {}/{prio}", policy.word().to_ascii_uppercase());
+        }
+        CauseKind::TaskRest => s.push_str("other tasks"),
+        CauseKind::Irq { irq, name } => {
+            let _ = write!(s, "irq {irq}");
+            if !name.is_empty() {
+                s.push(' ');
+                crate::summary::push_clean(s, name);
+            }
+        }
+        CauseKind::IrqRest => s.push_str("other irqs"),
+        CauseKind::Softirq { vector } => {
+            s.push_str("softirq ");
+            push_vector(s, *vector);
+        }
+        CauseKind::TimerIrqDelay => s.push_str("timer irq delay"),
+        CauseKind::Unknown { code } => {
+            let _ = write!(s, "cause#{code}");
+        }
+        CauseKind::Other => s.push_str("other"),
+    }
+    let _ = write!(s, " {}", Us(c.ns));
 }
 
 fn push_vector(s: &mut String, vector: u32) {

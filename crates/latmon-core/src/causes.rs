@@ -216,15 +216,8 @@ impl CauseSummary {
     /// `alerted 812 us in 3 alerts: 91.2% hog[4242], 5.0% other, ...`
     /// (the first `max` causes; printable ASCII only).
     pub fn render_into(&self, s: &mut String, max: usize) {
-        let _ = write!(s, "alerted {} in {} alerts:", crate::summary::Ns(self.alerted_ns), self.alerts);
-        for (i, c) in self.causes.iter().take(max).enumerate() {
-            s.push_str(if i == 0 { " " } else { ", " });
-            let _ = write!(s, "{:.1}% ", self.share(c.ns) * 100.0);
-            c.label_into(s);
-        }
-        if self.folded_ns > 0 {
-            let _ = write!(s, "; folded {:.1}% ({} parts)", self.share(self.folded_ns) * 100.0, self.folded_parts);
-        }
+        s.push_str("alerted ");
+        self.render_line_into(s, max, usize::MAX);
     }
 
     /// [`render_into`](Self::render_into) for one terminal line: without

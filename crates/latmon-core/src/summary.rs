@@ -378,7 +378,7 @@ pub fn render_text_into(s: &mut String, r: &IntervalReport) {
     for p in &r.probes {
         render_hist_into(s, p, r.agent.cost_measured);
     }
-    render_alerts_into(s, r, usize::MAX);
+    render_alerts_into(s, r, usize::MAX, usize::MAX);
 }
 
 /// The interval's first lines: seq, latmon's own cost, budget state.
@@ -482,7 +482,7 @@ pub fn render_hist_into(s: &mut String, p: &ProbeReport, cost_measured: bool) {
 
 /// The interval's alert records, at most `max` of them (then a line with
 /// how many more), and how many records the kernel dropped.
-pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize) {
+pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize, width: usize) {
     let dropped: u64 = r.probes.iter().map(|p| p.alerts_dropped).sum();
     if r.alert_records.is_empty() && dropped == 0 {
         return;
@@ -493,14 +493,11 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize) {
     }
     s.push('\n');
     for a in r.alert_records.iter().take(max) {
-        s.push_str("  ALERT ");
-        push_clean(s, &a.probe);
-        let _ = write!(s, "  latency {}  pid {} tid {} (", Ns(a.latency_ns), a.pid, a.tid);
-        push_clean(s, &a.comm);
-        let _ = writeln!(s, ")  cpu {}  at {}.{:09}s", a.cpu, a.time_ns / 1_000_000_000, a.time_ns % 1_000_000_000);
+        render_alert_line_into(s, a, width);
+        s.push('\n');
         if let Some(an) = &a.anatomy {
             s.push_str("    ");
-            an.render_into(s, a.latency_ns);
+            an.render_line_into(s, a.latency_ns, width.saturating_sub(4));
             s.push('\n');
         }
     }
@@ -509,6 +506,49 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize) {
             writeln!(s, "  ... {} more alert records (JSON and frames carry them all)", r.alert_records.len() - max);
     }
 }
+
+/// `  ALERT ctrl  2.10ms  at 12.000000s  cpu 1  ctrl_loop[10] tid 11`
+/// within `width` bytes: what was late, by how much and when first (the
+/// time in microseconds, as dmesg prints it), then where and who; `tid`
+/// only when it is not the process's main thread. A long probe name is
+/// cut (`~`) to make room, down to [`ALERT_NAME_MIN`] characters; if the
+/// line is still too long (values no kernel gives), its end is cut.
+pub fn render_alert_line_into(s: &mut String, a: &AlertRecord, width: usize) {
+    let start = s.len();
+    s.push_str("  ALERT ");
+    let name_at = s.len();
+    push_clean(s, &a.probe);
+    let name_end = s.len();
+    let _ = write!(
+        s,
+        "  {}  at {}.{:06}s  cpu {}  ",
+        Ns(a.latency_ns),
+        a.time_ns / 1_000_000_000,
+        a.time_ns % 1_000_000_000 / 1000,
+        a.cpu
+    );
+    push_clean(s, &a.comm);
+    let _ = write!(s, "[{}]", a.pid);
+    if a.tid != a.pid {
+        let _ = write!(s, " tid {}", a.tid);
+    }
+    let over = (s.len() - start).saturating_sub(width);
+    let name_len = name_end - name_at;
+    if over > 0 && name_len > ALERT_NAME_MIN {
+        // push_clean writes printable ASCII only: a byte cut is a
+        // character cut.
+        let keep = name_len.saturating_sub(over + 1).max(ALERT_NAME_MIN - 1);
+        s.replace_range(name_at + keep..name_end, "~");
+    }
+    if s.len() - start > width {
+        s.truncate(start + width.saturating_sub(1));
+        s.push('~');
+    }
+}
+
+/// A probe name cut to fit an ALERT line keeps at least this many
+/// characters (the `~` included).
+pub const ALERT_NAME_MIN: usize = 12;
 
 /// Keys every probe object of a JSON summary carries: the agent's and
 /// `latmon decode`'s (src/view.rs) tests check the same set.
@@ -686,7 +726,7 @@ mod tests {
         let t = render_text(&r);
         assert!(
             t.contains(
-                "at 12.000000345s\n    late 2100 us: hog[4242] FIFO/90 2000 us, irq 36 virtio1 30 us, other 70 us; \
+                "ctrl_loop[10] tid 11\n    late 2100 us: hog[4242] FIFO/90 2000 us, irq 36 virtio1 30 us, other 70 us; \
                  woken on cpu 1, ran on cpu 0\n"
             ),
             "{t}"
@@ -694,7 +734,7 @@ mod tests {
         assert!(t.contains("alerts 5/5 (records dropped 2/2)"), "{t}");
         assert!(t.contains("\n  alerted 4.00ms in 5 alerts: 90.0% hog[4242]; folded 10.0% (2 parts)\n"), "{t}");
         assert!(t.contains("alerts: 2 above threshold"), "{t}");
-        assert!(t.contains("  ALERT ctrl  latency 2.10ms  pid 10 tid 11 (ctrl_loop)  cpu 1  at 12.000000345s"), "{t}");
+        assert!(t.contains("  ALERT ctrl  2.10ms  at 12.000000s  cpu 1  ctrl_loop[10] tid 11\n"), "{t}");
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["alert_records"][0]["latency_ns"], 2_100_000);
         // No anatomy: no anatomy keys; with one, they sum to latency_ns.

@@ -499,7 +499,7 @@ impl TextRender {
             }
         });
         render_late_time_into(s, r.probes.as_slice(), |p| style.hist_all || p.hist);
-        render_alerts_into(&mut self.lf, r, if style.hist_all { usize::MAX } else { ALERTS_SHOWN });
+        render_alerts_into(&mut self.lf, r, if style.hist_all { usize::MAX } else { ALERTS_SHOWN }, WIDTH);
         if !style.crlf {
             return &self.lf;
         }
@@ -716,7 +716,48 @@ mod tests {
         probes.push(probe(evil, "syscall", 1, 999_999_999_999));
         let mut r = report(probes);
         r.interval_ns = 1;
+        // Alert records: the largest values a kernel gives (pid_max 2^22,
+        // a 15-character comm, 4096 CPUs, a year of uptime) and a long
+        // anatomy, for a long probe name and a short one.
+        use crate::anatomy::{Anatomy, Cause, CauseKind, Policy};
+        let hog = |pid: u32| Cause {
+            kind: CauseKind::Task { comm: "kworker/u16:3-e".into(), pid, policy: Policy::Fifo, prio: 99 },
+            ns: 10_000_000 + u64::from(pid),
+        };
+        let parts: Vec<Cause> = (4_194_000..4_194_006).map(hog).collect();
+        for name in [long, "t"] {
+            r.alert_records.push(AlertRecord {
+                probe: name.into(),
+                pid: 4_194_303,
+                tid: 4_194_302,
+                comm: "robot_ctrl_loop".into(),
+                cpu: 4095,
+                latency_ns: 999_000_000,
+                time_ns: 31_536_000 * SEC + 999_999_999,
+                anatomy: Some(Anatomy::from_parts(999_000_000, 4095, 4094, parts.clone())),
+            });
+        }
+        r.alert_records.push(AlertRecord {
+            probe: "cycle".into(),
+            pid: 19_187,
+            tid: 19_190,
+            comm: "ctrl_loop".into(),
+            cpu: 0,
+            latency_ns: 2_000_000,
+            time_ns: 1_151_910_895_774,
+            anatomy: None,
+        });
         let t = TextRender::new(TextStyle::default()).render(&r).to_string();
+        // What a controller gives fits whole.
+        assert!(t.contains("\n  ALERT cycle  2.00ms  at 1151.910895s  cpu 0  ctrl_loop[19187] tid 19190\n"), "{t}");
+        // Past it, the probe name gives way first, down to 12 characters;
+        // then the line's end (here pid and tid); an anatomy keeps its
+        // largest parts whole.
+        assert!(
+            t.contains("\n  ALERT ufunc:/opt/~  999.00ms  at 31536000.999999s  cpu 4095  robot_ctrl_loop~\n"),
+            "{t}"
+        );
+        assert!(t.contains("\n    late 999000 us: kworker/u16:3-e[4194005] FIFO/99 14194 us, ~\n"), "{t}");
         for l in t.lines() {
             assert!(l.len() <= WIDTH, "{} columns: {l:?}", l.len());
             assert!(l.bytes().all(|b| (0x20..0x7f).contains(&b)), "{l:?}");
@@ -759,7 +800,7 @@ mod tests {
         let t = tr.render(&r).to_string();
         assert!(t.ends_with("\r\n") && t.matches("\r\n").count() == t.matches('\n').count(), "{t:?}");
         assert!(!t.contains('\x1b') && t.matches('\r').count() == t.matches('\n').count(), "{t:?}");
-        assert!(t.contains("(?[2Jctrl??)"), "{t:?}");
+        assert!(t.contains("  ?[2Jctrl??[1] tid 2"), "{t:?}");
         let lf = TextRender::new(TextStyle::default()).render(&r).to_string();
         assert_eq!(t.replace("\r\n", "\n"), lf, "the same text as on a terminal");
     }
