@@ -135,9 +135,12 @@ run_config() {
   latmon ${LATMON_BOARD_VERBOSE:--v} run --config \$cfg > /dev/null 2>/tmp/run.err &
   pid=\$!
   # Attaching takes a while under emulation: start the workload once
-  # latmon says its probes run (it logs "... build (...)" per probe).
+  # latmon says all its probes run ("running: N of M probes attached",
+  # src/agent/mod.rs, after the last attach). Waiting for the first
+  # probe's "... build (...)" line instead let a slow CI host start the
+  # sleeps before the syscall probe attached (armmp: 279 of 300 counted).
   n=0
-  while ! grep -q " build (" /tmp/run.err && kill -0 \$pid 2>/dev/null && [ \$n -lt 900 ]; do
+  while ! grep -q "running: [0-9]* of [0-9]* probes attached" /tmp/run.err && kill -0 \$pid 2>/dev/null && [ \$n -lt 900 ]; do
     usleep 100000; n=\$((n + 1))
   done
   echo "attach-wait-ds \$n" >> /tmp/work.out

@@ -485,7 +485,9 @@ if board in ("rt-arm64", "rt-amd64"):
         counts = {n: s.total(n) for n in ("nanosleep", "nanosleep-kprobe")}
         for name, mechs in (("nanosleep", ("fentry", "kprobe")), ("nanosleep-kprobe", ("kprobe",))):
             at = s.last.get(name, {}).get("attach")
-            exact = at == "fentry" or board != "rt-arm64"
+            # Both boards run PREEMPT_RT kernels: rt-amd64's kprobe missed
+            # 1 of 300 once in CI too (its fentry twin counted 300).
+            exact = at == "fentry" or board not in ("rt-arm64", "rt-amd64")
             s.say(at in mechs and (s.total(name) == 300 if exact else 298 <= s.total(name) <= 300),
                   f"kfunc:do_nanosleep ({name}) attached via {at} and counted {s.total(name)} of 300 calls"
                   + ("" if exact else " (kprobe on PREEMPT_RT: up to 2 uncounted misses allowed, see verify.py)"))
