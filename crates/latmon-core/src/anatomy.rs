@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use crate::bpf::limits::{ANAT_MAX_CAUSES, SOFTIRQ_VECS};
+use crate::summary::keep_piece;
 
 /// Softirq vector names (the kernel's `softirq_to_name`, NR_SOFTIRQS order).
 pub const SOFTIRQ_NAMES: [&str; SOFTIRQ_VECS] =
@@ -162,21 +163,15 @@ impl Anatomy {
             let before = s.len();
             s.push_str(if i == 0 { " " } else { ", " });
             push_cause(s, c);
-            // With more to come, keep room for the ", ~" that ends a cut line.
             let more = i + 1 < self.causes.len() || moved;
-            if s.len() - start > width || (more && s.len() - start > width.saturating_sub(3)) {
-                s.truncate(before);
-                s.push_str(if i == 0 { " ~" } else { ", ~" });
+            if !keep_piece(s, start, before, width, more, if i == 0 { " ~" } else { ", ~" }) {
                 return;
             }
         }
         if moved {
             let before = s.len();
             let _ = write!(s, "; woken on cpu {}, ran on cpu {}", self.cpu_woken, self.cpu_ran);
-            if s.len() - start > width {
-                s.truncate(before);
-                s.push_str("; ~");
-            }
+            keep_piece(s, start, before, width, false, "; ~");
         }
     }
 

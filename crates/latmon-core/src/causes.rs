@@ -18,6 +18,7 @@ use crate::bpf::limits::{
     CAUSE_IRQ, CAUSE_IRQ_REST, CAUSE_OTHER, CAUSE_SLOTS, CAUSE_SOFTIRQ, CAUSE_TASK, CAUSE_TASK_REST,
     CAUSE_TIMER_IRQ_DELAY,
 };
+use crate::summary::keep_piece;
 
 /// What a tally entry is about (the kernel's key: kind << 32 | id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -234,21 +235,15 @@ impl CauseSummary {
             s.push_str(if i == 0 { " " } else { ", " });
             let _ = write!(s, "{:.1}% ", self.share(c.ns) * 100.0);
             c.label_into(s);
-            // With more to come, keep room for the ", ~" that ends a cut list.
             let more = i + 1 < shown || self.folded_ns > 0;
-            if s.len() - start > width || (more && s.len() - start > width.saturating_sub(3)) {
-                s.truncate(before);
-                s.push_str(if i == 0 { " ~" } else { ", ~" });
+            if !keep_piece(s, start, before, width, more, if i == 0 { " ~" } else { ", ~" }) {
                 return;
             }
         }
         if self.folded_ns > 0 {
             let before = s.len();
             let _ = write!(s, "; folded {:.1}% ({} parts)", self.share(self.folded_ns) * 100.0, self.folded_parts);
-            if s.len() - start > width {
-                s.truncate(before);
-                s.push_str("; ~");
-            }
+            keep_piece(s, start, before, width, false, "; ~");
         }
     }
 }

@@ -409,6 +409,23 @@ pub fn render_header_into(s: &mut String, r: &IntervalReport) {
 /// `text` as a terminal may show it: printable ASCII as is, anything else
 /// (control characters, escape sequences, non-ASCII) as `?`. Names and
 /// comms come from configs and the kernel (any task may set its comm).
+/// For lines cut at whole pieces: the piece just written at `before`
+/// stays if the line (from `start`) is within `width` bytes, with room for
+/// a following piece's marker (`", ~"` or `"; ~"`, 3 bytes) when `more`
+/// pieces follow; otherwise it is taken back and `marker` (`" ~"`, `", ~"`,
+/// `"; ~"`) ends the line. Returns whether it stayed. (A piece that leaves
+/// no room for the next marker is taken back too: the next piece, longer
+/// than a marker, could not fit, and its marker would overflow.)
+pub(crate) fn keep_piece(s: &mut String, start: usize, before: usize, width: usize, more: bool, marker: &str) -> bool {
+    let room = if more { 3 } else { 0 };
+    if s.len() - start <= width.saturating_sub(room) {
+        return true;
+    }
+    s.truncate(before);
+    s.push_str(marker);
+    false
+}
+
 pub fn push_clean(s: &mut String, text: &str) {
     s.extend(text.chars().map(|c| if (' '..='~').contains(&c) { c } else { '?' }));
 }
@@ -512,7 +529,7 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize, width:
 /// time in microseconds, as dmesg prints it), then where and who; `tid`
 /// only when it is not the process's main thread. A long probe name is
 /// cut (`~`) to make room, down to [`ALERT_NAME_MIN`] characters; if the
-/// line is still too long (values no kernel gives), its end is cut.
+/// line is still too long (pid_max pids, thousands of CPUs), its end is cut.
 pub fn render_alert_line_into(s: &mut String, a: &AlertRecord, width: usize) {
     let start = s.len();
     s.push_str("  ALERT ");
