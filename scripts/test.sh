@@ -134,11 +134,50 @@ bitbake_idle
 # The tests' scratch files (each test binary's own directory, named by its
 # pid) go under one directory removed when the stage ends, not into /tmp
 # for good. Mode 1777 as /tmp: some tests run programs as nobody.
+# A live test that fails is run once more, alone, and the run passes only if
+# it then passes: the live tests time real kernel events on a shared 2-core
+# VM, where host steal (15-27 % seen by vmstat) and BitBake beside them can
+# stretch one run past a bound that holds on every other (CI of session 10:
+# 3 of ~300 tests, each green in every earlier run). Each such test is named
+# as FLAKY in the log and in the closing line, so it is seen, not hidden.
+# Only integration tests (tests/*.rs) are rerun: a unit test or a doc test
+# that fails, or a test binary that failed without naming a failed test
+# (a crash), fails the stage at once.
+flaky=()
 cargo_tests() {
-  local scratch rc=0
+  local scratch rc=0 log target spec names
   scratch=$(mktemp -d /tmp/latmon-tests.XXXXXX)
   chmod 1777 "$scratch"
-  TMPDIR=$scratch "${tests[@]}" --no-fail-fast || rc=$?
+  log=$scratch/cargo-test.log
+  # pipefail: rc is cargo's status, not tee's.
+  TMPDIR=$scratch "${tests[@]}" --no-fail-fast 2>&1 | tee "$log" || rc=$?
+  if [ "$rc" != 0 ]; then
+    # cargo's closing list: one "`-p PKG --test NAME`" (or --lib, --doc,
+    # --bin) line per failed target.
+    local -a specs=()
+    mapfile -t specs < <(sed -n 's/^    `\(-p [^`]*\)`$/\1/p' "$log")
+    [ "${#specs[@]}" -gt 0 ] || { rm -rf "$scratch"; return "$rc"; }
+    rc=0
+    for spec in "${specs[@]}"; do
+      target=${spec##*--test }
+      case $spec in *" --test "*) ;; *) echo "test.sh: $spec failed (not a live test: not rerun)" >&2; rc=1; continue ;; esac
+      # The failed tests of that target: "test NAME ... FAILED" after its
+      # "Running tests/NAME.rs" line, up to the next target's.
+      mapfile -t names < <(awk -v t="tests/$target.rs" '
+        /^     Running / { cur = ($2 == t) }
+        cur && /^test [^ ]+ \.\.\. FAILED$/ { print $2 }' "$log")
+      if [ "${#names[@]}" = 0 ]; then
+        echo "test.sh: $spec failed without naming a failed test: not rerun" >&2; rc=1; continue
+      fi
+      echo "test.sh: rerunning once, alone: $target: ${names[*]}"
+      # shellcheck disable=SC2086 # $spec is cargo's own words for the target
+      if TMPDIR=$scratch "${tests[@]}" $spec -- --exact "${names[@]}"; then
+        for n in "${names[@]}"; do flaky+=("$target::$n"); echo "test.sh: FLAKY (failed, then passed alone): $target::$n"; done
+      else
+        echo "test.sh: $target failed again: ${names[*]}" >&2; rc=1
+      fi
+    done
+  fi
   rm -rf "$scratch"
   return "$rc"
 }
@@ -148,4 +187,4 @@ if [ $boards = 1 ]; then
   LATMON_HOST_BIN="target/$tests_profile/latmon" stage "virtual boards" tests/board/run-all.sh
 fi
 stage "bitbake checks (waited for)" bitbake_wait
-echo "test.sh: all stages passed in $(( $(date +%s) - t0 )) s"
+echo "test.sh: all stages passed in $(( $(date +%s) - t0 )) s${flaky[*]:+ (FLAKY, passed on their one rerun: ${flaky[*]})}"

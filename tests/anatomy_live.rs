@@ -503,10 +503,13 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
 
     // JSON: per interval, the hog on top; over the run, every alert.
     let (mut alerts, mut alerted, mut tally_hog, mut on_top, mut busy) = (0, 0, 0, 0, 0);
+    let mut not_tasks = 0u64;
     for l in &lines {
         let c = &probe_of(l, "timer")["alert_causes"];
         let parts: u64 = c["causes"].as_array().unwrap().iter().map(|x| u(x, "ns")).sum::<u64>() + u(c, "folded_ns");
         assert_eq!(parts, u(c, "alerted_ns"), "the causes sum to the alerted time: {c}");
+        not_tasks +=
+            c["causes"].as_array().unwrap().iter().filter(|x| x["kind"] != "task").map(|x| u(x, "ns")).sum::<u64>();
         (alerts, alerted, tally_hog) =
             (alerts + u(c, "alerts"), alerted + u(c, "alerted_ns"), tally_hog + task_ns(&c["causes"], hog.tid));
         if u(c, "alerts") >= 20 {
@@ -535,8 +538,8 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
     }
     eprintln!(
         "FIGURES top causes with refused records: {} bursts, {alerts} alerts tallied ({} ns), {} records ({rec_ns} ns) + {} \
-         refused; hog: {tally_hog} ns tallied, {rec_hog} ns in the records, {expected} ns measured by the hog; hog on top \
-         in {on_top} of {busy} intervals with 20+ alerts",
+         refused; hog: {tally_hog} ns tallied, {rec_hog} ns in the records, {expected} ns measured by the hog, {not_tasks} ns non-task causes; hog \
+         on top in {on_top} of {busy} intervals with 20+ alerts",
         hog.bursts.len(),
         alerted,
         recs.len(),
@@ -546,8 +549,17 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
     assert_eq!(recs.len() as u64 + u(p, "total_alerts_dropped"), alerts, "records + refused = alerts");
     assert!(u(p, "total_alerts_dropped") * 2 >= alerts, "most records refused: {p}");
     assert!(alerted > rec_ns && tally_hog > rec_hog, "the tally holds the refused records' time too");
-    let err = (tally_hog as f64 - expected as f64).abs() / expected as f64;
-    assert!(err <= 0.10, "hog {tally_hog} ns tallied vs {expected} ns measured: {:.1} % off", err * 100.0);
+    // As in hog_case: a late timer interrupt (this VM's host), a device
+    // interrupt or a softirq that ran inside the hog's burst is charged to
+    // that cause, not to the hog, so the hog's tally may fall short of its
+    // measured bursts by the run's non-task causes (CI: 353.9 of 394.0 ms
+    // with timer_irq_delay 10.5 % of an interval's late time); never above
+    // them by more than the tolerance.
+    let (lo, hi) = ((expected as f64 * 0.90 - not_tasks as f64).max(0.0), expected as f64 * 1.10);
+    assert!(
+        (lo..=hi).contains(&(tally_hog as f64)),
+        "hog {tally_hog} ns tallied vs {expected} ns measured ({not_tasks} ns of non-task causes): outside {lo:.0}..={hi:.0}"
+    );
     assert!(busy >= 4 && on_top * 10 >= busy * 9, "the hog on top in {on_top} of {busy} busy intervals");
 }
 
