@@ -131,19 +131,19 @@ board_inputs() {
 }
 [ $boards = 0 ] || stage "virtual boards' builds and kernels" board_inputs
 bitbake_idle
-# The tests' scratch files (each test binary's own directory, named by its
-# pid) go under one directory removed when the stage ends, not into /tmp
-# for good. Mode 1777 as /tmp: some tests run programs as nobody.
 # A live test that fails is run once more, alone, and the run passes only if
 # it then passes: the live tests time real kernel events on a shared 2-core
 # VM, where host steal (15-27 % seen by vmstat) and BitBake beside them can
-# stretch one run past a bound that holds on every other (CI of session 10:
-# 3 of ~300 tests, each green in every earlier run). Each such test is named
+# stretch one run past a bound that holds on every other (one CI run failed
+# on 3 live tests, each green in every earlier run). Each such test is named
 # as FLAKY in the log and in the closing line, so it is seen, not hidden.
 # Only integration tests (tests/*.rs) are rerun: a unit test or a doc test
 # that fails, or a test binary that failed without naming a failed test
 # (a crash), fails the stage at once.
 flaky=()
+# The tests' scratch files (each test binary's own directory, named by its
+# pid) go under one directory removed when the stage ends, not into /tmp
+# for good. Mode 1777 as /tmp: some tests run programs as nobody.
 cargo_tests() {
   local scratch rc=0 log target spec names
   scratch=$(mktemp -d /tmp/latmon-tests.XXXXXX)
