@@ -16,6 +16,50 @@ pub fn u(v: &serde_json::Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing or not a number in {v}"))
 }
 
+/// Probe `name` in the last JSON report of `lines`, if it is there.
+pub fn last_probe<'a>(lines: &'a [serde_json::Value], name: &str) -> Option<&'a serde_json::Value> {
+    lines.last()?["probes"].as_array()?.iter().find(|p| p["name"] == name)
+}
+
+/// [`last_probe`], failing the test (naming the probe) when it is missing.
+pub fn expect_last_probe<'a>(lines: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
+    last_probe(lines, name).unwrap_or_else(|| panic!("no probe {name} in the last report"))
+}
+
+/// One test at a time among the tests that pin a CPU, busy-wait at
+/// SCHED_FIFO or time their own control loops (anatomy, func, timer), when
+/// they share a process (`cargo test`: a binary's tests are threads).
+/// Under nextest each test is its own process and .config/nextest.toml
+/// runs these alone (`threads-required`), which this lock cannot see.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `name` in this process's scratch directory for `tag` (created): the
+/// test command gives each run its own TMPDIR, removed when it ends.
+pub fn scratch(tag: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("latmon-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// A Hello for hand-made frame streams: board `board`, 1 s intervals,
+/// `probes` as its table.
+pub fn hello(board: &str, probes: Vec<latmon::wire::ProbeDesc>) -> latmon::wire::Hello {
+    latmon::wire::Hello {
+        protocol_revision: latmon::wire::PROTOCOL_REVISION,
+        latmon_version: "0.1.0".into(),
+        board: board.into(),
+        kernel: "6.18".into(),
+        boot_id: 42,
+        start_ns: 1,
+        interval_ns: 1_000_000_000,
+        probe_count: probes.len() as u16,
+        probes,
+    }
+}
+
 pub fn latmon() -> Command {
     Command::new(env!("CARGO_BIN_EXE_latmon"))
 }

@@ -49,27 +49,60 @@ step() {
 die() { echo "bitbake: FAIL: $*" >&2; exit 1; }
 
 id "$user" >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash "$user"
-W=$(mktemp -d /var/tmp/latmon-bitbake.XXXXXX)
+# Everything BitBake keeps between runs lives in one machine-wide cache
+# directory outside the clone ($LATMON_YOCTO_CACHE), as Yocto's own CI keeps
+# DL_DIR and SSTATE_DIR: the unpacked layer snapshots, the latmon checkout
+# the layer is tested from, the standalone copy, the downloads, and each
+# build directory (A B C D) with its parse cache (TMPDIR/cache), codeparser
+# cache and hash-equivalence database (PERSISTENT_DIR = TOPDIR/cache).
+# The paths never change, so a second run's configuration hash is the
+# first's, and BitBake's own cache keys decide what to parse again: each
+# recipe's entry is checked against the mtimes of the files it was parsed
+# from. So the copies below are refreshed file by file (git checkout,
+# rsync --checksum without -t): an unchanged file keeps its mtime and its
+# cache entry, a changed one gets a new mtime and is parsed again.
+# Each run's logs go to a scratch directory, removed at the end.
+W=${LATMON_YOCTO_CACHE:-/var/cache/latmon-yocto}
+mkdir -p "$W"
+# One run at a time on a machine (two would share the build directories).
+exec 9> "$W/.lock"
+flock -w 3600 9 || die "another bitbake.sh holds $W/.lock"
+O=$(mktemp -d /var/tmp/latmon-bitbake.XXXXXX)
 keep=${LATMON_YOCTO_KEEP:-0}
 # On the way out, stopped or not: BitBake's servers (they leave the process
 # group a kill of this script reaches) and D's background part, then the
 # scratch directory. Only BitBake runs as $user.
-trap '[ -z "${d_pid:-}" ] || kill "$d_pid" 2>/dev/null; pkill -KILL -u "$user" 2>/dev/null || true; [ "$keep" = 1 ] && echo "bitbake: kept $W" || rm -rf "$W"' EXIT
+trap '[ -z "${d_pid:-}" ] || kill "$d_pid" 2>/dev/null; pkill -KILL -u "$user" 2>/dev/null || true; [ "$keep" = 1 ] && echo "bitbake: kept $O" || rm -rf "$O"' EXIT
 
-step "setup: unpack the snapshots, clone latmon (detached HEAD, no local main)"
-mkdir -p "$W/layers"
-for f in "$snap"/*.tar.gz; do tar -xzf "$f" -C "$W/layers"; done
-# The clone: the committed history (SRCREV_latmon is in it), with the work
-# tree's layer and sources on top, so uncommitted layer changes are tested.
-git clone --quiet --no-hardlinks "$top" "$W/latmon"
-git -C "$W/latmon" checkout --quiet --detach "$(git -C "$top" rev-parse HEAD)"
-for b in $(git -C "$W/latmon" for-each-ref --format='%(refname:short)' refs/heads); do
-  git -C "$W/latmon" branch --quiet -D "$b"
+step "setup: the layer snapshots, the latmon checkout (detached HEAD, no local main) in $W"
+# The snapshots are unpacked again only when a tarball changed (their
+# checksums are the key); tar restores the archive's mtimes either way.
+sums=$(cd "$snap" && sha256sum ./*.tar.gz)
+if [ "$(cat "$W/layers.sha256" 2>/dev/null)" != "$sums" ]; then
+  echo "bitbake: unpacking the snapshots (new or changed tarballs)"
+  rm -rf "$W/layers" "$W/layers.sha256"
+  mkdir -p "$W/layers"
+  for f in "$snap"/*.tar.gz; do tar -xzf "$f" -C "$W/layers"; done
+  echo "$sums" > "$W/layers.sha256"
+fi
+# The checkout: the committed history (SRCREV_latmon is in it) at this
+# clone's HEAD, with the work tree's layer on top, so uncommitted layer
+# changes are tested. git checkout rewrites only the files that differ.
+[ -d "$W/latmon/.git" ] || git clone --quiet --no-hardlinks --no-checkout "$top" "$W/latmon"
+# Root runs git here in a checkout owned by $user: safe.directory on the
+# command line (honoured there, like the global config, which is left alone).
+lg() { git -c safe.directory='*' -C "$W/latmon" "$@"; }
+lg fetch --quiet --no-tags "$top" "+HEAD:refs/remotes/top/HEAD" "+refs/heads/*:refs/remotes/top/*"
+lg checkout --quiet --force --detach "$(git -C "$top" rev-parse HEAD)"
+lg clean -fdq
+for b in $(lg for-each-ref --format='%(refname:short)' refs/heads); do
+  lg branch --quiet -D "$b"
 done
-rm -rf "$W/latmon/yocto" && cp -a "$top/yocto" "$W/latmon/yocto"
+rsync -rc --delete "$top/yocto/" "$W/latmon/yocto/"
 # C's standalone layer: a plain copy, no git checkout around it.
-mkdir -p "$W/standalone" && cp -a "$top/yocto/meta-latmon" "$W/standalone/meta-latmon"
-mkdir -p "$W/downloads"
+mkdir -p "$W/standalone/meta-latmon"
+rsync -rc --delete "$top/yocto/meta-latmon/" "$W/standalone/meta-latmon/"
+mkdir -p "$W/downloads" "$W/sstate"
 chown -R "$user:" "$W"
 L=$W/layers
 repos=(latmon="$W/latmon" bitbake="$L/bitbake" openembedded-core="$L/openembedded-core"
@@ -85,6 +118,7 @@ conf() {
     echo 'CONNECTIVITY_CHECK_URIS = ""'
     echo 'INHERIT:remove = "uninative"'
     echo "DL_DIR = \"$W/downloads\""
+    echo "SSTATE_DIR = \"$W/sstate\""
     echo 'BB_NUMBER_THREADS = "2"'
     printf '%s\n' "$@"
   } >> "$build/conf/local.conf"
@@ -116,6 +150,10 @@ bb() {
 # skips that work (the cache is keyed by the code's text, not by paths). D
 # starts beside A, before that file exists.
 warm() {
+  if [ -s "$W/$1/cache/bb_codeparser.dat" ]; then
+    echo "warm $1: its codeparser cache is there from an earlier run"
+    return
+  fi
   if [ -s "$W/A/cache/bb_codeparser.dat" ] && [ "$1" = B ]; then
     mkdir -p "$W/$1/cache"
     cp "$W/A/cache/bb_codeparser.dat" "$W/$1/cache/bb_codeparser.dat"
@@ -124,13 +162,13 @@ warm() {
     return
   fi
   bb "$1" env BB_ENV_PASSTHROUGH_ADDITIONS="PYTHONHASHSEED BBMASK" 'BBMASK=^(?!.*/quilt).*\.bb(append)?$' \
-    bitbake -p > "$W/$1.warm" 2>&1 || { tail -20 "$W/$1.warm" >&2; die "warm-up parse of $1"; }
+    bitbake -p > "$O/$1.warm" 2>&1 || { tail -20 "$O/$1.warm" >&2; die "warm-up parse of $1"; }
   [ -s "$W/$1/cache/bb_codeparser.dat" ] || die "warm-up parse of $1 wrote no codeparser cache"
 }
 # var BUILD RECIPE NAME: NAME's final value in `bitbake -e RECIPE`, run once
 # per BUILD and RECIPE (each run starts a BitBake server and loads the cache).
 var() {
-  local env=$W/$1.env.$2
+  local env=$O/$1.env.$2
   [ -s "$env" ] || bb "$1" bitbake -e "$2" > "$env" 2>&1 || { tail -30 "$env" >&2; rm -f "$env"; die "bitbake -e $2 in $1"; }
   sed -n "s/^$3=\"\(.*\)\"\$/\1/p" "$env"
 }
@@ -166,7 +204,7 @@ BBFILES ?= ""
 BBLAYERS ?= "$L/openembedded-core/meta $L/meta-yocto/meta-poky"
 EOF
 printf '%s\n' 'MACHINE ??= "qemuarm64"' 'DISTRO ?= "poky"' 'CONNECTIVITY_CHECK_URIS = ""' 'INHERIT:remove = "uninative"' \
-  "DL_DIR = \"$W/downloads\"" 'BB_NUMBER_THREADS = "2"' > "$W/D/conf/local.conf"
+  "DL_DIR = \"$W/downloads\"" "SSTATE_DIR = \"$W/sstate\"" 'BB_NUMBER_THREADS = "2"' > "$W/D/conf/local.conf"
 chown -R "$user:" "$W/D"
 warm D
 # --no-auto-dependency: meta-oe is a dependency to add, not a layer under test.
@@ -174,14 +212,14 @@ warm D
 # where D's time goes (its world signatures, its parses).
 d0=$(date +%s)
 bb D yocto-check-layer --no-auto-dependency --dependency "$L/meta-openembedded/meta-oe" -- "$W/latmon/yocto/meta-latmon" 2>&1 \
-  | while IFS= read -r line; do printf '+%ss %s\n' "$(( $(date +%s) - d0 ))" "$line"; done > "$W/D.log" || true
-grep -E "INFO: (Ran|OK|FAILED|Summary|meta-latmon|Getting|Setting)|INFO: test_|FAIL|ERROR| \.\.\. " "$W/D.log" | tail -40
-grep -q "INFO: meta-latmon \.* PASS" "$W/D.log" || { tail -60 "$W/D.log" >&2; die "yocto-check-layer did not PASS meta-latmon"; }
+  | while IFS= read -r line; do printf '+%ss %s\n' "$(( $(date +%s) - d0 ))" "$line"; done > "$O/D.log" || true
+grep -E "INFO: (Ran|OK|FAILED|Summary|meta-latmon|Getting|Setting)|INFO: test_|FAIL|ERROR| \.\.\. " "$O/D.log" | tail -40
+grep -q "INFO: meta-latmon \.* PASS" "$O/D.log" || { tail -60 "$O/D.log" >&2; die "yocto-check-layer did not PASS meta-latmon"; }
 step ""
 }
 d_pid=
 if part D; then
-  check_layer > "$W/D.out" 2>&1 &
+  check_layer > "$O/D.out" 2>&1 &
   d_pid=$!
 fi
 
@@ -190,33 +228,34 @@ if part A; then
 conf A yocto/kas/qemuarm64-rt.yml "${pin_conf[@]}"
 step "A. bitbake -p (qemuarm64-rt kas config)"
 warm A
-bb A bitbake -p > "$W/A.parse" 2>&1 || { tail -40 "$W/A.parse" >&2; die "bitbake -p (A)"; }
-grep -E "^Parsing recipes|recipes parsed|WARNING|ERROR" "$W/A.parse" | tail -3 || true
-if grep -q "^ERROR" "$W/A.parse"; then die "bitbake -p (A) printed errors"; fi
+bb A bitbake -p > "$O/A.parse" 2>&1 || { tail -40 "$O/A.parse" >&2; die "bitbake -p (A)"; }
+grep -E "^Parsing recipes|recipes parsed|WARNING|ERROR" "$O/A.parse" | tail -3 || true
+if grep -q "^ERROR" "$O/A.parse"; then die "bitbake -p (A) printed errors"; fi
 # The image's whole graph and every task's signature with -g; the dry run
 # (-n: each task forked into a worker that parses its recipe, then skipped)
 # of latmon, the layer's own recipe, with everything it depends on. The
 # image's dry run took 12-14 min of both cores (5 621 tasks), the longest
 # step of CI, for recipes that are oe-core's.
 step "A. bitbake -g latmon-test-image"
-bb A bitbake -g latmon-test-image > "$W/A.graph" 2>&1 || { tail -40 "$W/A.graph" >&2; die "bitbake -g latmon-test-image (A)"; }
+rm -f "$W/A/task-depends.dot" "$W/A/pn-buildlist"
+bb A bitbake -g latmon-test-image > "$O/A.graph" 2>&1 || { tail -40 "$O/A.graph" >&2; die "bitbake -g latmon-test-image (A)"; }
 tasks=$(grep -c '^"[^"]*" \[label=' "$W/A/task-depends.dot" || true)
-[ "$tasks" -gt 1000 ] || { tail -20 "$W/A.graph" >&2; die "task graph has '$tasks' tasks"; }
+[ "$tasks" -gt 1000 ] || { tail -20 "$O/A.graph" >&2; die "task graph has '$tasks' tasks"; }
 for pn in latmon linux-yocto-rt pahole-native; do
   grep -qx "$pn" "$W/A/pn-buildlist" || die "latmon-test-image's build list (qemuarm64) lacks $pn"
 done
 echo "bitbake -g latmon-test-image (qemuarm64): $tasks tasks; latmon, linux-yocto-rt and pahole-native in the build list"
 step "A. bitbake -n latmon"
-bb A bitbake -n latmon > "$W/A.dry" 2>&1 || { tail -40 "$W/A.dry" >&2; die "bitbake -n latmon (A)"; }
-tasks=$(sed -n 's/.*Tasks Summary: Attempted \([0-9]*\) tasks.*/\1/p' "$W/A.dry" | tail -1)
-[ -n "$tasks" ] && [ "$tasks" -gt 100 ] || { tail -20 "$W/A.dry" >&2; die "dry run attempted '${tasks:-no}' tasks"; }
+bb A bitbake -n latmon > "$O/A.dry" 2>&1 || { tail -40 "$O/A.dry" >&2; die "bitbake -n latmon (A)"; }
+tasks=$(sed -n 's/.*Tasks Summary: Attempted \([0-9]*\) tasks.*/\1/p' "$O/A.dry" | tail -1)
+[ -n "$tasks" ] && [ "$tasks" -gt 100 ] || { tail -20 "$O/A.dry" >&2; die "dry run attempted '${tasks:-no}' tasks"; }
 echo "bitbake -n latmon (qemuarm64): $tasks tasks"
 step "A. bitbake -e linux-yocto-rt, latmon"
 uri=$(var A linux-yocto-rt SRC_URI)
 has "$uri" file://latmon.scc && has "$uri" file://latmon.cfg || die "linux-yocto-rt SRC_URI lacks the latmon fragment: $uri"
 kdebug=$(var A linux-yocto-rt KERNEL_DEBUG)
 [ "$kdebug" = True ] || die "linux-yocto-rt KERNEL_DEBUG is '$kdebug', not True"
-grep -q "^_task_deps=.*'do_kernel_configme': '[^']*pahole-native:do_populate_sysroot" "$W/A.env.linux-yocto-rt" \
+grep -q "^_task_deps=.*'do_kernel_configme': '[^']*pahole-native:do_populate_sysroot" "$O/A.env.linux-yocto-rt" \
   || die "linux-yocto-rt's do_kernel_configme does not depend on pahole-native"
 echo "linux-yocto-rt: SRC_URI has latmon.scc latmon.cfg; KERNEL_DEBUG True; pahole-native in do_kernel_configme's depends"
 srcrev=$(var A latmon SRCREV_latmon)
@@ -229,13 +268,13 @@ cflags=$(var A latmon TARGET_CFLAGS)
 has "$cflags" "-ffile-prefix-map=$unpackdir=$dbgsrc" || die "TARGET_CFLAGS lacks -ffile-prefix-map=$unpackdir=...: $cflags"
 echo "latmon: SRCREV ${srcrev:0:12} (pinned), SRC_URI the layer's checkout, TARGET_CFLAGS maps UNPACKDIR to $dbgsrc"
 step "A. bitbake -c fetch latmon (crates from the registry, checksums checked)"
-bb A bitbake -c fetch latmon > "$W/A.fetch" 2>&1 || { tail -40 "$W/A.fetch" >&2; die "bitbake -c fetch latmon"; }
+bb A bitbake -c fetch latmon > "$O/A.fetch" 2>&1 || { tail -40 "$O/A.fetch" >&2; die "bitbake -c fetch latmon"; }
 crates=$(grep -c '^    crate://' yocto/meta-latmon/recipes-support/latmon/latmon-crates.inc)
 got=$(find "$W/downloads" -maxdepth 1 -name '*.crate' | wc -l)
 [ "$got" -ge "$crates" ] || die "fetched $got .crate files, latmon-crates.inc lists $crates"
 echo "fetch: $got crates (latmon-crates.inc: $crates) and the git checkout"
 step "A. bitbake -c unpack latmon"
-bb A bitbake -c unpack latmon > "$W/A.unpack" 2>&1 || { tail -40 "$W/A.unpack" >&2; die "bitbake -c unpack latmon"; }
+bb A bitbake -c unpack latmon > "$O/A.unpack" 2>&1 || { tail -40 "$O/A.unpack" >&2; die "bitbake -c unpack latmon"; }
 s=$(var A latmon S)
 vend=$(var A latmon CARGO_VENDORING_DIRECTORY)
 [ -f "$s/Cargo.toml" ] && [ -f "$s/bpf/latmon.h" ] || die "unpacked S ($s) has no Cargo.toml/bpf/latmon.h"
@@ -254,9 +293,10 @@ conf B yocto/kas/raspberrypi4-64.yml
 # 2 cores, for the same recipes A's dry run already exercised).
 step "B. bitbake -g latmon-test-image (raspberrypi4-64 kas config)"
 warm B
-bb B bitbake -g latmon-test-image > "$W/B.graph" 2>&1 || { tail -40 "$W/B.graph" >&2; die "bitbake -g latmon-test-image (B)"; }
+rm -f "$W/B/task-depends.dot" "$W/B/pn-buildlist"
+bb B bitbake -g latmon-test-image > "$O/B.graph" 2>&1 || { tail -40 "$O/B.graph" >&2; die "bitbake -g latmon-test-image (B)"; }
 tasks=$(grep -c '^"[^"]*" \[label=' "$W/B/task-depends.dot" || true)
-[ "$tasks" -gt 1000 ] || { tail -20 "$W/B.graph" >&2; die "task graph has '$tasks' tasks"; }
+[ "$tasks" -gt 1000 ] || { tail -20 "$O/B.graph" >&2; die "task graph has '$tasks' tasks"; }
 for pn in latmon linux-raspberrypi pahole-native; do
   grep -qx "$pn" "$W/B/pn-buildlist" || die "latmon-test-image's build list (raspberrypi4-64) lacks $pn"
 done
@@ -281,13 +321,13 @@ conf C yocto/kas/qemuarm64-rt.yml 'DISTRO_FEATURES:remove = "latmon"' 'INHERIT +
 sed -i "s#$W/latmon/yocto/meta-latmon#$W/standalone/meta-latmon#" "$W/C/conf/bblayers.conf"
 grep -q "$W/standalone/meta-latmon" "$W/C/conf/bblayers.conf" || die "C: the standalone layer is not in bblayers.conf"
 step "C. bitbake -p (standalone layer copy, without DISTRO_FEATURES latmon; its recipes and linux-yocto's)"
-bb C bitbake -p > "$W/C.parse" 2>&1 || { tail -40 "$W/C.parse" >&2; die "bitbake -p (C: standalone layer)"; }
-if grep -q "^ERROR" "$W/C.parse"; then die "bitbake -p (C) printed errors"; fi
-grep -E "^Parsing of|recipes parsed" "$W/C.parse" | tail -1 || true
+bb C bitbake -p > "$O/C.parse" 2>&1 || { tail -40 "$O/C.parse" >&2; die "bitbake -p (C: standalone layer)"; }
+if grep -q "^ERROR" "$O/C.parse"; then die "bitbake -p (C) printed errors"; fi
+grep -E "^Parsing of|recipes parsed" "$O/C.parse" | tail -1 || true
 # bitbake-getvar (tinfoil: one recipe parsed with its appends, no
 # dependency resolution, which BBMASK's hidden providers would fail).
 step "C. bitbake-getvar linux-yocto-rt, latmon (externalsrc)"
-getvar() { bb C bitbake-getvar -r "$1" --value "$2" 2> "$W/C.getvar.err" || { cat "$W/C.getvar.err" >&2; die "bitbake-getvar -r $1 $2 in C"; }; }
+getvar() { bb C bitbake-getvar -r "$1" --value "$2" 2> "$O/C.getvar.err" || { cat "$O/C.getvar.err" >&2; die "bitbake-getvar -r $1 $2 in C"; }; }
 # The append is applied (it sets this whatever the distro features)...
 kfiles=$(getvar linux-yocto-rt LATMON_KERNEL_FILES)
 [ "$kfiles" = "$W/standalone/meta-latmon/recipes-kernel/linux/files" ] || die "C: linux-yocto-rt's append is not the standalone layer's: '$kfiles'"
@@ -307,7 +347,7 @@ if [ -n "$d_pid" ]; then
   d_rc=0
   wait "$d_pid" || d_rc=$?
   d_pid=
-  cat "$W/D.out"
+  cat "$O/D.out"
   [ "$d_rc" = 0 ] || die "D failed (exit $d_rc)"
 fi
 echo "bitbake: all checks passed in $(( $(date +%s) - start )) s"

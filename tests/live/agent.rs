@@ -5,7 +5,7 @@
 //! systemd notifications, the Prometheus output (checked by promtool) and
 //! a flat RSS over an hour's worth of intervals.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -18,14 +18,8 @@ use serde_json::Value;
 
 // ------------------------------------------------------------- helpers
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("latmon-agent-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
-
 fn write_config(name: &str, text: &str) -> PathBuf {
-    let p = tmp(name);
+    let p = scratch("agent", name);
     std::fs::write(&p, text).unwrap();
     p
 }
@@ -242,9 +236,10 @@ fn background_switches(comm: &'static str) -> (Arc<std::sync::atomic::AtomicBool
 // --------------------------------------------------------------- 1. cost
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn own_cost_is_reported_in_json_text_and_status_frames() {
-    let frames = tmp("cost.frames");
-    let text = tmp("cost.txt");
+    let frames = scratch("agent", "cost.frames");
+    let text = scratch("agent", "cost.txt");
     let _ = std::fs::remove_file(&frames);
     let _ = std::fs::remove_file(&text);
     let fo = format!("file:{},format=frames", frames.display());
@@ -327,6 +322,7 @@ fn own_cost_is_reported_in_json_text_and_status_frames() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn check_measures_own_cost() {
     // The budget below only judges a probe's ns/event with at least
     // cost::MIN_RUNS_FOR_NS_BUDGET runs in the window; an idle CI machine
@@ -363,9 +359,10 @@ fn check_measures_own_cost() {
 // ------------------------------------------------------------- 2. budget
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn over_budget_detaches_the_most_expensive_probe_and_says_so_everywhere() {
-    let frames = tmp("budget.frames");
-    let text = tmp("budget.txt");
+    let frames = scratch("agent", "budget.frames");
+    let text = scratch("agent", "budget.txt");
     let _ = std::fs::remove_file(&frames);
     let _ = std::fs::remove_file(&text);
     let modbus_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -475,6 +472,7 @@ fn over_budget_detaches_the_most_expensive_probe_and_says_so_everywhere() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn cpu_share_budget_detaches_too() {
     let cfg = write_config(
         "budget-cpu.toml",
@@ -494,6 +492,7 @@ fn cpu_share_budget_detaches_too() {
 // ------------------------------------------------------------- 3. RT hygiene
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn threads_run_on_housekeeping_cpus_at_sched_idle_with_memory_locked() {
     let cpu = if hygiene_online().contains(&1) { 1 } else { 0 };
     let cfg = write_config(
@@ -525,6 +524,7 @@ fn hygiene_online() -> Vec<u32> {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn default_threads_are_sched_other_nice_10_never_rt() {
     let run = Run::start(&["--probe", "runq", "--output", "tcp://127.0.0.1:0", "--output", "file:/dev/null"], &[]);
     assert_eq!(run.attached(), 1, "probes attached at READY=1");
@@ -549,6 +549,7 @@ fn default_threads_are_sched_other_nice_10_never_rt() {
 // ---------------------------------------------------------- 4. privileges
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn privileges_are_dropped_after_attach_and_monitoring_continues() {
     let target = lm_target();
     let cfg = write_config(
@@ -623,6 +624,7 @@ fn privileges_are_dropped_after_attach_and_monitoring_continues() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn keep_bpf_cap_path_keeps_exactly_cap_bpf() {
     let run = Run::start(
         &["--probe", "runq,comm=lm-keep", "--interval", "200ms", "--format", "json"],
@@ -651,9 +653,10 @@ fn keep_bpf_cap_path_keeps_exactly_cap_bpf() {
 // ------------------------------------------------------------ 5. lifecycle
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn sighup_reloads_keeping_counts_adding_and_removing_probes() {
-    let cfg = tmp("hup.toml");
-    let frames = tmp("hup.frames");
+    let cfg = scratch("agent", "hup.toml");
+    let frames = scratch("agent", "hup.frames");
     let _ = std::fs::remove_file(&frames);
     let write = |probes: &str| {
         std::fs::write(
@@ -733,8 +736,9 @@ fn sighup_reloads_keeping_counts_adding_and_removing_probes() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn sighup_after_the_privilege_drop_removes_but_cannot_add() {
-    let cfg = tmp("hup-priv.toml");
+    let cfg = scratch("agent", "hup-priv.toml");
     let write = |probes: &str| {
         // mlockall too: allocations after the drop (the reload) must work.
         std::fs::write(
@@ -762,9 +766,10 @@ fn sighup_after_the_privilege_drop_removes_but_cannot_add() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn systemd_readiness_watchdog_and_stopping() {
     for abstract_ns in [false, true] {
-        let path = tmp(&format!("notify-{abstract_ns}.sock"));
+        let path = scratch("agent", &format!("notify-{abstract_ns}.sock"));
         let _ = std::fs::remove_file(&path);
         let (sock, env_value) = if abstract_ns {
             use std::os::linux::net::SocketAddrExt;
@@ -814,6 +819,7 @@ fn systemd_readiness_watchdog_and_stopping() {
 // ------------------------------------------------------------ 6. Prometheus
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn prometheus_exposition_passes_promtool() {
     let run = Run::start(
         &[
@@ -892,10 +898,11 @@ fn vm_rss_kb(pid: u32) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn rss_stays_flat_over_an_hour_of_intervals() {
     // 3600 intervals of 10 ms: an hour's worth of 1 s intervals, with every
     // kind of output rendering each one.
-    let frames = tmp("rss.frames");
+    let frames = scratch("agent", "rss.frames");
     let fo = format!("file:{},format=frames", frames.display());
     let run = Run::start_keeping(
         &[

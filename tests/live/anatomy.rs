@@ -5,18 +5,12 @@
 //! the attribution is wrong: a cause missing, named after the wrong task,
 //! sized off its own measurement, or parts that do not sum to the latency.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::*;
-
-/// One anatomy test at a time (they pin to the same CPU).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The CPU the loop and its interferer share (the last one).
 fn test_cpu() -> usize {
@@ -200,6 +194,7 @@ fn assert_parts_sum(r: &serde_json::Value) -> Vec<&serde_json::Value> {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn a_fifo_hog_on_the_loops_cpu_is_named_with_the_time_it_measured() {
     hog_case("timer", &[], "tp_btf");
 }
@@ -207,12 +202,14 @@ fn a_fifo_hog_on_the_loops_cpu_is_named_with_the_time_it_measured() {
 /// The same through `chain`: its end-to-end line's alerts carry the
 /// anatomy of the timer wakeup.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn chain_alerts_name_the_fifo_hog_too() {
     hog_case("chain", &[], "tp_btf");
 }
 
 /// And through `runq`: the wait from the wakeup to running.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn runq_alerts_name_the_fifo_hog_too() {
     hog_case("runq", &[], "tp_btf");
 }
@@ -220,6 +217,7 @@ fn runq_alerts_name_the_fifo_hog_too() {
 /// runq's raw_tp rung (pid hash, untrusted task pointers) carries the
 /// same anatomy.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn runq_raw_tp_alerts_name_the_fifo_hog_too() {
     hog_case("runq", &[("LATMON_SKIP_ATTACH", "tp_btf")], "raw_tp");
 }
@@ -228,13 +226,9 @@ fn runq_raw_tp_alerts_name_the_fifo_hog_too() {
 /// from sched_switch's record (pid, comm, priority) and its policy read
 /// from the thread.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn runq_no_btf_alerts_name_the_fifo_hog_too() {
     hog_case("runq", &[("LATMON_FORCE_NO_BTF", "1")], "tracepoint");
-}
-
-/// The probe `name`'s line of the last report.
-fn last_probe<'a>(lines: &'a [serde_json::Value], name: &str) -> Option<&'a serde_json::Value> {
-    lines.last()?["probes"].as_array()?.iter().find(|p| p["name"] == name)
 }
 
 /// `family` with `env` (the rung forced) must attach via `attach`, and
@@ -440,6 +434,7 @@ fn mbpoll_registers(port: u16, from: u16, count: u16) -> Vec<u64> {
 /// end), far more than the delivered records hold; and the same top
 /// cause reads in JSON, in Modbus (mbpoll) and in a real Prometheus.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn refused_records_still_count_in_the_intervals_top_causes() {
     use common::prometheus::{free_port, Prometheus};
     let _s = serial();
@@ -569,6 +564,7 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
 /// so the late hogs are named, not folded: they are named with as much
 /// time as the early ones.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn the_cause_table_frees_entries_of_causes_gone_so_late_hogs_are_named() {
     let _s = serial();
     let loop_comm = "lm-anat-tloop";
@@ -620,6 +616,7 @@ fn the_cause_table_frees_entries_of_causes_gone_so_late_hogs_are_named() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn a_sched_other_competitor_is_named() {
     let _s = serial();
     let (loop_comm, comp_comm) = ("lm-anat-oloop", "lm-anat-comp");
@@ -699,6 +696,7 @@ fn a_sched_other_competitor_is_named() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn loopback_softirqs_on_the_loops_cpu_are_named_within_what_the_softirq_probe_measured() {
     let _s = serial();
     let loop_comm = "lm-anat-nloop";
@@ -855,6 +853,7 @@ impl Drop for IrqAffinity {
 const STAMP_SKEW_NS: u64 = 2_000;
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn device_irqs_on_the_loops_cpu_are_named_within_what_the_irq_probe_measured() {
     device_irq_case("timer", &[], "tp_btf");
 }
@@ -862,6 +861,7 @@ fn device_irqs_on_the_loops_cpu_are_named_within_what_the_irq_probe_measured() {
 /// The same through runq's no-BTF build: the IRQ number read from the
 /// irq events' records at the offset tracefs gives.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn runq_no_btf_names_device_irqs_too() {
     device_irq_case("runq", &[("LATMON_FORCE_NO_BTF", "1")], "tracepoint");
 }

@@ -8,7 +8,7 @@
 //! exercised on the virtual boards with the same specs (`attach=` pins a
 //! rung).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
@@ -16,13 +16,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use latmon::bpf::limits::{ALERT_BURST, ALERT_RATE, FUNC_MAX_DEPTH};
-
-/// The target busy-waits at SCHED_FIFO: one test at a time keeps the
-/// machine usable and the durations honest.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn spec(symbol: &str, opts: &str) -> String {
     format!("ufunc:{}:{symbol}{opts}", lm_target().display())
@@ -108,6 +101,7 @@ fn assert_within_bucket(what: &str, measured: u64, truth: u64, slack_ns: u64) {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn ufunc_counts_every_call_and_p50_is_the_true_duration() {
     let _s = serial();
     for (calls, ns) in [(200u64, 200_000u64), (40, 2_000_000)] {
@@ -141,6 +135,7 @@ fn ufunc_counts_every_call_and_p50_is_the_true_duration() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn a_1ms_threshold_alerts_for_the_2ms_calls_only() {
     let _s = serial();
     let mut ran = Ran::default();
@@ -175,6 +170,7 @@ fn a_1ms_threshold_alerts_for_the_2ms_calls_only() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn the_perf_buffer_fallback_delivers_the_same_alerts() {
     let _s = serial();
     let mut ran = Ran::default();
@@ -190,6 +186,7 @@ fn the_perf_buffer_fallback_delivers_the_same_alerts() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn an_alert_storm_is_rate_limited_in_the_kernel_and_counted() {
     let _s = serial();
     let calls = 3000u64;
@@ -241,6 +238,7 @@ fn assert_readings_follow_truth(what: &str, buckets: &[serde_json::Value], truth
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn recursive_calls_pair_level_by_level() {
     let _s = serial();
     // 50 x five nested levels; each level spins 200 us before its nested
@@ -274,6 +272,7 @@ fn recursive_calls_pair_level_by_level() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn calls_nested_deeper_than_the_stamp_stack_are_counted_drops() {
     let _s = serial();
     let (stack, extra) = (FUNC_MAX_DEPTH, 4usize);
@@ -312,6 +311,7 @@ fn bpftool_json(args: &[&str]) -> serde_json::Value {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn threads_exiting_mid_call_and_longjmp_leave_no_stamps_and_count_drops() {
     let _s = serial();
     let probes = [spec("lm_exit_inside", ",name=exit"), spec("lm_jump_out", ",name=jmp")];
@@ -343,6 +343,7 @@ fn threads_exiting_mid_call_and_longjmp_leave_no_stamps_and_count_drops() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn pid_filter_and_two_probes_on_one_function() {
     let _s = serial();
     let probes = [spec("lm_work", ",name=all"), spec("lm_work", ",pid=1,name=init-only")];
@@ -365,6 +366,7 @@ fn kernel_allows(kind: &str) -> bool {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn a_libc_uprobe_runs_beside_a_kfunc_that_attaches_or_is_reported_clearly() {
     let _s = serial();
     let probes = [
@@ -401,6 +403,7 @@ fn a_libc_uprobe_runs_beside_a_kfunc_that_attaches_or_is_reported_clearly() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn check_names_the_mechanism_and_every_failure_clearly() {
     let bin = lm_target().display().to_string();
     let specs = [
@@ -436,6 +439,7 @@ fn check_names_the_mechanism_and_every_failure_clearly() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn attach_option_pins_a_rung_and_only_failures_mean_a_non_zero_exit() {
     // kprobe only: the fentry rung is not tried.
     let out = latmon().args(["check", "--json", "--probe", "kfunc:do_nanosleep,attach=kprobe"]).output().unwrap();
@@ -469,6 +473,7 @@ fn attach_option_pins_a_rung_and_only_failures_mean_a_non_zero_exit() {
 const NO_BTF: (&str, &str) = ("LATMON_FORCE_NO_BTF", "1");
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn the_no_btf_build_counts_every_call_pairs_frames_and_alerts() {
     let _s = serial();
     let (mut ran, mut rec) = (Ran::default(), Ran::default());
@@ -515,6 +520,7 @@ fn the_no_btf_build_counts_every_call_pairs_frames_and_alerts() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn check_names_the_btf_mode_of_every_probe() {
     // Loads BPF: not beside the timing tests.
     let _s = serial();
@@ -558,6 +564,7 @@ fn check_names_the_btf_mode_of_every_probe() {
 /// pointing at a file that is not BTF, an object with any relocation fails
 /// to load and one without loads: the no-BTF build needs no kernel types.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn the_no_btf_object_loads_with_no_usable_btf_and_the_co_re_one_does_not() {
     // Loads BPF: not beside the timing tests.
     let _s = serial();

@@ -3,17 +3,13 @@
 //! interrupt load, compared with the kernel's own counters
 //! (/proc/softirqs, /proc/interrupts) over a window latmon fully covers.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
 use common::*;
 use latmon::config::ProbeSpec;
 use latmon::probes::irq::{self, Family, ThreadPath};
-
-fn last_probe<'a>(lines: &'a [serde_json::Value], name: &str) -> Option<&'a serde_json::Value> {
-    lines.last()?["probes"].as_array()?.iter().find(|p| p["name"] == name)
-}
 
 /// Sum over CPUs of one row of /proc/softirqs.
 fn softirq_count(vector: &str) -> u64 {
@@ -23,6 +19,7 @@ fn softirq_count(vector: &str) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn softirq_net_rx_counts_rise_under_loopback_load() {
     softirq_case(&[], "tp_btf");
 }
@@ -30,6 +27,7 @@ fn softirq_net_rx_counts_rise_under_loopback_load() {
 /// The no-BTF build (classic tracepoints, `vec` at the offset the tracefs
 /// format gives), as on a kernel without BTF.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn softirq_no_btf_tracepoint_build_counts_net_rx() {
     softirq_case(&[("LATMON_FORCE_NO_BTF", "1")], "tracepoint");
 }
@@ -64,11 +62,13 @@ fn softirq_case(env: &[(&str, &str)], attach: &str) {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn irq_handlers_are_counted_per_irq_with_names() {
     irq_case(&[], "tp_btf");
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn irq_no_btf_tracepoint_build_counts_per_irq() {
     irq_case(&[("LATMON_FORCE_NO_BTF", "1")], "tracepoint");
 }
@@ -114,6 +114,7 @@ fn irq_case(env: &[(&str, &str)], attach: &str) {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn comm_and_pid_filters_are_refused_for_interrupts() {
     let out = latmon().args(["run", "--probe", "irq,comm=x", "--duration", "200ms"]).output().unwrap();
     assert!(!out.status.success());
@@ -124,6 +125,7 @@ fn comm_and_pid_filters_are_refused_for_interrupts() {
 /// which this kernel (not PREEMPT_RT, no threadirqs) may not have; its
 /// programs must still pass the verifier and attach here.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn threaded_irq_path_loads_and_attaches() {
     latmon::probes::route_libbpf_logs();
     let spec = ProbeSpec::parse("irq").unwrap();
@@ -137,6 +139,7 @@ fn threaded_irq_path_loads_and_attaches() {
 /// `softirq:NET_RX`), one token bucket per series, every refused record
 /// counted - in each build.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn interrupts_above_the_threshold_become_alert_records_in_every_build() {
     use latmon::bpf::limits::{ALERT_BURST, ALERT_RATE};
     for (env, attach) in [

@@ -15,7 +15,7 @@
 //! profile (`cargo build --release -p latmon-view` for `cargo test
 //! --release`; scripts/test.sh builds it, in its tests' profile, first).
 
-mod common;
+use crate::common;
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -186,6 +186,7 @@ fn seq_of(screen: &str) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn live_view_in_tmux_header_sort_select_resize_unplug() {
     let bin = view_bin();
     let agent_pty = private_pty();

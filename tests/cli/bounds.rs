@@ -6,7 +6,7 @@
 //! a CRC-valid Summary with min > max; tcp:// listeners serve a bounded
 //! number of clients in bounded memory.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::net::TcpStream;
@@ -15,12 +15,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use latmon::hist::BUCKETS;
 use latmon::wire::*;
-
-fn tmp(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("latmon-bounds-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
 
 fn check_json(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
     let out = latmon().args(["check", "--json"]).args(args).output().unwrap();
@@ -52,7 +46,7 @@ fn check_judges_outputs_as_run_opens_them() {
         ("unix:/nonexistent-latmon-dir/s.sock", "directory /nonexistent-latmon-dir does not exist"),
         ("tcp://127.0.0.1:7071,clients=0", "clients must be 1..64"),
     ];
-    let cfg = tmp("bad-outputs.toml");
+    let cfg = scratch("bounds", "bad-outputs.toml");
     let list: Vec<String> = bad.iter().map(|(o, _)| format!("{o:?}")).collect();
     std::fs::write(&cfg, format!("probes = [\"runq\"]\noutputs = [{}]\n", list.join(", "))).unwrap();
     let (code, v, err) = check_json(&["--measure", "0", "--config", cfg.to_str().unwrap()]);
@@ -77,8 +71,8 @@ fn check_judges_outputs_as_run_opens_them() {
     drop(busy);
 
     // What run accepts, check accepts; nothing is created or taken.
-    let file = tmp("later.bin");
-    let sock = tmp("s.sock");
+    let file = scratch("bounds", "later.bin");
+    let sock = scratch("bounds", "s.sock");
     let good = [
         "-".to_string(),
         format!("file:{}", file.display()),
@@ -152,16 +146,9 @@ fn absurd_intervals_and_durations_are_refused() {
 /// aborted in `Ord::clamp`) and `decode` both show it and exit 0.
 #[test]
 fn view_and_decode_survive_min_above_max() {
-    let hello = Hello {
-        protocol_revision: PROTOCOL_REVISION,
-        latmon_version: "0.1.0".into(),
-        board: "b".into(),
-        kernel: "k".into(),
-        boot_id: 9,
-        start_ns: 0,
-        interval_ns: 1_000_000_000,
-        probe_count: 1,
-        probes: vec![ProbeDesc {
+    let hello = hello(
+        "b",
+        vec![ProbeDesc {
             id: 0,
             name: "runq".into(),
             kind: "runq".into(),
@@ -169,11 +156,11 @@ fn view_and_decode_survive_min_above_max() {
             mode: String::new(),
             scheme: BucketScheme::LATMON,
         }],
-    };
+    );
     let summary = |seq: u64, count: u64, min_ns: u64, max_ns: u64| {
         Frame::Summary(Summary {
             seq,
-            boot_id: 9,
+            boot_id: 42,
             time_ns: seq * 1_000_000_000,
             last: false,
             probes: vec![ProbeCounts {
@@ -196,7 +183,7 @@ fn view_and_decode_survive_min_above_max() {
     for f in [Frame::Hello(hello), summary(1, 10, 9_000_000, 10), summary(2, 30, u64::MAX, 1)] {
         bytes.extend(encode_to_vec(&f).unwrap());
     }
-    let path = tmp("min-above-max.bin");
+    let path = scratch("bounds", "min-above-max.bin");
     std::fs::write(&path, &bytes).unwrap();
     let src = format!("file:{}", path.display());
     let view = latmon().args(["view", &src]).output().unwrap();

@@ -4,7 +4,7 @@
 //! decode`, with and without corruption on the line, across an unplugged
 //! device; files, UDP and Unix sockets; `latmon view`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -193,6 +193,7 @@ fn serial_round(seed: Option<u64>) -> (Vec<Value>, Vec<Value>, Line) {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn serial_pty_frames_decode_to_what_run_printed() {
     let (run, dec, line) = serial_round(None);
     assert!(run.len() >= 15, "{} summaries", run.len());
@@ -228,6 +229,7 @@ fn serial_pty_frames_decode_to_what_run_printed() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn corrupted_serial_line_loses_only_damaged_frames() {
     let (run, dec, line) = serial_round(Some(0x5eed_1234));
     eprintln!("line: {line:?}");
@@ -259,6 +261,7 @@ fn corrupted_serial_line_loses_only_damaged_frames() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn serial_device_unplugged_and_back_is_reopened() {
     let dir = std::env::temp_dir().join(format!("latmon-reopen-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -326,6 +329,7 @@ fn serial_device_unplugged_and_back_is_reopened() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn serial_text_for_terminal_programs() {
     let a = pty();
     let mut master = a.master.try_clone().unwrap();
@@ -372,6 +376,7 @@ fn serial_text_for_terminal_programs() {
 /// reporting: over frames every entry must keep its name and counts - the
 /// new series get new ids and a new Hello names them; no probe's id moves.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn series_born_mid_run_keep_every_probe_labelled_over_frames() {
     let path = std::env::temp_dir().join(format!("latmon-series-{}.bin", std::process::id()));
     let _ = std::fs::remove_file(&path);
@@ -442,6 +447,7 @@ fn series_born_mid_run_keep_every_probe_labelled_over_frames() {
 
 /// `run` to a file and stdout at once; `decode` and `view` replay the file.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn file_output_replays_in_decode_and_view() {
     let path = std::env::temp_dir().join(format!("latmon-file-{}.bin", std::process::id()));
     let _ = std::fs::remove_file(&path);
@@ -492,6 +498,7 @@ fn free_udp_port() -> u16 {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn udp_and_unix_links() {
     // UDP: the decoder binds, the agent sends.
     let port = free_udp_port();
@@ -548,6 +555,7 @@ fn thread_named(pid: u32, name: &str) -> Option<i32> {
 /// that thread must reach the agent (a reload; a clean stop with the final
 /// summary), not kill latmon. Sent to that thread on purpose, with tgkill.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn signals_landing_on_a_serialport_thread_reach_the_agent() {
     let p = pty();
     let (child, stderr) = start_run_logged(
@@ -591,6 +599,7 @@ fn signals_landing_on_a_serialport_thread_reach_the_agent() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn a_receivers_request_gets_the_whole_table_and_keyframes() {
     let mut a = pty();
     let run = start_run(&[
@@ -642,6 +651,7 @@ fn a_receivers_request_gets_the_whole_table_and_keyframes() {
 /// the bucket's refusals: measured, 1 591 alerts = 15 records + 816 shed +
 /// 760 nowhere.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn every_alert_is_a_record_shed_or_dropped_over_frames() {
     let path = std::env::temp_dir().join(format!("latmon-drops-{}.bin", std::process::id()));
     let _ = std::fs::remove_file(&path);

@@ -2,19 +2,21 @@
 //! Live tests of the runq probe on this kernel (root): real BPF programs,
 //! a real pipe ping-pong workload, numbers read back through the CLI.
 
-mod common;
+use crate::common;
 
 use common::*;
 
 const ROUND_TRIPS: usize = 2000;
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn runq_counts_ping_pong_wakeups_filtered_by_comm() {
     ping_pong_case("lm-pingpong", &[], "tp_btf");
 }
 
 /// The raw_tp fallback (pid-keyed hash) measures the same workload.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn runq_raw_tp_fallback_counts_ping_pong_wakeups() {
     ping_pong_case("lm-pingraw", &[("LATMON_SKIP_ATTACH", "tp_btf")], "raw_tp");
 }
@@ -22,6 +24,7 @@ fn runq_raw_tp_fallback_counts_ping_pong_wakeups() {
 /// The no-BTF build (classic tracepoints, record layout from tracefs
 /// format files), as on a kernel without BTF.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn runq_no_btf_tracepoint_build_counts_ping_pong_wakeups() {
     ping_pong_case("lm-pingtp", &[("LATMON_FORCE_NO_BTF", "1")], "tracepoint");
 }
@@ -29,6 +32,7 @@ fn runq_no_btf_tracepoint_build_counts_ping_pong_wakeups() {
 /// CO-RE (tp_btf) and the no-BTF tracepoint build side by side in one run,
 /// on the same workload and window: they must count the same events.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn runq_tracepoint_build_agrees_with_co_re_on_the_same_workload() {
     let comm = "lm-pingboth";
     let core = format!("runq,comm={comm},name=core");
@@ -56,6 +60,7 @@ fn runq_tracepoint_build_agrees_with_co_re_on_the_same_workload() {
 /// threads at their switch-outs. Our own threads count; the same comm
 /// under another process's pid does not.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn runq_tracepoint_pid_filter_admits_only_that_process() {
     let comm = "lm-pingpid";
     let me = format!("runq,comm={comm},pid={},attach=tracepoint,name=mine", std::process::id());
@@ -126,6 +131,7 @@ fn ping_pong_case(comm: &str, env: &[(&str, &str)], attach: &str) {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn comm_filter_excludes_other_tasks() {
     let child = start_run(&[
         "--probe",
@@ -145,6 +151,7 @@ fn comm_filter_excludes_other_tasks() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn sigint_flushes_final_summary_and_detaches() {
     let child = start_run(&["--probe", "runq", "--interval", "10s", "--format", "json"]);
     let ours = prog_ids_of(child.id());
@@ -170,6 +177,7 @@ fn sigint_flushes_final_summary_and_detaches() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn sigterm_is_a_clean_stop_too() {
     let child = start_run(&["--probe", "runq", "--interval", "10s"]);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
@@ -184,6 +192,7 @@ fn sigterm_is_a_clean_stop_too() {
 /// one leaving the CPU), rate-limited in the kernel with every refused
 /// record counted - in each build.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn runq_waits_above_the_threshold_become_alert_records_in_every_build() {
     use latmon::bpf::limits::{ALERT_BURST, ALERT_RATE};
     for (comm, env, attach) in [

@@ -2,7 +2,7 @@
 //! The CLI side of links: bad SINK/SOURCE words fail early with one clear
 //! line, and frames on stdout pipe straight into `latmon decode -`.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 //! The CLI contract: check output, clear one-line errors, exit codes.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::CommandExt;
 

@@ -12,7 +12,7 @@
 //! Needs latmon-view beside the latmon under test, in the same profile
 //! (`cargo build --release -p latmon-view` for `cargo test --release`).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -20,6 +20,7 @@ use std::process::{Command, Stdio};
 use common::*;
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn report_of_a_real_capture_renders_in_chromium() {
     let view = Path::new(env!("CARGO_BIN_EXE_latmon")).with_file_name("latmon-view");
     assert!(view.exists(), "{} missing: build it first, in the profile of these tests (cargo build -p latmon-view --release, or --profile release-test as scripts/test.sh does)", view.display());

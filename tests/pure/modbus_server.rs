@@ -19,7 +19,7 @@ use latmon::summary::{FailedProbe, IntervalReport, ProbeReport};
 use rmodbus::client::ModbusRequest;
 use rmodbus::{ErrorKind, ModbusProto};
 
-mod common;
+use crate::common;
 use common::runq_probe;
 
 fn port() -> u16 {

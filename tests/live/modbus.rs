@@ -6,7 +6,7 @@
 //! Modbus TCP on loopback; Modbus RTU over two pty pairs joined by a relay
 //! (the "bus"), which can also put noise on the line.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -162,6 +162,7 @@ fn assert_block_matches(b: &Value, p: &Value) {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn modbus_tcp_mbpoll_and_pymodbus_read_what_json_says() {
     let _load = load();
     let p = port();
@@ -306,6 +307,7 @@ fn fd_count(pid: u32) -> usize {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn modbus_tcp_200_connect_cycles_leak_no_fd() {
     let p = port();
     let ps = p.to_string();
@@ -377,6 +379,7 @@ fn closed_by_server(s: &mut std::net::TcpStream) -> bool {
 /// displacing the slow client idle longest, and the PLC (mbpoll polling
 /// once a second) is never the one closed. Before: "too many clients".
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn modbus_tcp_slow_clients_yield_their_slot_never_the_plc() {
     let p = port();
     let ps = p.to_string();
@@ -479,6 +482,7 @@ fn bus(agent: &Pty, client: &Pty, stop: Arc<AtomicBool>, noise: Arc<Mutex<Vec<u8
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn modbus_rtu_over_a_pty_pair_with_pymodbus_and_mbpoll() {
     let _load = load();
     let (agent_tty, client_tty) = (pty(), pty());
@@ -538,6 +542,7 @@ fn modbus_rtu_over_a_pty_pair_with_pymodbus_and_mbpoll() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
     use latmon::hist::Hist;
     use latmon::ident::{BtfMode, Family, Mechanism};
@@ -602,6 +607,7 @@ fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn chain_probe_blocks_read_family_8() {
     // A PLC told the family of each block: chain read 0 (unknown).
     let p = port();

@@ -3,27 +3,11 @@
 //! with its own comm runs a 1 kHz clock_nanosleep(TIMER_ABSTIME) loop, the
 //! shape of a real-time control loop.
 
-mod common;
+use crate::common;
 
 use common::*;
 
 const CYCLES: u64 = 1000;
-
-/// One timer test at a time: their control loops and latmon instances
-/// would otherwise share the 2 CPUs, and each test's counts are about its
-/// own loop.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn last_probe<'a>(lines: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
-    lines
-        .last()
-        .and_then(|l| l["probes"].as_array())
-        .and_then(|ps| ps.iter().find(|p| p["name"] == name))
-        .unwrap_or_else(|| panic!("no probe {name} in the last report"))
-}
 
 /// In a thread named `comm`: `CYCLES` periods of 1 ms on CLOCK_MONOTONIC
 /// with absolute deadlines, timer slack 1 ns (as a SCHED_FIFO thread would
@@ -66,6 +50,7 @@ fn assert_within_overruns(count: u64, p: &serde_json::Value) {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn a_1khz_clock_nanosleep_loop_gives_one_sample_per_cycle() {
     let _s = serial();
     let child = start_run(&["--probe", "timer,comm=lm-tick", "--interval", "500ms", "--format", "json"]);
@@ -73,7 +58,7 @@ fn a_1khz_clock_nanosleep_loop_gives_one_sample_per_cycle() {
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
-    let p = last_probe(&lines, "timer");
+    let p = expect_last_probe(&lines, "timer");
     assert_eq!((p["kind"].as_str(), p["attach"].as_str()), (Some("timer"), Some("tp_btf")));
     assert_within_overruns(u(p, "total_count"), p);
     // Plausible: more than nothing, less than the period. Even a loaded VM
@@ -88,13 +73,14 @@ fn a_1khz_clock_nanosleep_loop_gives_one_sample_per_cycle() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn other_threads_and_other_sleeps_are_not_counted() {
     let _s = serial();
     let child = start_run(&["--probe", "timer,comm=lm-nobody", "--interval", "300ms", "--format", "json"]);
     control_loop("lm-someone");
     let (status, out) = stop(child);
     assert!(status.success());
-    assert_eq!(u(last_probe(&json_lines(&out), "timer"), "total_count"), 0);
+    assert_eq!(u(expect_last_probe(&json_lines(&out), "timer"), "total_count"), 0);
 }
 
 /// The chain splits each timer wakeup into stages; per event the stages
@@ -103,6 +89,7 @@ fn other_threads_and_other_sleeps_are_not_counted() {
 /// user space reads the slots one after another, so an interval boundary
 /// can fall between an event's stages.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn chain_stages_add_up_to_the_end_to_end_latency() {
     let _s = serial();
     let child = start_run(&["--probe", "chain,comm=lm-chain", "--interval", "60m", "--format", "json"]);
@@ -110,9 +97,9 @@ fn chain_stages_add_up_to_the_end_to_end_latency() {
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
-    let total = last_probe(&lines, "chain");
-    let timer = last_probe(&lines, "chain:timer");
-    let wakeup = last_probe(&lines, "chain:wakeup");
+    let total = expect_last_probe(&lines, "chain");
+    let timer = expect_last_probe(&lines, "chain:timer");
+    let wakeup = expect_last_probe(&lines, "chain:wakeup");
     assert!(
         lines.iter().all(|l| l["probes"].as_array().unwrap().iter().all(|p| p["name"] != "chain:irq")),
         "no IRQ wakes a sleeping timer loop"
@@ -144,6 +131,7 @@ fn chain_stages_add_up_to_the_end_to_end_latency() {
 /// duration (lm_cycle measures itself) plus the return path from
 /// clock_nanosleep into it.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn chain_response_stage_ends_at_the_functions_return() {
     let _s = serial();
     let target = lm_target();
@@ -216,6 +204,7 @@ fn chain_response_stage_ends_at_the_functions_return() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn check_names_the_response_function_and_a_missing_one_clearly() {
     let _s = serial();
     let spec = format!("chain,comm=lm-target,response={}:lm_cycle", lm_target().display());
@@ -243,7 +232,7 @@ fn records<'a>(lines: &'a [serde_json::Value], name: &str) -> Vec<&'a serde_json
 /// threshold; the token bucket bounds them.
 fn assert_alerts_accounted(lines: &[serde_json::Value], name: &str, comm: &str, pid: u64, seconds: f64) -> u64 {
     use latmon::bpf::limits::{ALERT_BURST, ALERT_RATE};
-    let p = last_probe(lines, name);
+    let p = expect_last_probe(lines, name);
     let recs = records(lines, name);
     let (alerts, dropped) = (u(p, "total_alerts"), u(p, "total_alerts_dropped"));
     eprintln!(
@@ -268,6 +257,7 @@ fn assert_alerts_accounted(lines: &[serde_json::Value], name: &str, comm: &str, 
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn timer_outliers_become_alert_records_about_the_sleeping_thread() {
     let _s = serial();
     let child = start_run(&["--probe", "timer,comm=lm-alerts,threshold=1us", "--interval", "60m", "--format", "json"]);
@@ -279,10 +269,11 @@ fn timer_outliers_become_alert_records_about_the_sleeping_thread() {
     let lines = json_lines(&out);
     let alerts = assert_alerts_accounted(&lines, "timer", "lm-alerts", std::process::id() as u64, secs);
     // A timer wakeup takes more than 1 us to reach the CPU.
-    assert_eq!(alerts, u(last_probe(&lines, "timer"), "total_count"));
+    assert_eq!(alerts, u(expect_last_probe(&lines, "timer"), "total_count"));
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn chain_alerts_through_the_perf_buffer_name_the_followed_thread() {
     let _s = serial();
     let target = lm_target();
@@ -304,5 +295,5 @@ fn chain_alerts_through_the_perf_buffer_name_the_followed_thread() {
     assert_alerts_accounted(&lines, "chain", "lm-target", pid, secs);
     // Every response is more than the 100 us lm_cycle spins.
     let alerts = assert_alerts_accounted(&lines, "chain:to-response", "lm-target", pid, secs);
-    assert_eq!(alerts, u(last_probe(&lines, "chain:to-response"), "total_count"));
+    assert_eq!(alerts, u(expect_last_probe(&lines, "chain:to-response"), "total_count"));
 }

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-mod common;
-use common::XorShift;
+use crate::common;
+use common::{hello, XorShift};
 
 use latmon::hist::{Hist, BUCKETS};
 use latmon::summary::AlertRecord;
@@ -254,17 +254,7 @@ fn sample_frames(rng: &mut XorShift, n: usize) -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
     let mut out = |f: &[u8]| frames.push(f.to_vec());
     let mut h = Hist::default();
-    let hello = Hello {
-        protocol_revision: 0,
-        latmon_version: "0.1.0".into(),
-        board: "fuzz".into(),
-        kernel: "6.18".into(),
-        boot_id: 42,
-        start_ns: 1,
-        interval_ns: 1_000_000,
-        probe_count: 2,
-        probes: vec![],
-    };
+    let hello = hello("fuzz", vec![]);
     for seq in 1..=n as u64 {
         match rng.below(5) {
             0 => {

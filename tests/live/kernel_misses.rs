@@ -10,7 +10,7 @@
 //! Its own test binary: the hammering would blind the classic-tracepoint
 //! programs of any test running beside it.
 
-mod common;
+use crate::common;
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,6 +99,7 @@ fn reported(out: &str) -> (u64, Vec<String>) {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_reports_it() {
     let args = ["--probe", "irq", "--probe", "softirq", "--interval", "500ms", "--format", "json"];
     // The no-BTF run also serves Modbus: a PLC sees misses too.

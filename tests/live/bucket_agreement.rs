@@ -36,6 +36,7 @@ fn inputs() -> Vec<u64> {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn bpf_and_rust_buckets_agree() {
     let mut storage = MaybeUninit::uninit();
     let open = SelftestSkelBuilder::default().open(&mut storage).expect("open selftest");

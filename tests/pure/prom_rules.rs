@@ -15,7 +15,7 @@ use latmon::sinks::prom::{render_text, snapshot};
 use latmon::sinks::{LinkStats, Session, Tick};
 use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
 
-mod common;
+use crate::common;
 use common::promtool_check_metrics;
 
 fn repo(p: &str) -> PathBuf {

@@ -10,7 +10,7 @@
 //! within latmon's bucket error, 12.5 %, and the counts agree exactly. The
 //! classic query is printed beside it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -87,6 +87,7 @@ fn truth_quantile(v: &[u64], q: f64) -> f64 {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn prometheus_native_histograms_keep_latmons_resolution() {
     assert!(Path::new(PROMETHEUS).exists(), "{PROMETHEUS} (Debian package prometheus; scripts/install-deps.sh)");
     let probe = format!("ufunc:{}:lm_work,name=work", lm_target().display());

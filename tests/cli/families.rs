@@ -2,7 +2,7 @@
 //! The new probe families through the CLI: `check` plans them, the built-in
 //! default runs them, family series follow the JSON contract.
 
-mod common;
+use crate::common;
 
 use common::*;
 

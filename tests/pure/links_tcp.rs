@@ -13,7 +13,7 @@ use latmon::sinks::{self, Session, Tick};
 use latmon::summary::{IntervalReport, ProbeReport};
 use latmon::wire::{Frame, FrameDecoder};
 
-mod common;
+use crate::common;
 use common::runq_probe;
 
 #[test]

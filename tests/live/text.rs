@@ -4,7 +4,7 @@
 //! workload keeps many syscall series busy; `--hist` brings bcc-style
 //! histograms back for every probe, `hist=true` for one.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -138,6 +138,7 @@ fn intervals(text: &str) -> Vec<Vec<&str>> {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn the_default_run_prints_a_table_of_at_most_40_lines_and_hist_brings_histograms_back() {
     let _load = workload();
     std::thread::sleep(Duration::from_millis(500));
@@ -180,6 +181,7 @@ fn the_default_run_prints_a_table_of_at_most_40_lines_and_hist_brings_histograms
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn hist_true_on_one_probe_shows_its_histogram_only() {
     let _load = workload();
     let cfg = std::env::temp_dir().join(format!("latmon-text-{}.toml", std::process::id()));

@@ -4,7 +4,7 @@
 //! (oelint-adv, kas, systemd-analyze, kernel options) are in
 //! tests/yocto/check.sh.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

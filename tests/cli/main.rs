@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: MIT
+//! The CLI contract through the real binary: check output, one-line errors,
+//! exit codes, bounds on what a user or a sender can make it do. Tests that
+//! load BPF programs (`check` of a probe, `run`) need root and are marked
+//! `#[ignore = "needs root: ..."]`; the rest run as anyone.
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bounds;
+mod contract;
+mod families;
+mod links;
+mod yocto_layer;

@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: MIT
+//! The live tests: each module drives one probe family, link or output
+//! against the running kernel (real BPF programs, real workloads with their
+//! own ground truth). They need root: each is marked
+//! `#[ignore = "needs root: ..."]`, so `cargo test` as a normal user skips
+//! and counts them; scripts/test.sh runs them all (nextest --run-ignored all).
+//! One binary, not one per family: one link instead of seventeen.
+#[path = "../common/mod.rs"]
+mod common;
+
+mod agent;
+mod anatomy;
+mod bucket_agreement;
+mod func;
+mod irq;
+mod kernel_misses;
+mod links;
+mod links_paced;
+mod modbus;
+mod nobtf_tracepoint;
+mod prom_native;
+mod runq;
+mod syscall;
+mod text;
+mod timer;
+mod view_report;
+mod view_tui;
