@@ -21,7 +21,7 @@ esac
 # Per-target config (linker, crt-static, CC/AR for the vendored C libraries)
 # is in .cargo/config.toml.
 cargo build --release --locked --target "$triple" >&2
-bin=target/$triple/release/latmon
+bin=${CARGO_TARGET_DIR:-target}/$triple/release/latmon
 desc=$(file -L "$bin")
 case "$desc" in
   *"statically linked"*|*"static-pie linked"*) ;;

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The README's pictures of latmon-view (as root: the tests run the agent):
-#   docs/view.png    tests/view_tui.rs's tmux screen (capture-pane text,
+#   docs/view.png    tests/live/view_tui.rs's tmux screen (capture-pane text,
 #                    drawn in a monospace <pre> by headless Chromium)
-#   docs/report.png  tests/view_report.rs's report of the default
+#   docs/report.png  tests/live/view_report.rs's report of the default
 #                    configuration, as headless Chromium renders it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked -p latmon-view
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-LATMON_VIEW_SCREEN="$work/screen.txt" cargo test --release --locked --test view_tui
-LATMON_REPORT_PNG="$PWD/docs/report.png" cargo test --release --locked --test view_report
+LATMON_VIEW_SCREEN="$work/screen.txt" cargo test --release --locked --test live -- --include-ignored view_tui::
+LATMON_REPORT_PNG="$PWD/docs/report.png" cargo test --release --locked --test live -- --include-ignored view_report::
 python3 - "$work/screen.txt" "$work/screen.html" <<'PY'
 import html, sys
 text = open(sys.argv[1], encoding="utf-8").read().rstrip("\n")

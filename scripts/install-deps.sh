@@ -7,7 +7,8 @@
 # the paced-link tests' load (stress-ng),
 # the Modbus tests' client (mbpoll; pymodbus comes from PyPI via
 # scripts/modbus-venv.sh), promtool (package prometheus), and what BitBake
-# needs on the host (chrpath, diffstat, lz4, an en_US.UTF-8 locale). systemd is
+# needs on the host (chrpath, diffstat, lz4, an en_US.UTF-8 locale; rsync
+# refreshes its cached layer copies file by file). systemd is
 # there for systemd-analyze verify (tests/yocto/check.sh); it needs no
 # running systemd.
 # Used by the README's first command and by CI (.ci/run).
@@ -29,7 +30,7 @@ apt-get install -y --no-install-recommends \
   bpftool libbpf-tools rt-tests procps util-linux file cpio dwarves xz-utils zstd \
   python3 python3-venv systemd mbpoll prometheus \
   chrpath diffstat lz4 locales stress-ng clang-format \
-  gcc-mingw-w64-x86-64 tmux chromium
+  gcc-mingw-w64-x86-64 tmux chromium rsync
 # BitBake (tests/yocto/bitbake.sh) wants an en_US.UTF-8 locale.
 if ! locale -a 2>/dev/null | grep -qix 'en_US.utf8'; then
   sed -i 's/^# *en_US.UTF-8 UTF-8/en_US.UTF-8 UTF-8/' /etc/locale.gen
@@ -42,3 +43,10 @@ rustup component add rustfmt clippy
 rustup target add aarch64-unknown-linux-gnu aarch64-unknown-linux-musl armv7-unknown-linux-gnueabihf
 # latmon-view for Windows laptops (scripts/test.sh cross-builds it; mingw-w64 links).
 rustup target add x86_64-pc-windows-gnu
+# The test runner (scripts/test.sh, .config/nextest.toml): cargo-nextest
+# from the crate registry, built here once (a few minutes on 2 cores) and
+# kept in ~/.cargo/bin; a machine that has it at this version skips this.
+nextest=0.9.151
+if [ "$(cargo nextest --version 2>/dev/null | awk 'NR == 1 {print $2}')" != "$nextest" ]; then
+  cargo install --locked cargo-nextest --version "$nextest"
+fi

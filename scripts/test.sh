@@ -24,12 +24,44 @@ cd "$(dirname "$0")/.."
 boards=1
 [ "${1:-}" = --no-boards ] && boards=0
 t0=$(date +%s)
+# Each stage's seconds, for the closing table.
+stage_names=()
+stage_secs=()
 stage() { # NAME CMD...: run one stage and say how long it took
   local name=$1 s; shift
   s=$(date +%s)
   "$@"
-  echo "test.sh: $name passed in $(( $(date +%s) - s )) s"
+  stage_names+=("$name")
+  stage_secs+=("$(( $(date +%s) - s ))")
+  echo "test.sh: $name passed in ${stage_secs[-1]} s"
 }
+table() { # the stages and their seconds, as a table at the end of the log
+  local i
+  printf '\ntest.sh: stage table\n| stage | s |\n|---|---:|\n'
+  for i in "${!stage_names[@]}"; do printf '| %s | %s |\n' "${stage_names[$i]}" "${stage_secs[$i]}"; done
+  printf '| whole run | %s |\n\n' "$(( $(date +%s) - t0 ))"
+}
+# Cargo's build cache is machine-wide, outside the clone (as BitBake's is,
+# tests/yocto/bitbake.sh): a machine that has run the tests before rebuilds
+# only what changed, by cargo's own fingerprints (every registry crate and
+# the vendored C libraries are reused; this clone's own crates are keyed by
+# their path and rebuilt when their files are newer than the last build).
+# CARGO_TARGET_DIR set by the caller wins. One run at a time uses it (the
+# final binaries' names carry no path hash); past 40 GiB (many clones'
+# artifacts) it is emptied first.
+if [ -z "${CARGO_TARGET_DIR:-}" ]; then
+  export CARGO_TARGET_DIR=/var/cache/latmon-cargo/target
+  mkdir -p "$CARGO_TARGET_DIR"
+  exec 8> "${CARGO_TARGET_DIR%/*}/.lock"
+  flock -w 7200 8 || { echo "test.sh: another run holds ${CARGO_TARGET_DIR%/*}/.lock" >&2; exit 1; }
+  used=$(du -s --block-size=1G "$CARGO_TARGET_DIR" | cut -f1)
+  if [ "$used" -gt 40 ]; then
+    echo "test.sh: $CARGO_TARGET_DIR holds $used GiB (over 40): emptied first"
+    rm -rf "$CARGO_TARGET_DIR" && mkdir -p "$CARGO_TARGET_DIR"
+  fi
+fi
+tgt=$CARGO_TARGET_DIR
+echo "test.sh: cargo's target directory: $tgt"
 # Style gates: rustfmt (rustfmt.toml), clippy on every target (an allowance
 # only with its reason beside it) and clang-format for bpf/ (.clang-format).
 # clippy builds the BPF skeletons through build.rs, as cargo build does.
@@ -96,7 +128,7 @@ bitbake_wait() {
 }
 stage "style gates" lint
 # The technician's tool (crates/latmon-view) for Linux, in the cargo tests'
-# profile (tests/view_tui.rs and tests/view_report.rs drive the latmon-view
+# profile (tests/live/view_tui.rs and tests/live/view_report.rs drive the latmon-view
 # beside the latmon they test), and cross-built for Windows laptops
 # (x86_64-pc-windows-gnu, linked by mingw-w64) in that profile too: a check
 # that it compiles and links, not run here, so without the release
@@ -106,17 +138,18 @@ view_builds() {
   cargo build --profile "$tests_profile" --locked -p latmon-view
   cargo test --profile "$tests_profile" --locked -p latmon-view
   cargo build --profile "$tests_profile" --locked -p latmon-view --target x86_64-pc-windows-gnu
-  file "target/x86_64-pc-windows-gnu/$tests_profile/latmon-view.exe" | grep -q 'PE32+ executable' \
+  file "$tgt/x86_64-pc-windows-gnu/$tests_profile/latmon-view.exe" | grep -q 'PE32+ executable' \
     || { echo "test.sh: latmon-view.exe is not a Windows executable" >&2; return 1; }
-  ls -l "target/$tests_profile/latmon-view" "target/x86_64-pc-windows-gnu/$tests_profile/latmon-view.exe"
+  ls -l "$tgt/$tests_profile/latmon-view" "$tgt/x86_64-pc-windows-gnu/$tests_profile/latmon-view.exe"
 }
 stage "latmon-view (Linux, Windows cross build)" view_builds
 # The cargo tests' profile (Cargo.toml [profile.release-test]): the release
 # code without fat LTO, which every test binary would repeat when linked.
-# --no-fail-fast: one CI run reports every failing test, not just the first binary's.
 # The default members (latmon, latmon-core; Cargo.toml): not --workspace,
 # whose feature unification with latmon-view's crates would build latmon a
 # second time with other dependency features.
+# The integration tests are three binaries (tests/live, tests/cli,
+# tests/pure) and tests/alloc_free.rs (its own global allocator).
 tests=(cargo test --locked --profile "$tests_profile")
 stage "cargo test builds" "${tests[@]}" --no-run
 # The boards' inputs: the static cross builds (the shipped release profile)
@@ -131,60 +164,31 @@ board_inputs() {
 }
 [ $boards = 0 ] || stage "virtual boards' builds and kernels" board_inputs
 bitbake_idle
-# A live test that fails is run once more, alone, and the run passes only if
-# it then passes: the live tests time real kernel events on a shared 2-core
-# VM, where host steal (15-27 % seen by vmstat) and BitBake beside them can
-# stretch one run past a bound that holds on every other (one CI run failed
-# on 3 live tests, each green in every earlier run). Each such test is named
-# as FLAKY in the log and in the closing line, so it is seen, not hidden.
-# Only integration tests (tests/*.rs) are rerun: a unit test or a doc test
-# that fails, or a test binary that failed without naming a failed test
-# (a crash), fails the stage at once.
-flaky=()
-# The tests' scratch files (each test binary's own directory, named by its
-# pid) go under one directory removed when the stage ends, not into /tmp
-# for good. Mode 1777 as /tmp: some tests run programs as nobody.
+# The tests run under cargo-nextest (.config/nextest.toml): each test its
+# own process, two at a time; the live tests retried once and a test that
+# passes on its retry named FLAKY in nextest's summary; the tests that pin
+# CPUs or load the machine run alone. --run-ignored all: the tests marked
+# "needs root" (ignored by a plain `cargo test` as a normal user) run too.
+# print_golden is a tool (it prints the wire vectors), not a test.
+# Nextest does not run doc tests: `cargo test --doc` does, after it.
+# The tests' scratch files (each test's own directory, named by its pid)
+# go under one directory removed when the stage ends, not into /tmp for
+# good. Mode 1777 as /tmp: some tests run programs as nobody.
 cargo_tests() {
-  local scratch rc=0 log target spec names
+  local scratch rc=0
   scratch=$(mktemp -d /tmp/latmon-tests.XXXXXX)
   chmod 1777 "$scratch"
-  log=$scratch/cargo-test.log
-  # pipefail: rc is cargo's status, not tee's.
-  TMPDIR=$scratch "${tests[@]}" --no-fail-fast 2>&1 | tee "$log" || rc=$?
-  if [ "$rc" != 0 ]; then
-    # cargo's closing list: one "`-p PKG --test NAME`" (or --lib, --doc,
-    # --bin) line per failed target.
-    local -a specs=()
-    mapfile -t specs < <(sed -n 's/^    `\(-p [^`]*\)`$/\1/p' "$log")
-    [ "${#specs[@]}" -gt 0 ] || { rm -rf "$scratch"; return "$rc"; }
-    rc=0
-    for spec in "${specs[@]}"; do
-      target=${spec##*--test }
-      case $spec in *" --test "*) ;; *) echo "test.sh: $spec failed (not a live test: not rerun)" >&2; rc=1; continue ;; esac
-      # The failed tests of that target: "test NAME ... FAILED" after its
-      # "Running tests/NAME.rs" line, up to the next target's.
-      mapfile -t names < <(awk -v t="tests/$target.rs" '
-        /^     Running / { cur = ($2 == t) }
-        cur && /^test [^ ]+ \.\.\. FAILED$/ { print $2 }' "$log")
-      if [ "${#names[@]}" = 0 ]; then
-        echo "test.sh: $spec failed without naming a failed test: not rerun" >&2; rc=1; continue
-      fi
-      echo "test.sh: rerunning once, alone: $target: ${names[*]}"
-      # shellcheck disable=SC2086 # $spec is cargo's own words for the target
-      if TMPDIR=$scratch "${tests[@]}" $spec -- --exact "${names[@]}"; then
-        for n in "${names[@]}"; do flaky+=("$target::$n"); echo "test.sh: FLAKY (failed, then passed alone): $target::$n"; done
-      else
-        echo "test.sh: $target failed again: ${names[*]}" >&2; rc=1
-      fi
-    done
-  fi
+  TMPDIR=$scratch cargo nextest run --locked --cargo-profile "$tests_profile" --run-ignored all \
+    -E 'not test(=wire::tests::print_golden)' || rc=$?
+  if [ "$rc" = 0 ]; then TMPDIR=$scratch "${tests[@]}" --doc || rc=$?; fi
   rm -rf "$scratch"
   return "$rc"
 }
-stage "cargo tests" cargo_tests
+stage "cargo tests (nextest, then doc tests)" cargo_tests
 if [ $boards = 1 ]; then
   # The decoder of the boards' UART output: the build the cargo tests ran.
-  LATMON_HOST_BIN="target/$tests_profile/latmon" stage "virtual boards" tests/board/run-all.sh
+  LATMON_HOST_BIN="$tgt/$tests_profile/latmon" stage "virtual boards" tests/board/run-all.sh
 fi
 stage "bitbake checks (waited for)" bitbake_wait
-echo "test.sh: all stages passed in $(( $(date +%s) - t0 )) s${flaky[*]:+ (FLAKY, passed on their one rerun: ${flaky[*]})}"
+table
+echo "test.sh: all stages passed in $(( $(date +%s) - t0 )) s (FLAKY tests, if any, are named in nextest's summary above)"

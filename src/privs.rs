@@ -13,7 +13,7 @@
 //!    thread's permitted and effective sets), then capset to empty on this
 //!    thread, and a check of /proc/self/task/*/status.
 //!
-//! What keeps working unprivileged (verified live on 6.18, tests/agent_live.rs):
+//! What keeps working unprivileged (verified live on 6.18, tests/live/agent.rs):
 //! attached links, ring/perf buffer reads (mmap + epoll), map lookups and
 //! `bpf_prog_get_info_by_fd` on fds already open. On kernels before 6.5
 //! with `kernel.unprivileged_bpf_disabled` set, every bpf() command needs

@@ -80,7 +80,7 @@ pub struct Map {
 /// 2^(j/8) for j = 0..8: schema 3's bounds inside a power of two. Literal
 /// (what `exp2` gives, correctly rounded) so that the product needs no
 /// libm: the native x86_64 build links nothing but libc
-/// (tests/cli.rs `libbpf_libelf_and_zlib_are_linked_statically`).
+/// (tests/cli/contract.rs `libbpf_libelf_and_zlib_are_linked_statically`).
 const OCTAVE: [f64; 8] = [
     1.0,
     1.090_507_732_665_257_7,

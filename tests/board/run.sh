@@ -151,7 +151,7 @@ run_config() {
   # boot lost none) and none with 2.5 s. The settle time keeps that
   # start-up window out of the exact counts; the host's
   # LATMON_BOARD_SETTLE_US overrides it. Cause (docs/probes.md, "Runs the
-  # kernel skips"; proved on the 6.18 host by tests/kernel_misses.rs):
+  # kernel skips"; proved on the 6.18 host by tests/live/kernel_misses.rs):
   # kprobe and classic-tracepoint programs are skipped while latmon's own
   # start-up map syscalls hold the CPU's bpf_prog_active - uncounted on
   # these 6.1 kernels; raw_tp/tp_btf programs have their own guard.

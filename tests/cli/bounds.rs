@@ -28,6 +28,7 @@ fn check_json(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
 /// the output and the problem (exit 2, as for an invalid config); valid
 /// ones pass, an absent serial device with a note.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn check_judges_outputs_as_run_opens_them() {
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy_port = busy.local_addr().unwrap().port();
@@ -93,6 +94,7 @@ fn check_judges_outputs_as_run_opens_them() {
 
 /// `--help` says 0 skips the measurement: it does.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn check_measure_0_skips_the_measurement() {
     let (code, v, err) = check_json(&["--measure", "0", "--probe", "runq"]);
     assert_eq!(code, Some(0), "{v}\n{err}");
@@ -225,6 +227,7 @@ fn closed_by_server(s: &mut TcpStream) -> bool {
 /// MB; ~100 MB stayed after they left): `clients=N` of them are served, the
 /// rest refused or displaced; RSS stays within a few MiB.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn tcp_output_serves_a_bounded_number_of_clients_in_bounded_memory() {
     const CLIENTS: usize = 1000;
     const LIMIT: usize = 8;

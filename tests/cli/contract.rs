@@ -8,6 +8,7 @@ use std::os::unix::process::CommandExt;
 use common::*;
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn check_reports_kernel_features_and_the_plan() {
     let out = latmon().args(["check", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -93,6 +94,7 @@ fn unknown_probe_is_a_clear_one_line_error() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn a_probe_that_cannot_run_is_reported_and_the_others_keep_running() {
     let out = latmon()
         .args([
@@ -123,6 +125,7 @@ fn a_probe_that_cannot_run_is_reported_and_the_others_keep_running() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn when_no_probe_can_run_the_exit_is_non_zero() {
     let out = latmon().args(["run", "--probe", "kfunc:do_nanosleep", "--duration", "300ms"]).output().unwrap();
     assert!(!out.status.success());

@@ -7,6 +7,7 @@ use crate::common;
 use common::*;
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn check_plans_every_rt_family_on_this_kernel() {
     let out = latmon()
         .args(["check", "--json", "--probe", "syscall", "--probe", "syscall:nanosleep,name=ns", "--probe", "irq"])
@@ -23,6 +24,7 @@ fn check_plans_every_rt_family_on_this_kernel() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn the_default_runs_runq_syscall_and_irq_with_series() {
     let child = start_run_env(&["--interval", "200ms", "--format", "json"], &[]);
     // Some syscalls of our own, so the syscall family has series.

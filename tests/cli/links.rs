@@ -36,6 +36,7 @@ fn a_port_in_use_is_reported_at_startup() {
 }
 
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn frames_on_stdout_pipe_into_decode() {
     let mut run = latmon()
         .args(["run", "--probe", "runq", "--interval", "200ms", "--duration", "1s", "--format", "frames"])
@@ -58,6 +59,7 @@ fn frames_on_stdout_pipe_into_decode() {
 /// run is well under way) is announced by a new Hello before the summaries
 /// that carry it, so the receiver names every probe id it sees.
 #[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn series_born_late_are_named_on_the_frame_link() {
     let comm = "lm-lateseries";
     let spec = format!("syscall,comm={comm},name=sc");

@@ -8,7 +8,7 @@
 use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use common::*;
 

@@ -11,7 +11,6 @@
 use crate::common;
 
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::*;

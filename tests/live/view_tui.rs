@@ -194,7 +194,7 @@ fn live_view_in_tmux_header_sort_select_resize_unplug() {
     std::fs::create_dir_all(&dir).unwrap();
     let link = dir.join("ttyADAPTER");
     // 921600 baud: a link budget (half the line) the default configuration's
-    // frames fit in without degradation steps (tests/links_paced.rs covers those).
+    // frames fit in without degradation steps (tests/live/links_paced.rs covers those).
     let agent = start_run(&["--interval", "1s", "--output", &format!("serial:{}@921600", agent_pty.path)]);
     let r = relay(agent_pty.master, &link);
     let cmd = format!("{} view serial:{}@921600", bin.display(), link.display());

@@ -10,7 +10,7 @@
 //! receiver's state and the process's memory stay bounded.
 //!
 //! Bounded: `FRAMES` frames from a fixed seed (deterministic), a few
-//! seconds in a release build (`cargo test --release --test wire_fuzz`);
+//! seconds in a release build (`cargo test --release --test pure wire_fuzz::`);
 //! the figures are printed (`--nocapture`).
 
 use std::time::Instant;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Facts of a PNG for tests/view_report.rs, from the file itself (zlib and
+"""Facts of a PNG for tests/live/view_report.rs, from the file itself (zlib and
 the PNG filters, no imaging library): width, height, the share of pixels
 that are not white, and the number of distinct colours.
 
