@@ -247,8 +247,8 @@ cp "$work/console.log" "target/board/$board-console.log"
 # Decode the link UART's frames on the host, as a technician's laptop would.
 # LATMON_HOST_BIN: a host build to decode with (scripts/test.sh passes the
 # one its cargo tests built); by default the release build.
-host_latmon=${LATMON_HOST_BIN:-target/release/latmon}
-[ -x "$host_latmon" ] || { host_latmon=target/release/latmon; cargo build --release --locked >&2; }
+host_latmon=${LATMON_HOST_BIN:-${CARGO_TARGET_DIR:-target}/release/latmon}
+[ -x "$host_latmon" ] || { host_latmon=${CARGO_TARGET_DIR:-target}/release/latmon; cargo build --release --locked >&2; }
 "$host_latmon" decode "file:$work/uart.log" > "$work/frames.jsonl" 2> "$work/link.txt" || true
 cp "$work/frames.jsonl" "target/board/$board-frames.jsonl"
 python3 tests/board/verify.py "$board" "$work/console.log" "$work/frames.jsonl" "$work/link.txt" "$t1" "$t0" "$((t1 - q0))"
