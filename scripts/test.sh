@@ -27,10 +27,13 @@ t0=$(date +%s)
 # Each stage's seconds, for the closing table.
 stage_names=()
 stage_secs=()
+stage_now=
 stage() { # NAME CMD...: run one stage and say how long it took
   local name=$1 s; shift
   s=$(date +%s)
+  stage_now=$name stage_from=$s
   "$@"
+  stage_now=
   stage_names+=("$name")
   stage_secs+=("$(( $(date +%s) - s ))")
   echo "test.sh: $name passed in ${stage_secs[-1]} s"
@@ -41,6 +44,19 @@ table() { # the stages and their seconds, as a table at the end of the log
   for i in "${!stage_names[@]}"; do printf '| %s | %s |\n' "${stage_names[$i]}" "${stage_secs[$i]}"; done
   printf '| whole run | %s |\n\n' "$(( $(date +%s) - t0 ))"
 }
+# A failed run ends with the table too: the stages that passed, and the one
+# that failed with how long it ran (errexit ends the run inside a stage, so
+# this is an EXIT trap, not a test of the stage's status).
+failed_table() { # [STATUS]: the exit status, else $?
+  local rc=${1:-$?}
+  [ "$rc" != 0 ] || return 0
+  if [ -n "$stage_now" ]; then
+    stage_names+=("$stage_now (FAILED, exit $rc)")
+    stage_secs+=("$(( $(date +%s) - stage_from ))")
+  fi
+  table
+}
+trap failed_table EXIT
 # Cargo's build cache is machine-wide, outside the clone (as BitBake's is,
 # tests/yocto/bitbake.sh): a machine that has run the tests before rebuilds
 # only what changed, by cargo's own fingerprints (every registry crate and
@@ -116,12 +132,12 @@ bitbake_stop() {
   echo "test.sh: a stage failed: bitbake checks stopped; their log so far ($bb_log):" >&2
   tail -20 "$bb_log" >&2
 }
-trap bitbake_stop EXIT
+trap 'rc=$?; bitbake_stop; failed_table "$rc"' EXIT
 echo "test.sh: bitbake checks started in the background (pid $bb_pid, log $bb_log)"
 bitbake_wait() {
   local rc=0
   wait "$bb_pid" || rc=$?
-  trap - EXIT
+  trap failed_table EXIT
   cat "$bb_log"
   [ "$rc" = 0 ] || { echo "test.sh: bitbake checks FAILED (exit $rc)" >&2; return "$rc"; }
   echo "test.sh: bitbake checks took $(( $(date +%s) - bb_start )) s (beside the other stages)"

@@ -357,6 +357,26 @@ fn task_ns(causes: &serde_json::Value, tid: u32) -> u64 {
     causes.as_array().map_or(0, |a| a.iter().filter(of).map(|c| u(c, "ns")).sum())
 }
 
+/// A JSON top cause as Modbus registers 25 and 26-27 code it
+/// (docs/modbus-map.md): its kind and its id.
+fn modbus_cause(c: &serde_json::Value) -> (u64, u64) {
+    const SOFTIRQS: [&str; 10] =
+        ["HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU"];
+    let rest = c["rest"] == true;
+    match c["kind"].as_str() {
+        Some("task") if rest => (2, 0),
+        Some("task") => (1, u(c, "pid")),
+        Some("irq") if rest => (4, 0),
+        Some("irq") => (3, u(c, "irq")),
+        Some("softirq") => {
+            (5, SOFTIRQS.iter().position(|v| c["vector"] == *v).unwrap_or_else(|| panic!("vector of {c}")) as u64)
+        }
+        Some("timer_irq_delay") => (6, 0),
+        Some("other") => (7, 0),
+        _ => panic!("a top cause Modbus has no code for: {c}"),
+    }
+}
+
 /// The probe `name` of an interval.
 fn probe_of<'a>(line: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     line["probes"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{name} in {line}"))
@@ -465,36 +485,49 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
     let alerted_s =
         so_far.iter().map(|l| u(&probe_of(l, "timer")["alert_causes"], "alerted_ns")).sum::<u64>() as f64 / 1e9;
     let scraped = server.scalar("latmon_probe_alerted_seconds_total{probe=\"timer\"}", None);
-    // Rank 1 as Prometheus held it mid-run (its latest sample then).
-    let ratio = server.query("latmon_probe_alerted_cause_ratio{probe=\"timer\",rank=\"1\"}", Some(mid));
-    if ratio.is_empty() {
+    // Rank 1 as Prometheus held it mid-run, at three scrapes 1 s apart
+    // (its latest sample at each instant).
+    let ratios: Vec<Vec<serde_json::Value>> = [mid - 2.0, mid - 1.0, mid]
+        .iter()
+        .map(|&t| server.query("latmon_probe_alerted_cause_ratio{probe=\"timer\",rank=\"1\"}", Some(t)))
+        .collect();
+    if ratios.iter().any(Vec::is_empty) {
         eprintln!("Prometheus at {mid}: {:?}", server.query("{__name__=~\"latmon_probe_alert.*\"}", Some(mid)));
     }
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
 
-    // Modbus: block 0's top cause is the hog, as JSON's interval `seq` says.
+    // Modbus mirrors JSON's interval `seq`: its top cause, id, alerted
+    // time and share. Which cause that is, is the JSON check's below: a
+    // single interval may be topped by this VM's host delaying the timer
+    // interrupt (CI: timer_irq_delay 58.7 %, the hog 38.5 %), so the
+    // attribution is judged over the run's busy intervals, not one.
     let at = lines.iter().find(|l| u(l, "seq") == seq).unwrap_or_else(|| panic!("interval {seq} in JSON"));
     let c = &probe_of(at, "timer")["alert_causes"];
     let top = &c["causes"][0];
     eprintln!("FIGURES top causes, Modbus header 24..31 of seq {seq}: {:?}; JSON: {c}", &w[24..32]);
     assert_eq!(w[24], 0, "block 0 alerted most");
-    assert_eq!((w[25], w[26] << 16 | w[27]), (1, u64::from(hog.tid)), "a task, the hog: {top}");
+    assert_eq!((w[25], w[26] << 16 | w[27]), modbus_cause(top), "Modbus's top cause is JSON's: {top}");
     assert_eq!(w[28] << 16 | w[29], u(c, "alerted_ns").div_ceil(1_000), "alerted us: {c}");
     assert_eq!(w[30], u(top, "ns") * 10_000 / u(c, "alerted_ns"), "share in 0.01 %: {c}");
-    assert!(w[30] >= 5_000, "the hog holds most of the late time: {c}");
 
-    // Prometheus: the same counter, and the hog as rank 1.
-    eprintln!("FIGURES top causes, Prometheus: alerted {scraped:?} s (JSON {alerted_s} s), rank 1: {ratio:?}");
+    // Prometheus: the same counter, and the hog as rank 1 with most of
+    // the late time in at least two of the three scrapes.
+    eprintln!("FIGURES top causes, Prometheus: alerted {scraped:?} s (JSON {alerted_s} s), rank 1: {ratios:?}");
     assert!(scraped.is_some_and(|v| (v - alerted_s).abs() <= 1e-6 * alerted_s.max(1.0)), "{scraped:?} vs {alerted_s}");
     let hog_label = format!("{hog_comm}[{}]", hog.tid);
-    let r = ratio
+    let hog_first = ratios
         .iter()
-        .find(|r| r["metric"]["cause"] == hog_label.as_str())
-        .unwrap_or_else(|| panic!("{hog_label} in {ratio:?}"));
-    assert_eq!(r["metric"]["cause_kind"], "task");
-    assert!(r["value"][1].as_str().unwrap().parse::<f64>().unwrap() > 0.5, "{r}");
+        .filter(|ratio| {
+            ratio.iter().any(|r| {
+                r["metric"]["cause"] == hog_label.as_str()
+                    && r["metric"]["cause_kind"] == "task"
+                    && r["value"][1].as_str().and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v > 0.5)
+            })
+        })
+        .count();
+    assert!(hog_first >= 2, "{hog_label} rank 1 above 50 % in {hog_first} of 3 scrapes: {ratios:?}");
 
     // JSON: per interval, the hog on top; over the run, every alert.
     let (mut alerts, mut alerted, mut tally_hog, mut on_top, mut busy) = (0, 0, 0, 0, 0);
