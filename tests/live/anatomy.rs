@@ -485,11 +485,11 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
     let alerted_s =
         so_far.iter().map(|l| u(&probe_of(l, "timer")["alert_causes"], "alerted_ns")).sum::<u64>() as f64 / 1e9;
     let scraped = server.scalar("latmon_probe_alerted_seconds_total{probe=\"timer\"}", None);
-    // Rank 1 as Prometheus held it mid-run, at three scrapes 1 s apart
+    // Ranks 1..3 as Prometheus held them mid-run, at three scrapes 1 s apart
     // (its latest sample at each instant).
     let ratios: Vec<Vec<serde_json::Value>> = [mid - 2.0, mid - 1.0, mid]
         .iter()
-        .map(|&t| server.query("latmon_probe_alerted_cause_ratio{probe=\"timer\",rank=\"1\"}", Some(t)))
+        .map(|&t| server.query("latmon_probe_alerted_cause_ratio{probe=\"timer\"}", Some(t)))
         .collect();
     if ratios.iter().any(Vec::is_empty) {
         eprintln!("Prometheus at {mid}: {:?}", server.query("{__name__=~\"latmon_probe_alert.*\"}", Some(mid)));
@@ -512,25 +512,27 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
     assert_eq!(w[28] << 16 | w[29], u(c, "alerted_ns").div_ceil(1_000), "alerted us: {c}");
     assert_eq!(w[30], u(top, "ns") * 10_000 / u(c, "alerted_ns"), "share in 0.01 %: {c}");
 
-    // Prometheus: the same counter, and the hog as rank 1 with most of
-    // the late time in at least two of the three scrapes.
+    // Prometheus: the same counter, and the hog ranked first of the tasks
+    // in at least two of the three scrapes.
     eprintln!("FIGURES top causes, Prometheus: alerted {scraped:?} s (JSON {alerted_s} s), rank 1: {ratios:?}");
     assert!(scraped.is_some_and(|v| (v - alerted_s).abs() <= 1e-6 * alerted_s.max(1.0)), "{scraped:?} vs {alerted_s}");
     let hog_label = format!("{hog_comm}[{}]", hog.tid);
+    // As in JSON below: the hog the first task among the ranks.
     let hog_first = ratios
         .iter()
         .filter(|ratio| {
-            ratio.iter().any(|r| {
-                r["metric"]["cause"] == hog_label.as_str()
-                    && r["metric"]["cause_kind"] == "task"
-                    && r["value"][1].as_str().and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v > 0.5)
-            })
+            let first_task = ratio
+                .iter()
+                .filter(|r| r["metric"]["cause_kind"] == "task")
+                .min_by_key(|r| r["metric"]["rank"].as_str().unwrap_or("9").to_string());
+            first_task.is_some_and(|r| r["metric"]["cause"] == hog_label.as_str())
         })
         .count();
-    assert!(hog_first >= 2, "{hog_label} rank 1 above 50 % in {hog_first} of 3 scrapes: {ratios:?}");
+    assert!(hog_first >= 2, "{hog_label} the first task among the ranks in {hog_first} of 3 scrapes: {ratios:?}");
 
     // JSON: per interval, the hog on top; over the run, every alert.
     let (mut alerts, mut alerted, mut tally_hog, mut on_top, mut busy) = (0, 0, 0, 0, 0);
+    let mut on_top_all = 0;
     let mut not_tasks = 0u64;
     for l in &lines {
         let c = &probe_of(l, "timer")["alert_causes"];
@@ -542,10 +544,19 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
             (alerts + u(c, "alerts"), alerted + u(c, "alerted_ns"), tally_hog + task_ns(&c["causes"], hog.tid));
         if u(c, "alerts") >= 20 {
             busy += 1;
+            // The hog ahead of every other task, with most of the tasks'
+            // late time. Not necessarily ahead of everything: an interval
+            // in which this VM's host delayed the timer interrupt is
+            // rightly topped by timer_irq_delay (seen: 7 of 9 busy
+            // intervals with the hog on top overall).
+            let tasks: Vec<&serde_json::Value> =
+                c["causes"].as_array().unwrap().iter().filter(|x| x["kind"] == "task").collect();
+            let task_total: u64 = tasks.iter().map(|x| u(x, "ns")).sum();
             on_top += usize::from(
-                c["causes"][0]["pid"].as_u64() == Some(u64::from(hog.tid))
-                    && c["causes"][0]["share"].as_f64() > Some(0.5),
+                tasks.first().is_some_and(|t| t["pid"].as_u64() == Some(u64::from(hog.tid)))
+                    && task_ns(&c["causes"], hog.tid) * 2 > task_total,
             );
+            on_top_all += usize::from(c["causes"][0]["pid"].as_u64() == Some(u64::from(hog.tid)));
         }
     }
     let p = probe_of(lines.last().unwrap(), "timer");
@@ -567,7 +578,7 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
     eprintln!(
         "FIGURES top causes with refused records: {} bursts, {alerts} alerts tallied ({} ns), {} records ({rec_ns} ns) + {} \
          refused; hog: {tally_hog} ns tallied, {rec_hog} ns in the records, {expected} ns measured by the hog, {not_tasks} ns non-task causes; hog \
-         on top in {on_top} of {busy} intervals with 20+ alerts",
+         first among tasks in {on_top} and on top of all causes in {on_top_all} of {busy} intervals with 20+ alerts",
         hog.bursts.len(),
         alerted,
         recs.len(),
@@ -588,7 +599,7 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
         (lo..=hi).contains(&(tally_hog as f64)),
         "hog {tally_hog} ns tallied vs {expected} ns measured ({not_tasks} ns of non-task causes): outside {lo:.0}..={hi:.0}"
     );
-    assert!(busy >= 4 && on_top * 10 >= busy * 9, "the hog on top in {on_top} of {busy} busy intervals");
+    assert!(busy >= 4 && on_top * 10 >= busy * 9, "the hog first among tasks in {on_top} of {busy} busy intervals");
 }
 
 /// 24 hogs one after the other (distinct threads), each bursting for
