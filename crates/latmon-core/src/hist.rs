@@ -153,8 +153,10 @@ impl Hist {
         self.sum_ns.checked_div(self.count).unwrap_or(0)
     }
 
-    /// Value at quantile `q` (0..=1): the rank's bucket, interpolated
+    /// Value at quantile `q` (0..=1) (std: float rounding; the no_std
+    /// receiver has its integer twin, `wire::fixed`): the rank's bucket, interpolated
     /// linearly inside it, clamped to [min, max]. 0 when empty.
+    #[cfg(feature = "std")]
     pub fn quantile(&self, q: f64) -> u64 {
         if self.count == 0 {
             return 0;
@@ -183,6 +185,7 @@ impl Hist {
         self.max_ns
     }
 
+    #[cfg(feature = "std")]
     pub fn percentiles(&self) -> Percentiles {
         Percentiles {
             p50_ns: self.quantile(0.50),

@@ -4,8 +4,6 @@
 
 use std::fmt;
 
-use serde::Serialize;
-
 use super::*;
 
 /// Why bytes between two delimiters were not a good frame. The decoder
@@ -63,43 +61,24 @@ impl FrameError {
     }
 }
 
-/// Link quality as the receiver saw it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct LinkStats {
-    pub bytes: u64,
-    pub frames_good: u64,
-    /// Good frames of a kind this receiver does not know (skipped).
-    pub unknown_kinds: u64,
-    pub crc_errors: u64,
-    pub cobs_errors: u64,
-    pub short_frames: u64,
-    pub oversize: u64,
-    pub version_mismatch: u64,
-    pub body_errors: u64,
-    /// Times the decoder discarded bytes and restarted at the next
-    /// delimiter (every damaged frame, plus a partial frame at join).
-    pub resyncs: u64,
-}
-
-impl LinkStats {
-    /// Damaged frames (every error except a partial frame at join).
-    pub fn errors(&self) -> u64 {
-        self.crc_errors
-            + self.cobs_errors
-            + self.short_frames
-            + self.oversize
-            + self.version_mismatch
-            + self.body_errors
+impl From<FrameFault> for FrameError {
+    fn from(f: FrameFault) -> Self {
+        match f {
+            FrameFault::Joined { len } => Self::Joined { len },
+            FrameFault::Oversize { len } => Self::Oversize { len },
+            FrameFault::Cobs { len } => Self::Cobs { len },
+            FrameFault::Short { len } => Self::Short { len },
+            FrameFault::Crc { len, expected, actual } => Self::Crc { len, expected, actual },
+            FrameFault::Version { version } => Self::Version { version },
+        }
     }
 }
 
 /// Turns a byte stream (any read sizes) into frames. Never panics on input.
+/// The framing is the no_std receiver's ([`FrameSplitter`]): both split,
+/// check and count the same bytes the same way.
 pub struct FrameDecoder {
-    buf: Box<[u8]>,
-    len: usize,
-    overflow: usize,
-    /// No delimiter seen yet: the first fragment may be a partial frame.
-    at_start: bool,
+    split: Box<FrameSplitter<SPLITTER_BUF>>,
     pub stats: LinkStats,
 }
 
@@ -111,87 +90,38 @@ impl Default for FrameDecoder {
 
 impl FrameDecoder {
     pub fn new() -> Self {
-        FrameDecoder {
-            buf: vec![0; MAX_ENCODED].into_boxed_slice(),
-            len: 0,
-            overflow: 0,
-            at_start: true,
-            stats: LinkStats::default(),
-        }
+        FrameDecoder { split: Box::default(), stats: LinkStats::default() }
     }
 
     /// A new stream begins (reconnected): forget a partial frame and judge
     /// the first fragment leniently again. Statistics are kept.
     pub fn restart(&mut self) {
-        self.len = 0;
-        self.overflow = 0;
-        self.at_start = true;
+        self.split.restart();
     }
 
     /// Feed bytes; `out` gets every complete frame or the reason a fragment
     /// between delimiters was discarded.
-    pub fn feed(&mut self, mut input: &[u8], out: &mut dyn FnMut(Result<Frame, FrameError>)) {
-        self.stats.bytes += input.len() as u64;
-        while !input.is_empty() {
-            let (chunk, delim) = match input.iter().position(|&b| b == DELIMITER) {
-                Some(p) => (&input[..p], true),
-                None => (input, false),
-            };
-            let room = self.buf.len() - self.len;
-            if self.overflow > 0 || chunk.len() > room {
-                self.overflow += self.len + chunk.len();
-                self.len = 0;
-            } else {
-                self.buf[self.len..self.len + chunk.len()].copy_from_slice(chunk);
-                self.len += chunk.len();
+    pub fn feed(&mut self, input: &[u8], out: &mut dyn FnMut(Result<Frame, FrameError>)) {
+        self.split.feed(&mut self.stats, input, |r| match r {
+            Err(fault) => {
+                out(Err(fault.into()));
+                false
             }
-            if delim {
-                self.end_fragment(out);
-                input = &input[chunk.len() + 1..];
-            } else {
-                input = &[];
-            }
-        }
-    }
-
-    /// A delimiter arrived: judge the fragment before it.
-    fn end_fragment(&mut self, out: &mut dyn FnMut(Result<Frame, FrameError>)) {
-        let at_start = std::mem::replace(&mut self.at_start, false);
-        if self.overflow > 0 {
-            let len = std::mem::take(&mut self.overflow);
-            self.len = 0;
-            self.stats.resyncs += 1;
-            if at_start {
-                return out(Err(FrameError::Joined { len }));
-            }
-            self.stats.oversize += 1;
-            return out(Err(FrameError::Oversize { len }));
-        }
-        let n = std::mem::take(&mut self.len);
-        if n == 0 {
-            return; // back-to-back delimiters: an idle line or a flush
-        }
-        let res = decode_fragment(&mut self.buf[..n]);
-        match &res {
-            Ok(Frame::Unknown { .. }) => self.stats.unknown_kinds += 1,
-            Ok(_) => self.stats.frames_good += 1,
-            Err(e) => {
-                self.stats.resyncs += 1;
-                if at_start {
-                    return out(Err(FrameError::Joined { len: n }));
+            Ok(raw) => match decode_body(raw.kind, raw.len, raw.body, raw.padded) {
+                Ok(f) => {
+                    out(Ok(f));
+                    true
                 }
-                match e {
-                    FrameError::Cobs { .. } => self.stats.cobs_errors += 1,
-                    FrameError::Short { .. } => self.stats.short_frames += 1,
-                    FrameError::Crc { .. } => self.stats.crc_errors += 1,
-                    FrameError::Version { .. } => self.stats.version_mismatch += 1,
-                    FrameError::Body { .. } => self.stats.body_errors += 1,
-                    FrameError::Oversize { .. } => self.stats.oversize += 1,
-                    FrameError::Joined { .. } => {}
+                Err(_) if raw.at_start => {
+                    out(Err(FrameError::Joined { len: raw.len }));
+                    false
                 }
-            }
-        }
-        out(res)
+                Err(e) => {
+                    out(Err(e));
+                    false
+                }
+            },
+        })
     }
 }
 
@@ -204,28 +134,24 @@ pub fn decode_fragment(buf: &mut [u8]) -> Result<Frame, FrameError> {
 
 /// Decode a COBS-decoded payload: CRC, version, kind, body.
 pub fn decode_payload(p: &[u8]) -> Result<Frame, FrameError> {
-    if p.len() < FRAME_OVERHEAD {
-        return Err(FrameError::Short { len: p.len() });
-    }
-    let (data, crc) = p.split_at(p.len() - 4);
-    let expected = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-    let actual = crate::crc32::hash(data);
-    if expected != actual {
-        return Err(FrameError::Crc { len: p.len(), expected, actual });
-    }
-    if data[0] != PROTOCOL_VERSION {
-        return Err(FrameError::Version { version: data[0] });
-    }
-    let body = &data[2..];
-    let Some(kind) = Kind::from_byte(data[1]) else {
-        return Ok(Frame::Unknown { kind: data[1], len: p.len() });
+    let (kind, body) = check_payload(p)?;
+    let mut padded = Vec::with_capacity(body.len() + TRAILING_DEFAULT_PAD);
+    padded.extend_from_slice(body);
+    padded.resize(body.len() + TRAILING_DEFAULT_PAD, 0);
+    decode_body(kind, p.len(), body, &padded)
+}
+
+/// Decode a checked body of kind byte `kind` (payload length `len`).
+fn decode_body(kind: u8, len: usize, body: &[u8], padded: &[u8]) -> Result<Frame, FrameError> {
+    let Some(kind) = Kind::from_byte(kind) else {
+        return Ok(Frame::Unknown { kind, len });
     };
     let bad = |e: postcard::Error| FrameError::Body { kind, why: e.to_string() };
     Ok(match kind {
-        Kind::Hello => Frame::Hello(body_of(body).map_err(bad)?),
-        Kind::Summary => Frame::Summary(body_of(body).map_err(bad)?),
+        Kind::Hello => Frame::Hello(owned(body, padded).map_err(bad)?),
+        Kind::Summary => Frame::Summary(owned(body, padded).map_err(bad)?),
         Kind::Alert => {
-            let a: Alert = body_of(body).map_err(bad)?;
+            let a: Alert = owned(body, padded).map_err(bad)?;
             if a.causes.len() > crate::anatomy::MAX_CAUSES {
                 return Err(FrameError::Body {
                     kind,
@@ -234,23 +160,14 @@ pub fn decode_payload(p: &[u8]) -> Result<Frame, FrameError> {
             }
             Frame::Alert(a)
         }
-        Kind::Status => Frame::Status(body_of(body).map_err(bad)?),
-        Kind::Delta => Frame::Delta(body_of(body).map_err(bad)?),
-        Kind::Request => Frame::Request(body_of(body).map_err(bad)?),
+        Kind::Status => Frame::Status(owned(body, padded).map_err(bad)?),
+        Kind::Delta => Frame::Delta(owned(body, padded).map_err(bad)?),
+        Kind::Request => Frame::Request(owned(body, padded).map_err(bad)?),
     })
 }
 
-/// postcard-decode a body: trailing bytes (fields a newer revision
-/// appended) are ignored; a body that ends early (an older revision) reads
-/// its missing trailing fields as zero / empty / None.
-fn body_of<T: serde::de::DeserializeOwned>(body: &[u8]) -> postcard::Result<T> {
-    match postcard::take_from_bytes::<T>(body) {
-        Err(postcard::Error::DeserializeUnexpectedEnd) => {
-            let mut padded = Vec::with_capacity(body.len() + TRAILING_DEFAULT_PAD);
-            padded.extend_from_slice(body);
-            padded.resize(body.len() + TRAILING_DEFAULT_PAD, 0);
-            postcard::take_from_bytes::<T>(&padded).map(|(v, _)| v)
-        }
-        r => r.map(|(v, _)| v),
-    }
+/// An owned message from a body ([`body_of`]: trailing bytes ignored, a
+/// short body read with zeros appended).
+fn owned<T: serde::de::DeserializeOwned>(body: &[u8], padded: &[u8]) -> postcard::Result<T> {
+    body_of(body, padded).map(|(v, _)| v)
 }

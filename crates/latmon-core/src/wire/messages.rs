@@ -179,11 +179,6 @@ pub fn coarsen(h: &mut Hist, merge: u8) {
     }
 }
 
-/// `ProbeDesc::mode` of a series a budgeted link rolled up into its
-/// family's `FAMILY:other` entry (sent as a table update): the series is
-/// no longer carried on its own.
-pub const ROLLED_MODE_PREFIX: &str = "rolled up into ";
-
 /// Coarsest merge: one bucket per power of two (sub_bits 3 = 8 buckets).
 pub const MAX_MERGE: u8 = 3;
 

@@ -16,9 +16,15 @@
 //! ([`FrameDecoder`]) takes arbitrary partial reads, checks the CRC after
 //! COBS decoding, and resynchronises at the next delimiter after any damage.
 
+#[cfg(feature = "std")]
 pub mod anatomy;
+#[cfg(feature = "std")]
 mod decode;
+#[cfg(feature = "std")]
 mod encode;
+pub mod fixed;
+mod frame;
+#[cfg(feature = "std")]
 mod messages;
 // Feature "testkit": the latmon crate's tests (src/sinks/budget.rs) reuse
 // `model_hist`; its other helpers serve only this crate's tests.
@@ -26,11 +32,18 @@ mod messages;
 #[cfg_attr(not(test), allow(dead_code, unused_imports))]
 #[doc(hidden)]
 pub mod tests;
+#[cfg(feature = "std")]
 mod tracker;
 
+#[cfg(feature = "std")]
 pub use decode::*;
+#[cfg(feature = "std")]
 pub use encode::*;
+pub use fixed::{Applied, FixedReceiver, FixedTracker, Received};
+pub use frame::*;
+#[cfg(feature = "std")]
 pub use messages::*;
+#[cfg(feature = "std")]
 pub use tracker::*;
 
 /// The version byte that starts every payload. Bumped only for incompatible
@@ -48,6 +61,11 @@ pub const PROTOCOL_VERSION: u8 = 1;
 /// Revision 6 appended `dropped` (alert records lost before any output,
 /// per probe) to Status.
 pub const PROTOCOL_REVISION: u8 = 6;
+/// `ProbeDesc::mode` of a series a budgeted link rolled up into its
+/// family's `FAMILY:other` entry (sent as a table update): the series is
+/// no longer carried on its own.
+pub const ROLLED_MODE_PREFIX: &str = "rolled up into ";
+
 /// The frame delimiter.
 pub const DELIMITER: u8 = 0x00;
 /// Largest frame the encoder produces, on the wire, delimiter included
@@ -64,7 +82,7 @@ pub const MAX_ENCODED: usize = MAX_PAYLOAD + MAX_PAYLOAD.div_ceil(254) + 1;
 pub(crate) const FRAME_OVERHEAD: usize = 2 + 4;
 /// Zero bytes appended when a body is shorter than the receiver's message:
 /// fields appended by a later revision then read as 0 / empty / None.
-pub(crate) const TRAILING_DEFAULT_PAD: usize = 64;
+pub const TRAILING_DEFAULT_PAD: usize = 64;
 /// Longest probe name/kind/attach/mode string put in Hello (bytes).
 pub const MAX_NAME_LEN: usize = 96;
 /// Probe ids a receiver tracks: `0..MAX_PROBES`. Entries with larger ids

@@ -268,30 +268,31 @@ impl Tracker {
     /// `base_seq` (revision 3) names the summary it builds on; without it
     /// a gap in seq is the loss.
     fn on_tick(&mut self, seq: u64, base_seq: u64) {
-        match self.last_seq {
-            Some(l) if seq == l => return, // another frame of the same summary
-            Some(l) if seq < l => {
-                // Same boot id but counting again from the start.
-                self.restarts += 1;
-                for t in &mut self.tracks {
-                    t.prev = None;
-                    t.pending = None;
-                    t.seen_seq = 0;
-                    t.stale = false;
-                }
+        // The accounting is the fixed-memory receiver's (SeqCount), over
+        // this tracker's public counters.
+        let mut c = SeqCount {
+            last_seq: self.last_seq,
+            summaries_lost: self.summaries_lost,
+            seq_jumps: self.seq_jumps,
+            last_lost: self.last_lost,
+            summaries: self.summaries,
+        };
+        let tick = c.tick(seq, base_seq);
+        self.last_seq = c.last_seq;
+        self.summaries_lost = c.summaries_lost;
+        self.seq_jumps = c.seq_jumps;
+        self.last_lost = c.last_lost;
+        self.summaries = c.summaries;
+        if tick == SeqTick::Restart {
+            // Same boot id but counting again from the start.
+            self.restarts += 1;
+            for t in &mut self.tracks {
+                t.prev = None;
+                t.pending = None;
+                t.seen_seq = 0;
+                t.stale = false;
             }
-            Some(l) if base_seq != 0 && base_seq > l => {
-                self.summaries_lost += 1;
-                self.last_lost = Some((l, base_seq));
-            }
-            Some(l) if base_seq == 0 && seq > l + 1 => match seq - l - 1 {
-                gap if gap <= MAX_SEQ_GAP => self.summaries_lost += gap,
-                _ => self.seq_jumps += 1,
-            },
-            _ => {}
         }
-        self.last_seq = Some(seq);
-        self.summaries += 1;
     }
 
     /// Assemble one (possibly split) entry; Some when complete.

@@ -1,0 +1,978 @@
+// SPDX-License-Identifier: MIT
+//! The fixed-memory receiver: what a supervisor on a microcontroller keeps
+//! of a latmon link, without std or an allocator (crates/latmon-supervisor).
+//!
+//! Per series (a probe id of the sender's table): its name, the totals
+//! since start (count, alerts, drops) and the latest interval's count,
+//! p50, p99 and max, computed while the frame is decoded (no histogram is
+//! kept: 272 buckets of 8 bytes per series would not fit a small MCU).
+//! The latest alert records go to a bounded ring. Capacities are const
+//! generics: `SERIES` series, names of at most `NAME` bytes (longer names
+//! are cut at a character boundary), `ALERTS` records. A series beyond
+//! `SERIES` is not tracked: its entries are counted
+//! ([`FixedTracker::over_capacity`]) and its id remembered in a 1 024-bit
+//! set ([`FixedTracker::series_over_capacity`]); the series that are kept
+//! stay exact. Nothing a sender says makes it panic or grow.
+//!
+//! The rules are the desktop receiver's (`Tracker`, docs/wire-format.md):
+//! the same framing ([`FrameSplitter`]), the same seq accounting
+//! ([`SeqCount`]), the same keyframe/delta application, so the totals and
+//! the `lost` count equal `latmon decode`'s on the same bytes (tests/pure,
+//! tests/live/supervisor.rs). A body is read in two passes over the frame
+//! buffer: the first checks that the whole body is its kind's message
+//! exactly as the desktop decoder reads it (the same postcard reads in the
+//! same order, so one accepts what the other accepts), the second applies
+//! it; nothing of a bad frame is applied.
+//!
+//! Per-frame stack: the reader and the entry state are a few hundred bytes
+//! (measured for the firmware's whole receive path in its README).
+//! Percentiles use integer arithmetic (the std `Hist::quantile` uses
+//! floats); they can differ from `latmon decode`'s by a rank's rounding.
+
+use heapless::{Deque, String as HString, Vec as HVec};
+use serde::Deserialize;
+
+use super::{
+    FrameFault, FrameSplitter, Kind, LinkStats, RawFrame, SeqCount, SeqTick, MAX_PROBES, ROLLED_MODE_PREFIX,
+    SPLITTER_BUF,
+};
+use crate::bpf::limits::{ANAT_MAX_CAUSES, HIST_MAX_LOG2, HIST_SUB_BITS};
+use crate::hist::{bucket_bounds, BUCKETS};
+
+/// Split entries (a probe continued in the next frame of the same seq)
+/// assembled at once. A sender has at most one open at a time (the entry
+/// that did not fit the rest of a frame); when more are open (lost
+/// continuations), the oldest is dropped, counted as `partial_dropped`.
+pub const PENDING: usize = 4;
+
+/// Bytes of an alert record's task name kept.
+pub const COMM_LEN: usize = 16;
+
+/// Totals since the sender started (one boot id).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub count: u64,
+    pub alerts: u64,
+    pub drops: u64,
+}
+
+/// The latest interval a series was reported in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Interval {
+    /// Summary seq.
+    pub seq: u64,
+    /// Events in the interval (since the last snapshot).
+    pub count: u64,
+    /// From a keyframe (cumulative Summary): `p50_ns`, `p99_ns` and
+    /// `max_ns` are since start (the interval's buckets need the previous
+    /// histogram, which is not kept); from a Delta: the interval's.
+    pub keyframe: bool,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+/// One series as the receiver keeps it.
+#[derive(Debug, Clone)]
+pub struct Series<const NAME: usize> {
+    pub id: u16,
+    /// As the sender's Hello named it (empty until one did: show `#id`).
+    pub name: HString<NAME>,
+    /// What was last reported (a delta applied to a lost state is shown,
+    /// marked `inexact`, but not kept as the state).
+    pub shown: Totals,
+    pub interval: Interval,
+    /// The shown totals are lower bounds (a delta was lost) until the
+    /// series' next keyframe.
+    pub inexact: bool,
+    /// The committed state deltas apply to, as of `seen_seq`.
+    base: Totals,
+    has_base: bool,
+    seen_seq: u64,
+    scheme_ok: bool,
+    rolled: bool,
+    reported: bool,
+}
+
+impl<const NAME: usize> Series<NAME> {
+    fn new(id: u16) -> Self {
+        Series {
+            id,
+            name: HString::new(),
+            shown: Totals::default(),
+            interval: Interval::default(),
+            inexact: false,
+            base: Totals::default(),
+            has_base: false,
+            seen_seq: 0,
+            scheme_ok: true,
+            rolled: false,
+            reported: false,
+        }
+    }
+
+    /// Reported at least once (has totals to show).
+    pub fn reported(&self) -> bool {
+        self.reported
+    }
+
+    /// The committed state deltas apply to (the desktop `Tracker::totals`),
+    /// None before the series' first snapshot.
+    pub fn committed(&self) -> Option<Totals> {
+        self.has_base.then_some(self.base)
+    }
+
+    fn forget_state(&mut self) {
+        self.has_base = false;
+        self.seen_seq = 0;
+        self.inexact = false;
+    }
+}
+
+/// An alert record as kept in the ring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertRec {
+    pub probe: u16,
+    pub pid: u32,
+    pub tid: u32,
+    pub cpu: u32,
+    pub latency_ns: u64,
+    pub time_ns: u64,
+    pub comm: HString<COMM_LEN>,
+}
+
+/// What a frame did to the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Hello,
+    /// A Summary (keyframe) or Delta frame: `entries` series reported.
+    Summary {
+        seq: u64,
+        keyframe: bool,
+        entries: u16,
+    },
+    Alert,
+    Status,
+    /// A Request, or a kind this receiver does not know (skipped).
+    Other,
+}
+
+/// What the receiver made of one fragment of the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// A good frame, applied.
+    Frame(Applied),
+    /// Bytes the framing discarded.
+    Fault(FrameFault),
+    /// A checked frame whose body is not its kind's message (kind byte).
+    BadBody(u8),
+}
+
+/// A split entry being assembled.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    id: u16,
+    seq: u64,
+    next: u16,
+    quant: Quant,
+}
+
+/// The fixed-memory receiver state (see the module). Feed it checked
+/// frames ([`FixedReceiver`] does the framing).
+pub struct FixedTracker<const SERIES: usize, const NAME: usize, const ALERTS: usize> {
+    series: HVec<Series<NAME>, SERIES>,
+    pending: HVec<Pending, PENDING>,
+    pub alerts: Deque<AlertRec, ALERTS>,
+    /// Alert records pushed out of the ring by newer ones.
+    pub alerts_overwritten: u64,
+    refused: [u32; MAX_PROBES / 32],
+    boot_id: Option<u32>,
+    hello_boot: Option<u32>,
+    pub seq: SeqCount,
+    /// Entries (Hello rows, summary entries) of series beyond `SERIES`.
+    pub over_capacity: u64,
+    /// Probe entries dropped because the other parts of a split probe
+    /// were lost.
+    pub partial_dropped: u64,
+    /// Times the sender restarted (new boot id, or seq going back).
+    pub restarts: u64,
+    /// Entries skipped because the bucket scheme is not latmon's.
+    pub scheme_mismatch: u64,
+    /// Entries ignored because their id is `MAX_PROBES` or more.
+    pub ignored_entries: u64,
+    /// Delta entries that arrived without the state they apply to.
+    pub deltas_unusable: u64,
+    pub deltas: u64,
+}
+
+impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> Default for FixedTracker<SERIES, NAME, ALERTS> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+type Res<T> = postcard::Result<T>;
+
+/// The postcard reads of one body, in wire order.
+struct Rd<'a>(&'a [u8]);
+
+impl<'a> Rd<'a> {
+    fn get<T: Deserialize<'a>>(&mut self) -> Res<T> {
+        let (v, rest) = postcard::take_from_bytes::<T>(self.0)?;
+        self.0 = rest;
+        Ok(v)
+    }
+    fn len(&mut self) -> Res<usize> {
+        self.get::<usize>()
+    }
+}
+
+fn custom() -> postcard::Error {
+    postcard::Error::SerdeDeCustom
+}
+
+/// The head of a probe entry (ProbeCounts without its buckets).
+#[derive(Debug, Clone, Copy)]
+struct EntryHead {
+    id: u16,
+    count: u64,
+    min_ns: u64,
+    max_ns: u64,
+    drops: u64,
+    alerts: u64,
+    first: u16,
+    end: u16,
+}
+
+/// Read one ProbeCounts, calling `bucket` per (index, count), with the
+/// desktop decoder's checks in its order.
+fn read_entry<'a>(r: &mut Rd<'a>, mut bucket: impl FnMut(&EntryHead, u16, u64)) -> Res<EntryHead> {
+    let id: u16 = r.get()?;
+    let count: u64 = r.get()?;
+    let _sum_ns: u64 = r.get()?;
+    let min_ns: u64 = r.get()?;
+    let max_ns: u64 = r.get()?;
+    let drops: u64 = r.get()?;
+    let alerts: u64 = r.get()?;
+    let first: u16 = r.get()?;
+    let end: u16 = r.get()?;
+    if first > end || end as usize > BUCKETS {
+        return Err(custom());
+    }
+    let h = EntryHead { id, count, min_ns, max_ns, drops, alerts, first, end };
+    let n = r.len()?;
+    let mut next = first as u32;
+    for _ in 0..n {
+        let gap: u16 = r.get()?;
+        let c: u64 = r.get()?;
+        let i = next + gap as u32;
+        if i >= end as u32 {
+            return Err(custom());
+        }
+        bucket(&h, i as u16, c);
+        next = i + 1;
+    }
+    Ok(h)
+}
+
+/// p50 and p99 found while the buckets stream by (ascending).
+#[derive(Debug, Clone, Copy, Default)]
+struct Quant {
+    below: u64,
+    p50: Option<u64>,
+    p99: Option<u64>,
+}
+
+/// Rank of quantile num/100 of `count` events (at least 1).
+fn rank(count: u64, num: u64) -> u64 {
+    (((count as u128 * num as u128).div_ceil(100)) as u64).max(1)
+}
+
+impl Quant {
+    fn bucket(&mut self, h: &EntryHead, i: u16, c: u64) {
+        if c == 0 || h.count == 0 {
+            return;
+        }
+        let (below, (lo, hi)) = (self.below, bucket_bounds(i as usize));
+        let at = |num: u64| -> Option<u64> {
+            let r = rank(h.count, num);
+            if r >= h.count || below.saturating_add(c) < r {
+                return None; // the top rank is the exact max; or not yet
+            }
+            let hi = hi.min(h.max_ns.saturating_add(1)).max(lo + 1);
+            let k2 = 2 * (r - below) as u128 - 1; // (rank - below - 0.5) * 2
+            let v = lo as u128 + (hi - lo) as u128 * k2 / (2 * c as u128);
+            // Not clamp(): a sender may claim min > max (clamp panics).
+            Some((v.min(u64::MAX as u128) as u64).max(h.min_ns).min(h.max_ns))
+        };
+        self.p50 = self.p50.or_else(|| at(50));
+        self.p99 = self.p99.or_else(|| at(99));
+        self.below = below.saturating_add(c);
+    }
+
+    /// (p50, p99): the top rank, or ranks beyond the buckets, are the max.
+    fn finish(&self, h: &EntryHead) -> (u64, u64) {
+        if h.count == 0 {
+            return (0, 0);
+        }
+        (self.p50.unwrap_or(h.max_ns), self.p99.unwrap_or(h.max_ns))
+    }
+}
+
+/// A probe id list (Delta's `keyed`, `born`), read lazily: `contains`
+/// walks it (at most a few hundred varints) instead of keeping it.
+#[derive(Clone, Copy)]
+struct IdList<'a>(&'a [u8]);
+
+impl<'a> IdList<'a> {
+    /// Check the list and return it and the bytes after it.
+    fn read(r: &mut Rd<'a>) -> Res<IdList<'a>> {
+        let start = r.0;
+        let n = r.len()?;
+        for _ in 0..n {
+            r.get::<u16>()?;
+        }
+        Ok(IdList(start))
+    }
+    fn contains(self, id: u16) -> bool {
+        let mut r = Rd(self.0);
+        let Ok(n) = r.len() else { return false };
+        (0..n).any(|_| r.get::<u16>().is_ok_and(|v| v == id))
+    }
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)] // read to check the body, as the desktop decoder does
+struct HelloHead<'a> {
+    protocol_revision: u8,
+    latmon_version: &'a str,
+    board: &'a str,
+    kernel: &'a str,
+    boot_id: u32,
+    start_ns: u64,
+    interval_ns: u64,
+    probe_count: u16,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct DescIn<'a> {
+    id: u16,
+    name: &'a str,
+    kind: &'a str,
+    attach: &'a str,
+    mode: &'a str,
+    family: u8,
+    sub_bits: u8,
+    max_log2: u8,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct AlertHead<'a> {
+    boot_id: u32,
+    probe: u16,
+    pid: u32,
+    tid: u32,
+    comm: &'a str,
+    cpu: u32,
+    latency_ns: u64,
+    time_ns: u64,
+    cpu_woken: u32,
+    cpu_ran: u32,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct CauseIn<'a> {
+    kind: u8,
+    id: u32,
+    policy: u8,
+    prio: i32,
+    name: &'a str,
+    ns: u64,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct StatusHead {
+    boot_id: u32,
+    time_ns: u64,
+    seq: u64,
+    uptime_ns: u64,
+    frames_dropped: u64,
+    bytes_dropped: u64,
+    clients: u32,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct HealthIn {
+    id: u16,
+    read_errors: u64,
+    run_count: u64,
+    run_time_ns: u64,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct LinkIn {
+    budget_bps: u32,
+    used_bps: u32,
+    step: u8,
+    merge: u8,
+    rolled: u16,
+    interval_ms: u32,
+    keyframe_ms: u32,
+    alerts_shed: u64,
+    intervals_folded: u64,
+}
+
+/// Read a list of `T` (checking each element).
+fn skip_list<'a, T: Deserialize<'a>>(r: &mut Rd<'a>) -> Res<usize> {
+    let n = r.len()?;
+    for _ in 0..n {
+        r.get::<T>()?;
+    }
+    Ok(n)
+}
+
+/// Read the entries of a Summary or Delta without applying them.
+fn skip_entries(r: &mut Rd<'_>) -> Res<()> {
+    let n = r.len()?;
+    for _ in 0..n {
+        read_entry(r, |_, _, _| {})?;
+    }
+    Ok(())
+}
+
+/// Copy `s` into a bounded string, cut at a character boundary.
+fn bounded<const N: usize>(s: &str) -> HString<N> {
+    let mut cut = s.len().min(N);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut h = HString::new();
+    let _ = h.push_str(&s[..cut]);
+    h
+}
+
+/// The header of a Summary (kind 2).
+struct SummaryHead {
+    seq: u64,
+    boot_id: u32,
+    base_seq: u64,
+}
+
+/// The header of a Delta (kind 5) and where its entries and lists are.
+struct DeltaHead<'a> {
+    seq: u64,
+    base_seq: u64,
+    boot_id: u32,
+    first_id: u16,
+    end_id: u16,
+    entries: &'a [u8],
+    keyed: IdList<'a>,
+    born: IdList<'a>,
+}
+
+/// The state of the id a Delta's entries are at.
+#[derive(Default)]
+struct AtId {
+    got: Option<(EntryHead, Quant)>,
+    partial: bool,
+    broken: bool,
+}
+
+impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedTracker<SERIES, NAME, ALERTS> {
+    pub const fn new() -> Self {
+        FixedTracker {
+            series: HVec::new(),
+            pending: HVec::new(),
+            alerts: Deque::new(),
+            alerts_overwritten: 0,
+            refused: [0; MAX_PROBES / 32],
+            boot_id: None,
+            hello_boot: None,
+            seq: SeqCount { last_seq: None, summaries_lost: 0, seq_jumps: 0, last_lost: None, summaries: 0 },
+            over_capacity: 0,
+            partial_dropped: 0,
+            restarts: 0,
+            scheme_mismatch: 0,
+            ignored_entries: 0,
+            deltas_unusable: 0,
+            deltas: 0,
+        }
+    }
+
+    /// The series kept, ascending by id.
+    pub fn series(&self) -> &[Series<NAME>] {
+        &self.series
+    }
+
+    /// The series of probe `id`, if kept.
+    pub fn get(&self, id: u16) -> Option<&Series<NAME>> {
+        self.find(id).map(|i| &self.series[i])
+    }
+
+    /// Series (distinct ids) not tracked for want of capacity.
+    pub fn series_over_capacity(&self) -> u32 {
+        self.refused.iter().map(|w| w.count_ones()).sum()
+    }
+
+    /// Summaries lost (as `latmon decode` counts them).
+    pub fn lost(&self) -> u64 {
+        self.seq.summaries_lost
+    }
+
+    fn find(&self, id: u16) -> Option<usize> {
+        self.series.binary_search_by_key(&id, |s| s.id).ok()
+    }
+
+    /// The series of `id`, made if there is room (else counted).
+    fn slot(&mut self, id: u16) -> Option<usize> {
+        match self.series.binary_search_by_key(&id, |s| s.id) {
+            Ok(i) => Some(i),
+            Err(i) => {
+                if self.series.insert(i, Series::new(id)).is_ok() {
+                    Some(i)
+                } else {
+                    self.over_capacity += 1;
+                    if let Some(w) = self.refused.get_mut(id as usize / 32) {
+                        *w |= 1 << (id % 32);
+                    }
+                    None
+                }
+            }
+        }
+    }
+
+    fn new_boot(&mut self, boot_id: u32) {
+        if self.boot_id.is_some_and(|b| b != boot_id) {
+            self.restarts += 1;
+            self.seq.new_boot();
+            self.pending.clear();
+            for s in self.series.iter_mut() {
+                s.forget_state();
+            }
+            if self.hello_boot.is_some_and(|b| b != boot_id) {
+                self.hello_boot = None;
+                for s in self.series.iter_mut() {
+                    s.name.clear();
+                    s.rolled = false;
+                }
+            }
+        }
+        self.boot_id = Some(boot_id);
+    }
+
+    fn tick(&mut self, seq: u64, base_seq: u64) {
+        if self.seq.tick(seq, base_seq) == SeqTick::Restart {
+            self.restarts += 1;
+            self.pending.clear();
+            for s in self.series.iter_mut() {
+                s.forget_state();
+            }
+        }
+    }
+
+    /// Apply one checked frame. `Err`: its body is not its kind's message
+    /// (nothing applied; the framing counts it as a body error).
+    pub fn on_frame(&mut self, raw: &RawFrame<'_>) -> Res<Applied> {
+        let Some(kind) = raw.kind() else { return Ok(Applied::Other) };
+        // Pass 1 over the body (then, if it ended early, over the padded
+        // body): the whole message is read as the desktop decoder reads it.
+        let b = match check(kind, raw.body) {
+            Err(postcard::Error::DeserializeUnexpectedEnd) => {
+                check(kind, raw.padded)?;
+                raw.padded
+            }
+            r => {
+                r?;
+                raw.body
+            }
+        };
+        // Pass 2: apply (cannot fail: the same reads succeeded).
+        Ok(match kind {
+            Kind::Hello => self.on_hello(b)?,
+            Kind::Summary => self.on_summary(b)?,
+            Kind::Delta => self.on_delta(b)?,
+            Kind::Alert => self.on_alert(b)?,
+            Kind::Status => {
+                let h: StatusHead = Rd(b).get()?;
+                self.new_boot(h.boot_id);
+                Applied::Status
+            }
+            Kind::Request => Applied::Other,
+        })
+    }
+
+    fn on_hello(&mut self, b: &[u8]) -> Res<Applied> {
+        let mut r = Rd(b);
+        let h: HelloHead = r.get()?;
+        self.new_boot(h.boot_id);
+        let n = r.len()?;
+        for _ in 0..n {
+            let d: DescIn = r.get()?;
+            if d.id as usize >= MAX_PROBES {
+                self.ignored_entries += 1;
+                continue;
+            }
+            let Some(i) = self.slot(d.id) else { continue };
+            let s = &mut self.series[i];
+            s.scheme_ok = (d.family, d.sub_bits as usize, d.max_log2 as usize) == (0, HIST_SUB_BITS, HIST_MAX_LOG2);
+            s.name = bounded(d.name);
+            s.rolled = d.mode.starts_with(ROLLED_MODE_PREFIX);
+        }
+        self.hello_boot = Some(h.boot_id);
+        Ok(Applied::Hello)
+    }
+
+    fn on_alert(&mut self, b: &[u8]) -> Res<Applied> {
+        let a: AlertHead = Rd(b).get()?;
+        self.new_boot(a.boot_id);
+        if self.alerts.is_full() {
+            self.alerts.pop_front();
+            self.alerts_overwritten += 1;
+        }
+        let _ = self.alerts.push_back(AlertRec {
+            probe: a.probe,
+            pid: a.pid,
+            tid: a.tid,
+            cpu: a.cpu,
+            latency_ns: a.latency_ns,
+            time_ns: a.time_ns,
+            comm: bounded(a.comm),
+        });
+        Ok(Applied::Alert)
+    }
+
+    /// The open split entry `h` continues (same id and seq, the next
+    /// bucket range), if any.
+    fn continues(&self, seq: u64, h: &EntryHead) -> Option<usize> {
+        self.pending.iter().position(|p| p.id == h.id && p.seq == seq && p.next == h.first)
+    }
+
+    /// One part of a (possibly split) entry, its percentiles run on from
+    /// the parts before it ([`Self::entry`]): the whole entry's head and
+    /// percentiles when this part completes it.
+    fn assemble(&mut self, seq: u64, h: &EntryHead, quant: Quant) -> Option<(EntryHead, Quant)> {
+        let open = self.pending.iter().position(|p| p.id == h.id);
+        match open.map(|i| self.pending.swap_remove(i)) {
+            Some(p) if p.seq == seq && p.next == h.first => {}
+            stale => {
+                if stale.is_some() {
+                    self.partial_dropped += 1;
+                }
+                if h.first != 0 {
+                    // The earlier parts of this probe were lost.
+                    self.partial_dropped += 1;
+                    return None;
+                }
+            }
+        }
+        if (h.end as usize) < BUCKETS {
+            if self.pending.is_full() {
+                self.pending.remove(0);
+                self.partial_dropped += 1;
+            }
+            let _ = self.pending.push(Pending { id: h.id, seq, next: h.end, quant });
+            return None;
+        }
+        Some((*h, quant))
+    }
+
+    /// Read one entry of summary `seq`, its percentiles computed as the
+    /// buckets go by, on from an open split part it continues.
+    fn entry(&self, seq: u64, r: &mut Rd<'_>) -> Res<(EntryHead, Quant)> {
+        let mut run: Option<Quant> = None;
+        let h = read_entry(r, |h, i, c| {
+            let q =
+                run.get_or_insert_with(|| self.continues(seq, h).map_or(Quant::default(), |k| self.pending[k].quant));
+            q.bucket(h, i, c);
+        })?;
+        let q = run.unwrap_or_else(|| self.continues(seq, &h).map_or(Quant::default(), |k| self.pending[k].quant));
+        Ok((h, q))
+    }
+
+    fn on_summary(&mut self, b: &[u8]) -> Res<Applied> {
+        let mut r = Rd(b);
+        let head = summary_head(b)?;
+        self.new_boot(head.boot_id);
+        self.tick(head.seq, head.base_seq);
+        // seq, boot_id, time_ns, last
+        r.get::<u64>()?;
+        r.get::<u32>()?;
+        r.get::<u64>()?;
+        r.get::<bool>()?;
+        let n = r.len()?;
+        let mut entries = 0u16;
+        for _ in 0..n {
+            let (e, part) = self.entry(head.seq, &mut r)?;
+            if e.id as usize >= MAX_PROBES {
+                self.ignored_entries += 1;
+                continue;
+            }
+            let Some(i) = self.slot(e.id) else { continue };
+            if !self.series[i].scheme_ok {
+                self.pending.retain(|p| p.id != e.id);
+                self.scheme_mismatch += 1;
+                continue;
+            }
+            let Some((h, q)) = self.assemble(head.seq, &e, part) else { continue };
+            let (p50, p99) = q.finish(&h);
+            let Some(i) = self.find(h.id) else { continue };
+            let s = &mut self.series[i];
+            let prev = if s.has_base { s.base.count } else { 0 };
+            let t = Totals { count: h.count, alerts: h.alerts, drops: h.drops };
+            s.interval = Interval {
+                seq: head.seq,
+                count: h.count.saturating_sub(prev),
+                keyframe: true,
+                p50_ns: p50,
+                p99_ns: p99,
+                max_ns: h.max_ns,
+            };
+            s.base = t;
+            s.shown = t;
+            s.has_base = true;
+            s.seen_seq = head.seq;
+            s.inexact = false;
+            s.reported = true;
+            entries = entries.saturating_add(1);
+        }
+        Ok(Applied::Summary { seq: head.seq, keyframe: true, entries })
+    }
+
+    fn on_delta(&mut self, b: &[u8]) -> Res<Applied> {
+        let d = delta_head(b)?;
+        self.new_boot(d.boot_id);
+        self.tick(d.seq, d.base_seq);
+        self.deltas += 1;
+        let end = (d.end_id as usize).min(MAX_PROBES);
+        let first = (d.first_id as usize).min(end);
+        let mut r = Rd(d.entries);
+        let n = r.len()?;
+        let mut id = first;
+        let mut at = AtId::default();
+        let mut blocked = false; // an entry at or beyond `end` stops the walk
+        let mut reported = 0u16;
+        for _ in 0..n {
+            let (e, part) = self.entry(d.seq, &mut r)?;
+            if blocked || e.id as usize >= end {
+                blocked = true;
+                continue;
+            }
+            while id < e.id as usize {
+                reported += self.delta_id(&d, id as u16, core::mem::take(&mut at)) as u16;
+                id += 1;
+            }
+            if (e.id as usize) < id {
+                continue; // out of order: ignored
+            }
+            let Some(i) = self.slot(e.id) else { continue };
+            if !self.series[i].scheme_ok {
+                self.scheme_mismatch += 1;
+                continue;
+            }
+            let ends = e.end as usize == BUCKETS;
+            at.got = self.assemble(d.seq, &e, part);
+            at.partial = !ends && at.got.is_none();
+            at.broken = ends && at.got.is_none();
+        }
+        while id < end {
+            reported += self.delta_id(&d, id as u16, core::mem::take(&mut at)) as u16;
+            id += 1;
+        }
+        Ok(Applied::Summary { seq: d.seq, keyframe: false, entries: reported })
+    }
+
+    /// Apply a Delta to one id of its range (the desktop receiver's rules,
+    /// `Tracker::on_delta`); true when the id was reported.
+    fn delta_id(&mut self, d: &DeltaHead<'_>, id: u16, at: AtId) -> bool {
+        if at.partial {
+            return false; // continues in the next frame
+        }
+        if at.broken {
+            if let Some(i) = self.slot(id) {
+                if !self.series[i].inexact {
+                    self.series[i].inexact = true;
+                    self.deltas_unusable += 1;
+                }
+            }
+            return false;
+        }
+        let found = self.find(id);
+        if d.keyed.contains(id) && found.is_none_or(|i| self.series[i].seen_seq != d.seq) {
+            // Its keyframe in this summary was lost: behind until the next.
+            let Some(i) = self.slot(id) else { return false };
+            let s = &mut self.series[i];
+            let newly = !s.inexact && s.has_base;
+            s.inexact = true;
+            self.deltas_unusable += newly as u64;
+            return false;
+        }
+        if at.got.is_none() && found.is_none_or(|i| !self.series[i].has_base) {
+            return false; // quiet, and no state to keep up to date
+        }
+        let Some(i) = self.slot(id) else { return false };
+        if d.born.contains(id) {
+            let s = &mut self.series[i];
+            if !s.has_base && !s.inexact {
+                s.base = Totals::default();
+                s.has_base = true;
+                s.seen_seq = d.base_seq;
+            }
+        }
+        let s = &mut self.series[i];
+        if at.got.is_none() && s.rolled {
+            return false; // carried by its family's `other` entry now
+        }
+        if s.seen_seq == d.seq {
+            return false; // keyframed in this summary already
+        }
+        let applies = !s.inexact && s.has_base && s.seen_seq == d.base_seq;
+        let prev = if s.has_base { s.base } else { Totals::default() };
+        let (delta, (p50, p99), max) = match &at.got {
+            Some((h, q)) => (Totals { count: h.count, alerts: h.alerts, drops: h.drops }, q.finish(h), h.max_ns),
+            None => (Totals::default(), (0, 0), 0),
+        };
+        let cur = Totals {
+            count: prev.count.wrapping_add(delta.count),
+            alerts: prev.alerts.wrapping_add(delta.alerts),
+            drops: prev.drops.wrapping_add(delta.drops),
+        };
+        s.interval =
+            Interval { seq: d.seq, count: delta.count, keyframe: false, p50_ns: p50, p99_ns: p99, max_ns: max };
+        s.shown = cur;
+        s.reported = true;
+        if applies {
+            s.base = cur;
+            s.seen_seq = d.seq;
+        } else {
+            s.inexact = true;
+            self.deltas_unusable += 1;
+        }
+        true
+    }
+}
+
+fn summary_head(b: &[u8]) -> Res<SummaryHead> {
+    let mut r = Rd(b);
+    let seq: u64 = r.get()?;
+    let boot_id: u32 = r.get()?;
+    r.get::<u64>()?; // time_ns
+    r.get::<bool>()?; // last
+    skip_entries(&mut r)?;
+    r.get::<u8>()?; // merge
+    let base_seq: u64 = r.get()?;
+    Ok(SummaryHead { seq, boot_id, base_seq })
+}
+
+fn delta_head(b: &[u8]) -> Res<DeltaHead<'_>> {
+    let mut r = Rd(b);
+    let seq: u64 = r.get()?;
+    let base_seq: u64 = r.get()?;
+    let boot_id: u32 = r.get()?;
+    r.get::<u64>()?; // time_ns
+    r.get::<bool>()?; // last
+    r.get::<u8>()?; // merge
+    let first_id: u16 = r.get()?;
+    let end_id: u16 = r.get()?;
+    let entries = r.0;
+    skip_entries(&mut r)?;
+    let keyed = IdList::read(&mut r)?;
+    let born = IdList::read(&mut r)?;
+    Ok(DeltaHead { seq, base_seq, boot_id, first_id, end_id, entries, keyed, born })
+}
+
+/// Pass 1: is `b` the whole message of `kind`, as the desktop decoder
+/// reads it (trailing bytes ignored)?
+fn check(kind: Kind, b: &[u8]) -> Res<()> {
+    let mut r = Rd(b);
+    match kind {
+        Kind::Hello => {
+            r.get::<HelloHead>()?;
+            skip_list::<DescIn>(&mut r)?;
+        }
+        Kind::Summary => {
+            summary_head(b)?;
+        }
+        Kind::Delta => {
+            delta_head(b)?;
+        }
+        Kind::Alert => {
+            r.get::<AlertHead>()?;
+            if skip_list::<CauseIn>(&mut r)? > ANAT_MAX_CAUSES {
+                return Err(custom());
+            }
+        }
+        Kind::Status => {
+            r.get::<StatusHead>()?;
+            skip_list::<HealthIn>(&mut r)?;
+            r.get::<u32>()?; // flags
+            r.get::<u32>()?; // bpf_cpu_ppm
+            skip_list::<u16>(&mut r)?; // detached
+            skip_list::<(u16, u64)>(&mut r)?; // missed
+            r.get::<LinkIn>()?;
+            skip_list::<(u16, u64)>(&mut r)?; // shed
+            skip_list::<(u16, u64)>(&mut r)?; // dropped
+        }
+        Kind::Request => {
+            r.get::<u8>()?;
+        }
+    }
+    Ok(())
+}
+
+/// Framing and the fixed-memory tracker together: what a supervisor's
+/// UART loop feeds bytes to. `SERIES` series, `NAME`-byte names, `ALERTS`
+/// alert records; the frame buffer is [`SPLITTER_BUF`] bytes.
+pub struct FixedReceiver<const SERIES: usize, const NAME: usize, const ALERTS: usize> {
+    split: FrameSplitter<SPLITTER_BUF>,
+    pub stats: LinkStats,
+    pub tracker: FixedTracker<SERIES, NAME, ALERTS>,
+}
+
+impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> Default for FixedReceiver<SERIES, NAME, ALERTS> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedReceiver<SERIES, NAME, ALERTS> {
+    pub const fn new() -> Self {
+        FixedReceiver { split: FrameSplitter::new(), stats: LinkStats::ZERO, tracker: FixedTracker::new() }
+    }
+
+    /// A new stream begins (the line was reopened).
+    pub fn restart(&mut self) {
+        self.split.restart();
+    }
+
+    /// Feed received bytes; `on` sees the tracker after every frame it
+    /// applied, and every fragment the framing discarded.
+    pub fn feed(&mut self, input: &[u8], mut on: impl FnMut(&FixedTracker<SERIES, NAME, ALERTS>, Received)) {
+        let tracker = &mut self.tracker;
+        self.split.feed(&mut self.stats, input, |r| match r {
+            Err(fault) => {
+                on(tracker, Received::Fault(fault));
+                false
+            }
+            Ok(raw) => match tracker.on_frame(&raw) {
+                Ok(a) => {
+                    on(tracker, Received::Frame(a));
+                    true
+                }
+                Err(_) if raw.at_start => {
+                    on(tracker, Received::Fault(FrameFault::Joined { len: raw.len }));
+                    false
+                }
+                Err(_) => {
+                    on(tracker, Received::BadBody(raw.kind));
+                    false
+                }
+            },
+        });
+    }
+}
