@@ -3,7 +3,8 @@
 # Install everything building and testing latmon needs on Debian bookworm
 # (root): the native build, the static cross builds (aarch64 musl: musl-dev:arm64
 # brings aarch64-linux-musl-gcc; armv7 glibc), the
-# virtual boards (qemu, multiarch busybox/kernels, pahole), the baselines and
+# virtual boards and the supervisor firmware's emulated MCU (qemu,
+# multiarch busybox/kernels, pahole), the baselines and
 # the paced-link tests' load (stress-ng),
 # the Modbus tests' client (mbpoll; pymodbus comes from PyPI via
 # scripts/modbus-venv.sh), promtool (package prometheus), and what BitBake
@@ -43,6 +44,10 @@ rustup component add rustfmt clippy
 rustup target add aarch64-unknown-linux-gnu aarch64-unknown-linux-musl armv7-unknown-linux-gnueabihf
 # latmon-view for Windows laptops (scripts/test.sh cross-builds it; mingw-w64 links).
 rustup target add x86_64-pc-windows-gnu
+# The example supervisor firmware (crates/latmon-supervisor, Cortex-M3),
+# run in qemu-system-arm's lm3s6965evb by scripts/supervisor-qemu.sh
+# (qemu from scripts/install-qemu.sh above; python3 paces its UART).
+rustup target add thumbv7m-none-eabi
 # The test runner (scripts/test.sh, .config/nextest.toml): cargo-nextest
 # from the crate registry, built here once (a few minutes on 2 cores) and
 # kept in ~/.cargo/bin; a machine that has it at this version skips this.

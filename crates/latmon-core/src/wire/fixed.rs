@@ -166,6 +166,11 @@ pub enum Received {
     Fault(FrameFault),
     /// A checked frame whose body is not its kind's message (kind byte).
     BadBody(u8),
+    /// A summary frame of another seq than `seq` (the last one applied)
+    /// is about to be applied: `seq` is complete as far as this link
+    /// goes. (The last seq of a stream has no successor: a receiver that
+    /// reports per summary also reports when the line goes quiet.)
+    SummaryDone { seq: u64 },
 }
 
 /// A split entry being assembled.
@@ -959,20 +964,28 @@ impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedReceiver<
                 on(tracker, Received::Fault(fault));
                 false
             }
-            Ok(raw) => match tracker.on_frame(&raw) {
-                Ok(a) => {
-                    on(tracker, Received::Frame(a));
-                    true
+            Ok(raw) => {
+                // Summary and Delta bodies start with their seq.
+                if let (Some(Kind::Summary | Kind::Delta), Some(last)) = (raw.kind(), tracker.seq.last_seq) {
+                    if postcard::take_from_bytes::<u64>(raw.body).is_ok_and(|(seq, _)| seq != last) {
+                        on(tracker, Received::SummaryDone { seq: last });
+                    }
                 }
-                Err(_) if raw.at_start => {
-                    on(tracker, Received::Fault(FrameFault::Joined { len: raw.len }));
-                    false
+                match tracker.on_frame(&raw) {
+                    Ok(a) => {
+                        on(tracker, Received::Frame(a));
+                        true
+                    }
+                    Err(_) if raw.at_start => {
+                        on(tracker, Received::Fault(FrameFault::Joined { len: raw.len }));
+                        false
+                    }
+                    Err(_) => {
+                        on(tracker, Received::BadBody(raw.kind));
+                        false
+                    }
                 }
-                Err(_) => {
-                    on(tracker, Received::BadBody(raw.kind));
-                    false
-                }
-            },
+            }
         });
     }
 }

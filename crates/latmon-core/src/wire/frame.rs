@@ -162,8 +162,10 @@ pub struct FrameSplitter<const N: usize> {
     buf: [u8; N],
     len: usize,
     overflow: usize,
-    /// No delimiter seen yet: the first fragment may be a partial frame.
-    at_start: bool,
+    /// A delimiter was seen: the fragment is not the stream's first, which
+    /// may be a partial frame. (False at start, so a splitter in a
+    /// `static` is all zeros: .bss, not a flash copy in .data.)
+    past_start: bool,
 }
 
 impl<const N: usize> Default for FrameSplitter<N> {
@@ -180,7 +182,7 @@ impl<const N: usize> FrameSplitter<N> {
     };
 
     pub const fn new() -> Self {
-        FrameSplitter { buf: [0; N], len: 0, overflow: 0, at_start: true }
+        FrameSplitter { buf: [0; N], len: 0, overflow: 0, past_start: false }
     }
 
     /// A new stream begins (reconnected): forget a partial frame and judge
@@ -188,7 +190,7 @@ impl<const N: usize> FrameSplitter<N> {
     pub fn restart(&mut self) {
         self.len = 0;
         self.overflow = 0;
-        self.at_start = true;
+        self.past_start = false;
     }
 
     /// Feed bytes. `out` gets every payload that passed COBS, CRC and
@@ -227,7 +229,7 @@ impl<const N: usize> FrameSplitter<N> {
     where
         F: FnMut(Result<RawFrame<'_>, FrameFault>) -> bool,
     {
-        let at_start = core::mem::replace(&mut self.at_start, false);
+        let at_start = !core::mem::replace(&mut self.past_start, true);
         if self.overflow > 0 {
             let len = core::mem::take(&mut self.overflow);
             self.len = 0;
