@@ -32,9 +32,11 @@ tmp=$(mktemp -d)
 qemu_pid=
 tail_pid=
 cleanup() {
+  local rc=$?
   [ -n "$qemu_pid" ] && kill "$qemu_pid" 2>/dev/null && wait "$qemu_pid" 2>/dev/null
   [ -n "$tail_pid" ] && kill "$tail_pid" 2>/dev/null && wait "$tail_pid" 2>/dev/null
   rm -rf "$tmp"
+  exit $rc
 }
 trap cleanup EXIT
 : > "$tmp/out"
@@ -72,19 +74,24 @@ while sent < len(data):
         time.sleep(0.001)
         continue
     sent += s.send(data[sent:sent + min(due, 4096)])
-# Wait for the firmware's link line that counts every byte of the capture.
-deadline = time.monotonic() + 30 + len(data) / 20000.0
-while time.monotonic() < deadline:
+# Wait for the firmware's link line that counts every byte of the
+# capture; give up when its output has not grown for 60 s (qemu on a busy
+# host reads UART0 far slower than the line's pace).
+last_size, quiet_since = -1, time.monotonic()
+while time.monotonic() - quiet_since < 60:
     with open(out, "rb") as f:
-        for line in f.read().splitlines():
-            try:
-                v = json.loads(line)
-            except ValueError:
-                continue
-            if v.get("panic"):
-                sys.exit("supervisor-qemu: the firmware panicked")
-            if v.get("link", {}).get("bytes") == len(data):
-                sys.exit(0)
+        text = f.read()
+    if len(text) != last_size:
+        last_size, quiet_since = len(text), time.monotonic()
+    for line in text.splitlines():
+        try:
+            v = json.loads(line)
+        except ValueError:
+            continue
+        if v.get("panic") or v.get("hardfault"):
+            sys.exit("supervisor-qemu: the firmware stopped: %s" % line.decode())
+        if v.get("link", {}).get("bytes") == len(data):
+            sys.exit(0)
     time.sleep(0.1)
 sys.exit("supervisor-qemu: the firmware did not report reading the whole capture")
 PY

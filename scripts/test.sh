@@ -91,6 +91,11 @@ lint() {
   cargo fmt --all --check
   cargo clippy --profile "$tests_profile" --all-targets --locked -- -D warnings
   cargo clippy --profile "$tests_profile" --all-targets --locked -p latmon-view -- -D warnings
+  # latmon-core without std and without an allocator, on a target that has
+  # neither (what the supervisor firmware links), and the firmware itself
+  # (its own workspace: crates/latmon-supervisor).
+  cargo clippy --locked -p latmon-core --no-default-features --target thumbv7m-none-eabi -- -D warnings
+  (cd crates/latmon-supervisor && cargo fmt --check && cargo clippy --locked --release -- -D warnings)
   clang-format --dry-run -Werror bpf/*.c bpf/*.h
 }
 # Every crate of Cargo.lock, for every target, into the cargo registry

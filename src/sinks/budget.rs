@@ -1561,7 +1561,7 @@ mod tests {
     use crate::ident::{BtfMode, Family, Mechanism};
     use crate::sinks::{queue::Pop, Session};
     use crate::summary::{IntervalReport, ProbeInfo, ProbeReport};
-    use crate::wire::{Event, FrameDecoder, Tracker};
+    use crate::wire::{Event, FixedReceiver, FixedTracker, FrameDecoder, Tracker, MAX_PROBES};
 
     struct Rng(u64);
     impl Rng {
@@ -1639,6 +1639,7 @@ mod tests {
         let mut status_slot = None;
         let mut dec = FrameDecoder::new();
         let mut tracker = Tracker::new();
+        let mut fixed = Box::new(FixedReceiver::<{ MAX_PROBES }, 16, 4>::new());
         let mut history: std::collections::BTreeMap<u64, Vec<Hist>> = Default::default();
         let mut run = Run {
             keyframe_checks: 0,
@@ -1724,6 +1725,9 @@ mod tests {
                 if drop_pct > 0 && seq + 70 < secs && rng.next() % 100 < drop_pct {
                     continue;
                 }
+                // The no_std receiver reads the same bytes to the same
+                // committed totals, losses and inexact probes.
+                fixed.feed(frame, |_, _| {});
                 dec.feed(frame, &mut |r| {
                     let ev = tracker.on_frame(r.expect("clean frames"));
                     let Event::Summary { report, ids, keyframe, merge, inexact, .. } = ev else { return };
@@ -1759,6 +1763,7 @@ mod tests {
                 });
             }
         }
+        assert_fixed_agrees(&fixed.tracker, &tracker);
         run.lost_runs = tracker.summaries_lost + tracker.deltas_unusable;
         run.folded = f.pacer.folded;
         // The final summary is a whole keyframe: every total exact again.
@@ -1782,6 +1787,21 @@ mod tests {
                 })
             });
         run
+    }
+
+    /// The fixed-memory receiver (latmon-core's no_std one) holds what
+    /// the desktop Tracker holds: committed totals per probe, inexact
+    /// probes, summaries lost.
+    fn assert_fixed_agrees(fixed: &FixedTracker<{ MAX_PROBES }, 16, 4>, tracker: &Tracker) {
+        assert_eq!(fixed.lost(), tracker.summaries_lost, "summaries lost");
+        assert_eq!(fixed.deltas_unusable, tracker.deltas_unusable, "deltas unusable");
+        for id in 0..MAX_PROBES as u16 {
+            let want = tracker.totals(id).map(|h| (h.count, h.alerts, h.drops));
+            let s = fixed.get(id);
+            let got = s.and_then(|s| s.committed()).map(|t| (t.count, t.alerts, t.drops));
+            assert_eq!(got, want, "id {id}: committed totals");
+            assert_eq!(s.is_some_and(|s| s.inexact), tracker.is_inexact(id), "id {id}: inexact");
+        }
     }
 
     #[test]

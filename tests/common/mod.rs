@@ -486,3 +486,155 @@ pub fn irq_counts() -> std::collections::HashMap<u32, u64> {
         })
         .collect()
 }
+
+/// A capture of a budgeted link made by the pure encoder (no kernel): a
+/// Hello of `series` probes (`syn:NNN`), then `secs` one-second intervals
+/// of random events, each a Delta against the one before, every fifth a
+/// keyframe (Summary) of every probe first; [`damage`]d as asked.
+pub fn synthetic_capture(series: usize, secs: u64, drop_pct: u64, corrupt_pct: u64, seed: u64) -> Vec<u8> {
+    use latmon::hist::Hist;
+    use latmon::wire::{BucketScheme, Encoder, Entries, LinkHeader, ProbeDesc, SummaryHeader};
+    let mut rng = XorShift(seed | 1);
+    let probes = (0..series)
+        .map(|i| ProbeDesc {
+            id: i as u16,
+            name: format!("syn:{i:03}"),
+            kind: "syn".into(),
+            attach: "none".into(),
+            mode: String::new(),
+            scheme: BucketScheme::LATMON,
+        })
+        .collect();
+    let h = hello("synthetic", probes);
+    let mut enc = Encoder::new();
+    let mut frames: Vec<Vec<u8>> = Vec::new();
+    let mut push = |f: &[u8]| frames.push(f.to_vec());
+    enc.hello(&h, &mut push).expect("hello");
+    let mut totals = vec![Hist::default(); series];
+    let ids: Vec<u16> = (0..series as u16).collect();
+    let mut base_seq = 0;
+    for seq in 1..=secs {
+        let mut delta = vec![Hist::default(); series];
+        for (p, d) in delta.iter_mut().enumerate() {
+            // Some probes quiet, some busy; latencies over three decades.
+            for _ in 0..rng.below(if p % 7 == 0 { 1 } else { 60 }) {
+                d.record(1_000 + rng.below(1_000) * rng.below(1_000));
+            }
+            if rng.below(10) == 0 {
+                d.alerts += 1;
+            }
+            totals[p].merge(d);
+        }
+        let head = SummaryHeader { seq, boot_id: h.boot_id, time_ns: seq * 1_000_000_000, last: seq == secs };
+        let link = LinkHeader { merge: 0, base_seq };
+        let keyed: Vec<u16> = if seq % 5 == 1 { ids.clone() } else { Vec::new() };
+        if !keyed.is_empty() {
+            enc.keyframe(head, link, Entries::all(&totals), &mut push).expect("keyframe");
+        }
+        let sel: Vec<u16> = ids.iter().copied().filter(|&i| delta[i as usize].count > 0).collect();
+        let born: Vec<u16> = if seq == 1 { ids.clone() } else { Vec::new() };
+        enc.delta(head, link, Entries::select(&delta, &ids, &sel), series as u16, &keyed, &born, &mut push)
+            .expect("delta");
+        base_seq = seq;
+    }
+    let mut out = vec![0u8];
+    frames.iter().for_each(|f| out.extend_from_slice(f));
+    damage(&out, drop_pct, corrupt_pct, seed)
+}
+
+/// A capture (frames between 0x00 delimiters) with `drop_pct` % of its
+/// frames left out and `corrupt_pct` % with one byte changed (kept
+/// non-zero: a CRC error, not a split); the first three frames (the
+/// table) are left alone.
+pub fn damage(capture: &[u8], drop_pct: u64, corrupt_pct: u64, seed: u64) -> Vec<u8> {
+    let mut rng = XorShift(seed | 1);
+    let mut out = Vec::with_capacity(capture.len());
+    for (k, f) in capture.split_inclusive(|&b| b == 0).enumerate() {
+        if k > 3 && f.len() > 1 && rng.below(100) < drop_pct {
+            continue;
+        }
+        let at = out.len();
+        out.extend_from_slice(f);
+        if k > 3 && f.len() > 1 && rng.below(100) < corrupt_pct {
+            let i = at + rng.below(f.len() as u64 - 1) as usize;
+            out[i] = out[i].wrapping_add(1).max(1);
+        }
+    }
+    out
+}
+
+/// Runs scripts/supervisor-qemu.sh on `capture` (the firmware in qemu):
+/// its JSON lines, and the run's wall time.
+pub fn supervisor_qemu(capture: &std::path::Path, baud: u32) -> (Vec<serde_json::Value>, Duration) {
+    let t0 = Instant::now();
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/supervisor-qemu.sh"))
+        .arg(capture)
+        .env("SUPERVISOR_BAUD", baud.to_string())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/supervisor-qemu.sh");
+    assert!(out.status.success(), "supervisor-qemu.sh: {}", out.status);
+    (json_lines(&String::from_utf8_lossy(&out.stdout)), t0.elapsed())
+}
+
+/// `latmon decode file:CAPTURE`: each probe's last `total_count`, and the
+/// summaries lost its link line counts.
+pub fn decode_totals(capture: &std::path::Path) -> (std::collections::BTreeMap<String, u64>, u64) {
+    let out = latmon().args(["decode", &format!("file:{}", capture.display())]).output().expect("latmon decode");
+    assert!(out.status.success(), "latmon decode: {}", out.status);
+    let mut totals = std::collections::BTreeMap::new();
+    for v in json_lines(&String::from_utf8_lossy(&out.stdout)) {
+        if v["type"] != "summary" {
+            continue;
+        }
+        for p in v["probes"].as_array().into_iter().flatten() {
+            totals.insert(p["name"].as_str().unwrap_or_default().to_string(), u(p, "total_count"));
+        }
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lost = err
+        .split(", ")
+        .find_map(|w| w.strip_suffix(" summaries lost"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no 'summaries lost' in decode's link line: {err}"));
+    (totals, lost)
+}
+
+/// The firmware's last totals line: totals by name, `lost`, `over_capacity`.
+pub fn supervisor_last_totals(lines: &[serde_json::Value]) -> (std::collections::BTreeMap<String, u64>, u64, u64) {
+    let last = lines.iter().rev().find(|v| v.get("totals").is_some()).expect("a totals line from the firmware");
+    let totals = last["totals"]
+        .as_object()
+        .expect("totals")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().expect("a count")))
+        .collect();
+    (totals, u(last, "lost"), u(last, "over_capacity"))
+}
+
+/// A busy machine for `secs` seconds (stress-ng: CPU, sockets, timers,
+/// forks, disk, message queues): the live link tests' load.
+pub fn stress_mix(secs: u64) -> Child {
+    Command::new("stress-ng")
+        .args([
+            "--cpu",
+            "1",
+            "--cpu-load",
+            "20",
+            "--sock",
+            "1",
+            "--timer",
+            "1",
+            "--fork",
+            "1",
+            "--hdd",
+            "1",
+            "--msg",
+            "1",
+        ])
+        .args(["--timeout", &format!("{secs}s"), "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("stress-ng (apt-get install stress-ng)")
+}

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -98,31 +98,6 @@ fn paced_relay(
     })
 }
 
-fn stress(secs: u64) -> Child {
-    Command::new("stress-ng")
-        .args([
-            "--cpu",
-            "1",
-            "--cpu-load",
-            "20",
-            "--sock",
-            "1",
-            "--timer",
-            "1",
-            "--fork",
-            "1",
-            "--hdd",
-            "1",
-            "--msg",
-            "1",
-        ])
-        .args(["--timeout", &format!("{secs}s"), "--quiet"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("stress-ng (apt-get install stress-ng)")
-}
-
 /// Results of one paced run.
 struct Paced {
     run: Vec<Value>,
@@ -169,7 +144,7 @@ fn paced_run(baud: u32, extra: &[&str], config: Option<&str>, drop_per_mille: u6
     let run = start_run(&args);
     // The load starts once the probes are attached (attaching under load
     // on a shared 2-CPU machine can take long).
-    let mut load = stress(secs);
+    let mut load = stress_mix(secs);
     let (status, out) = finish(run);
     assert!(status.success(), "latmon run: {status}");
     // Let the line drain what is queued (at line rate: the final

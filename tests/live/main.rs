@@ -20,6 +20,7 @@ mod modbus;
 mod nobtf_tracepoint;
 mod prom_native;
 mod runq;
+mod supervisor;
 mod syscall;
 mod text;
 mod timer;

@@ -21,6 +21,9 @@ use latmon::wire::*;
 
 /// Frames generated (the issue asks for at least a million).
 const FRAMES: usize = 1_200_000;
+/// Frames the no_std receiver reads too (its delta ranges walk their id
+/// lists per id: a sixth of the run keeps the test within its time).
+const FIXED_FRAMES: usize = 200_000;
 /// The view is rendered, as the terminal would be, every this many frames.
 const RENDER_EVERY: usize = 499;
 /// `latmon decode`'s JSON line is built every this many events.
@@ -414,12 +417,35 @@ fn rss_kib() -> u64 {
         .unwrap()
 }
 
+/// The no_std receiver judged every frame as the desktop one did, and
+/// counts the same summaries, losses, jumps, restarts and ignored ids.
+fn assert_fixed_agrees(fixed: &FixedReceiver<{ MAX_PROBES }, 8, 4>, stats: &LinkStats, tracker: &Tracker) {
+    let t = &fixed.tracker;
+    assert_eq!(&fixed.stats, stats, "link statistics");
+    assert_eq!(
+        (t.seq.summaries, t.deltas, t.seq.summaries_lost, t.seq.seq_jumps, t.restarts, t.ignored_entries),
+        (
+            tracker.summaries,
+            tracker.deltas,
+            tracker.summaries_lost,
+            tracker.seq_jumps,
+            tracker.restarts,
+            tracker.ignored_entries
+        ),
+        "summaries, deltas, lost, seq jumps, restarts, ignored entries"
+    );
+}
+
 #[test]
 fn crc_valid_frames_with_inconsistent_bodies_never_panic_and_stay_bounded() {
     let start = Instant::now();
     let mut g = Gen { rng: Rng(0x5EED_1A7B_0000_0015), seq: 0, boot_id: 7, count: [0; 8] };
     let mut dec = FrameDecoder::new();
     let mut tracker = Tracker::new();
+    // latmon-core's no_std receiver (the supervisor firmware's) reads the
+    // same bytes: it must accept and refuse the same frames and count the
+    // same losses (its capacity covers every id a Tracker keeps).
+    let mut fixed = Box::new(FixedReceiver::<{ MAX_PROBES }, 8, 4>::new());
     let mut view = View::default();
     let (mut payload, mut wire) = (Vec::new(), Vec::new());
     let (mut events, mut errors, mut rendered, mut json_bytes) = (0u64, 0u64, 0u64, 0u64);
@@ -429,6 +455,7 @@ fn crc_valid_frames_with_inconsistent_bodies_never_panic_and_stay_bounded() {
     // A delimiter first: the first frame is judged like every other one
     // (not leniently, as a possible partial frame at join).
     dec.feed(&[DELIMITER], &mut |_| unreachable!());
+    fixed.feed(&[DELIMITER], |_, _| unreachable!());
     while frames < FRAMES {
         // A burst of frames, fed in random read sizes.
         wire.clear();
@@ -441,6 +468,9 @@ fn crc_valid_frames_with_inconsistent_bodies_never_panic_and_stay_bounded() {
         let mut at = 0;
         while at < wire.len() {
             let n = (1 + g.rng.either(50, 64, 4096) as usize).min(wire.len() - at);
+            if frames <= FIXED_FRAMES {
+                fixed.feed(&wire[at..at + n], |_, _| {});
+            }
             dec.feed(&wire[at..at + n], &mut |r| match r {
                 Ok(f) => {
                     let ev = tracker.on_frame(f);
@@ -458,6 +488,9 @@ fn crc_valid_frames_with_inconsistent_bodies_never_panic_and_stay_bounded() {
                 }
             });
             at += n;
+        }
+        if frames <= FIXED_FRAMES {
+            assert_fixed_agrees(&fixed, &dec.stats, &tracker);
         }
         if frames % RENDER_EVERY < burst {
             let screen = view.render("fuzz", &dec.stats, &tracker, None);

@@ -6,7 +6,7 @@
 //! records) lives in .bss; nothing is allocated.
 //!
 //! Lines (one per summary applied, when the next summary begins or the
-//! line goes quiet, ~10 ms in qemu; the last one's totals are the link's
+//! line goes quiet; the last one's totals are the link's
 //! totals since the sender started):
 //!
 //! ```text
@@ -28,7 +28,7 @@ mod uart;
 
 use core::fmt::Write as _;
 
-use cortex_m_rt::entry;
+use cortex_m_rt::{entry, exception, ExceptionFrame};
 use latmon_core::wire::{Applied, FixedReceiver, FixedTracker, Received};
 
 use uart::{Out, Pl011, Uart};
@@ -41,9 +41,10 @@ const SERIES: usize = 128;
 const NAME: usize = 64;
 /// Latest alert records kept.
 const ALERTS: usize = 8;
-/// Empty polls of UART0 after which the link line is printed (~50 ms in
-/// qemu; a byte at 115200 baud is 87 us, so never mid-stream).
-const IDLE_POLLS: u32 = 1 << 20;
+/// Empty polls of UART0 after which the link line is printed (each poll
+/// is an MMIO read: tens of ms in qemu, longer on a loaded host; a pause
+/// mid-stream only prints it early, which is harmless).
+const IDLE_POLLS: u32 = 1 << 16;
 
 type Receiver = FixedReceiver<SERIES, NAME, ALERTS>;
 type Tracker = FixedTracker<SERIES, NAME, ALERTS>;
@@ -168,6 +169,16 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
     // SAFETY: the firmware is stopping; UART1 is only written.
     let mut tx = unsafe { Pl011::new(uart::UART1) };
     tx.write_all(b"{\"panic\": true}\n");
+    loop {
+        cortex_m::asm::wfi();
+    }
+}
+
+#[exception]
+unsafe fn HardFault(ef: &ExceptionFrame) -> ! {
+    // SAFETY: as in `panic`.
+    let mut tx = unsafe { Pl011::new(uart::UART1) };
+    let _ = writeln!(Out(&mut tx), "{{\"hardfault\": {{\"pc\": {}, \"lr\": {}}}}}", ef.pc(), ef.lr());
     loop {
         cortex_m::asm::wfi();
     }

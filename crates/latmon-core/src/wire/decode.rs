@@ -7,25 +7,37 @@ use std::fmt;
 use super::*;
 
 /// Why bytes between two delimiters were not a good frame. The decoder
-/// reports the error and resynchronises at the next delimiter.
+/// reports the error and resynchronises at the next delimiter. The
+/// framing's faults are [`FrameFault`]'s (the no_std receiver's), one
+/// variant each; `Body` is the message's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FrameError {
-    /// The first fragment of a stream did not decode: the receiver joined
-    /// mid-frame (not counted as damage).
-    Joined { len: usize },
-    /// More than [`MAX_ENCODED`] bytes without a delimiter.
-    Oversize { len: usize },
-    /// The COBS structure is broken (a code byte points past the delimiter).
-    Cobs { len: usize },
-    /// Shorter than version, kind and CRC.
-    Short { len: usize },
-    /// The CRC-32 does not match the payload.
-    Crc { len: usize, expected: u32, actual: u32 },
-    /// The version byte is not [`PROTOCOL_VERSION`].
-    Version { version: u8 },
+    Joined {
+        len: usize,
+    },
+    Oversize {
+        len: usize,
+    },
+    Cobs {
+        len: usize,
+    },
+    Short {
+        len: usize,
+    },
+    Crc {
+        len: usize,
+        expected: u32,
+        actual: u32,
+    },
+    Version {
+        version: u8,
+    },
     /// The body is not a valid message of the kind it claims.
-    Body { kind: Kind, why: String },
+    Body {
+        kind: Kind,
+        why: String,
+    },
 }
 
 impl fmt::Display for FrameError {

@@ -989,3 +989,99 @@ impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedReceiver<
         });
     }
 }
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use super::*;
+    use crate::hist::Hist;
+    use crate::wire::{BucketScheme, Encoder, Entries, Hello, LinkHeader, ProbeDesc, SummaryHeader, DELIMITER};
+
+    fn hello(n: usize) -> Hello {
+        Hello {
+            protocol_revision: crate::wire::PROTOCOL_REVISION,
+            latmon_version: "0.1.0".into(),
+            board: "b".into(),
+            kernel: "k".into(),
+            boot_id: 9,
+            start_ns: 0,
+            interval_ns: 1_000_000_000,
+            probe_count: n as u16,
+            probes: (0..n)
+                .map(|i| ProbeDesc {
+                    id: i as u16,
+                    name: format!("p{i}"),
+                    kind: "k".into(),
+                    attach: "a".into(),
+                    mode: String::new(),
+                    scheme: BucketScheme::LATMON,
+                })
+                .collect(),
+        }
+    }
+
+    /// Frames of a Hello and one keyframe of `hists`, with `enc`.
+    fn stream(enc: &mut Encoder, hists: &[Hist]) -> Vec<u8> {
+        let mut out = vec![DELIMITER];
+        let mut push = |f: &[u8]| out.extend_from_slice(f);
+        enc.hello(&hello(hists.len()), &mut push).unwrap();
+        let head = SummaryHeader { seq: 1, boot_id: 9, time_ns: 1, last: false };
+        enc.keyframe(head, LinkHeader::default(), Entries::all(hists), &mut push).unwrap();
+        out
+    }
+
+    #[test]
+    fn series_beyond_capacity_are_counted_and_the_rest_kept_exact() {
+        let hists: Vec<Hist> = (0..6u64)
+            .map(|i| {
+                let mut h = Hist::default();
+                (0..10 + i).for_each(|v| h.record(1000 * v));
+                h
+            })
+            .collect();
+        let mut r = FixedReceiver::<4, 8, 2>::new();
+        r.feed(&stream(&mut Encoder::new(), &hists), |_, _| {});
+        let t = &r.tracker;
+        assert_eq!((t.series().len(), t.series_over_capacity()), (4, 2));
+        assert!(t.over_capacity >= 2);
+        for (i, s) in t.series().iter().enumerate() {
+            assert_eq!((s.id, s.shown.count, s.name.as_str()), (i as u16, 10 + i as u64, format!("p{i}").as_str()));
+        }
+    }
+
+    #[test]
+    fn split_entries_assemble_with_percentiles_as_the_histogram_says() {
+        // Many buckets and a small frame budget: the entry spans frames.
+        let mut h = Hist::default();
+        (0..5000u64).for_each(|v| h.record(v * v % 9_999_991 + 17));
+        let mut enc = Encoder::with_budget(96);
+        let bytes = stream(&mut enc, std::slice::from_ref(&h));
+        let mut r = FixedReceiver::<2, 8, 2>::new();
+        r.feed(&bytes, |_, _| {});
+        assert!(r.stats.frames_good > 3, "the entry was split: {:?}", r.stats);
+        let s = &r.tracker.series()[0];
+        assert_eq!((s.shown.count, s.interval.max_ns, r.tracker.partial_dropped), (h.count, h.max_ns, 0));
+        let close = |got: u64, want: u64| got.abs_diff(want) <= 1 + want / 1_000_000;
+        let p = h.percentiles();
+        assert!(close(s.interval.p50_ns, p.p50_ns), "p50 {} vs {}", s.interval.p50_ns, p.p50_ns);
+        assert!(close(s.interval.p99_ns, p.p99_ns), "p99 {} vs {}", s.interval.p99_ns, p.p99_ns);
+    }
+
+    #[test]
+    fn garbage_never_panics_and_is_judged_as_the_desktop_decoder_judges_it() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut bytes = Vec::new();
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            bytes.push(if x % 9 == 0 { 0 } else { x as u8 });
+        }
+        let mut r = FixedReceiver::<8, 8, 2>::new();
+        let mut dec = crate::wire::FrameDecoder::new();
+        for chunk in bytes.chunks(37) {
+            r.feed(chunk, |_, _| {});
+            dec.feed(chunk, &mut |_| {});
+        }
+        assert_eq!(r.stats, dec.stats);
+    }
+}
