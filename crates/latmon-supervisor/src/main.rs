@@ -13,8 +13,17 @@
 //! {"seq": N, "totals": {"NAME": TOTAL_COUNT, ...}, "lost": N, "over_capacity": N, "stack": BYTES}
 //! ```
 //!
-//! and, when the line has been quiet for a while (~50 ms in qemu) after
-//! new bytes, one link line:
+//! Its first line, once UART0 is set up and the loop about to read it:
+//!
+//! ```text
+//! {"ready": {"series": SERIES, "name": NAME, "alerts": ALERTS}}
+//! ```
+//!
+//! (a harness starts the line after it: a byte that arrives before the
+//! firmware set UART0 up is not received; qemu's PL011 empties its
+//! receive FIFO when the FIFO is switched on), and, when the line has
+//! been quiet for a while (~50 ms in qemu) after new bytes, one link
+//! line:
 //!
 //! ```text
 //! {"link": {"bytes": N, "frames_good": N, "errors": N, "resyncs": N, "unknown_kinds": N}, "lost": N, "series": N, "series_over_capacity": N, "stack": BYTES, "decode_stack": BYTES}
@@ -58,6 +67,7 @@ fn main() -> ! {
     // SAFETY: the only reference to RECEIVER, taken once.
     let r = unsafe { &mut *core::ptr::addr_of_mut!(RECEIVER) };
     stack::paint();
+    let _ = writeln!(Out(&mut tx), "{{\"ready\": {{\"series\": {SERIES}, \"name\": {NAME}, \"alerts\": {ALERTS}}}}}");
     let at_feed = stack::now();
     let mut decode_stack = 0;
     let mut buf = [0u8; 16];
