@@ -105,12 +105,18 @@ if not wait_for(lambda vs: any("ready" in v for v in vs)):
     sys.exit("supervisor-qemu: the firmware never said it was ready")
 t0 = time.monotonic()
 sent = 0
+# qemu takes UART0's bytes only as the firmware drains the FIFO: a send
+# blocked this long means qemu stopped taking them.
+s.settimeout(QUIET)
 while sent < len(data):
     due = int((time.monotonic() - t0) * rate) - sent
     if due <= 0:
         time.sleep(0.001)
         continue
-    sent += s.send(data[sent:sent + min(due, 4096)])
+    try:
+        sent += s.send(data[sent:sent + min(due, 4096)])
+    except socket.timeout:
+        sys.exit("supervisor-qemu: qemu took no byte of UART0's line for %d s (%d of %d sent)" % (QUIET, sent, len(data)))
 # Wait for the firmware's link line that counts every byte of the capture:
 # qemu hands UART0 a byte only when its FIFO has room, so none is lost on
 # the way and a count short of the capture is a fault, not a tolerance.

@@ -490,8 +490,8 @@ pub fn irq_counts() -> std::collections::HashMap<u32, u64> {
 /// A capture of a budgeted link made by the pure encoder (no kernel): a
 /// Hello of `series` probes (`syn:NNN`), then `secs` one-second intervals
 /// of random events, each a Delta against the one before, every fifth a
-/// keyframe (Summary) of every probe first; [`damage`]d as asked.
-pub fn synthetic_capture(series: usize, secs: u64, drop_pct: u64, corrupt_pct: u64, seed: u64) -> Vec<u8> {
+/// keyframe (Summary) of every probe first.
+pub fn synthetic_capture(series: usize, secs: u64, seed: u64) -> Vec<u8> {
     use latmon::hist::Hist;
     use latmon::wire::{BucketScheme, Encoder, Entries, LinkHeader, ProbeDesc, SummaryHeader};
     let mut rng = XorShift(seed | 1);
@@ -539,18 +539,22 @@ pub fn synthetic_capture(series: usize, secs: u64, drop_pct: u64, corrupt_pct: u
     }
     let mut out = vec![0u8];
     frames.iter().for_each(|f| out.extend_from_slice(f));
-    damage(&out, drop_pct, corrupt_pct, seed)
+    out
 }
 
-/// A capture (frames between 0x00 delimiters) with `drop_pct` % of its
-/// frames left out and `corrupt_pct` % with one byte changed (kept
-/// non-zero: a CRC error, not a split); the first three frames (the
+/// A capture (frames between 0x00 delimiters) damaged as a bad line
+/// damages it: every frame of each `lose_every`-th summary left out (an
+/// outage long enough to lose it whole: the receivers' `lost`), `drop_pct`
+/// % of the other frames left out (a summary in part: inexact totals,
+/// incomplete split entries) and `corrupt_pct` % with one byte changed
+/// (kept non-zero: a CRC error, not a split); the first three frames (the
 /// table) are left alone.
-pub fn damage(capture: &[u8], drop_pct: u64, corrupt_pct: u64, seed: u64) -> Vec<u8> {
+pub fn damage(capture: &[u8], lose_every: u64, drop_pct: u64, corrupt_pct: u64, seed: u64) -> Vec<u8> {
     let mut rng = XorShift(seed | 1);
     let mut out = Vec::with_capacity(capture.len());
     for (k, f) in capture.split_inclusive(|&b| b == 0).enumerate() {
-        if k > 3 && f.len() > 1 && rng.below(100) < drop_pct {
+        let dropped = rng.below(100) < drop_pct;
+        if k > 3 && (summary_seq(f).is_some_and(|seq| seq % lose_every == 0) || (f.len() > 1 && dropped)) {
             continue;
         }
         let at = out.len();
@@ -561,6 +565,18 @@ pub fn damage(capture: &[u8], drop_pct: u64, corrupt_pct: u64, seed: u64) -> Vec
         }
     }
     out
+}
+
+/// The seq of the summary a frame (its delimiter included) is part of: a
+/// keyframe's or a delta's; none for other kinds or a damaged frame.
+fn summary_seq(frame: &[u8]) -> Option<u64> {
+    use latmon::wire::{decode_fragment, Frame};
+    let mut buf = frame.strip_suffix(&[0]).unwrap_or(frame).to_vec();
+    match decode_fragment(&mut buf) {
+        Ok(Frame::Summary(s)) => Some(s.seq),
+        Ok(Frame::Delta(d)) => Some(d.seq),
+        _ => None,
+    }
 }
 
 /// Runs scripts/supervisor-qemu.sh on `capture` (the firmware in qemu):
@@ -578,8 +594,8 @@ pub fn supervisor_qemu(capture: &std::path::Path, baud: u32) -> (Vec<serde_json:
 }
 
 /// `latmon decode file:CAPTURE`: each probe's last `total_count`, and the
-/// summaries lost its link line counts.
-pub fn decode_totals(capture: &std::path::Path) -> (std::collections::BTreeMap<String, u64>, u64) {
+/// summaries lost and the good frames its link line counts.
+pub fn decode_totals(capture: &std::path::Path) -> (std::collections::BTreeMap<String, u64>, u64, u64) {
     let out = latmon().args(["decode", &format!("file:{}", capture.display())]).output().expect("latmon decode");
     assert!(out.status.success(), "latmon decode: {}", out.status);
     let mut totals = std::collections::BTreeMap::new();
@@ -592,12 +608,13 @@ pub fn decode_totals(capture: &std::path::Path) -> (std::collections::BTreeMap<S
         }
     }
     let err = String::from_utf8_lossy(&out.stderr);
-    let lost = err
-        .split(", ")
-        .find_map(|w| w.strip_suffix(" summaries lost"))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no 'summaries lost' in decode's link line: {err}"));
-    (totals, lost)
+    let count = |what: &str| -> u64 {
+        err.split(", ")
+            .find_map(|w| w.strip_suffix(what))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no '{what}' in decode's link line: {err}"))
+    };
+    (totals, count(" summaries lost"), count(" frames good"))
 }
 
 /// The firmware's last totals line: totals by name, `lost`, `over_capacity`.
@@ -610,6 +627,13 @@ pub fn supervisor_last_totals(lines: &[serde_json::Value]) -> (std::collections:
         .map(|(k, v)| (k.clone(), v.as_u64().expect("a count")))
         .collect();
     (totals, u(last, "lost"), u(last, "over_capacity"))
+}
+
+/// The good frames of the firmware's last link line (the whole capture's:
+/// scripts/supervisor-qemu.sh waits for the line that counts every byte).
+pub fn supervisor_frames_good(lines: &[serde_json::Value]) -> u64 {
+    let link = lines.iter().rev().find(|v| v.get("link").is_some()).expect("a link line from the firmware");
+    u(&link["link"], "frames_good")
 }
 
 /// A busy machine for `secs` seconds (stress-ng: CPU, sockets, timers,

@@ -30,8 +30,9 @@ fn supervisor_firmware_reads_a_real_run_as_decode_does() {
     let bytes = std::fs::read(&capture).expect("the capture");
 
     let (lines, took) = supervisor_qemu(&capture, 115_200);
-    let (want, want_lost) = decode_totals(&capture);
+    let (want, want_lost, want_good) = decode_totals(&capture);
     let (got, lost, over) = supervisor_last_totals(&lines);
+    assert_eq!(supervisor_frames_good(&lines), want_good, "good frames: firmware vs latmon decode");
     println!(
         "supervisor live: {} bytes ({} B/s) in qemu {:.1} s; {} probes by decode, {} kept by the firmware, {over} over capacity",
         bytes.len(),
@@ -52,11 +53,12 @@ fn supervisor_firmware_reads_a_real_run_as_decode_does() {
     assert_eq!((lost, want_lost), (0, 0), "a clean capture loses nothing");
 
     let damaged = scratch("supervisor", "live-damaged.frames");
-    std::fs::write(&damaged, damage(&bytes, 5, 2, 0x28)).expect("write");
+    std::fs::write(&damaged, damage(&bytes, 7, 5, 2, 0x28)).expect("write");
     let (lines, took) = supervisor_qemu(&damaged, 115_200);
-    let (_, want_lost) = decode_totals(&damaged);
+    let (_, want_lost, want_good) = decode_totals(&damaged);
     let (_, lost, _) = supervisor_last_totals(&lines);
+    assert_eq!(supervisor_frames_good(&lines), want_good, "good frames of the damaged capture");
     println!("supervisor live, damaged: {lost} lost (decode {want_lost}) in qemu {:.1} s", took.as_secs_f64());
-    assert!(want_lost > 0, "dropped frames lose summaries");
+    assert!(want_lost > 0, "the outages lost summaries");
     assert_eq!(lost, want_lost, "lost: firmware vs latmon decode");
 }
