@@ -139,7 +139,7 @@ fn threaded_irq_path_loads_and_attaches() {
     latmon::probes::route_libbpf_logs();
     let spec = ProbeSpec::parse("irq").unwrap();
     let p = irq::open(&spec, Family::Irq, ThreadPath::On).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(p.info().attach, latmon::ident::Mechanism::TpBtf);
+    assert_eq!(p.info().attach, latmon_core::ident::Mechanism::TpBtf);
     assert!(p.info().mode.contains("irq threads"), "{}", p.info().mode);
 }
 
