@@ -311,7 +311,10 @@ class Crate:
                 continue
             me = info["path"]
             deps = out.setdefault(me, set())
-            texts = [info["code"]] + (info["tests"] if with_tests else [])
+            # In an inline `mod tests { .. }`, `super` is this file's module.
+            inline = re.compile(r"\s*(?:pub(?:\s*\([^)]*\))?\s+)?mod\s+\w+\s*\{")
+            tests = [re.sub(r"(?<!::)\bsuper::", "self::", t) if inline.match(t) else t for t in info["tests"]]
+            texts = [info["code"]] + (tests if with_tests else [])
             for text in texts:
                 uses = [
                     (segs, m.group(1) is not None)

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::Error;
+use crate::error::Error;
 
 /// `.BTF` and `.BTF.ext` headers start with this magic (`BTF_MAGIC`).
 const BTF_MAGIC: u16 = 0xeb9f;

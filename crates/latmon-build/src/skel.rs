@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::ops::Range;
 
-use crate::Error;
+use crate::error::Error;
 
 /// The names of the structs a header defines (`struct NAME {` lines).
 pub fn header_structs(header: &str) -> Vec<String> {

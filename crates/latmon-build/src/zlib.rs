@@ -3,7 +3,7 @@
 //! (a host tool everywhere, Yocto included) deflates, the zlib that libbpf
 //! already links inflates, and no deflate code is built.
 
-use crate::Error;
+use crate::error::Error;
 
 /// A gzip member (RFC 1952) as a zlib stream (RFC 1950) of the same
 /// deflate data: zlib header, the deflate blocks, Adler-32 of `raw`.
