@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use latmon_core::session::{Session, Tick};
+use latmon_core::session::Tick;
 use latmon_core::summary::{IntervalReport, ProbeState};
 use latmon_core::table::{TextRender, TextStyle};
 use latmon_core::wire::{self, Encoder, Hello, ProbeHealth, ProbeMissed, Status, SummaryHeader};
