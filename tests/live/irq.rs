@@ -81,7 +81,7 @@ fn irq_case(env: &[(&str, &str)], attach: &str) {
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
-    let names = irq::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap());
+    let names = latmon::procfs::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap());
     // Runs of the programs the kernel skipped (a classic tracepoint's
     // program is skipped while a BPF map syscall holds its CPU: the no-BTF
     // build), counted for the family, not per IRQ: any IRQ may be short by
