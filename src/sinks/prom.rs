@@ -44,15 +44,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use latmon_core::causes::CauseSummary;
+use latmon_core::hist::{bucket_index, Hist};
+use latmon_core::summary::ProbeState;
 use prost::Message as _;
 
 use super::prom_pb as pb;
 use super::{LinkStats, Sink, Tick};
 use crate::bpf::limits::HIST_MAX_LOG2;
-use crate::causes::CauseSummary;
-use crate::hist::{bucket_index, Hist};
 use crate::promhist::{self, SPAN};
-use crate::summary::ProbeState;
 
 /// The SINK prefix.
 pub const SCHEME: &str = "prom://";
@@ -1025,10 +1025,11 @@ impl Drop for Prom {
 
 #[cfg(test)]
 mod tests {
+    use latmon_core::ident::{BtfMode, Family, Mechanism};
+    use latmon_core::summary::{IntervalReport, ProbeInfo, ProbeReport};
+
     use super::*;
-    use crate::ident::{BtfMode, Family, Mechanism};
-    use crate::sinks::Session;
-    use crate::summary::{IntervalReport, ProbeInfo, ProbeReport};
+    use latmon_core::session::Session;
 
     #[test]
     fn addresses() {
@@ -1135,7 +1136,7 @@ mod tests {
 
     #[test]
     fn alerted_time_and_its_top_causes_per_line() {
-        use crate::causes::{CauseId, TopCause};
+        use latmon_core::causes::{CauseId, TopCause};
         let (session, mut report, totals) = tick_of(&["timer", "runq", "syscall"], 1_000);
         let cause = |id, name: &str, ns| TopCause { id, name: name.into(), ns };
         report.probes[0].alert_causes = Some(CauseSummary {

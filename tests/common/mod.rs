@@ -46,9 +46,9 @@ pub fn scratch(tag: &str, name: &str) -> std::path::PathBuf {
 
 /// A Hello for hand-made frame streams: board `board`, 1 s intervals,
 /// `probes` as its table.
-pub fn hello(board: &str, probes: Vec<latmon::wire::ProbeDesc>) -> latmon::wire::Hello {
-    latmon::wire::Hello {
-        protocol_revision: latmon::wire::PROTOCOL_REVISION,
+pub fn hello(board: &str, probes: Vec<latmon_core::wire::ProbeDesc>) -> latmon_core::wire::Hello {
+    latmon_core::wire::Hello {
+        protocol_revision: latmon_core::wire::PROTOCOL_REVISION,
         latmon_version: "0.1.0".into(),
         board: board.into(),
         kernel: "6.18".into(),
@@ -444,9 +444,9 @@ impl XorShift {
 
 /// Probe `p{i}`, a runq probe attached by tp_btf with CO-RE: the identity
 /// of the probes in synthetic sessions (no BPF loaded).
-pub fn runq_probe(i: usize) -> latmon::summary::ProbeInfo {
-    use latmon::ident::{BtfMode, Family, Mechanism};
-    latmon::summary::ProbeInfo {
+pub fn runq_probe(i: usize) -> latmon_core::summary::ProbeInfo {
+    use latmon_core::ident::{BtfMode, Family, Mechanism};
+    latmon_core::summary::ProbeInfo {
         name: format!("p{i}"),
         kind: Family::Runq,
         attach: Mechanism::TpBtf,
@@ -492,8 +492,8 @@ pub fn irq_counts() -> std::collections::HashMap<u32, u64> {
 /// of random events, each a Delta against the one before, every fifth a
 /// keyframe (Summary) of every probe first.
 pub fn synthetic_capture(series: usize, secs: u64, seed: u64) -> Vec<u8> {
-    use latmon::hist::Hist;
-    use latmon::wire::{BucketScheme, Encoder, Entries, LinkHeader, ProbeDesc, SummaryHeader};
+    use latmon_core::hist::Hist;
+    use latmon_core::wire::{BucketScheme, Encoder, Entries, LinkHeader, ProbeDesc, SummaryHeader};
     let mut rng = XorShift(seed | 1);
     let probes = (0..series)
         .map(|i| ProbeDesc {
@@ -570,7 +570,7 @@ pub fn damage(capture: &[u8], lose_every: u64, drop_pct: u64, corrupt_pct: u64, 
 /// The seq of the summary a frame (its delimiter included) is part of: a
 /// keyframe's or a delta's; none for other kinds or a damaged frame.
 fn summary_seq(frame: &[u8]) -> Option<u64> {
-    use latmon::wire::{decode_fragment, Frame};
+    use latmon_core::wire::{decode_fragment, Frame};
     let mut buf = frame.strip_suffix(&[0]).unwrap_or(frame).to_vec();
     match decode_fragment(&mut buf) {
         Ok(Frame::Summary(s)) => Some(s.seq),

@@ -968,7 +968,7 @@ fn device_irq_case(family: &str, env: &[(&str, &str)], attach: &str) {
     drop(aff);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
-    let names = latmon::probes::irq::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap());
+    let names = latmon::procfs::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap());
     let name = names.get(&irq).cloned().unwrap_or_else(|| panic!("IRQ {irq} has a name in /proc/interrupts"));
     let series = |n: u32| match names.get(&n) {
         Some(name) => format!("irq:{n} {name}"),

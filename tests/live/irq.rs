@@ -81,7 +81,7 @@ fn irq_case(env: &[(&str, &str)], attach: &str) {
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
-    let names = irq::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap());
+    let names = latmon::procfs::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap());
     // Runs of the programs the kernel skipped (a classic tracepoint's
     // program is skipped while a BPF map syscall holds its CPU: the no-BTF
     // build), counted for the family, not per IRQ: any IRQ may be short by
@@ -139,7 +139,7 @@ fn threaded_irq_path_loads_and_attaches() {
     latmon::probes::route_libbpf_logs();
     let spec = ProbeSpec::parse("irq").unwrap();
     let p = irq::open(&spec, Family::Irq, ThreadPath::On).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(p.info().attach, latmon::ident::Mechanism::TpBtf);
+    assert_eq!(p.info().attach, latmon_core::ident::Mechanism::TpBtf);
     assert!(p.info().mode.contains("irq threads"), "{}", p.info().mode);
 }
 

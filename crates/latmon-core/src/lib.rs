@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 //! latmon's pure models, shared by the board's `latmon` and the
-//! technician's `latmon-view`: the wire format and its receiver
-//! (`wire`, `Tracker`), histograms (`hist`), what an interval says
-//! (`summary`, `session`), the compact table (`table`), identities
-//! (`ident`) and the view's screen and JSON lines (`view`). No BPF and
-//! no operating-system I/O: bytes come in through `view::Source` and go
-//! out through `std::io::Write`, so this crate builds for any target.
+//! technician's `latmon-view`: the wire format and its `Tracker`
+//! (`wire`), histograms (`hist`), what an interval says (`summary`,
+//! `session`, `anatomy`, `causes`), the compact table (`table`), text
+//! pieces every renderer uses (`text`), identities (`ident`) and the
+//! receiver's model: its screen, JSON lines and loops (`receiver`). No BPF
+//! and no operating-system I/O: bytes come in through
+//! `receiver::ByteSource` and go out through `std::io::Write`, so this
+//! crate builds for any target.
 //!
 //! Without the default feature `std` the crate is `no_std` and needs no
 //! allocator: what is left is the frame decoder ([`wire::FrameSplitter`]),
@@ -30,11 +32,13 @@ pub mod hist;
 #[cfg(feature = "std")]
 pub mod ident;
 #[cfg(feature = "std")]
+pub mod receiver;
+#[cfg(feature = "std")]
 pub mod session;
 #[cfg(feature = "std")]
 pub mod summary;
 #[cfg(feature = "std")]
 pub mod table;
 #[cfg(feature = "std")]
-pub mod view;
+pub mod text;
 pub mod wire;
