@@ -29,15 +29,21 @@
 //! Percentiles use integer arithmetic (the std `Hist::quantile` uses
 //! floats); they can differ from `latmon decode`'s by a rank's rounding.
 
+mod read;
+
 use heapless::{Deque, String as HString, Vec as HVec};
-use serde::Deserialize;
+
+use read::{
+    check, delta_head, read_entry, summary_head, AlertHead, DeltaHead, DescIn, EntryHead, HelloHead, Quant, Rd, Res,
+    StatusHead,
+};
 
 use super::{
     FrameFault, FrameSplitter, Kind, LinkStats, RawFrame, SeqCount, SeqTick, MAX_PROBES, ROLLED_MODE_PREFIX,
     SPLITTER_BUF,
 };
-use crate::bpf::limits::{ANAT_MAX_CAUSES, HIST_MAX_LOG2, HIST_SUB_BITS};
-use crate::hist::{bucket_bounds, BUCKETS};
+use crate::bpf::limits::{HIST_MAX_LOG2, HIST_SUB_BITS};
+use crate::hist::BUCKETS;
 
 /// Split entries (a probe continued in the next frame of the same seq)
 /// assembled at once. A sender has at most one open at a time (the entry
@@ -216,241 +222,6 @@ impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> Default for Fi
     }
 }
 
-type Res<T> = postcard::Result<T>;
-
-/// The postcard reads of one body, in wire order.
-struct Rd<'a>(&'a [u8]);
-
-impl<'a> Rd<'a> {
-    fn get<T: Deserialize<'a>>(&mut self) -> Res<T> {
-        let (v, rest) = postcard::take_from_bytes::<T>(self.0)?;
-        self.0 = rest;
-        Ok(v)
-    }
-    fn len(&mut self) -> Res<usize> {
-        self.get::<usize>()
-    }
-}
-
-fn custom() -> postcard::Error {
-    postcard::Error::SerdeDeCustom
-}
-
-/// The head of a probe entry (ProbeCounts without its buckets).
-#[derive(Debug, Clone, Copy)]
-struct EntryHead {
-    id: u16,
-    count: u64,
-    min_ns: u64,
-    max_ns: u64,
-    drops: u64,
-    alerts: u64,
-    first: u16,
-    end: u16,
-}
-
-/// Read one ProbeCounts, calling `bucket` per (index, count), with the
-/// desktop decoder's checks in its order.
-fn read_entry<'a>(r: &mut Rd<'a>, mut bucket: impl FnMut(&EntryHead, u16, u64)) -> Res<EntryHead> {
-    let id: u16 = r.get()?;
-    let count: u64 = r.get()?;
-    let _sum_ns: u64 = r.get()?;
-    let min_ns: u64 = r.get()?;
-    let max_ns: u64 = r.get()?;
-    let drops: u64 = r.get()?;
-    let alerts: u64 = r.get()?;
-    let first: u16 = r.get()?;
-    let end: u16 = r.get()?;
-    if first > end || end as usize > BUCKETS {
-        return Err(custom());
-    }
-    let h = EntryHead { id, count, min_ns, max_ns, drops, alerts, first, end };
-    let n = r.len()?;
-    let mut next = first as u32;
-    for _ in 0..n {
-        let gap: u16 = r.get()?;
-        let c: u64 = r.get()?;
-        let i = next + gap as u32;
-        if i >= end as u32 {
-            return Err(custom());
-        }
-        bucket(&h, i as u16, c);
-        next = i + 1;
-    }
-    Ok(h)
-}
-
-/// p50 and p99 found while the buckets stream by (ascending).
-#[derive(Debug, Clone, Copy, Default)]
-struct Quant {
-    below: u64,
-    p50: Option<u64>,
-    p99: Option<u64>,
-}
-
-/// Rank of quantile num/100 of `count` events (at least 1).
-fn rank(count: u64, num: u64) -> u64 {
-    (((count as u128 * num as u128).div_ceil(100)) as u64).max(1)
-}
-
-impl Quant {
-    fn bucket(&mut self, h: &EntryHead, i: u16, c: u64) {
-        if c == 0 || h.count == 0 {
-            return;
-        }
-        let (below, (lo, hi)) = (self.below, bucket_bounds(i as usize));
-        let at = |num: u64| -> Option<u64> {
-            let r = rank(h.count, num);
-            if r >= h.count || below.saturating_add(c) < r {
-                return None; // the top rank is the exact max; or not yet
-            }
-            let hi = hi.min(h.max_ns.saturating_add(1)).max(lo + 1);
-            let k2 = 2 * (r - below) as u128 - 1; // (rank - below - 0.5) * 2
-            let v = lo as u128 + (hi - lo) as u128 * k2 / (2 * c as u128);
-            // Not clamp(): a sender may claim min > max (clamp panics).
-            Some((v.min(u64::MAX as u128) as u64).max(h.min_ns).min(h.max_ns))
-        };
-        self.p50 = self.p50.or_else(|| at(50));
-        self.p99 = self.p99.or_else(|| at(99));
-        self.below = below.saturating_add(c);
-    }
-
-    /// (p50, p99): the top rank, or ranks beyond the buckets, are the max.
-    fn finish(&self, h: &EntryHead) -> (u64, u64) {
-        if h.count == 0 {
-            return (0, 0);
-        }
-        (self.p50.unwrap_or(h.max_ns), self.p99.unwrap_or(h.max_ns))
-    }
-}
-
-/// A probe id list (Delta's `keyed`, `born`), read lazily: `contains`
-/// walks it (at most a few hundred varints) instead of keeping it.
-#[derive(Clone, Copy)]
-struct IdList<'a>(&'a [u8]);
-
-impl<'a> IdList<'a> {
-    /// Check the list and return it and the bytes after it.
-    fn read(r: &mut Rd<'a>) -> Res<IdList<'a>> {
-        let start = r.0;
-        let n = r.len()?;
-        for _ in 0..n {
-            r.get::<u16>()?;
-        }
-        Ok(IdList(start))
-    }
-    fn contains(self, id: u16) -> bool {
-        let mut r = Rd(self.0);
-        let Ok(n) = r.len() else { return false };
-        (0..n).any(|_| r.get::<u16>().is_ok_and(|v| v == id))
-    }
-}
-
-#[derive(Deserialize)]
-#[allow(dead_code)] // read to check the body, as the desktop decoder does
-struct HelloHead<'a> {
-    protocol_revision: u8,
-    latmon_version: &'a str,
-    board: &'a str,
-    kernel: &'a str,
-    boot_id: u32,
-    start_ns: u64,
-    interval_ns: u64,
-    probe_count: u16,
-}
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct DescIn<'a> {
-    id: u16,
-    name: &'a str,
-    kind: &'a str,
-    attach: &'a str,
-    mode: &'a str,
-    family: u8,
-    sub_bits: u8,
-    max_log2: u8,
-}
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct AlertHead<'a> {
-    boot_id: u32,
-    probe: u16,
-    pid: u32,
-    tid: u32,
-    comm: &'a str,
-    cpu: u32,
-    latency_ns: u64,
-    time_ns: u64,
-    cpu_woken: u32,
-    cpu_ran: u32,
-}
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct CauseIn<'a> {
-    kind: u8,
-    id: u32,
-    policy: u8,
-    prio: i32,
-    name: &'a str,
-    ns: u64,
-}
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct StatusHead {
-    boot_id: u32,
-    time_ns: u64,
-    seq: u64,
-    uptime_ns: u64,
-    frames_dropped: u64,
-    bytes_dropped: u64,
-    clients: u32,
-}
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct HealthIn {
-    id: u16,
-    read_errors: u64,
-    run_count: u64,
-    run_time_ns: u64,
-}
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct LinkIn {
-    budget_bps: u32,
-    used_bps: u32,
-    step: u8,
-    merge: u8,
-    rolled: u16,
-    interval_ms: u32,
-    keyframe_ms: u32,
-    alerts_shed: u64,
-    intervals_folded: u64,
-}
-
-/// Read a list of `T` (checking each element).
-fn skip_list<'a, T: Deserialize<'a>>(r: &mut Rd<'a>) -> Res<usize> {
-    let n = r.len()?;
-    for _ in 0..n {
-        r.get::<T>()?;
-    }
-    Ok(n)
-}
-
-/// Read the entries of a Summary or Delta without applying them.
-fn skip_entries(r: &mut Rd<'_>) -> Res<()> {
-    let n = r.len()?;
-    for _ in 0..n {
-        read_entry(r, |_, _, _| {})?;
-    }
-    Ok(())
-}
-
 /// Copy `s` into a bounded string, cut at a character boundary.
 fn bounded<const N: usize>(s: &str) -> HString<N> {
     let mut cut = s.len().min(N);
@@ -460,25 +231,6 @@ fn bounded<const N: usize>(s: &str) -> HString<N> {
     let mut h = HString::new();
     let _ = h.push_str(&s[..cut]);
     h
-}
-
-/// The header of a Summary (kind 2).
-struct SummaryHead {
-    seq: u64,
-    boot_id: u32,
-    base_seq: u64,
-}
-
-/// The header of a Delta (kind 5) and where its entries and lists are.
-struct DeltaHead<'a> {
-    seq: u64,
-    base_seq: u64,
-    boot_id: u32,
-    first_id: u16,
-    end_id: u16,
-    entries: &'a [u8],
-    keyed: IdList<'a>,
-    born: IdList<'a>,
 }
 
 /// The state of the id a Delta's entries are at.
@@ -860,74 +612,6 @@ impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedTracker<S
         }
         true
     }
-}
-
-fn summary_head(b: &[u8]) -> Res<SummaryHead> {
-    let mut r = Rd(b);
-    let seq: u64 = r.get()?;
-    let boot_id: u32 = r.get()?;
-    r.get::<u64>()?; // time_ns
-    r.get::<bool>()?; // last
-    skip_entries(&mut r)?;
-    r.get::<u8>()?; // merge
-    let base_seq: u64 = r.get()?;
-    Ok(SummaryHead { seq, boot_id, base_seq })
-}
-
-fn delta_head(b: &[u8]) -> Res<DeltaHead<'_>> {
-    let mut r = Rd(b);
-    let seq: u64 = r.get()?;
-    let base_seq: u64 = r.get()?;
-    let boot_id: u32 = r.get()?;
-    r.get::<u64>()?; // time_ns
-    r.get::<bool>()?; // last
-    r.get::<u8>()?; // merge
-    let first_id: u16 = r.get()?;
-    let end_id: u16 = r.get()?;
-    let entries = r.0;
-    skip_entries(&mut r)?;
-    let keyed = IdList::read(&mut r)?;
-    let born = IdList::read(&mut r)?;
-    Ok(DeltaHead { seq, base_seq, boot_id, first_id, end_id, entries, keyed, born })
-}
-
-/// Pass 1: is `b` the whole message of `kind`, as the desktop decoder
-/// reads it (trailing bytes ignored)?
-fn check(kind: Kind, b: &[u8]) -> Res<()> {
-    let mut r = Rd(b);
-    match kind {
-        Kind::Hello => {
-            r.get::<HelloHead>()?;
-            skip_list::<DescIn>(&mut r)?;
-        }
-        Kind::Summary => {
-            summary_head(b)?;
-        }
-        Kind::Delta => {
-            delta_head(b)?;
-        }
-        Kind::Alert => {
-            r.get::<AlertHead>()?;
-            if skip_list::<CauseIn>(&mut r)? > ANAT_MAX_CAUSES {
-                return Err(custom());
-            }
-        }
-        Kind::Status => {
-            r.get::<StatusHead>()?;
-            skip_list::<HealthIn>(&mut r)?;
-            r.get::<u32>()?; // flags
-            r.get::<u32>()?; // bpf_cpu_ppm
-            skip_list::<u16>(&mut r)?; // detached
-            skip_list::<(u16, u64)>(&mut r)?; // missed
-            r.get::<LinkIn>()?;
-            skip_list::<(u16, u64)>(&mut r)?; // shed
-            skip_list::<(u16, u64)>(&mut r)?; // dropped
-        }
-        Kind::Request => {
-            r.get::<u8>()?;
-        }
-    }
-    Ok(())
 }
 
 /// Framing and the fixed-memory tracker together: what a supervisor's
