@@ -73,6 +73,10 @@ pub const SERIES_PER_FAMILY_MAX: u32 = 512;
 pub const FOLDED: &str = "folded";
 /// Socket timeouts per scrape.
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connections served at once.
+pub const HTTP_CLIENTS_MAX: usize = 8;
+/// A connection's whole life, from accept to the last byte of the answer.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// How often the server thread looks at its stop flag.
 const ACCEPT_POLL_MS: u16 = 200;
 /// Longest request head read.

@@ -8,5 +8,6 @@ mod common;
 mod links_tcp;
 mod modbus_server;
 mod prom_rules;
+mod prom_server;
 mod wire_fuzz;
 mod wire_props;
