@@ -19,7 +19,7 @@ pub mod tpformat;
 
 // The pure models live in crates/latmon-core (shared with latmon-view);
 // re-exported so that `crate::wire::...` and `latmon::wire::...` paths keep working.
-pub use latmon_core::{anatomy, causes, crc32, hist, ident, session, summary, table, view, wire};
+pub use latmon_core::{anatomy, causes, crc32, hist, ident, json, session, summary, table, view, wire};
 
 /// `latmon view` and `latmon decode` on the board: latmon-core's screen and
 /// loops over this crate's sources (src/sinks/source.rs). Not src/view.rs:

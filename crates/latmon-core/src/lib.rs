@@ -18,6 +18,7 @@ pub mod causes;
 pub mod crc32;
 pub mod hist;
 pub mod ident;
+pub mod json;
 pub mod session;
 pub mod summary;
 pub mod table;

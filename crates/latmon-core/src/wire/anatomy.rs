@@ -16,7 +16,7 @@ const TIMER_IRQ_DELAY: u8 = 6;
 const OTHER: u8 = 7;
 
 /// Names on the wire: at most this many bytes (as comm).
-const NAME_BYTES: usize = 64;
+const NAME_BYTES: usize = super::MAX_ALERT_NAME_LEN;
 
 /// (kind, id, policy, prio, name) of a model cause.
 fn parts(c: &Cause) -> (u8, u32, u8, i32, &str) {
