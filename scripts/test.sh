@@ -14,10 +14,9 @@
 # idle scheduling class (SCHED_IDLE, and the idle I/O class): there it runs
 # only on CPU time nothing else wants, since a waking test thread or qemu
 # vCPU preempts an idle-policy task at once, so those stages are not
-# stretched by it (measured: every live test passed beside it so). At
-# normal priority beside BitBake the armmp board's 1 ms busy-wait check
-# failed (session 6); with BitBake after the builds and before the timed
-# stages, CI took 71 min.
+# stretched by it. At normal priority beside BitBake the armmp board's 1 ms
+# busy-wait check fails; run after the builds instead of beside them, BitBake
+# would add its whole length to CI's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "test.sh: run as root (the live BPF tests need it)" >&2; exit 1; }

@@ -1,21 +1,21 @@
 // SPDX-License-Identifier: MIT
 //! `latmon view` and `latmon decode` on the board: latmon-core's screen,
-//! JSON lines and loops (crates/latmon-core/src/view.rs) over the SOURCE
+//! JSON lines and loops (crates/latmon-core/src/receiver.rs) over the SOURCE
 //! words of src/sinks/source.rs, writing to this process's stdout/stderr.
 
 use std::io::{self, IsTerminal};
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
+use latmon_core::wire::LinkStats;
 
 use crate::sinks::source;
-use crate::wire::LinkStats;
 
 /// `latmon decode SOURCE`: a JSON line per frame on stdout until the
 /// source ends (or `duration` passes); link statistics on stderr.
 pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
     let mut src = source::open(word, false).map_err(|e| anyhow!(e))?;
-    latmon_core::view::run_decode(&mut src, duration, &mut io::stdout().lock(), &mut io::stderr())
+    latmon_core::receiver::run_decode(&mut src, duration, &mut io::stdout().lock(), &mut io::stderr())
 }
 
 /// `latmon view SOURCE`: the plain screen, redrawn as frames arrive.
@@ -23,5 +23,5 @@ pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
     let mut src = source::open(word, true).map_err(|e| anyhow!(e))?;
     let tty = io::stdout().is_terminal();
     let replay = word == "-" || word.starts_with("file:");
-    latmon_core::view::run_view(&mut src, tty, replay, duration, &mut io::stdout().lock(), &mut io::stderr())
+    latmon_core::receiver::run_view(&mut src, tty, replay, duration, &mut io::stdout().lock(), &mut io::stderr())
 }

@@ -86,12 +86,8 @@ pub mod func_nobtf {
 }
 
 #[cfg(test)]
-#[path = "core_relos.rs"]
-mod core_relos;
-
-#[cfg(test)]
 mod tests {
-    use super::core_relos::core_relo_bytes;
+    use latmon_build::elf::core_relo_bytes;
 
     const FUNC: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/func.bpf.o"));
     const FUNC_NOBTF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/func_nobtf.bpf.o"));

@@ -8,10 +8,10 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Result;
+use latmon_core::ident::{BtfMode, Mechanism};
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::ident::{BtfMode, Mechanism};
 use crate::probes::{self, features};
 use crate::{agent, cost, hygiene, privs, sinks};
 

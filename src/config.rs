@@ -11,11 +11,11 @@
 use std::fmt;
 use std::time::Duration;
 
+use latmon_core::ident::{Family, Mechanism};
 use serde::Deserialize;
 
 use crate::bpf::limits::COMM_LEN;
 pub use crate::cost::Budget;
-use crate::ident::{Family, Mechanism};
 
 /// CPU numbers `housekeeping_cpus` may name (the kernel's CPU_SETSIZE).
 pub const MAX_CPUS: usize = 1024;

@@ -197,8 +197,8 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if identity.is_some() {
         privs::prepare().map_err(anyhow::Error::msg).context("preparing the privilege drop")?;
     }
-    let text = latmon::table::TextStyle {
-        sort: latmon::table::SortBy::parse(&a.sort).unwrap_or_default(),
+    let text = latmon_core::table::TextStyle {
+        sort: latmon_core::table::SortBy::parse(&a.sort).unwrap_or_default(),
         hist_all: a.hist,
         crlf: false,
     };

@@ -13,8 +13,8 @@
 
 use std::fmt;
 
-use crate::session::Tick;
-use crate::summary::ProbeReport;
+use latmon_core::session::Tick;
+use latmon_core::summary::ProbeReport;
 
 /// Register 0: "LM".
 pub const MAGIC: u16 = 0x4C4D;
@@ -265,7 +265,7 @@ impl Image {
         // attached ones fill the rest in session order.
         let mut attached = 0usize;
         // The probe with the most alerted time: (block, its causes).
-        let mut worst: Option<(u16, &crate::causes::CauseSummary)> = None;
+        let mut worst: Option<(u16, &latmon_core::causes::CauseSummary)> = None;
         for pos in 0..blocks {
             let base = HEADER_WORDS + pos as u16 * BLOCK_WORDS;
             self.put16(base + off::INDEX, pos as u16);
@@ -331,11 +331,12 @@ impl Image {
 
 #[cfg(test)]
 mod tests {
+    use latmon_core::hist::Hist;
+    use latmon_core::ident::{BtfMode, Family, Mechanism};
+    use latmon_core::session::Session;
+    use latmon_core::summary::{FailedProbe, IntervalReport, ProbeInfo};
+
     use super::*;
-    use crate::hist::Hist;
-    use crate::ident::{BtfMode, Family, Mechanism};
-    use crate::session::Session;
-    use crate::summary::{FailedProbe, IntervalReport, ProbeInfo};
 
     fn info(name: &str, attach: Mechanism) -> ProbeInfo {
         ProbeInfo { name: name.into(), kind: Family::Runq, attach, mode: String::new(), btf_mode: BtfMode::CoRe }
@@ -466,7 +467,7 @@ mod tests {
 
     #[test]
     fn the_top_cause_of_the_probe_with_the_most_late_time() {
-        use crate::causes::{CauseId, CauseSummary, TopCause};
+        use latmon_core::causes::{CauseId, CauseSummary, TopCause};
         let s = session(Vec::new());
         let mut r = report(3);
         let mut img = Image::default();

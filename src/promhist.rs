@@ -46,8 +46,9 @@
 //! additionally clamps to its exact min and max, which Prometheus does not
 //! have.
 
+use latmon_core::hist::{bucket_bounds, Hist, BUCKETS};
+
 use crate::bpf::limits::HIST_MAX_LOG2;
-use crate::hist::{bucket_bounds, Hist, BUCKETS};
 
 /// Prometheus native histogram schema: 2^3 = 8 buckets per power of two.
 pub const SCHEMA: i32 = 3;
@@ -346,7 +347,7 @@ mod tests {
     fn a_lone_event_goes_to_the_part_holding_most_of_its_bucket() {
         let map = Map::new();
         for v in [100u64, 1_024, 1_100, 777_777] {
-            let b = crate::hist::bucket_index(v);
+            let b = latmon_core::hist::bucket_index(v);
             let best = map.parts[b].iter().max_by_key(|p| p.weight).unwrap().index;
             let mut h = Hist::default();
             h.record(v);

@@ -8,11 +8,12 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use latmon::hist::Hist;
-use latmon::ident::{BtfMode, Family, Mechanism};
-use latmon::sinks::{self, Session, Tick};
-use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
-use latmon::wire::{Encoder, SummaryHeader};
+use latmon::sinks;
+use latmon_core::hist::Hist;
+use latmon_core::ident::{BtfMode, Family, Mechanism};
+use latmon_core::session::{Session, Tick};
+use latmon_core::summary::{IntervalReport, ProbeInfo, ProbeReport};
+use latmon_core::wire::{Encoder, SummaryHeader};
 
 struct Counting;
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
@@ -158,7 +159,7 @@ fn emit_does_not_allocate(word: &str) {
 /// the rest summed) and the histograms under it allocate nothing either.
 #[test]
 fn text_output_emit_does_not_allocate() {
-    use latmon::table::{SortBy, TextStyle};
+    use latmon_core::table::{SortBy, TextStyle};
     for style in [TextStyle::default(), TextStyle { sort: SortBy::Count, hist_all: true, crlf: false }] {
         let mut sink = sinks::open_with("file:/dev/null,format=text", None, style).unwrap();
         let n = 40;

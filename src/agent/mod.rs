@@ -29,14 +29,14 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+use latmon_core::hist::Hist;
+use latmon_core::session::Session;
+use latmon_core::summary::{FailedProbe, IntervalReport, ProbeInfo, ProbeReport, ProbeState};
 
 use crate::config::{Config, ProbeSpec};
 use crate::cost::{self, BudgetWatch, Cost, CostTable, StatsGuard};
-use crate::hist::Hist;
 use crate::privs;
 use crate::probes::{self, Probe};
-use crate::sinks::Session;
-use crate::summary::{FailedProbe, IntervalReport, ProbeInfo, ProbeReport, ProbeState};
 
 /// CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns() uses.
 pub fn monotonic_ns() -> u64 {
@@ -194,13 +194,13 @@ impl Agent {
                 Some(p) => p.new_series(),
                 None => Vec::new(),
             };
-            let room = crate::wire::MAX_PROBES.saturating_sub(total + new.len());
+            let room = latmon_core::wire::MAX_PROBES.saturating_sub(total + new.len());
             if born.len() > room {
                 log::warn!(
                     "probe {}: {} new series not reported on their own: {} probes and series in all at most (their events count in {})",
                     slot.info.name,
                     born.len() - room,
-                    crate::wire::MAX_PROBES,
+                    latmon_core::wire::MAX_PROBES,
                     slot.info.name
                 );
                 born.truncate(room);
@@ -298,7 +298,11 @@ fn session(cfg: &Config, start_ns: u64, generation: u64, probes: Vec<ProbeInfo>)
     Session {
         board: cfg.board.clone().unwrap_or_default(),
         kernel,
-        boot_id: crate::wire::boot_id(kernel_boot_id.trim(), start_ns.wrapping_add(generation), std::process::id()),
+        boot_id: latmon_core::wire::boot_id(
+            kernel_boot_id.trim(),
+            start_ns.wrapping_add(generation),
+            std::process::id(),
+        ),
         start_ns,
         interval_ns: cfg.interval.as_nanos() as u64,
         probes,

@@ -5,12 +5,13 @@
 
 use std::os::fd::RawFd;
 
+use latmon_core::hist::Hist;
+use latmon_core::summary::{ProbeInfo, ProbeState};
+
 use super::{failed_probe, Agent, Slot};
 use crate::config::{Config, ProbeSpec};
 use crate::cost::{self, BudgetWatch};
-use crate::hist::Hist;
 use crate::probes::{self, Probe, ProbeError};
-use crate::summary::{ProbeInfo, ProbeState};
 
 impl Agent {
     /// SIGHUP: apply a new configuration. Probes whose spec is unchanged
@@ -126,7 +127,7 @@ impl Probe for Continued {
         self.inner.flush_alerts()
     }
 
-    fn drain_alerts(&mut self, out: &mut Vec<crate::summary::AlertRecord>) {
+    fn drain_alerts(&mut self, out: &mut Vec<latmon_core::summary::AlertRecord>) {
         self.inner.drain_alerts(out)
     }
     fn bpf_programs(&self) -> Vec<RawFd> {

@@ -5,10 +5,12 @@
 use std::os::fd::RawFd;
 use std::os::unix::fs::FileExt;
 
+use latmon_core::session::Tick;
+use latmon_core::summary::ProbeState;
+
 use super::{monotonic_ns, Agent};
 use crate::cost::{self, Cost};
-use crate::sinks::{Sink, Tick};
-use crate::summary::ProbeState;
+use crate::sinks::Sink;
 
 impl Agent {
     /// One interval: read every probe, measure cost, apply the budget, and

@@ -16,10 +16,13 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use latmon_core::anatomy::{Anatomy, Cause, CauseKind, Policy};
+use latmon_core::causes::{CauseId, CauseSummary, TallyRead};
+use latmon_core::hist::Hist;
+use latmon_core::summary::AlertRecord;
 use libbpf_rs::{MapCore, MapHandle, MapMut, OpenMapMut, PerfBufferBuilder, RingBufferBuilder};
 
 use super::libbpf_error;
-use crate::anatomy::{Anatomy, Cause, CauseKind, Policy};
 use crate::bpf::limits::{
     ALERT_PERF_PAGES, ALERT_QUEUE, ANAT_IRQS, ANAT_POLICY_FAIR, ANAT_POLICY_RT, ANAT_POLICY_UNSET, ANAT_TASKS,
     COMM_LEN, SOFTIRQ_VECS,
@@ -27,9 +30,6 @@ use crate::bpf::limits::{
 use crate::bpf::shared::types::{
     latmon_alert, latmon_alert_anat, latmon_alert_drops, latmon_anatomy, latmon_cause_tally,
 };
-use crate::causes::{CauseId, CauseSummary, TallyRead};
-use crate::hist::Hist;
-use crate::summary::AlertRecord;
 
 // SAFETY: #[repr(C)] structs of integers generated from bpf/latmon.h;
 // every bit pattern is valid.
@@ -385,9 +385,7 @@ impl IrqNames {
     /// IRQ `irq`'s name, /proc/interrupts read again if it is new.
     fn get(&mut self, irq: u32) -> Option<&String> {
         if !self.names.contains_key(&irq) && self.read_at.is_none_or(|t| t.elapsed() >= IRQ_NAMES_REFRESH) {
-            self.names = std::fs::read_to_string("/proc/interrupts")
-                .map(|t| super::irq::parse_interrupts(&t))
-                .unwrap_or_default();
+            self.names = crate::procfs::interrupt_names();
             self.read_at = Some(std::time::Instant::now());
         }
         self.names.get(&irq)

@@ -4,13 +4,13 @@
 
 use std::mem::MaybeUninit;
 
+use latmon_core::ident::Mechanism;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapHandle, MapType, OpenObject};
 use serde::Serialize;
 
 use super::{clear_libbpf_warning, libbpf_error, Owned};
 use crate::bpf::features::{FeaturesSkel, FeaturesSkelBuilder};
-use crate::ident::Mechanism;
 
 /// What `latmon check` tries: an attach mechanism, or BPF ring buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

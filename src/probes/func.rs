@@ -36,6 +36,9 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::rc::Rc;
 
+use latmon_core::hist::Hist;
+use latmon_core::ident::Mechanism;
+use latmon_core::summary::{AlertRecord, ProbeInfo};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{KprobeOpts, Link, MapMut, OpenObject, ProgramMut, UprobeOpts};
 
@@ -47,9 +50,6 @@ use crate::bpf::func::{FuncSkel, FuncSkelBuilder, OpenFuncSkel};
 use crate::bpf::func_nobtf::{FuncNobtfSkel, FuncNobtfSkelBuilder, OpenFuncNobtfSkel};
 use crate::bpf::limits::{COMM_LEN, MAX_FUNC_PROBES};
 use crate::config::{ProbeKind, ProbeSpec};
-use crate::hist::Hist;
-use crate::ident::Mechanism;
-use crate::summary::{AlertRecord, ProbeInfo};
 
 /// What every copy of the object is configured with before load.
 struct SetConfig<'a> {

@@ -18,6 +18,9 @@ use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 
+use latmon_core::hist::Hist;
+use latmon_core::ident::Mechanism;
+use latmon_core::summary::{AlertRecord, ProbeInfo};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapMut, OpenObject};
 
@@ -32,9 +35,6 @@ use crate::bpf::irq_nobtf::{IrqNobtfSkel, IrqNobtfSkelBuilder};
 use crate::bpf::limits::{IRQ_KIND_HANDLER, IRQ_KIND_THREAD, IRQ_KIND_THREAD_HARDIRQ, IRQ_KIND_THREAD_WAKEUP};
 use crate::bpf::shared::types::latmon_irq_key;
 use crate::config::ProbeSpec;
-use crate::hist::Hist;
-use crate::ident::Mechanism;
-use crate::summary::{AlertRecord, ProbeInfo};
 use crate::tpformat::PID_SIZES;
 
 // SAFETY: a #[repr(C)] pair of u32s generated from latmon.h.
@@ -42,7 +42,7 @@ unsafe impl plain::Plain for latmon_irq_key {}
 const _: () = assert!(std::mem::size_of::<latmon_irq_key>() == 8, "alert_id builds the key as two u32s");
 
 /// The kernel's softirq vector names (`softirq_to_name`, stable since 4.5).
-pub use crate::anatomy::SOFTIRQ_NAMES;
+use latmon_core::anatomy::SOFTIRQ_NAMES;
 
 /// Which half of bpf/irq.bpf.c a probe runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,10 +53,10 @@ pub enum Family {
 
 impl Family {
     /// The probe family this half measures.
-    fn ident(self) -> crate::ident::Family {
+    fn ident(self) -> latmon_core::ident::Family {
         match self {
-            Family::Irq => crate::ident::Family::Irq,
-            Family::Softirq => crate::ident::Family::Softirq,
+            Family::Irq => latmon_core::ident::Family::Irq,
+            Family::Softirq => latmon_core::ident::Family::Softirq,
         }
     }
 }
@@ -98,36 +98,6 @@ pub fn irq_threads_exist() -> bool {
         .any(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.starts_with("irq/")))
 }
 
-/// IRQ number -> action names, from the text of /proc/interrupts. Per line:
-/// `N:`, one count per CPU, the chip, the hardware IRQ and trigger
-/// (`5-edge` on x86, `27 Level` on a GIC), then the action names.
-pub fn parse_interrupts(text: &str) -> HashMap<u32, String> {
-    let mut lines = text.lines();
-    let ncpus = lines.next().map_or(0, |h| h.split_whitespace().count());
-    let mut names = HashMap::new();
-    for line in lines {
-        let Some((irq, rest)) = line.split_once(':') else { continue };
-        let Ok(irq) = irq.trim().parse::<u32>() else { continue };
-        let mut fields = rest.split_whitespace().skip(ncpus).skip(1).peekable(); // counts, chip
-                                                                                 // The hardware IRQ: `5-edge`, or `27` followed by `Level`/`Edge`.
-        if let Some(hw) = fields.peek() {
-            let digits = hw.split('-').next().unwrap_or("");
-            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-                let joined = hw.contains('-');
-                fields.next();
-                if !joined && fields.peek().is_some_and(|t| matches!(*t, "Level" | "Edge")) {
-                    fields.next();
-                }
-            }
-        }
-        let name = fields.collect::<Vec<_>>().join(" ");
-        if !name.is_empty() {
-            names.insert(irq, name);
-        }
-    }
-    names
-}
-
 struct Irqs {
     /// Alert records above the threshold (one is set). Ids: a softirq's
     /// vector, or what `irq_alert_id` gave an (irq, kind) pair.
@@ -153,7 +123,7 @@ impl Irqs {
     fn irq_label(&mut self, irq: u32) -> String {
         if !self.names.contains_key(&irq) {
             // A new IRQ: reread the names (drivers come and go).
-            self.names = std::fs::read_to_string("/proc/interrupts").map(|t| parse_interrupts(&t)).unwrap_or_default();
+            self.names = crate::procfs::interrupt_names();
         }
         match self.names.get(&irq) {
             Some(n) => format!("{irq} {n}"),
@@ -458,30 +428,6 @@ fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, St
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn interrupt_names_on_x86_and_gic_layouts() {
-        let x86 = "           CPU0       CPU1       \n \
- 24:          1          0  IO-APIC   5-edge      ACPI:Ged\n \
- 36:          0     110320 PCI-MSIX-0000:00:02.0   1-edge      virtio1-req.0\n \
- 40:          3          0 PCI-MSIX-0000:00:04.0   0-edge      eth0, eth0-tx\n\
-NMI:          0          0   Non-maskable interrupts\n\
-ERR:          0\n";
-        let n = parse_interrupts(x86);
-        assert_eq!(n.get(&24).map(String::as_str), Some("ACPI:Ged"));
-        assert_eq!(n.get(&36).map(String::as_str), Some("virtio1-req.0"));
-        assert_eq!(n.get(&40).map(String::as_str), Some("eth0, eth0-tx"));
-        assert_eq!(n.len(), 3, "named rows (NMI, ERR) are not IRQ numbers");
-
-        let gic = "           CPU0       CPU1       CPU2       CPU3       \n \
- 11:     123456     234567     345678     456789     GICv3  27 Level     arch_timer\n \
- 47:          0          0          0          0     GICv3  79 Edge      virtio0\n \
- 70:          1          0          0          0  ITS-MSI 16384 Edge      nvme0q0\n";
-        let n = parse_interrupts(gic);
-        assert_eq!(n.get(&11).map(String::as_str), Some("arch_timer"));
-        assert_eq!(n.get(&47).map(String::as_str), Some("virtio0"));
-        assert_eq!(n.get(&70).map(String::as_str), Some("nvme0q0"));
-    }
 
     #[test]
     fn program_sets() {

@@ -18,15 +18,15 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::{Mutex, OnceLock};
 
+use latmon_core::causes::CauseSummary;
+use latmon_core::hist::{Hist, BUCKETS};
+use latmon_core::ident::BtfMode;
+use latmon_core::ident::{Family, Mechanism};
+use latmon_core::summary::{AlertRecord, ProbeInfo};
 use libbpf_rs::{Link, MapCore, Object, OpenObject, PrintLevel};
 
 use crate::bpf::shared::types::{latmon_hist, latmon_tp_field};
-use crate::causes::CauseSummary;
 use crate::config::{ProbeKind, ProbeSpec};
-use crate::hist::{Hist, BUCKETS};
-pub use crate::ident::BtfMode;
-use crate::ident::{Family, Mechanism};
-use crate::summary::{AlertRecord, ProbeInfo};
 
 /// Why a probe is not running.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,7 +300,7 @@ pub(crate) fn alert_mode(threshold_ns: u64, ringbuf: bool) -> String {
         return String::new();
     }
     let via = if ringbuf { "ringbuf" } else { "perf buffer" };
-    format!(", alerts above {} via {via}", crate::summary::fmt_ns(threshold_ns))
+    format!(", alerts above {} via {via}", latmon_core::text::fmt_ns(threshold_ns))
 }
 
 /// Environment override of where tracepoint format files are read from

@@ -16,6 +16,10 @@ use std::any::Any;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 
+use latmon_core::causes::CauseSummary;
+use latmon_core::hist::Hist;
+use latmon_core::ident::{Family, Mechanism};
+use latmon_core::summary::{AlertRecord, ProbeInfo};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapMut, OpenObject};
 
@@ -26,11 +30,7 @@ use super::{
 };
 use crate::bpf::runq::{RunqSkel, RunqSkelBuilder};
 use crate::bpf::runq_nobtf::{RunqNobtfSkel, RunqNobtfSkelBuilder};
-use crate::causes::CauseSummary;
 use crate::config::ProbeSpec;
-use crate::hist::Hist;
-use crate::ident::{Family, Mechanism};
-use crate::summary::{AlertRecord, ProbeInfo};
 use crate::tpformat::{COMM_SIZES, LONG_SIZES, PID_SIZES};
 
 /// TASK_REPORT_MAX since 4.14, when sched_switch's print fmt does not say.

@@ -25,10 +25,11 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use latmon_core::causes::CauseSummary;
+use latmon_core::hist::Hist;
+use latmon_core::summary::{AlertRecord, ProbeInfo};
+
 use super::{Probe, ProbeError};
-use crate::causes::CauseSummary;
-use crate::hist::Hist;
-use crate::summary::{AlertRecord, ProbeInfo};
 
 /// How a slot is reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -288,10 +289,10 @@ mod tests {
     fn info() -> ProbeInfo {
         ProbeInfo {
             name: "fam".into(),
-            kind: crate::ident::Family::Syscall,
-            attach: crate::ident::Mechanism::TpBtf,
+            kind: latmon_core::ident::Family::Syscall,
+            attach: latmon_core::ident::Mechanism::TpBtf,
             mode: "m".into(),
-            btf_mode: crate::ident::BtfMode::CoRe,
+            btf_mode: latmon_core::ident::BtfMode::CoRe,
         }
     }
 
@@ -308,9 +309,8 @@ mod tests {
         let mut born = fam.new_series();
         let names: Vec<_> = born.iter().map(|p| p.info().name.clone()).collect();
         assert_eq!(names, ["fam:a", "fam:x"], "empty slot b has no series yet");
-        assert!(born.iter().all(
-            |p| p.info().kind == crate::ident::Family::Syscall && p.info().attach == crate::ident::Mechanism::TpBtf
-        ));
+        assert!(born.iter().all(|p| p.info().kind == latmon_core::ident::Family::Syscall
+            && p.info().attach == latmon_core::ident::Mechanism::TpBtf));
         let mut h = Hist::default();
         fam.read(&mut h).unwrap();
         assert_eq!((h.count, h.min_ns, h.max_ns, h.drops), (2, 100, 200, 2), "Extra slots stay out of the family line");

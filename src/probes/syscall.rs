@@ -16,6 +16,9 @@ use std::any::Any;
 use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 
+use latmon_core::hist::Hist;
+use latmon_core::ident::{self, Mechanism};
+use latmon_core::summary::{AlertRecord, ProbeInfo};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapMut, OpenObject};
 
@@ -29,9 +32,6 @@ use crate::bpf::limits::{SYSCALL_IDS, SYSCALL_SLOTS};
 use crate::bpf::syscall::{SyscallSkel, SyscallSkelBuilder};
 use crate::bpf::syscall_nobtf::{SyscallNobtfSkel, SyscallNobtfSkelBuilder};
 use crate::config::ProbeSpec;
-use crate::hist::Hist;
-use crate::ident::{self, Mechanism};
-use crate::summary::{AlertRecord, ProbeInfo};
 use crate::tpformat::LONG_SIZES;
 
 /// Syscall numbers of the architecture latmon is built for

@@ -23,16 +23,17 @@ use super::series::{Family, Role, Slot, Source};
 use super::{attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, PerCpuHist, Probe, ProbeError};
 use libbpf_rs::UprobeOpts;
 
+use latmon_core::causes::CauseSummary;
+use latmon_core::hist::Hist;
+use latmon_core::ident::BtfMode;
+use latmon_core::summary::{AlertRecord, ProbeInfo};
+
 use crate::bpf::limits::{
     TS_CHAIN, TS_CHAIN_IRQ, TS_CHAIN_IRQ_THREAD, TS_CHAIN_RESPONSE, TS_CHAIN_RUN, TS_CHAIN_TIMER, TS_CHAIN_TO_RESPONSE,
     TS_TIMER,
 };
 use crate::bpf::timer::{TimerSkel, TimerSkelBuilder};
-use crate::causes::CauseSummary;
 use crate::config::{ProbeKind, ProbeSpec, UserFunc};
-use crate::hist::Hist;
-use crate::ident::BtfMode;
-use crate::summary::{AlertRecord, ProbeInfo};
 
 /// Programs in attach order: the consumer (sched_switch) before the stamp
 /// producers, the hrtimer program last; the anatomy's (exits before

@@ -12,12 +12,12 @@
 //! [`BudgetedFrames`] applies it to the agent's cumulative histograms. Every
 //! buffer is sized when the probe set changes, never per interval.
 
-use crate::hist::Hist;
+use latmon_core::hist::Hist;
 #[cfg(test)]
-use crate::hist::BUCKETS;
+use latmon_core::hist::BUCKETS;
 #[cfg(test)]
-use crate::summary::AlertRecord;
-use crate::wire::{
+use latmon_core::summary::AlertRecord;
+use latmon_core::wire::{
     self, coarsen, varint_len, Encoder, Entries, Hello, LinkHeader, LinkHealth, ProbeDesc, Step, SummaryHeader,
     MAX_MERGE, MAX_PROBES, USE_WINDOW_NS,
 };
@@ -60,7 +60,7 @@ const CREDIT_CAP_NS: u64 = 2_000_000_000;
 pub const HELLO_MAX_PERIOD_NS: u64 = 300_000_000_000;
 pub const HELLO_SHARE_PERCENT: u64 = 5;
 /// `ProbeDesc::mode` of a series that is rolled up (a table update says so).
-pub use crate::wire::ROLLED_MODE_PREFIX;
+use latmon_core::wire::ROLLED_MODE_PREFIX;
 
 /// Wire id of the `FAMILY:other` entry of the `k`-th family: counted down
 /// from the top of the id space, so it never meets an agent probe id.
@@ -919,7 +919,7 @@ impl BudgetedFrames {
     /// About the bytes of the whole table (the rows' strings and their
     /// few fixed bytes; frame overhead aside).
     fn table_bytes(t: &Tick<'_>) -> u64 {
-        let row = |p: &crate::summary::ProbeInfo| {
+        let row = |p: &latmon_core::summary::ProbeInfo| {
             (p.name.len() + p.kind.as_str().len() + p.attach.as_str().len() + p.mode.len() + 8) as u64
         };
         t.session.probes.iter().map(row).sum()
@@ -1476,8 +1476,8 @@ mod tests {
             }
             if q.pop(&mut data, &mut dlens, std::time::Duration::ZERO) == Pop::Data {
                 dec.feed(&data, &mut |r| match r.expect("clean frames") {
-                    crate::wire::Frame::Alert(a) => got[a.probe as usize] += 1,
-                    crate::wire::Frame::Status(s) => shed_status = s.shed,
+                    latmon_core::wire::Frame::Alert(a) => got[a.probe as usize] += 1,
+                    latmon_core::wire::Frame::Status(s) => shed_status = s.shed,
                     _ => {}
                 });
             }
@@ -1558,10 +1558,12 @@ mod tests {
         let _ = BUCKETS;
     }
 
-    use crate::ident::{BtfMode, Family, Mechanism};
-    use crate::sinks::{queue::Pop, Session};
-    use crate::summary::{IntervalReport, ProbeInfo, ProbeReport};
-    use crate::wire::{Event, FrameDecoder, Tracker};
+    use latmon_core::ident::{BtfMode, Family, Mechanism};
+    use latmon_core::summary::{IntervalReport, ProbeInfo, ProbeReport};
+    use latmon_core::wire::{Event, FrameDecoder, Tracker};
+
+    use crate::sinks::queue::Pop;
+    use latmon_core::session::Session;
 
     struct Rng(u64);
     impl Rng {
@@ -1858,7 +1860,7 @@ mod tests {
         for p in set {
             let mix = |m: f64| [(0.99, m, p.sigma), (0.01, m * 4.0, p.sigma + 0.5)];
             if p.series == 0 {
-                hists.push(crate::wire::tests::model_hist(p.rate * secs, &mix(p.median)));
+                hists.push(latmon_core::wire::tests::model_hist(p.rate * secs, &mix(p.median)));
                 heads.push(usize::MAX);
                 continue;
             }
@@ -1869,7 +1871,7 @@ mod tests {
             let mut mine = Vec::new();
             for k in 1..=p.series {
                 let n = (p.rate as f64 * secs as f64 / k as f64 / norm).round() as u64;
-                let h = crate::wire::tests::model_hist(n, &mix(p.median * (1 + k % 5) as f64));
+                let h = latmon_core::wire::tests::model_hist(n, &mix(p.median * (1 + k % 5) as f64));
                 sum.merge(&h);
                 mine.push(h);
             }

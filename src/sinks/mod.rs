@@ -22,13 +22,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use latmon_core::session::Tick;
+use latmon_core::summary::{IntervalReport, ProbeState};
+use latmon_core::table::{TextRender, TextStyle};
+use latmon_core::wire::{self, Encoder, Hello, ProbeHealth, ProbeMissed, Status, SummaryHeader};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 
 use crate::config::Format;
-pub use crate::session::{Session, Tick};
-use crate::summary::{IntervalReport, ProbeState};
-use crate::table::{TextRender, TextStyle};
-use crate::wire::{self, Encoder, Hello, ProbeHealth, ProbeMissed, Status, SummaryHeader};
 use queue::{Pop, Queue};
 use spec::{Endpoint, LinkSpec};
 
@@ -692,7 +692,7 @@ impl FrameRender {
         // bucket non-zero, 10-byte varints), so that histograms filling up
         // over hours never make the buffers grow mid-run.
         let n = t.totals.len().max(1);
-        let want = n * (crate::hist::BUCKETS * 11 + 256) + 4096;
+        let want = n * (latmon_core::hist::BUCKETS * 11 + 256) + 4096;
         if self.buf.capacity() < want {
             self.buf.reserve(want - self.buf.len());
             self.lens.reserve(n * (want / wire::FRAME_BUDGET + 8));
@@ -860,7 +860,7 @@ impl Sink for Output {
             }
             Render::Json(buf) => {
                 buf.clear();
-                if let Err(e) = crate::json::to_writer(&mut *buf, t.report) {
+                if let Err(e) = latmon_core::json::to_writer(&mut *buf, t.report) {
                     log::warn!("json: {e}");
                 }
                 buf.push(b'\n');

@@ -167,7 +167,7 @@ pub fn serve(q: &Queue, name: &str, listener: Listener, frames: bool, max_client
                     let mut buf = Vec::with_capacity(4096);
                     if frames {
                         // Resync the client's decoder, then name the probes.
-                        buf.push(crate::wire::DELIMITER);
+                        buf.push(latmon_core::wire::DELIMITER);
                         q.hello(&mut buf);
                     }
                     clients.push(Client { conn, peer, buf, off: 0, last_progress: Instant::now() });

@@ -51,15 +51,16 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use latmon_core::causes::{CauseId, CauseSummary};
+use latmon_core::hist::{bucket_index, Hist};
+use latmon_core::summary::ProbeState;
+use latmon_core::text::push_clean;
 use prost::Message as _;
 
 use super::prom_pb as pb;
 use super::{LinkStats, Sink, Tick};
 use crate::bpf::limits::HIST_MAX_LOG2;
-use crate::causes::{CauseId, CauseSummary};
-use crate::hist::{bucket_index, Hist};
 use crate::promhist::{self, SPAN};
-use crate::summary::{push_clean, ProbeState};
 
 /// The SINK prefix.
 pub const SCHEME: &str = "prom://";
@@ -1251,10 +1252,11 @@ impl Drop for Prom {
 
 #[cfg(test)]
 mod tests {
+    use latmon_core::ident::{BtfMode, Family, Mechanism};
+    use latmon_core::summary::{IntervalReport, ProbeInfo, ProbeReport};
+
     use super::*;
-    use crate::ident::{BtfMode, Family, Mechanism};
-    use crate::sinks::Session;
-    use crate::summary::{IntervalReport, ProbeInfo, ProbeReport};
+    use latmon_core::session::Session;
 
     #[test]
     fn addresses() {
@@ -1361,7 +1363,7 @@ mod tests {
 
     #[test]
     fn alerted_time_and_its_top_causes_per_line() {
-        use crate::causes::{CauseId, TopCause};
+        use latmon_core::causes::{CauseId, TopCause};
         let (session, mut report, totals) = tick_of(&["timer", "runq", "syscall"], 1_000);
         let cause = |id, name: &str, ns| TopCause { id, name: name.into(), ns };
         report.probes[0].alert_causes = Some(CauseSummary {
@@ -1420,7 +1422,7 @@ mod tests {
     /// TASK_NAMES_MAX names per line the rest read `other tasks`.
     #[test]
     fn task_names_in_cause_labels_are_bounded_whatever_tasks_call_themselves() {
-        use crate::causes::TopCause;
+        use latmon_core::causes::TopCause;
         let (session, mut report, totals) = tick_of(&["timer"], 1_000);
         let (mut snap, mut g) = (Snapshot::default(), Grouping::default());
         let mut labels = std::collections::BTreeSet::new();

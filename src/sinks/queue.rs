@@ -81,16 +81,21 @@ impl Queue {
     /// Queue the records `buf[..]` split by `lens`, all or none. Returns
     /// false (and counts them dropped) when they do not fit.
     ///
-    /// A group larger than the whole queue (one interval of a config with
-    /// many series and full histograms) could never fit: it is taken
-    /// alone, into an empty queue, instead of being dropped every interval
-    /// and silencing the output for good. The queue then holds one
-    /// interval's output at most (itself bounded: `wire::MAX_PROBES`
-    /// probes and series).
+    /// A group larger than this output's capacity (one interval of a
+    /// config with many series and full histograms) could never fit: it is
+    /// taken alone, into an empty queue, instead of being dropped every
+    /// interval and silencing the output for good. The queue then holds
+    /// one interval's output at most (itself bounded: `wire::MAX_PROBES`
+    /// probes and series). Past the rings' own size ([`MAX_QUEUE_BYTES`],
+    /// [`MAX_RECORDS`]: a JSON interval carrying hundreds of alert records)
+    /// it is dropped and counted like any other: a record is never cut.
     pub fn push_group(&self, buf: &[u8], lens: &[usize]) -> bool {
         let mut g = self.lock();
         let fits = g.data.len() + buf.len() <= self.cap_bytes && g.lens.len() + lens.len() <= self.max_records;
-        let alone = g.data.is_empty() && (buf.len() > self.cap_bytes || lens.len() > self.max_records);
+        let alone = g.data.is_empty()
+            && (buf.len() > self.cap_bytes || lens.len() > self.max_records)
+            && buf.len() <= MAX_QUEUE_BYTES
+            && lens.len() <= MAX_RECORDS;
         if g.closed || !(fits || alone) {
             g.dropped_records += lens.len() as u64;
             g.dropped_bytes += buf.len() as u64;
@@ -234,6 +239,25 @@ mod tests {
         assert_eq!((out.len(), &lens[..]), (150, &[50, 50, 50][..]));
         assert!(q.push(&[1; 10]));
         assert!(!q.push_group(&[7; 150], &[150]), "not behind other records");
+        q.close(Instant::now());
+    }
+
+    /// CI saw a JSON interval of 660 alerts cut at exactly 256 KiB (the
+    /// ring's size) and printed as an invalid line: past the rings, the
+    /// group is dropped whole and counted, never cut.
+    #[test]
+    fn a_group_larger_than_the_rings_is_dropped_whole_not_cut() {
+        let q = Queue::new(MAX_QUEUE_BYTES);
+        let big = vec![b'x'; MAX_QUEUE_BYTES + 1];
+        assert!(!q.push_group(&big, &[big.len()]), "larger than the ring");
+        assert_eq!(q.dropped(), (1, big.len() as u64));
+        assert_eq!(q.queued_bytes(), 0, "nothing of it queued");
+        let many = vec![1usize; MAX_RECORDS + 1];
+        assert!(!q.push_group(&vec![b'y'; many.len()], &many), "more records than the ring of lengths");
+        assert!(q.push(&big[..MAX_QUEUE_BYTES]), "the ring's size exactly still goes alone");
+        let (mut out, mut lens) = (Vec::new(), Vec::new());
+        assert_eq!(q.pop(&mut out, &mut lens, Duration::ZERO), Pop::Data);
+        assert_eq!((out.len(), &lens[..]), (MAX_QUEUE_BYTES, &[MAX_QUEUE_BYTES][..]));
         q.close(Instant::now());
     }
 

@@ -6,10 +6,10 @@ use std::io::{self, Read};
 use std::sync::Arc;
 use std::time::Duration;
 
+use latmon_core::wire::{Frame, FrameDecoder, REQUEST_HELLO};
 use serialport::{DataBits, FlowControl, SerialPort, StopBits, TTYPort};
 
 use super::queue::Queue;
-use crate::wire::{Frame, FrameDecoder, REQUEST_HELLO};
 
 use super::spec::{Flow, Parity, SerialSpec};
 
@@ -83,5 +83,6 @@ pub fn watch_requests(port: &TTYPort, q: Arc<Queue>, name: &str) {
 
 /// The Request frame a receiver sends when it opens a serial line.
 pub fn hello_request() -> Vec<u8> {
-    crate::wire::encode_to_vec(&Frame::Request(crate::wire::Request { what: REQUEST_HELLO })).unwrap_or_default()
+    latmon_core::wire::encode_to_vec(&Frame::Request(latmon_core::wire::Request { what: REQUEST_HELLO }))
+        .unwrap_or_default()
 }

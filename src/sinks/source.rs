@@ -20,7 +20,7 @@ use super::REOPEN_PERIOD;
 pub const READ_WAIT: Duration = Duration::from_millis(250);
 
 /// What one read produced (the receiver's loops are in latmon-core).
-pub use latmon_core::view::Got;
+use latmon_core::receiver::Got;
 
 enum Kind {
     Stdin,
@@ -118,7 +118,7 @@ fn idle(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted)
 }
 
-impl latmon_core::view::ByteSource for Source {
+impl latmon_core::receiver::ByteSource for Source {
     fn name(&self) -> &str {
         &self.name
     }

@@ -13,8 +13,8 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::*;
-use latmon::hist::BUCKETS;
-use latmon::wire::*;
+use latmon_core::hist::BUCKETS;
+use latmon_core::wire::*;
 
 fn check_json(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
     let out = latmon().args(["check", "--json"]).args(args).output().unwrap();

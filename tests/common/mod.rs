@@ -46,9 +46,9 @@ pub fn scratch(tag: &str, name: &str) -> std::path::PathBuf {
 
 /// A Hello for hand-made frame streams: board `board`, 1 s intervals,
 /// `probes` as its table.
-pub fn hello(board: &str, probes: Vec<latmon::wire::ProbeDesc>) -> latmon::wire::Hello {
-    latmon::wire::Hello {
-        protocol_revision: latmon::wire::PROTOCOL_REVISION,
+pub fn hello(board: &str, probes: Vec<latmon_core::wire::ProbeDesc>) -> latmon_core::wire::Hello {
+    latmon_core::wire::Hello {
+        protocol_revision: latmon_core::wire::PROTOCOL_REVISION,
         latmon_version: "0.1.0".into(),
         board: board.into(),
         kernel: "6.18".into(),
@@ -444,9 +444,9 @@ impl XorShift {
 
 /// Probe `p{i}`, a runq probe attached by tp_btf with CO-RE: the identity
 /// of the probes in synthetic sessions (no BPF loaded).
-pub fn runq_probe(i: usize) -> latmon::summary::ProbeInfo {
-    use latmon::ident::{BtfMode, Family, Mechanism};
-    latmon::summary::ProbeInfo {
+pub fn runq_probe(i: usize) -> latmon_core::summary::ProbeInfo {
+    use latmon_core::ident::{BtfMode, Family, Mechanism};
+    latmon_core::summary::ProbeInfo {
         name: format!("p{i}"),
         kind: Family::Runq,
         attach: Mechanism::TpBtf,

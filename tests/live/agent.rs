@@ -600,8 +600,13 @@ fn privileges_are_dropped_after_attach_and_monitoring_continues() {
     let work: u64 = later.iter().map(|l| u(probe(l, "work"), "count")).sum();
     let alerts: u64 = later.iter().map(|l| u(probe(l, "work"), "alerts")).sum();
     let records: usize = later.iter().map(|l| l["alert_records"].as_array().map_or(0, |a| a.len())).sum();
-    // The 4 calls of 2 ms; on a loaded machine a 100 us call may also pass
-    // the 1 ms threshold (preempted): such records are counted, not failed.
+    // The 4 calls of 2 ms; on a loaded machine (or a stalled vCPU) a 100 us
+    // call may also pass 1 ms, or even 2 ms: the fixture's own count of its
+    // calls over 1 ms (`over_1ms=`, measured around each call) bounds them.
+    let over: usize = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("over_1ms=")?.parse().ok())
+        .expect("lm_target prints over_1ms=");
     let slow: usize = later
         .iter()
         .flat_map(|l| l["alert_records"].as_array().cloned().unwrap_or_default())
@@ -613,7 +618,11 @@ fn privileges_are_dropped_after_attach_and_monitoring_continues() {
     // 2000 round trips: 4000 wakeups, each counted or counted as a drop.
     assert!(pp + pp_drops >= 4000, "map reads after the drop: {pp} counted, {pp_drops} dropped");
     assert_eq!(work, 54, "uprobe counts after the drop");
-    assert_eq!(slow, 4, "the 4 slow calls' ring buffer records after the drop ({records} records, {alerts} alerts)");
+    assert!(
+        (4..=over).contains(&slow),
+        "the 4 slow calls' ring buffer records after the drop: {slow} of 2 ms or more, the fixture timed {over} \
+         calls over 1 ms ({records} records, {alerts} alerts)"
+    );
     assert!(
         alerts >= 4 && records as u64 == alerts,
         "every alert's record crossed: {alerts} alerts, {records} records"

@@ -9,7 +9,7 @@ use libbpf_rs::ProgramInput;
 
 use latmon::bpf::limits::SELFTEST_VALUES;
 use latmon::bpf::selftest::SelftestSkelBuilder;
-use latmon::hist::{bucket_bounds, bucket_index, BUCKETS};
+use latmon_core::hist::{bucket_bounds, bucket_index, BUCKETS};
 
 fn inputs() -> Vec<u64> {
     let mut v: Vec<u64> = (0..=20).collect();

@@ -81,7 +81,12 @@ fn irq_case(env: &[(&str, &str)], attach: &str) {
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
-    let names = irq::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap());
+    let names = latmon::procfs::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap());
+    // Runs of the programs the kernel skipped (a classic tracepoint's
+    // program is skipped while a BPF map syscall holds its CPU: the no-BTF
+    // build), counted for the family, not per IRQ: any IRQ may be short by
+    // them (CI: virtio3-tx 8 of 12 with 6 skipped runs).
+    let skipped = u(last_probe(&lines, "irq").unwrap(), "total_bpf_missed");
     let mut checked = 0;
     for (n, &c) in &after {
         let delta = c - before.get(n).copied().unwrap_or(0);
@@ -99,9 +104,13 @@ fn irq_case(env: &[(&str, &str)], attach: &str) {
         // one-to-one with handler runs: measured here, irq_handler_exit
         // fired 11550 times for all IRQs while the virtio-blk line alone
         // counted 11552 in a window inside it; a virtio-net TX line once
-        // counted 5 for 4 handler runs. Allow 1 % plus 2.
+        // counted 5 for 4 handler runs. Allow 1 % plus 2, plus the runs the
+        // kernel skipped and latmon reported.
         let seen = u(p, "total_count");
-        assert!(seen + 2 + delta / 100 >= delta, "{series}: latmon {seen} handler runs, kernel {delta} interrupts");
+        assert!(
+            seen + 2 + delta / 100 + skipped >= delta,
+            "{series}: latmon {seen} handler runs, kernel {delta} interrupts, {skipped} runs skipped"
+        );
         assert_eq!(p["kind"], "irq");
         assert_eq!(p["attach"], attach);
         checked += 1;
@@ -130,7 +139,7 @@ fn threaded_irq_path_loads_and_attaches() {
     latmon::probes::route_libbpf_logs();
     let spec = ProbeSpec::parse("irq").unwrap();
     let p = irq::open(&spec, Family::Irq, ThreadPath::On).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(p.info().attach, latmon::ident::Mechanism::TpBtf);
+    assert_eq!(p.info().attach, latmon_core::ident::Mechanism::TpBtf);
     assert!(p.info().mode.contains("irq threads"), "{}", p.info().mode);
 }
 

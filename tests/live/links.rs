@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::*;
-use latmon::wire::{decode_fragment, Frame, FrameDecoder};
+use latmon_core::wire::{decode_fragment, Frame, FrameDecoder};
 use serde_json::Value;
 
 /// Read what is available on `f` within `wait`.

@@ -544,10 +544,11 @@ fn modbus_rtu_over_a_pty_pair_with_pymodbus_and_mbpoll() {
 #[test]
 #[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
-    use latmon::hist::Hist;
-    use latmon::ident::{BtfMode, Family, Mechanism};
-    use latmon::sinks::{self, Session, Tick};
-    use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
+    use latmon::sinks;
+    use latmon_core::hist::Hist;
+    use latmon_core::ident::{BtfMode, Family, Mechanism};
+    use latmon_core::session::{Session, Tick};
+    use latmon_core::summary::{IntervalReport, ProbeInfo, ProbeReport};
     // No BPF here: the output alone, with one synthetic interval.
     let dir = std::env::temp_dir().join(format!("latmon-mb-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

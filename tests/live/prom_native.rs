@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::prometheus::*;
 use common::*;
-use latmon::hist::{bucket_index, Hist};
+use latmon_core::hist::{bucket_index, Hist};
 use serde_json::Value;
 
 /// latmon, killed if the test fails before it stops it.

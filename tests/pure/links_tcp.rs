@@ -8,10 +8,11 @@ use std::net::TcpStream;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use latmon::hist::Hist;
-use latmon::sinks::{self, Session, Tick};
-use latmon::summary::{IntervalReport, ProbeReport};
-use latmon::wire::{Frame, FrameDecoder};
+use latmon::sinks;
+use latmon_core::hist::Hist;
+use latmon_core::session::{Session, Tick};
+use latmon_core::summary::{IntervalReport, ProbeReport};
+use latmon_core::wire::{Frame, FrameDecoder};
 
 use crate::common;
 use common::runq_probe;

@@ -11,11 +11,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latmon::hist::Hist;
-use latmon::ident::Family;
 use latmon::modbus_map::{off, reg, status, BLOCK_WORDS, HEADER_WORDS, MAGIC};
-use latmon::sinks::{self, Session, Sink, Tick};
-use latmon::summary::{FailedProbe, IntervalReport, ProbeReport};
+use latmon::sinks::{self, Sink};
+use latmon_core::hist::Hist;
+use latmon_core::ident::Family;
+use latmon_core::session::{Session, Tick};
+use latmon_core::summary::{FailedProbe, IntervalReport, ProbeReport};
 use rmodbus::client::ModbusRequest;
 use rmodbus::{ErrorKind, ModbusProto};
 

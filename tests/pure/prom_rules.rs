@@ -9,11 +9,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use latmon::hist::Hist;
-use latmon::ident::{BtfMode, Family, Mechanism};
 use latmon::sinks::prom::{render_text, snapshot};
-use latmon::sinks::{LinkStats, Session, Tick};
-use latmon::summary::{IntervalReport, ProbeInfo, ProbeReport};
+use latmon::sinks::LinkStats;
+use latmon_core::hist::Hist;
+use latmon_core::ident::{BtfMode, Family, Mechanism};
+use latmon_core::session::{Session, Tick};
+use latmon_core::summary::{IntervalReport, ProbeInfo, ProbeReport};
 
 use crate::common;
 use common::promtool_check_metrics;

@@ -11,9 +11,10 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use latmon::hist::Hist;
-use latmon::sinks::{self, prom, Session, Sink, Tick};
-use latmon::summary::{IntervalReport, ProbeReport};
+use latmon::sinks::{self, prom, Sink};
+use latmon_core::hist::Hist;
+use latmon_core::session::{Session, Tick};
+use latmon_core::summary::{IntervalReport, ProbeReport};
 
 use crate::common;
 use common::prometheus::Prometheus;

@@ -15,9 +15,9 @@
 
 use std::time::Instant;
 
-use latmon::hist::BUCKETS;
-use latmon::view::{json_line, View};
-use latmon::wire::*;
+use latmon_core::hist::BUCKETS;
+use latmon_core::receiver::{json_line, View};
+use latmon_core::wire::*;
 
 /// Frames generated (the issue asks for at least a million).
 const FRAMES: usize = 1_200_000;
@@ -260,7 +260,7 @@ impl Gen {
     /// Hostile anatomies: counts past the receiver's bound, unknown
     /// kinds, wild ids and priorities, nasty names, ns that overflow a sum.
     fn causes(&mut self) -> Vec<WireCause> {
-        let n = self.rng.either(10, latmon::anatomy::MAX_CAUSES as u64 + 8, 8);
+        let n = self.rng.either(10, latmon_core::anatomy::MAX_CAUSES as u64 + 8, 8);
         (0..n)
             .map(|_| WireCause {
                 kind: if self.rng.chance(20) { self.rng.next() as u8 } else { 1 + self.rng.below(7) as u8 },
@@ -379,7 +379,7 @@ impl Gen {
 
 /// CRC32 appended, COBS-encoded, delimited: a frame as the wire carries it.
 fn seal(payload: &mut Vec<u8>, wire: &mut Vec<u8>) {
-    let crc = latmon::crc32::hash(payload);
+    let crc = latmon_core::crc32::hash(payload);
     payload.extend_from_slice(&crc.to_le_bytes());
     // COBS (the wire's framing): no zero byte inside, blocks of <= 254.
     let mut code_at = wire.len();

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use crate::common;
 use common::{hello, XorShift};
 
-use latmon::hist::{Hist, BUCKETS};
-use latmon::summary::AlertRecord;
-use latmon::wire::*;
+use latmon_core::hist::{Hist, BUCKETS};
+use latmon_core::summary::AlertRecord;
+use latmon_core::wire::*;
 use proptest::prelude::*;
 
 /// A cumulative histogram with `n` random non-zero buckets.
@@ -198,7 +198,7 @@ proptest! {
         parts in prop::collection::vec((0u8..8, any::<u32>(), arb_name(), any::<u64>()), 0..24),
         woken in any::<u32>(), ran in any::<u32>(),
     ) {
-        use latmon::anatomy::{Anatomy, Cause, CauseKind, Policy};
+        use latmon_core::anatomy::{Anatomy, Cause, CauseKind, Policy};
         let causes = parts.into_iter().map(|(k, id, name, ns)| Cause {
             ns,
             kind: match k {
@@ -222,7 +222,7 @@ proptest! {
         prop_assert!(frames[0].len() <= FRAME_BUDGET, "{} bytes", frames[0].len());
         let (f, _) = decode(&frames[0]);
         let Some(Ok(Frame::Alert(a))) = f.into_iter().next() else { panic!("no alert") };
-        prop_assert!(a.causes.len() <= latmon::anatomy::MAX_CAUSES);
+        prop_assert!(a.causes.len() <= latmon_core::anatomy::MAX_CAUSES);
         let mut t = Tracker::new();
         let Event::Alert(r) = t.on_frame(Frame::Alert(a)) else { panic!("not an alert event") };
         if lat > 0 {

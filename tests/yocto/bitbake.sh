@@ -190,9 +190,9 @@ fi
 
 # ---- D: yocto-check-layer --------------------------------------------------------
 # D runs beside A, B and C, from the start: most of its ~25 min are world
-# signatures, computed in one BitBake server process (one core), and run
-# last and alone they left the second core idle (session 8: D's last
-# ~15 min were all that was left of CI). Its own build directory and
+# signatures, computed in one BitBake server process (one core): run last
+# and alone it would leave the second core idle while the rest of CI waits
+# on it. Its own build directory and
 # server; its output is printed when it has ended.
 check_layer() {
 step_name=""

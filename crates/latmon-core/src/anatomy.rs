@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use crate::bpf::limits::{ANAT_MAX_CAUSES, SOFTIRQ_VECS};
-use crate::summary::keep_piece;
+use crate::text::{keep_piece, push_clean};
 
 /// Softirq vector names (the kernel's `softirq_to_name`, NR_SOFTIRQS order).
 pub const SOFTIRQ_NAMES: [&str; SOFTIRQ_VECS] =
@@ -186,7 +186,7 @@ impl Anatomy {
 fn push_cause(s: &mut String, c: &Cause) {
     match &c.kind {
         CauseKind::Task { comm, pid, policy, prio } => {
-            crate::summary::push_clean(s, comm);
+            push_clean(s, comm);
             let _ = write!(s, "[{pid}] {}/{prio}", policy.word().to_ascii_uppercase());
         }
         CauseKind::TaskRest => s.push_str("other tasks"),
@@ -194,7 +194,7 @@ fn push_cause(s: &mut String, c: &Cause) {
             let _ = write!(s, "irq {irq}");
             if !name.is_empty() {
                 s.push(' ');
-                crate::summary::push_clean(s, name);
+                push_clean(s, name);
             }
         }
         CauseKind::IrqRest => s.push_str("other irqs"),
@@ -318,41 +318,5 @@ mod tests {
         // Sums that overflow u64 still end exact.
         let a = Anatomy::from_parts(10, 0, 0, vec![task("x", 1, u64::MAX), task("y", 2, u64::MAX)]);
         assert!(a.sums_to(10), "{a:?}");
-    }
-
-    #[test]
-    fn json_uses_the_documented_names() {
-        let a = Anatomy::from_parts(
-            100_000,
-            1,
-            2,
-            vec![
-                task("hog", 7, 40_000),
-                Cause { kind: CauseKind::Irq { irq: 36, name: "virtio1-req.0".into() }, ns: 30_000 },
-                Cause { kind: CauseKind::Softirq { vector: 3 }, ns: 20_000 },
-                Cause { kind: CauseKind::TimerIrqDelay, ns: 5_000 },
-            ],
-        );
-        let rec = crate::summary::AlertRecord {
-            probe: "timer".into(),
-            pid: 1,
-            tid: 1,
-            comm: "ctrl".into(),
-            cpu: 2,
-            latency_ns: 100_000,
-            time_ns: 1,
-            anatomy: Some(a),
-        };
-        let v = serde_json::to_value(&rec).unwrap();
-        assert_eq!((v["cpu_woken"].as_u64(), v["cpu_ran"].as_u64()), (Some(1), Some(2)));
-        let c = &v["causes"];
-        assert_eq!(
-            c[0],
-            serde_json::json!({"kind": "task", "comm": "hog", "pid": 7, "policy": "fifo", "prio": 90, "ns": 40000})
-        );
-        assert_eq!(c[1], serde_json::json!({"kind": "irq", "irq": 36, "name": "virtio1-req.0", "ns": 30000}));
-        assert_eq!(c[2], serde_json::json!({"kind": "softirq", "vector": "NET_RX", "ns": 20000}));
-        assert_eq!(c[3], serde_json::json!({"kind": "timer_irq_delay", "ns": 5000}));
-        assert_eq!(c[4], serde_json::json!({"kind": "other", "ns": 5000}));
     }
 }

@@ -18,7 +18,7 @@ use crate::bpf::limits::{
     CAUSE_IRQ, CAUSE_IRQ_REST, CAUSE_OTHER, CAUSE_SLOTS, CAUSE_SOFTIRQ, CAUSE_TASK, CAUSE_TASK_REST,
     CAUSE_TIMER_IRQ_DELAY,
 };
-use crate::summary::keep_piece;
+use crate::text::{keep_piece, push_clean, Ns};
 
 /// What a tally entry is about (the kernel's key: kind << 32 | id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -228,7 +228,7 @@ impl CauseSummary {
     /// reads `45.8% other` or nothing, never `45.8% ot`.
     pub fn render_line_into(&self, s: &mut String, max: usize, width: usize) {
         let start = s.len();
-        let _ = write!(s, "{} in {} alerts:", crate::summary::Ns(self.alerted_ns), self.alerts);
+        let _ = write!(s, "{} in {} alerts:", Ns(self.alerted_ns), self.alerts);
         let shown = self.causes.len().min(max);
         for (i, c) in self.causes.iter().take(max).enumerate() {
             let before = s.len();
@@ -254,7 +254,7 @@ impl TopCause {
     pub fn label_into(&self, s: &mut String) {
         match self.id {
             CauseId::Task { pid } => {
-                crate::summary::push_clean(s, if self.name.is_empty() { "?" } else { &self.name });
+                push_clean(s, if self.name.is_empty() { "?" } else { &self.name });
                 let _ = write!(s, "[{pid}]");
             }
             CauseId::TaskRest => s.push_str("other tasks"),
@@ -262,7 +262,7 @@ impl TopCause {
                 let _ = write!(s, "irq {irq}");
                 if !self.name.is_empty() {
                     s.push(' ');
-                    crate::summary::push_clean(s, &self.name);
+                    push_clean(s, &self.name);
                 }
             }
             CauseId::IrqRest => s.push_str("other irqs"),

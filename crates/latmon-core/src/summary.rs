@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::hist::{Hist, BUCKETS};
 use crate::ident::{BtfMode, Family, Mechanism};
+use crate::text::{push_clean, Ns};
 
 /// Static facts about an attached probe.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -314,29 +315,6 @@ impl ProbeReport {
     }
 }
 
-/// `123ns`, `4.56us`, `7.89ms`, `1.23s` (ASCII only: serial terminals).
-pub fn fmt_ns(ns: u64) -> String {
-    Ns(ns).to_string()
-}
-
-/// [`fmt_ns`] as a `Display` value: writes without allocating.
-#[derive(Clone, Copy, Debug)]
-pub struct Ns(pub u64);
-
-impl std::fmt::Display for Ns {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (ns, v) = (self.0, self.0 as f64);
-        // Bounds where two decimals round up to the next unit: 999_995 ns
-        // is 1.00ms, not 1000.00us.
-        match ns {
-            0..=999 => write!(f, "{ns}ns"),
-            1_000..=999_994 => write!(f, "{:.2}us", v / 1e3),
-            999_995..=999_994_999 => write!(f, "{:.2}ms", v / 1e6),
-            _ => write!(f, "{:.2}s", v / 1e9),
-        }
-    }
-}
-
 const BAR_WIDTH: usize = 40;
 
 /// Interval buckets folded into power-of-two rows `[2^k, 2^(k+1))`
@@ -406,30 +384,6 @@ pub fn render_header_into(s: &mut String, r: &IntervalReport) {
     if a.degraded {
         let _ = writeln!(s, "DEGRADED: {} probe(s) detached over budget", a.detached);
     }
-}
-
-/// `text` as a terminal may show it: printable ASCII as is, anything else
-/// (control characters, escape sequences, non-ASCII) as `?`. Names and
-/// comms come from configs and the kernel (any task may set its comm).
-/// For lines cut at whole pieces: the piece just written at `before`
-/// stays if the line (from `start`) is within `width` bytes, with room for
-/// a following piece's marker (`", ~"` or `"; ~"`, 3 bytes) when `more`
-/// pieces follow; otherwise it is taken back and `marker` (`" ~"`, `", ~"`,
-/// `"; ~"`) ends the line. Returns whether it stayed. (A piece that leaves
-/// no room for the next marker is taken back too: the next piece, longer
-/// than a marker, could not fit, and its marker would overflow.)
-pub(crate) fn keep_piece(s: &mut String, start: usize, before: usize, width: usize, more: bool, marker: &str) -> bool {
-    let room = if more { 3 } else { 0 };
-    if s.len() - start <= width.saturating_sub(room) {
-        return true;
-    }
-    s.truncate(before);
-    s.push_str(marker);
-    false
-}
-
-pub fn push_clean(s: &mut String, text: &str) {
-    s.extend(text.chars().map(|c| if (' '..='~').contains(&c) { c } else { '?' }));
 }
 
 /// One probe's bcc-style block: its line with the interval and total
@@ -570,7 +524,7 @@ pub fn render_alert_line_into(s: &mut String, a: &AlertRecord, width: usize) {
 pub const ALERT_NAME_MIN: usize = 12;
 
 /// Keys every probe object of a JSON summary carries: the agent's and
-/// `latmon decode`'s (src/view.rs) tests check the same set.
+/// `latmon decode`'s (receiver.rs) tests check the same set.
 #[cfg(test)]
 pub(crate) const PROBE_JSON_KEYS: [&str; 15] = [
     "name",
@@ -679,12 +633,6 @@ mod tests {
         assert!(t.contains("2048 -> 4095"), "{t}");
         assert!(t.contains("|****************************************|"), "{t}");
         assert!(t.contains("p99.9"));
-        assert_eq!(fmt_ns(999), "999ns");
-        assert_eq!(fmt_ns(1_500), "1.50us");
-        assert_eq!(fmt_ns(2_000_000_000), "2.00s");
-        assert_eq!(fmt_ns(999_999_999), "1.00s", "an interval a hair short of 1 s");
-        assert_eq!(fmt_ns(999_996), "1.00ms");
-        assert_eq!(fmt_ns(999_994), "999.99us");
         assert!(!t.contains("ALERT"), "no alert section without records: {t}");
     }
 
@@ -802,5 +750,46 @@ mod tests {
             (v["probes"][0]["bpf_missed"].as_u64(), v["probes"][0]["total_bpf_missed"].as_u64()),
             (Some(92), Some(300))
         );
+    }
+
+    #[test]
+    fn an_alert_records_anatomy_uses_the_documented_json_names() {
+        use crate::anatomy::{Anatomy, Cause, CauseKind, Policy};
+        let task = |comm: &str, pid: u32, ns: u64| Cause {
+            kind: CauseKind::Task { comm: comm.into(), pid, policy: Policy::Fifo, prio: 90 },
+            ns,
+        };
+        let a = Anatomy::from_parts(
+            100_000,
+            1,
+            2,
+            vec![
+                task("hog", 7, 40_000),
+                Cause { kind: CauseKind::Irq { irq: 36, name: "virtio1-req.0".into() }, ns: 30_000 },
+                Cause { kind: CauseKind::Softirq { vector: 3 }, ns: 20_000 },
+                Cause { kind: CauseKind::TimerIrqDelay, ns: 5_000 },
+            ],
+        );
+        let rec = AlertRecord {
+            probe: "timer".into(),
+            pid: 1,
+            tid: 1,
+            comm: "ctrl".into(),
+            cpu: 2,
+            latency_ns: 100_000,
+            time_ns: 1,
+            anatomy: Some(a),
+        };
+        let v = serde_json::to_value(&rec).unwrap();
+        assert_eq!((v["cpu_woken"].as_u64(), v["cpu_ran"].as_u64()), (Some(1), Some(2)));
+        let c = &v["causes"];
+        assert_eq!(
+            c[0],
+            serde_json::json!({"kind": "task", "comm": "hog", "pid": 7, "policy": "fifo", "prio": 90, "ns": 40000})
+        );
+        assert_eq!(c[1], serde_json::json!({"kind": "irq", "irq": 36, "name": "virtio1-req.0", "ns": 30000}));
+        assert_eq!(c[2], serde_json::json!({"kind": "softirq", "vector": "NET_RX", "ns": 20000}));
+        assert_eq!(c[3], serde_json::json!({"kind": "timer_irq_delay", "ns": 5000}));
+        assert_eq!(c[4], serde_json::json!({"kind": "other", "ns": 5000}));
     }
 }

@@ -16,8 +16,9 @@
 use std::fmt::{self, Write as _};
 
 use crate::summary::{
-    push_clean, render_alerts_into, render_header_into, render_hist_into, IntervalReport, ProbeReport, ProbeState,
+    render_alerts_into, render_header_into, render_hist_into, IntervalReport, ProbeReport, ProbeState,
 };
+use crate::text::push_clean;
 
 /// Series shown per family; the others are summed in one line.
 pub const TOP_SERIES: usize = 10;

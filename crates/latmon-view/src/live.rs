@@ -16,8 +16,9 @@ use anyhow::Result;
 use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use crossterm::{execute, terminal};
 use latmon_core::hist::Hist;
-use latmon_core::summary::{fmt_ns, AlertRecord, ProbeReport};
-use latmon_core::view::{shown, ByteSource, Got};
+use latmon_core::receiver::{shown, ByteSource, Got};
+use latmon_core::summary::{AlertRecord, ProbeReport};
+use latmon_core::text::fmt_ns;
 use latmon_core::wire::{Event, FrameDecoder, LinkStats, Tracker};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -753,8 +754,9 @@ fn ui_loop(name: &str, rx: &mpsc::Receiver<Chunk>, duration: Option<Duration>) -
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use latmon_core::wire::{BucketScheme, Encoder, Frame, Hello, ProbeDesc, SummaryHeader};
+
+    use super::*;
 
     fn hello(names: &[&str]) -> Hello {
         Hello {

@@ -91,7 +91,7 @@ fn run(cli: Cli) -> Result<()> {
             let tty = io::stdout().is_terminal();
             if plain || !tty || replay {
                 let mut src = source::open(&word, true, false).map_err(|e| anyhow!(e))?;
-                latmon_core::view::run_view(
+                latmon_core::receiver::run_view(
                     &mut src,
                     tty,
                     replay,
@@ -106,7 +106,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Decode { source: word, duration } => {
             let mut src = source::open(&word, false, false).map_err(|e| anyhow!(e))?;
-            latmon_core::view::run_decode(&mut src, duration, &mut io::stdout().lock(), &mut io::stderr()).map(|_| ())
+            latmon_core::receiver::run_decode(&mut src, duration, &mut io::stdout().lock(), &mut io::stderr())
+                .map(|_| ())
         }
         Cmd::Report { capture, output } => {
             let path = capture.strip_prefix("file:").unwrap_or(&capture);

@@ -18,7 +18,8 @@ use std::io::Read;
 
 use anyhow::{anyhow, Context, Result};
 use latmon_core::hist::Hist;
-use latmon_core::summary::{fmt_ns, AlertRecord};
+use latmon_core::summary::AlertRecord;
+use latmon_core::text::fmt_ns;
 use latmon_core::wire::{Event, FrameDecoder, Hello, LinkStats, Tracker, MAX_PROBES, STATUS_COST_MEASURED};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -500,8 +501,9 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use latmon_core::wire::{encode_to_vec, Alert, BucketScheme, Encoder, Frame, ProbeDesc, SummaryHeader};
+
+    use super::*;
 
     fn capture() -> Vec<u8> {
         capture_named(["runq", "idle"], "ctl<script>")

@@ -12,7 +12,7 @@ use std::net::{TcpStream, UdpSocket};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use latmon_core::view::{ByteSource, Got};
+use latmon_core::receiver::{ByteSource, Got};
 use latmon_core::wire::{encode_to_vec, Frame, Request, REQUEST_HELLO};
 
 /// How long one read waits before reporting `Idle`.

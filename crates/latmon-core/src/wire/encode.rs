@@ -8,11 +8,11 @@ use std::ops::Range;
 use serde::ser::SerializeSeq;
 use serde::{Serialize, Serializer};
 
-use super::anatomy::Causes;
 use super::*;
 use crate::anatomy::Anatomy;
 use crate::hist::{Hist, BUCKETS};
 use crate::summary::{AlertRecord, ProbeInfo};
+use crate::text::truncate;
 
 /// Why the encoder could not produce a frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -592,17 +592,6 @@ fn of_part<'a, T>(all: &'a [T], part: &[ProbeHealth], id: impl Fn(&T) -> u16) ->
         }
         _ => &all[..0],
     }
-}
-
-pub(crate) fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// Encode one message into a fresh Vec (tests, tools; not the hot path).

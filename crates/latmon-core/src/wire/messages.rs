@@ -7,8 +7,10 @@ use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::ser::{SerializeSeq, SerializeTuple};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::anatomy::{Cause, CauseKind};
 use crate::bpf::limits::{HIST_MAX_LOG2, HIST_SUB_BITS};
 use crate::hist::{Hist, BUCKETS};
+use crate::text::truncate;
 
 /// How a probe's histogram buckets map to nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,6 +225,78 @@ pub struct WireCause {
     pub ns: u64,
 }
 
+/// `WireCause::kind` values (the list in its description).
+pub(super) mod cause_kind {
+    pub(crate) const TASK: u8 = 1;
+    pub(crate) const TASK_REST: u8 = 2;
+    pub(crate) const IRQ: u8 = 3;
+    pub(crate) const IRQ_REST: u8 = 4;
+    pub(crate) const SOFTIRQ: u8 = 5;
+    pub(crate) const TIMER_IRQ_DELAY: u8 = 6;
+    pub(crate) const OTHER: u8 = 7;
+}
+
+/// `WireCause::name`: at most this many bytes (as comm).
+pub(super) const CAUSE_NAME_BYTES: usize = super::MAX_ALERT_NAME_LEN;
+
+/// (kind, id, policy, prio, name) of a model cause.
+pub(super) fn cause_parts(c: &Cause) -> (u8, u32, u8, i32, &str) {
+    match &c.kind {
+        CauseKind::Task { comm, pid, policy, prio } => {
+            (cause_kind::TASK, *pid, policy.code().min(255) as u8, *prio, comm)
+        }
+        CauseKind::TaskRest => (cause_kind::TASK_REST, 0, 0, 0, ""),
+        CauseKind::Irq { irq, name } => (cause_kind::IRQ, *irq, 0, 0, name),
+        CauseKind::IrqRest => (cause_kind::IRQ_REST, 0, 0, 0, ""),
+        CauseKind::Softirq { vector } => (cause_kind::SOFTIRQ, *vector, 0, 0, ""),
+        CauseKind::TimerIrqDelay => (cause_kind::TIMER_IRQ_DELAY, 0, 0, 0, ""),
+        CauseKind::Unknown { code } => (*code, 0, 0, 0, ""),
+        CauseKind::Other => (cause_kind::OTHER, 0, 0, 0, ""),
+    }
+}
+
+/// A model cause serialized as a `WireCause`, without building one.
+pub(crate) struct CauseRef<'a>(pub(crate) &'a Cause);
+
+impl Serialize for CauseRef<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (kind, id, policy, prio, name) = cause_parts(self.0);
+        let mut t = s.serialize_tuple(6)?;
+        t.serialize_element(&kind)?;
+        t.serialize_element(&id)?;
+        t.serialize_element(&policy)?;
+        t.serialize_element(&prio)?;
+        t.serialize_element(truncate(name, CAUSE_NAME_BYTES))?;
+        t.serialize_element(&self.0.ns)?;
+        t.end()
+    }
+}
+
+/// The causes of an Alert being encoded: the model's, or a decoded frame's.
+#[derive(Clone, Copy)]
+pub(crate) enum Causes<'a> {
+    Model(&'a [Cause]),
+    Wire(&'a [WireCause]),
+}
+
+impl Causes<'_> {
+    pub(crate) fn is_empty(&self) -> bool {
+        match self {
+            Causes::Model(c) => c.is_empty(),
+            Causes::Wire(c) => c.is_empty(),
+        }
+    }
+}
+
+impl Serialize for Causes<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Causes::Model(c) => s.collect_seq(c.iter().map(CauseRef)),
+            Causes::Wire(c) => c.serialize(s),
+        }
+    }
+}
+
 #[derive(Serialize)]
 pub(crate) struct AlertRef<'a> {
     pub(crate) boot_id: u32,
@@ -240,7 +314,7 @@ pub(crate) struct AlertRef<'a> {
 pub(crate) struct TrailingAnatomy<'a> {
     pub(crate) cpu_woken: u32,
     pub(crate) cpu_ran: u32,
-    pub(crate) causes: super::anatomy::Causes<'a>,
+    pub(crate) causes: Causes<'a>,
 }
 
 impl Serialize for TrailingAnatomy<'_> {

@@ -81,7 +81,7 @@ SRC_URI = "\
 "
 require ${BPN}-crates.inc
 
-SRCREV_latmon ??= "3070ebba0bdce2349146413d41ad7dc45a737f71"
+SRCREV_latmon ??= "d62f83288ad159ef8162e81174d2e9ea97f81776"
 SRCREV_FORMAT = "latmon"
 
 inherit cargo cargo-update-recipe-crates pkgconfig systemd update-rc.d

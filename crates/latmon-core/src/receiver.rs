@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-//! The technician's side of a link: `latmon view` (a live terminal screen)
-//! and `latmon decode` (JSON lines). Rendering and JSON shaping are pure
-//! functions with unit tests; `run_view` / `run_decode` are the loops, over
-//! a [`ByteSource`] and a writer the binary passes in (src/sinks/source.rs
-//! on the board, crates/latmon-view/src/source.rs on a laptop).
+//! The receiver's model, the technician's side of a link: `latmon view` (a
+//! live terminal screen) and `latmon decode` (JSON lines). Rendering and
+//! JSON shaping are pure functions with unit tests; `run_view` /
+//! `run_decode` are the loops, over a [`ByteSource`] and a writer the
+//! binary passes in (src/sinks/source.rs on the board,
+//! crates/latmon-view/src/source.rs on a laptop).
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -13,8 +14,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::summary::{fmt_ns, AlertRecord, IntervalReport, ProbeReport};
+use crate::summary::{AlertRecord, IntervalReport, ProbeReport};
 use crate::table::{SortBy, Table};
+use crate::text::fmt_ns;
 use crate::wire::{Event, FrameDecoder, FrameError, Hello, LinkStats, Status, Tracker};
 
 // ------------------------------------------------------------------ sources
