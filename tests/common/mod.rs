@@ -486,3 +486,44 @@ pub fn irq_counts() -> std::collections::HashMap<u32, u64> {
         })
         .collect()
 }
+
+/// `lm-target ARGS`' own account of its lm_work calls (its stdout), the
+/// ground truth the ufunc and agent tests compare latmon with.
+#[derive(Debug, Default)]
+pub struct Ran {
+    pub pid: u64,
+    pub calls: u64,
+    pub over_1ms: u64,
+    pub mean_ns: u64,
+    /// Every lm_work / lm_recurse call's duration measured in its own body.
+    pub self_ns: Vec<u64>,
+    pub elapsed: Duration,
+}
+
+/// Runs `lm-target ARGS` to its end (it must succeed) and reads its account.
+pub fn run_target(args: &[&str]) -> Ran {
+    let t0 = Instant::now();
+    let out = Command::new(lm_target()).args(args).output().unwrap();
+    let elapsed = t0.elapsed();
+    assert!(out.status.success(), "lm-target {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |k: &str| -> u64 {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {k}= in {text:?}"))
+    };
+    let self_ns = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("self_ns="))
+        .map(|v| v.split(',').map(|d| d.parse().unwrap()).collect())
+        .unwrap_or_default();
+    Ran {
+        pid: field("pid"),
+        calls: field("calls"),
+        over_1ms: field("over_1ms"),
+        mean_ns: field("mean_ns"),
+        self_ns,
+        elapsed,
+    }
+}

@@ -590,8 +590,7 @@ fn privileges_are_dropped_after_attach_and_monitoring_continues() {
     // Monitoring continues: map reads, BPF statistics, ring buffer alerts.
     let after_drop = run.lines().len();
     pipe_ping_pong("lm-priv", 2000);
-    let out = Command::new(target).args(["work", "50", "100000", "4", "2000000"]).output().unwrap();
-    assert!(out.status.success());
+    let ran = run_target(&["work", "50", "100000", "4", "2000000"]);
     std::thread::sleep(Duration::from_millis(700));
     let (status, lines, stderr) = run.stop();
     assert!(status.success(), "{stderr:#?}");
@@ -603,10 +602,6 @@ fn privileges_are_dropped_after_attach_and_monitoring_continues() {
     // The 4 calls of 2 ms; on a loaded machine (or a stalled vCPU) a 100 us
     // call may also pass 1 ms, or even 2 ms: the fixture's own count of its
     // calls over 1 ms (`over_1ms=`, measured around each call) bounds them.
-    let over: usize = String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("over_1ms=")?.parse().ok())
-        .expect("lm_target prints over_1ms=");
     let slow: usize = later
         .iter()
         .flat_map(|l| l["alert_records"].as_array().cloned().unwrap_or_default())
@@ -619,9 +614,10 @@ fn privileges_are_dropped_after_attach_and_monitoring_continues() {
     assert!(pp + pp_drops >= 4000, "map reads after the drop: {pp} counted, {pp_drops} dropped");
     assert_eq!(work, 54, "uprobe counts after the drop");
     assert!(
-        (4..=over).contains(&slow),
-        "the 4 slow calls' ring buffer records after the drop: {slow} of 2 ms or more, the fixture timed {over} \
-         calls over 1 ms ({records} records, {alerts} alerts)"
+        (4..=ran.over_1ms as usize).contains(&slow),
+        "the 4 slow calls' ring buffer records after the drop: {slow} of 2 ms or more, the fixture timed {} \
+         calls over 1 ms ({records} records, {alerts} alerts)",
+        ran.over_1ms
     );
     assert!(
         alerts >= 4 && records as u64 == alerts,

@@ -11,52 +11,13 @@
 use crate::common;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use latmon::bpf::limits::{ALERT_BURST, ALERT_RATE, FUNC_MAX_DEPTH};
 
 fn spec(symbol: &str, opts: &str) -> String {
     format!("ufunc:{}:{symbol}{opts}", lm_target().display())
-}
-
-/// The target's own account of its lm_work calls.
-#[derive(Debug, Default)]
-struct Ran {
-    pid: u64,
-    calls: u64,
-    over_1ms: u64,
-    mean_ns: u64,
-    /// Every lm_work / lm_recurse call's duration measured in its own body.
-    self_ns: Vec<u64>,
-    elapsed: Duration,
-}
-
-fn run_target(args: &[&str]) -> Ran {
-    let t0 = Instant::now();
-    let out = Command::new(lm_target()).args(args).output().unwrap();
-    let elapsed = t0.elapsed();
-    assert!(out.status.success(), "lm-target {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let field = |k: &str| -> u64 {
-        text.split_whitespace()
-            .find_map(|w| w.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {k}= in {text:?}"))
-    };
-    let self_ns = text
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("self_ns="))
-        .map(|v| v.split(',').map(|d| d.parse().unwrap()).collect())
-        .unwrap_or_default();
-    Ran {
-        pid: field("pid"),
-        calls: field("calls"),
-        over_1ms: field("over_1ms"),
-        mean_ns: field("mean_ns"),
-        self_ns,
-        elapsed,
-    }
 }
 
 /// Run latmon with `probes` (one summary: a long interval, stopped by
