@@ -113,8 +113,9 @@ fn output_plans(c: &Config) -> Vec<OutputPlan> {
     use crate::sinks::spec::{Endpoint, LinkSpec};
     c.outputs
         .iter()
-        .map(|w| {
-            let (ok, error, note) = match sinks::check(w, c.format) {
+        .zip(sinks::check_all(&c.outputs, c.format))
+        .map(|(w, verdict)| {
+            let (ok, error, note) = match verdict {
                 Ok(note) => (true, None, note),
                 Err(e) => (false, Some(e), None),
             };

@@ -203,12 +203,7 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         crlf: false,
     };
     // Outputs start (bind, open) before the agent: mistakes fail early.
-    let mut sinks = cfg
-        .outputs
-        .iter()
-        .map(|o| sinks::open_with(o, cfg.format, text))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(anyhow::Error::msg)?;
+    let mut sinks = sinks::open_all(&cfg.outputs, cfg.format, text).map_err(anyhow::Error::msg)?;
     let reload = || run_config(&a);
     let opts = agent::RunOptions {
         reload: a.common.config.is_some().then_some(&reload as &dyn Fn() -> Result<Config>),

@@ -146,7 +146,7 @@ pub fn open_with(word: &str, global: Option<Format>, text: TextStyle) -> Result<
     let writer: Box<dyn FnOnce(&Queue) + Send> = match spec.endpoint.clone() {
         Endpoint::Stdio => {
             let n = name.clone();
-            Box::new(move |q: &Queue| stream_writer(q, &n, frames, Some(Box::new(io::stdout())), None))
+            Box::new(move |q: &Queue| stream_writer(q, &n, frames, Some(Box::new(io::stdout())), None, None))
         }
         Endpoint::File(path) => {
             let f = std::fs::OpenOptions::new()
@@ -155,7 +155,9 @@ pub fn open_with(word: &str, global: Option<Format>, text: TextStyle) -> Result<
                 .open(&path)
                 .map_err(|e| format!("output {word}: {e}"))?;
             let n = name.clone();
-            Box::new(move |q: &Queue| stream_writer(q, &n, frames, Some(Box::new(f)), None))
+            // A second handle to cut a failed write back off the file.
+            let undo = f.try_clone().map_err(|e| format!("output {word}: {e}"))?;
+            Box::new(move |q: &Queue| stream_writer(q, &n, frames, Some(Box::new(f)), None, Some(undo)))
         }
         Endpoint::Serial(s) => {
             // Opened by the writer thread right away, and again whenever it
@@ -171,7 +173,7 @@ pub fn open_with(word: &str, global: Option<Format>, text: TextStyle) -> Result<
                     Box::new(p) as Box<dyn Write + Send>
                 })
             };
-            Box::new(move |q: &Queue| stream_writer(q, &n, frames, None, Some(Box::new(open))))
+            Box::new(move |q: &Queue| stream_writer(q, &n, frames, None, Some(Box::new(open)), None))
         }
         Endpoint::Tcp(addr) => {
             let l = net::Listener::bind_tcp(&addr).map_err(|e| format!("output {word}: listen: {e}"))?;
@@ -218,15 +220,97 @@ pub fn open_with(word: &str, global: Option<Format>, text: TextStyle) -> Result<
     }))
 }
 
+/// Open every output of a config (`latmon run`): as [`open_with`] each,
+/// refusing the config when an output writes the file or device of an
+/// earlier one ([`shared_target`]). Two listening on one address fail as the second
+/// bind does ("Address already in use").
+pub fn open_all(words: &[String], global: Option<Format>, text: TextStyle) -> Result<Vec<Box<dyn Sink>>, String> {
+    // Before any output opens: a refused config creates no file.
+    if let Some(e) = (0..words.len()).find_map(|i| shared_target(words, i)) {
+        return Err(e);
+    }
+    words.iter().map(|w| open_with(w, global, text)).collect()
+}
+
+/// What `latmon check` does for a config's outputs: what [`open_all`]
+/// would refuse, each output's verdict. Every listening address stays
+/// bound until all are checked, so two outputs on one address clash as
+/// they do in `run`.
+pub fn check_all(words: &[String], global: Option<Format>) -> Vec<Result<Option<String>, String>> {
+    let mut held = Vec::new();
+    (0..words.len())
+        .map(|i| match shared_target(words, i) {
+            Some(e) => Err(e),
+            None => check(&words[i], global, &mut held),
+        })
+        .collect()
+}
+
+/// The file, device or socket path an output writes (canonical: a
+/// symlink or `./x` names its target), with what it is; None for outputs
+/// without one (stdout, network).
+fn target_of(word: &str) -> Option<(&'static str, std::path::PathBuf)> {
+    let (what, path) = if spec::is_modbus(word) {
+        match spec::ModbusSpec::parse(word).ok()?.transport {
+            spec::ModbusTransport::Rtu(s) => ("device", s.path),
+            spec::ModbusTransport::Tcp(_) => return None,
+        }
+    } else if word.starts_with(prom::SCHEME) {
+        return None;
+    } else {
+        match LinkSpec::parse(word).ok()?.endpoint {
+            Endpoint::File(p) => ("file", p),
+            Endpoint::Serial(s) => ("device", s.path),
+            Endpoint::Unix(p) => ("socket", p),
+            Endpoint::Stdio | Endpoint::Tcp(_) | Endpoint::Udp(_) => return None,
+        }
+    };
+    let mut p = std::path::PathBuf::from(&path);
+    // A dangling symlink names the file it would create (links of links
+    // followed a few deep).
+    for _ in 0..8 {
+        let Ok(to) = std::fs::read_link(&p) else { break };
+        p = p.parent().unwrap_or(std::path::Path::new("")).join(to);
+    }
+    let p = p.as_path();
+    let canonical = std::fs::canonicalize(p).ok().or_else(|| {
+        // Not there yet: its directory's canonical path and its name.
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        Some(std::fs::canonicalize(dir).ok()?.join(p.file_name()?))
+    });
+    Some((what, canonical.unwrap_or_else(|| p.to_path_buf())))
+}
+
+/// Output `i` writes the file, device or socket of an earlier output:
+/// the error that refuses it (each record would go out twice, the two
+/// streams interleaved; a second socket would take the first's path).
+pub fn shared_target(words: &[String], i: usize) -> Option<String> {
+    let (what, mine) = target_of(&words[i])?;
+    let j = (0..i).find(|&j| target_of(&words[j]).is_some_and(|(_, t)| t == mine))?;
+    Some(format!(
+        "output {}: the same {what} as output {} ({}): every record would be written twice",
+        words[i],
+        j + 1,
+        words[j]
+    ))
+}
+
 /// What `latmon check` does for an output: everything [`open`] would do
-/// that can fail - parse the word, bind the listening address (and let it
-/// go at once), check the file's or socket's directory - without starting
-/// a thread, creating a file or taking a socket path from a running
-/// latmon. A serial device that is absent is not an error (run waits for
-/// it either); the returned note says so.
-pub fn check(word: &str, global: Option<Format>) -> Result<Option<String>, String> {
-    let bind = |addr: &str| {
-        std::net::TcpListener::bind(addr).map(drop).map_err(|e| format!("output {word}: listen on {addr}: {e}"))
+/// that can fail - parse the word (with the parsers `open` uses), bind
+/// the listening address (held in `held`, so that a later output on the
+/// same address fails as in `run`), check the file's or socket's
+/// directory - without starting a thread, creating a file or taking a
+/// socket path from a running latmon. A serial device that is absent is
+/// not an error (run waits for it either); the returned note says so.
+pub fn check(
+    word: &str,
+    global: Option<Format>,
+    held: &mut Vec<std::net::TcpListener>,
+) -> Result<Option<String>, String> {
+    let mut bind = |addr: &str| {
+        std::net::TcpListener::bind(addr)
+            .map(|l| held.push(l))
+            .map_err(|e| format!("output {word}: listen on {addr}: {e}"))
     };
     if spec::is_modbus(word) {
         let m = spec::ModbusSpec::parse(word).map_err(|e| e.to_string())?;
@@ -236,7 +320,7 @@ pub fn check(word: &str, global: Option<Format>) -> Result<Option<String>, Strin
         };
     }
     if let Some(addr) = word.strip_prefix(prom::SCHEME) {
-        let sa = prom::parse_addr(addr)?;
+        let (sa, _) = prom::parse_word(addr)?;
         return bind(&sa.to_string()).map(|()| None);
     }
     let spec = LinkSpec::parse(word).map_err(|e| e.to_string())?;
@@ -319,17 +403,26 @@ type Reopen = Box<dyn FnMut() -> io::Result<Box<dyn Write + Send>> + Send>;
 /// Writer for byte streams: stdout, files, serial lines. With `reopen`, a
 /// link that fails (USB-serial unplugged) is closed and opened again every
 /// [`REOPEN_PERIOD`]; what arrives meanwhile is dropped and counted.
+///
+/// Only whole records stay: a write that fails (a full disk) may have put
+/// part of its records out. A file (`undo`, the same file) is cut back to
+/// its length before that write; a stream that cannot be cut starts its
+/// next write with a delimiter - frames: 0x00, text and JSON: a newline,
+/// so the next record starts a line of its own and only the damaged line
+/// is unreadable. The failed write's records are counted dropped.
 fn stream_writer(
     q: &Queue,
     name: &str,
     frames: bool,
     mut w: Option<Box<dyn Write + Send>>,
     mut reopen: Option<Reopen>,
+    undo: Option<std::fs::File>,
 ) {
     let (mut data, mut lens, mut pre) = (Vec::new(), Vec::new(), Vec::new());
     // A delimiter first, so a receiver resyncs even after a partial frame
     // (a failed write, an earlier run appending to the same file); after
     // reopening, Hello too, for a receiver that came with the device.
+    let delimiter = if frames { wire::DELIMITER } else { b'\n' };
     let mut sync = frames;
     let mut send_hello = false;
     let mut next_try = Instant::now();
@@ -379,11 +472,12 @@ fn stream_writer(
         };
         pre.clear();
         if sync {
-            pre.push(wire::DELIMITER);
+            pre.push(delimiter);
         }
         if send_hello {
             q.hello(&mut pre);
         }
+        let before = undo.as_ref().and_then(|f| f.metadata().ok()).map(|m| m.len());
         let res = out.write_all(&pre).and_then(|()| out.write_all(&data)).and_then(|()| out.flush());
         match res {
             Ok(()) => {
@@ -392,9 +486,13 @@ fn stream_writer(
                 warned_write = false;
             }
             Err(e) => {
-                // Part of a frame may be out: start the next write with a
-                // delimiter so only this chunk is lost.
-                sync = frames;
+                // Part of a record may be out: cut it off, or start the
+                // next write with a delimiter, so only this chunk is lost.
+                let cut = match (undo.as_ref(), before) {
+                    (Some(f), Some(len)) => f.set_len(len).is_ok(),
+                    _ => false,
+                };
+                sync = frames || !cut;
                 q.note_dropped(lens.len(), data.len());
                 if reopen.is_some() && e.kind() != io::ErrorKind::TimedOut {
                     log::warn!("output {name}: {e}: closing; trying to open again every {REOPEN_PERIOD:?}");
@@ -762,7 +860,7 @@ impl Sink for Output {
             }
             Render::Json(buf) => {
                 buf.clear();
-                if let Err(e) = serde_json::to_writer(&mut *buf, t.report) {
+                if let Err(e) = latmon_core::json::to_writer(&mut *buf, t.report) {
                     log::warn!("json: {e}");
                 }
                 buf.push(b'\n');
@@ -812,5 +910,141 @@ mod flush_tests {
         let max = serial_flush_time(960, usize::MAX, 4_096, floor);
         assert!(max < Duration::from_millis(9_600), "{max:?}");
         assert_eq!(max, serial_flush_time(960, 4_096, 4_096, floor));
+    }
+}
+
+#[cfg(test)]
+mod whole_record_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A file whose writes fail while `full` is set, as a full disk's do:
+    /// the first call takes half of what it is given, the next fails.
+    struct FullDisk {
+        f: std::fs::File,
+        full: Arc<AtomicBool>,
+        took_half: bool,
+    }
+
+    impl Write for FullDisk {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            if !self.full.load(Ordering::SeqCst) {
+                return self.f.write(b);
+            }
+            if self.took_half || b.len() < 2 {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.took_half = true;
+            self.f.write(&b[..b.len() / 2])
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.f.flush()
+        }
+    }
+
+    /// Three JSON records, the second written while the disk is full:
+    /// what the file holds, and the records counted dropped.
+    fn write_three(cut: bool) -> (String, u64) {
+        let dir = std::env::temp_dir().join(format!("latmon-whole-{}-{cut}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("out.json");
+        let _ = std::fs::remove_file(&path);
+        // Appending, as a file output opens its file.
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+        let undo = cut.then(|| f.try_clone().unwrap());
+        let full = Arc::new(AtomicBool::new(false));
+        let w = FullDisk { f, full: Arc::clone(&full), took_half: false };
+        let q = Arc::new(Queue::new(QUEUE_BYTES));
+        let qw = Arc::clone(&q);
+        let t = std::thread::spawn(move || stream_writer(&qw, "file:t", false, Some(Box::new(w)), None, undo));
+        let len = || std::fs::metadata(&path).map_or(0, |m| m.len());
+        let wait = |done: &dyn Fn() -> bool| {
+            let until = Instant::now() + Duration::from_secs(5);
+            while !done() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        q.push(b"{\"seq\":1,\"probes\":[]}\n");
+        wait(&|| len() > 0);
+        full.store(true, Ordering::SeqCst);
+        q.push(b"{\"seq\":2,\"probes\":[\"a long record the disk cuts\"]}\n");
+        wait(&|| q.dropped().0 > 0);
+        full.store(false, Ordering::SeqCst);
+        q.push(b"{\"seq\":3,\"probes\":[]}\n");
+        q.close(Instant::now() + Duration::from_secs(2));
+        t.join().unwrap();
+        let body = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        (body, q.dropped().0)
+    }
+
+    #[test]
+    fn a_failed_write_leaves_only_whole_records_and_counts_the_lost_one() {
+        // A file: the partial record is cut off.
+        let (body, dropped) = write_three(true);
+        assert_eq!(body, "{\"seq\":1,\"probes\":[]}\n{\"seq\":3,\"probes\":[]}\n");
+        assert_eq!(dropped, 1);
+        // A stream that cannot be cut: the next record starts a line.
+        let (body, dropped) = write_three(false);
+        let lines: Vec<&str> = body.lines().collect();
+        assert_eq!(lines.len(), 3, "{body}");
+        assert_eq!((lines[0], lines[2]), ("{\"seq\":1,\"probes\":[]}", "{\"seq\":3,\"probes\":[]}"));
+        assert!(serde_json::from_str::<serde_json::Value>(lines[1]).is_err(), "only the cut line is damaged");
+        assert_eq!(dropped, 1);
+    }
+}
+
+#[cfg(test)]
+mod clash_tests {
+    use super::*;
+
+    fn words(w: &[&str]) -> Vec<String> {
+        w.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn two_outputs_on_one_address_file_or_device_are_refused_by_check_and_run() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = std::env::temp_dir().join(format!("latmon-clash-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("x.json");
+        let link = dir.join("link.json");
+        let _ = std::os::unix::fs::symlink(&f, &link);
+        let cases = [
+            (
+                words(&[&format!("prom://127.0.0.1:{port},series=4"), &format!("modbus-tcp://127.0.0.1:{port}")]),
+                "Address already in use",
+            ),
+            (
+                words(&[&format!("tcp://127.0.0.1:{port}"), &format!("prom://127.0.0.1:{port}")]),
+                "Address already in use",
+            ),
+            (
+                words(&[&format!("file:{}", f.display()), &format!("file:{},format=text", link.display())]),
+                "the same file as output 1",
+            ),
+            (
+                words(&["serial:/dev/ttyLATMON-ABSENT", "modbus-rtu:serial:/dev/ttyLATMON-ABSENT@19200"]),
+                "the same device as output 1",
+            ),
+            (
+                words(&["unix:/tmp/latmon-clash.sock", "unix:/tmp/latmon-clash.sock,format=json"]),
+                "the same socket as output 1",
+            ),
+        ];
+        for (w, needle) in &cases {
+            let v = check_all(w, None);
+            assert!(v[0].is_ok(), "{w:?}: {v:?}");
+            let e = v[1].as_ref().unwrap_err();
+            assert!(e.contains(needle) && e.contains(&w[1]), "check {w:?}: {e}");
+            let e = open_all(w, None, TextStyle::default()).err().unwrap_or_default();
+            assert!(e.contains(needle), "run {w:?}: {e}");
+        }
+        assert!(!f.exists(), "a refused config created no file");
+        // Port 0 never clashes; stdout twice is not a file.
+        assert!(check_all(&words(&["prom://127.0.0.1:0", "prom://127.0.0.1:0,series=2", "-", "-"]), None)
+            .iter()
+            .all(Result::is_ok));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -17,8 +17,15 @@
 //! slot the server thread renders from, taking the lock only if it is free:
 //! a scrape in progress never delays the agent (that interval's update is
 //! skipped and counted, the next one lands). The server thread renders each
-//! scrape in the format asked for. Scrapes are served one at a time with
-//! 2 s socket timeouts; a slow client delays only other scrapes.
+//! scrape in the format asked for. It serves up to [`HTTP_CLIENTS_MAX`]
+//! connections at once from one poll loop (non-blocking sockets), each
+//! closed at [`REQUEST_DEADLINE`] after it was accepted: a slow, silent or
+//! malicious client holds one slot for at most that long, and a newcomer
+//! displaces the oldest connection that has not finished its request.
+//! Hand-written rather than an HTTP crate: the endpoint is one GET; the
+//! small blocking crates (tiny_http) start a thread per waiting
+//! connection with no deadline on the request head, and the async ones
+//! (hyper) do not fit the 1.5 MiB static binary.
 //!
 //! Classic histograms: `latmon_latency_seconds` with cumulative `le`
 //! buckets at powers of two of nanoseconds, 2^8 ns (256 ns) to 2^36 ns
@@ -42,11 +49,12 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use latmon_core::causes::CauseSummary;
+use latmon_core::causes::{CauseId, CauseSummary};
 use latmon_core::hist::{bucket_index, Hist};
 use latmon_core::summary::ProbeState;
+use latmon_core::text::push_clean;
 use prost::Message as _;
 
 use super::prom_pb as pb;
@@ -71,8 +79,15 @@ pub const SERIES_PER_FAMILY: u32 = 16;
 pub const SERIES_PER_FAMILY_MAX: u32 = 512;
 /// Label suffix of the line a family's folded series are summed into.
 pub const FOLDED: &str = "folded";
-/// Socket timeouts per scrape.
-const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connections served at once; at the limit a newcomer displaces the
+/// oldest one still sending its request head ([`displaced`]).
+pub const HTTP_CLIENTS_MAX: usize = 8;
+/// A connection's whole life, from accept to the last byte of the answer
+/// (the request head's read included): a slow or silent client is closed
+/// then, whatever it sends. Half Prometheus' default scrape timeout (10 s).
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Refused connections are logged at most this often.
+const REFUSE_LOG_PERIOD: Duration = Duration::from_secs(10);
 /// How often the server thread looks at its stop flag.
 const ACCEPT_POLL_MS: u16 = 200;
 /// Longest request head read.
@@ -172,6 +187,9 @@ pub struct Line {
     /// time by cause (`has_causes`; kept, not dropped, between intervals).
     pub causes: CauseSummary,
     pub has_causes: bool,
+    /// The `cause` label of each of `causes`' first [`TOP_CAUSES`] (see
+    /// [`Line::label_causes`]).
+    pub cause_labels: Vec<String>,
 }
 
 impl Line {
@@ -215,6 +233,45 @@ impl Line {
     }
 }
 
+/// A line's task names admitted into `cause` labels, by probe line name
+/// (at most [`TASK_NAMES_MAX`] each).
+type TaskNames = Vec<(String, Vec<String>)>;
+
+impl Line {
+    /// The `cause` label of each top cause. A task's is its name alone (a
+    /// pid would make every fork a new series): the first
+    /// [`TASK_NAMES_MAX`] names this line showed keep theirs for good, any
+    /// other is `other tasks`. So whatever the board's processes call
+    /// themselves, a line's task labels are at most `TASK_NAMES_MAX + 1`.
+    fn label_causes(&mut self, names: &mut TaskNames) {
+        let k = match names.iter().position(|(p, _)| *p == self.probe) {
+            Some(k) => k,
+            None => {
+                names.push((self.probe.clone(), Vec::new()));
+                names.len() - 1
+            }
+        };
+        let admitted = &mut names[k].1;
+        self.cause_labels.resize_with(self.causes.causes.len().min(TOP_CAUSES), String::new);
+        for (c, label) in self.causes.causes.iter().zip(self.cause_labels.iter_mut()) {
+            label.clear();
+            if !matches!(c.id, CauseId::Task { .. }) {
+                c.label_into(label);
+                continue;
+            }
+            push_clean(label, if c.name.is_empty() { "?" } else { &c.name });
+            if !admitted.iter().any(|a| a.as_str() == label.as_str()) {
+                if admitted.len() < TASK_NAMES_MAX {
+                    admitted.push(label.clone());
+                } else {
+                    label.clear();
+                    label.push_str(OTHER_TASKS);
+                }
+            }
+        }
+    }
+}
+
 /// What one scrape shows (filled on the agent thread, rendered on the
 /// server thread).
 #[derive(Clone, Debug, Default)]
@@ -251,6 +308,9 @@ struct Grouping {
     /// Per family probe: series seen so far, and its folded line.
     series: Vec<u32>,
     folded_line: Vec<usize>,
+    /// Task names admitted into `cause` labels (kept for the output's
+    /// life: a label once shown stays the same series).
+    task_names: TaskNames,
 }
 
 const NONE: usize = usize::MAX;
@@ -324,6 +384,9 @@ impl Snapshot {
             let at = if folded { g.folded_line[fam] } else { g.line[i] };
             self.lines[at].add(t, i);
         }
+        for l in self.lines[..self.n].iter_mut().filter(|l| l.has_causes) {
+            l.label_causes(&mut g.task_names);
+        }
     }
 
     pub fn lines(&self) -> &[Line] {
@@ -391,22 +454,203 @@ struct Server {
     counts: Box<[u64; SPAN]>,
 }
 
+/// One connection: its request head as it arrives, then what of its
+/// answer the kernel has not taken yet.
+struct Conn {
+    s: TcpStream,
+    peer: SocketAddr,
+    since: Instant,
+    req: Vec<u8>,
+    out: Vec<u8>,
+    off: usize,
+    answered: bool,
+}
+
+/// What became of a connection after a step.
+enum Step {
+    Keep,
+    Close(&'static str),
+}
+
+impl Conn {
+    /// Read what arrived; answer once the head is complete (or the
+    /// client stopped sending, or the head reached [`MAX_REQUEST`]).
+    fn read(&mut self, slot: &Mutex<Snapshot>, sv: &mut Server) -> Step {
+        let mut eof = false;
+        loop {
+            let n = self.req.len();
+            if n == MAX_REQUEST {
+                break;
+            }
+            self.req.resize(MAX_REQUEST, 0);
+            match self.s.read(&mut self.req[n..]) {
+                Ok(0) => {
+                    self.req.truncate(n);
+                    eof = true;
+                    break;
+                }
+                Ok(k) => self.req.truncate(n + k),
+                Err(e) => {
+                    self.req.truncate(n);
+                    match e.kind() {
+                        io::ErrorKind::WouldBlock => break,
+                        io::ErrorKind::Interrupted => continue,
+                        _ => return Step::Close("read failed"),
+                    }
+                }
+            }
+        }
+        let r = &self.req;
+        let complete = r.windows(4).any(|w| w == b"\r\n\r\n") || r.windows(2).any(|w| w == b"\n\n");
+        if !(complete || eof || r.len() == MAX_REQUEST) {
+            return Step::Keep;
+        }
+        if r.is_empty() {
+            return Step::Close("closed before a request");
+        }
+        let (head, with_body) = respond(r, slot, sv);
+        self.out.clear();
+        self.out.extend_from_slice(head.as_bytes());
+        if with_body {
+            self.out.extend_from_slice(&sv.body);
+        }
+        self.answered = true;
+        self.write()
+    }
+
+    /// Write what the kernel takes of the answer; done: close.
+    fn write(&mut self) -> Step {
+        while self.off < self.out.len() {
+            match self.s.write(&self.out[self.off..]) {
+                Ok(0) => return Step::Close("write returned 0"),
+                Ok(k) => self.off += k,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Keep,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Step::Close("write failed"),
+            }
+        }
+        let _ = self.s.shutdown(std::net::Shutdown::Write);
+        Step::Close("answered")
+    }
+}
+
+/// At the connection limit, which connection a newcomer displaces (by
+/// position), given each one's (start, answered): the oldest still
+/// sending its request head. A client that has not finished a request
+/// head of a few hundred bytes within milliseconds is slow or silent; an
+/// answer being written is never cut. None when every connection is
+/// being answered: the newcomer is refused (they end within the
+/// deadline).
+pub fn displaced(conns: impl Iterator<Item = (Instant, bool)>) -> Option<usize> {
+    conns.enumerate().filter(|(_, (_, answered))| !answered).min_by_key(|&(i, (since, _))| (since, i)).map(|(i, _)| i)
+}
+
+/// The server thread: one poll loop over the listener and at most
+/// [`HTTP_CLIENTS_MAX`] non-blocking connections, each closed at
+/// [`REQUEST_DEADLINE`] whatever it sends. Rendering takes milliseconds
+/// and happens here; a client's slowness only ever holds its own slot.
 fn serve(l: &TcpListener, slot: &Mutex<Snapshot>, stop: &AtomicBool, name: &str) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
     let mut sv = Server {
         map: promhist::Map::new(),
         text: String::with_capacity(64 * 1024),
         body: Vec::with_capacity(64 * 1024),
         counts: Box::new([0; SPAN]),
     };
+    if let Err(e) = l.set_nonblocking(true) {
+        log::warn!("output {name}: listener: {e}");
+    }
+    let mut conns: Vec<Conn> = Vec::with_capacity(HTTP_CLIENTS_MAX);
+    let mut revents: Vec<PollFlags> = Vec::with_capacity(HTTP_CLIENTS_MAX + 1);
+    let (mut refused, mut last_refuse_log) = (0u64, None::<Instant>);
     while !stop.load(Ordering::Relaxed) {
-        let mut fds = [nix::poll::PollFd::new(l.as_fd(), nix::poll::PollFlags::POLLIN)];
-        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ACCEPT_POLL_MS)) {
-            Ok(n) if n > 0 => {}
-            _ => continue,
+        let now = Instant::now();
+        let wait = conns
+            .iter()
+            .map(|c| (c.since + REQUEST_DEADLINE).saturating_duration_since(now))
+            .fold(Duration::from_millis(ACCEPT_POLL_MS.into()), Duration::min);
+        revents.clear();
+        {
+            let mut fds = Vec::with_capacity(1 + conns.len());
+            fds.push(PollFd::new(l.as_fd(), PollFlags::POLLIN));
+            for c in &conns {
+                fds.push(PollFd::new(c.s.as_fd(), if c.answered { PollFlags::POLLOUT } else { PollFlags::POLLIN }));
+            }
+            let ms = u16::try_from(wait.as_millis() + 1).unwrap_or(ACCEPT_POLL_MS);
+            if nix::poll::poll(&mut fds, PollTimeout::from(ms)).is_err() {
+                continue;
+            }
+            revents.extend(fds.iter().map(|f| f.revents().unwrap_or(PollFlags::empty())));
         }
-        let Ok((mut c, peer)) = l.accept() else { continue };
-        if let Err(e) = answer(&mut c, slot, &mut sv) {
-            log::debug!("output {name}: client {peer}: {e}");
+        let now = Instant::now();
+        let mut i = 0;
+        conns.retain_mut(|c| {
+            i += 1;
+            let ev = revents.get(i).copied().unwrap_or(PollFlags::empty());
+            let step = if now >= c.since + REQUEST_DEADLINE {
+                Step::Close("request deadline passed")
+            } else if ev.is_empty() {
+                Step::Keep
+            } else if c.answered {
+                c.write()
+            } else {
+                c.read(slot, &mut sv)
+            };
+            match step {
+                Step::Keep => true,
+                Step::Close(why) => {
+                    log::debug!("output {name}: client {}: {why}", c.peer);
+                    false
+                }
+            }
+        });
+        if !revents.first().is_some_and(|e| e.contains(PollFlags::POLLIN)) {
+            continue;
+        }
+        loop {
+            let (s, peer) = match l.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    log::warn!("output {name}: accept: {e}");
+                    std::thread::sleep(Duration::from_millis(ACCEPT_POLL_MS.into()));
+                    break;
+                }
+            };
+            if conns.len() >= HTTP_CLIENTS_MAX {
+                match displaced(conns.iter().map(|c| (c.since, c.answered))) {
+                    Some(k) => {
+                        let old = conns.remove(k);
+                        log::debug!(
+                            "output {name}: client {} (no request after {:.1?}) makes room for {peer}",
+                            old.peer,
+                            old.since.elapsed()
+                        );
+                    }
+                    None => {
+                        refused += 1;
+                        if last_refuse_log.is_none_or(|t: Instant| t.elapsed() >= REFUSE_LOG_PERIOD) {
+                            log::warn!("output {name}: connection from {peer} refused: {HTTP_CLIENTS_MAX} answers being written ({refused} refused so far)");
+                            last_refuse_log = Some(Instant::now());
+                        }
+                        continue;
+                    }
+                }
+            }
+            if s.set_nonblocking(true).is_err() {
+                continue;
+            }
+            conns.push(Conn {
+                s,
+                peer,
+                since: Instant::now(),
+                req: Vec::with_capacity(MAX_REQUEST),
+                out: Vec::new(),
+                off: 0,
+                answered: false,
+            });
         }
     }
 }
@@ -419,21 +663,10 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-/// Read one request, answer it, close.
-fn answer(c: &mut TcpStream, slot: &Mutex<Snapshot>, sv: &mut Server) -> io::Result<()> {
-    c.set_read_timeout(Some(IO_TIMEOUT))?;
-    c.set_write_timeout(Some(IO_TIMEOUT))?;
-    let mut req = [0u8; MAX_REQUEST];
-    let mut n = 0;
-    while n < req.len() && !req[..n].windows(4).any(|w| w == b"\r\n\r\n") && !req[..n].windows(2).any(|w| w == b"\n\n")
-    {
-        let k = c.read(&mut req[n..])?;
-        if k == 0 {
-            break;
-        }
-        n += k;
-    }
-    let head = String::from_utf8_lossy(&req[..n]);
+/// The answer to request head `req`: the response head, with the body in
+/// `sv.body`; false: send no body (HEAD).
+fn respond(req: &[u8], slot: &Mutex<Snapshot>, sv: &mut Server) -> (String, bool) {
+    let head = String::from_utf8_lossy(req);
     let mut parts = head.lines().next().unwrap_or("").split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
@@ -471,11 +704,7 @@ fn answer(c: &mut TcpStream, slot: &Mutex<Snapshot>, sv: &mut Server) -> io::Res
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    c.write_all(head.as_bytes())?;
-    if method != "HEAD" {
-        c.write_all(body)?;
-    }
-    c.flush()
+    (head, method != "HEAD")
 }
 
 /// A label value, escaped as the text format requires.
@@ -519,24 +748,22 @@ enum Labels<'a> {
     /// `output` of a link.
     Output(&'a str),
     /// A line's and its `rank`-th cause (0: the largest): `rank` (1..),
-    /// `cause_kind` (task, irq, ...) and `cause` (`hog[4242]`, `irq 36
-    /// virtio1`, `softirq NET_RX`, `other`).
+    /// `cause_kind` (task, irq, ...) and `cause` (`hog`, `other tasks`,
+    /// `irq 36 virtio1`, `softirq NET_RX`, `other`).
     Cause(&'a Line, usize),
 }
 
 /// Causes per line shown in `latmon_probe_alerted_cause_ratio`.
 pub const TOP_CAUSES: usize = 3;
+/// Task names per line that may appear as `cause` labels (docs/prometheus.md).
+pub const TASK_NAMES_MAX: usize = 8;
+/// The `cause` label of every other task.
+pub const OTHER_TASKS: &str = "other tasks";
 
 /// A cause's label words: (rank, kind, label).
-fn cause_labels(l: &Line, rank: usize) -> (String, &'static str, String) {
-    let mut label = String::new();
-    let kind = match l.causes.causes.get(rank) {
-        Some(c) => {
-            c.label_into(&mut label);
-            c.id.word()
-        }
-        None => "",
-    };
+fn cause_labels(l: &Line, rank: usize) -> (String, &'static str, &str) {
+    let kind = l.causes.causes.get(rank).map_or("", |c| c.id.word());
+    let label = l.cause_labels.get(rank).map_or("", String::as_str);
     ((rank + 1).to_string(), kind, label)
 }
 
@@ -769,7 +996,7 @@ impl Text<'_> {
                     Esc(&l.probe),
                     Esc(&l.kind),
                     Esc(&l.attach),
-                    Esc(&label)
+                    Esc(label)
                 );
             }
             Labels::Info(i) => {
@@ -861,7 +1088,7 @@ fn labels_pb(labels: Labels<'_>) -> Vec<pb::LabelPair> {
                 pair("attach", &l.attach),
                 pair("rank", &rank),
                 pair("cause_kind", kind),
-                pair("cause", &label),
+                pair("cause", label),
             ]
         }
         Labels::Info(i) => vec![
@@ -1161,7 +1388,7 @@ mod tests {
         for want in [
             format!("latmon_probe_alerted_seconds_total{{{l}}} 2.5\n"),
             "latmon_probe_alerted_seconds_total{probe=\"runq\",kind=\"runq\",attach=\"tp_btf\"} 0.000000007\n".into(),
-            format!("latmon_probe_alerted_cause_ratio{{{l},rank=\"1\",cause_kind=\"task\",cause=\"hog\\\"x[4242]\"}} 0.9\n"),
+            format!("latmon_probe_alerted_cause_ratio{{{l},rank=\"1\",cause_kind=\"task\",cause=\"hog\\\"x\"}} 0.9\n"),
             format!("latmon_probe_alerted_cause_ratio{{{l},rank=\"2\",cause_kind=\"irq\",cause=\"irq 36 virtio1\"}} 0.06\n"),
             format!("latmon_probe_alerted_cause_ratio{{{l},rank=\"3\",cause_kind=\"softirq\",cause=\"softirq NET_RX\"}} 0.03\n"),
         ] {
@@ -1186,8 +1413,49 @@ mod tests {
         assert_eq!(f.metric.len(), 3);
         let m = &f.metric[0];
         let label = |k: &str| m.label.iter().find(|p| p.name.as_deref() == Some(k)).and_then(|p| p.value.clone());
-        assert_eq!((label("rank").as_deref(), label("cause").as_deref()), (Some("1"), Some("hog\"x[4242]")));
+        assert_eq!((label("rank").as_deref(), label("cause").as_deref()), (Some("1"), Some("hog\"x")));
         assert_eq!(m.gauge.as_ref().and_then(|g| g.value), Some(0.9));
+    }
+
+    /// A task renaming itself every interval (or a fork storm) cannot
+    /// grow the fleet's series: task labels carry no pid, and past
+    /// TASK_NAMES_MAX names per line the rest read `other tasks`.
+    #[test]
+    fn task_names_in_cause_labels_are_bounded_whatever_tasks_call_themselves() {
+        use latmon_core::causes::TopCause;
+        let (session, mut report, totals) = tick_of(&["timer"], 1_000);
+        let (mut snap, mut g) = (Snapshot::default(), Grouping::default());
+        let mut labels = std::collections::BTreeSet::new();
+        for k in 0..100u32 {
+            let task = |pid, name: String, ns| TopCause { id: CauseId::Task { pid }, name, ns };
+            report.probes[0].alert_causes = Some(CauseSummary {
+                alerts: 1,
+                alerted_ns: 100,
+                causes: vec![task(1000 + k, format!("ren{k}"), 90), task(7, "ctrl".into(), 10)],
+                ..Default::default()
+            });
+            let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0] };
+            snap.fill(&t, SERIES_PER_FAMILY, &mut g);
+            let mut text = String::new();
+            render_text(&mut text, &snap);
+            for l in text.lines().filter(|l| l.starts_with("latmon_probe_alerted_cause_ratio{")) {
+                labels.insert(l.split("cause=\"").nth(1).and_then(|r| r.split('"').next()).unwrap().to_string());
+            }
+        }
+        let want: std::collections::BTreeSet<String> =
+            (0..7).map(|k| format!("ren{k}")).chain(["ctrl".into(), OTHER_TASKS.into()]).collect();
+        assert_eq!(labels, want, "the first {TASK_NAMES_MAX} names, then `other tasks`");
+    }
+
+    /// At the connection limit a newcomer displaces the oldest connection
+    /// still sending its request head, never one being answered.
+    #[test]
+    fn a_newcomer_displaces_the_oldest_connection_still_reading() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert_eq!(displaced([(at(5), false), (at(1), true), (at(2), false)].into_iter()), Some(2));
+        assert_eq!(displaced([(at(5), true), (at(1), true)].into_iter()), None, "answers are never cut");
+        assert_eq!(displaced(std::iter::empty()), None);
     }
 
     #[test]

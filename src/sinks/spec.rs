@@ -110,12 +110,9 @@ impl BudgetSpec {
         let n = v.strip_suffix("B/s").or_else(|| v.strip_suffix("b/s")).ok_or_else(|| {
             format!("budget must be PERCENT% (of a serial line), BYTESB/s or none, e.g. budget=30% or budget=2000B/s, not {v:?}")
         })?;
-        n.trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|n| *n >= MIN_BUDGET_BPS)
-            .map(BudgetSpec::BytesPerSecond)
-            .ok_or_else(|| format!("budget must be at least {MIN_BUDGET_BPS}B/s, not {v:?}"))
+        let range = || format!("budget must be {MIN_BUDGET_BPS}..{}B/s (or none), not {v:?}", u32::MAX);
+        let n: u64 = n.trim().parse().map_err(|_| range())?;
+        u32::try_from(n).ok().filter(|n| *n >= MIN_BUDGET_BPS).map(BudgetSpec::BytesPerSecond).ok_or_else(range)
     }
 }
 
@@ -603,7 +600,9 @@ mod tests {
             ("tcp://h:1,budget=30%", "needs a line rate"),
             ("serial:/dev/ttyS1,budget=0%", "1..100"),
             ("serial:/dev/ttyS1,budget=fast", "budget must be PERCENT%"),
-            ("file:x,budget=3B/s", "at least 16B/s"),
+            ("file:x,budget=3B/s", "must be 16..4294967295B/s"),
+            ("file:x,budget=99999999999B/s", "must be 16..4294967295B/s (or none), not \"99999999999B/s\""),
+            ("file:x,budget=-5B/s", "must be 16..4294967295B/s"),
             ("unix:", "unix:/path"),
             ("file:", "file:PATH"),
             ("-,format=xml", "format must be"),

@@ -280,3 +280,43 @@ fn tcp_output_serves_a_bounded_number_of_clients_in_bounded_memory() {
     assert!(rss_after <= rss_before + 8 * 1024, "RSS {rss_before} -> {rss_after} KiB after they left");
     assert!(got > 0 && reader_kept, "a client that reads is never the one displaced");
 }
+
+/// `check` judges a config's outputs as `run` opens them, together:
+/// `prom://HOST:PORT,series=N` (which run accepts) passes; two outputs
+/// on one listening address, file or device are refused by both, naming
+/// the second output and the problem.
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn check_and_run_agree_on_outputs_that_clash() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let file = scratch("bounds", "twice.json");
+    let file = file.display();
+    let absent = "/dev/ttyLATMON-ABSENT";
+    let cases: Vec<([String; 2], &str)> = vec![
+        ([format!("prom://127.0.0.1:{port}"), format!("modbus-tcp://127.0.0.1:{port}")], "Address already in use"),
+        ([format!("prom://127.0.0.1:{port},series=4"), format!("prom://127.0.0.1:{port}")], "Address already in use"),
+        ([format!("tcp://127.0.0.1:{port}"), format!("tcp://127.0.0.1:{port}")], "Address already in use"),
+        ([format!("file:{file},format=json"), format!("file:{file},format=text")], "the same file as output 1"),
+        ([format!("serial:{absent}"), format!("modbus-rtu:serial:{absent}")], "the same device as output 1"),
+    ];
+    let cfg = scratch("bounds", "clashing-outputs.toml");
+    for (outs, needle) in &cases {
+        std::fs::write(&cfg, format!("probes = [\"runq\"]\noutputs = [{:?}, {:?}]\n", outs[0], outs[1])).unwrap();
+        let (code, v, err) = check_json(&["--measure", "0", "--config", cfg.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "check {outs:?}: {v}\n{err}");
+        assert_eq!(v["outputs"][0]["ok"], true, "{outs:?}: {v}");
+        let e = v["outputs"][1]["error"].as_str().unwrap_or_default();
+        assert!(e.contains(needle) && e.contains(&outs[1]), "check {outs:?}: {e:?} lacks {needle:?}");
+        let run = latmon()
+            .args(["run", "--probe", "runq", "--duration", "300ms", "--output", &outs[0], "--output", &outs[1]])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success() && err.contains(needle), "run {outs:?}: {err}");
+    }
+    // What run accepts: the documented series option.
+    std::fs::write(&cfg, "probes = [\"runq\"]\noutputs = [\"prom://127.0.0.1:0,series=4\"]\n").unwrap();
+    let (code, v, err) = check_json(&["--measure", "0", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{v}\n{err}");
+    assert!(!std::path::Path::new(&file.to_string()).exists(), "check creates no file");
+}

@@ -9,5 +9,6 @@ mod common;
 mod bounds;
 mod contract;
 mod families;
+mod full_disk;
 mod links;
 mod yocto_layer;

@@ -135,7 +135,7 @@ fn fifo_hog(comm: &str, prio: i32, stop: Arc<AtomicBool>) -> std::thread::JoinHa
 /// The same on `cpu`.
 fn fifo_hog_on(cpu: usize, comm: &str, prio: i32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Hog> {
     // 137 us later each time: bursts drift across the loop's period.
-    fifo_hog_every(cpu, comm, prio, 20_137_000, stop)
+    fifo_hog_every(cpu, comm, prio, 20_137_000, stop, false)
 }
 
 /// [`fifo_hog_on`] with a burst every `period_ns`.
@@ -145,9 +145,11 @@ fn fifo_hog_every(
     prio: i32,
     period_ns: u64,
     stop: Arc<AtomicBool>,
+    rename: bool,
 ) -> std::thread::JoinHandle<Hog> {
+    let comm = comm.to_string();
     std::thread::Builder::new()
-        .name(comm.into())
+        .name(comm.clone())
         .spawn(move || {
             pin_to_cpu(cpu);
             set_sched(libc::SCHED_FIFO, prio);
@@ -156,6 +158,13 @@ fn fifo_hog_every(
             let mut next = now_ns() + 10_333_000;
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
+                if rename {
+                    // A new name every burst (what a hostile or careless
+                    // task can do): `COMM-N`, cut to the kernel's 15 bytes.
+                    let name = std::ffi::CString::new(format!("{comm}-{i}").into_bytes()).unwrap();
+                    // SAFETY: a valid NUL-terminated string; the kernel copies 16 bytes at most.
+                    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+                }
                 sleep_until(next);
                 let len = 300_000 + (i * 37_000) % 200_000;
                 let start = now_ns();
@@ -483,7 +492,7 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
     // Its first scrape comes seconds after it is ready (target discovery).
     server.wait_for("up{job=\"latmon\"}", 1.0);
     let stop_hog = Arc::new(AtomicBool::new(false));
-    let hog = fifo_hog_every(test_cpu(), hog_comm, 60, 1_137_000, Arc::clone(&stop_hog));
+    let hog = fifo_hog_every(test_cpu(), hog_comm, 60, 1_137_000, Arc::clone(&stop_hog), false);
     let lp = periodic_loop(loop_comm, libc::SCHED_FIFO, 50, 4_000);
     // Mid-run: the header's top cause, and the JSON interval it shows.
     std::thread::sleep(std::time::Duration::from_millis(2_600));
@@ -530,7 +539,8 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
     // in at least two of the three scrapes.
     eprintln!("FIGURES top causes, Prometheus: alerted {scraped:?} s (JSON {alerted_s} s), rank 1: {ratios:?}");
     assert!(scraped.is_some_and(|v| (v - alerted_s).abs() <= 1e-6 * alerted_s.max(1.0)), "{scraped:?} vs {alerted_s}");
-    let hog_label = format!("{hog_comm}[{}]", hog.tid);
+    // A task's label is its name (no pid: docs/prometheus.md).
+    let hog_label = hog_comm;
     // As in JSON below: the hog the first task among the ranks.
     let hog_first = ratios
         .iter()
@@ -539,7 +549,7 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
                 .iter()
                 .filter(|r| r["metric"]["cause_kind"] == "task")
                 .min_by_key(|r| r["metric"]["rank"].as_str().unwrap_or("9").to_string());
-            first_task.is_some_and(|r| r["metric"]["cause"] == hog_label.as_str())
+            first_task.is_some_and(|r| r["metric"]["cause"] == hog_label)
         })
         .count();
     assert!(hog_first >= 2, "{hog_label} the first task among the ranks in {hog_first} of 3 scrapes: {ratios:?}");
@@ -616,6 +626,59 @@ fn refused_records_still_count_in_the_intervals_top_causes() {
     assert!(busy >= 4 && on_top * 10 >= busy * 9, "the hog first among tasks in {on_top} of {busy} busy intervals");
 }
 
+/// A FIFO hog that renames itself every burst (~880 names a second) puts
+/// at most TASK_NAMES_MAX task names into Prometheus' `cause` labels (the
+/// rest read `other tasks`), while JSON names every one it saw.
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn a_renaming_fifo_task_cannot_grow_prometheus_cause_labels() {
+    use common::prometheus::{free_port, Prometheus};
+    use latmon::sinks::prom::{OTHER_TASKS, TASK_NAMES_MAX};
+    let _s = serial();
+    let (loop_comm, hog_comm) = ("lm-anat-nloop", "lm-ren");
+    let spec = format!("timer,comm={loop_comm},threshold=50us");
+    let pp = free_port();
+    let prom = format!("prom://127.0.0.1:{pp}");
+    let child =
+        start_run(&["--probe", &spec, "--interval", "250ms", "--format", "json", "--output", "-", "--output", &prom]);
+    let server = Prometheus::start("renaming", &format!("127.0.0.1:{pp}"), false);
+    server.wait_for("up{job=\"latmon\"}", 1.0);
+    let stop_hog = Arc::new(AtomicBool::new(false));
+    let hog = fifo_hog_every(test_cpu(), hog_comm, 60, 1_137_000, Arc::clone(&stop_hog), true);
+    let lp = periodic_loop(loop_comm, libc::SCHED_FIFO, 50, 8_000);
+    let _ = lp.join().unwrap();
+    stop_hog.store(true, Ordering::Relaxed);
+    let _ = hog.join().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    let series = server.query("last_over_time(latmon_probe_alerted_cause_ratio{cause_kind=\"task\"}[5m])", None);
+    let (status, out) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    let mut labels: Vec<String> =
+        series.iter().filter_map(|r| r["metric"]["cause"].as_str().map(str::to_string)).collect();
+    labels.sort_unstable();
+    labels.dedup();
+    let mut in_json: Vec<String> = json_lines(&out)
+        .iter()
+        .flat_map(|l| probe_of(l, "timer")["alert_causes"]["causes"].as_array().cloned().unwrap_or_default())
+        .filter(|c| c["kind"] == "task" && c["comm"].as_str().is_some_and(|n| n.starts_with(hog_comm)))
+        .filter_map(|c| c["comm"].as_str().map(str::to_string))
+        .collect();
+    in_json.sort_unstable();
+    in_json.dedup();
+    eprintln!(
+        "FIGURES renaming hog: {} names in JSON's causes, {} task cause labels in Prometheus ({} series): {labels:?}",
+        in_json.len(),
+        labels.len(),
+        series.len()
+    );
+    assert!(in_json.len() > TASK_NAMES_MAX, "the hog showed more names than the bound: {in_json:?}");
+    let hog_labels = labels.iter().filter(|l| l.starts_with(hog_comm)).count();
+    assert!(hog_labels <= TASK_NAMES_MAX, "{hog_labels} of the hog's names in labels: {labels:?}");
+    assert!(labels.len() <= TASK_NAMES_MAX + 1, "task labels bounded: {labels:?}");
+    assert!(labels.iter().any(|l| l == OTHER_TASKS), "the rest read {OTHER_TASKS:?}: {labels:?}");
+    assert!(labels.iter().all(|l| !l.contains('[')), "no pid in a label: {labels:?}");
+}
+
 /// 24 hogs one after the other (distinct threads), each bursting for
 /// 0.6 s: more causes over the run than the kernel's table has entries
 /// (LATMON_CAUSE_SLOTS = 16). An entry frees itself once its cause stops,
@@ -632,7 +695,7 @@ fn the_cause_table_frees_entries_of_causes_gone_so_late_hogs_are_named() {
     let mut tids = Vec::new();
     for i in 0..24 {
         let stop = Arc::new(AtomicBool::new(false));
-        let hog = fifo_hog_every(test_cpu(), &format!("lm-anat-t{i}"), 60, 3_137_000, Arc::clone(&stop));
+        let hog = fifo_hog_every(test_cpu(), &format!("lm-anat-t{i}"), 60, 3_137_000, Arc::clone(&stop), false);
         std::thread::sleep(std::time::Duration::from_millis(600));
         stop.store(true, Ordering::Relaxed);
         tids.push(hog.join().unwrap().tid);

@@ -8,6 +8,7 @@ mod common;
 mod links_tcp;
 mod modbus_server;
 mod prom_rules;
+mod prom_server;
 mod supervisor;
 mod wire_fuzz;
 mod wire_props;

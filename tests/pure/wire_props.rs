@@ -41,6 +41,12 @@ fn arb_name() -> impl Strategy<Value = String> {
     prop::collection::vec(any::<char>(), 0..40).prop_map(|v| v.into_iter().collect())
 }
 
+/// An Alert's comm: at most 16 characters of any kind, so within the
+/// wire's 64 bytes (`MAX_ALERT_NAME_LEN`; a receiver refuses more).
+fn arb_comm() -> impl Strategy<Value = String> {
+    prop::collection::vec(any::<char>(), 0..16).prop_map(|v| v.into_iter().collect())
+}
+
 fn arb_hello() -> impl Strategy<Value = Hello> {
     (
         arb_name(),
@@ -133,7 +139,7 @@ proptest! {
 
     #[test]
     fn alert_and_status_round_trip(
-        pid in any::<u32>(), tid in any::<u32>(), comm in arb_name(), cpu in any::<u32>(),
+        pid in any::<u32>(), tid in any::<u32>(), comm in arb_comm(), cpu in any::<u32>(),
         lat in any::<u64>(), time in any::<u64>(), drops in any::<u64>(), n in 0usize..300,
     ) {
         let a = Alert { boot_id: 7, probe: 3, pid, tid, comm: comm.clone(), cpu, latency_ns: lat, time_ns: time, cpu_woken: 0, cpu_ran: 0, causes: vec![] };

@@ -228,7 +228,8 @@ impl std::fmt::Display for Us {
         if self.0 < 10_000 {
             write!(f, "{:.1} us", self.0 as f64 / 1e3)
         } else {
-            write!(f, "{} us", (self.0 + 500) / 1000)
+            // Rounded without an add that wraps near u64::MAX.
+            write!(f, "{} us", self.0 / 1000 + u64::from(self.0 % 1000 >= 500))
         }
     }
 }
@@ -278,6 +279,13 @@ impl Serialize for Cause {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn microseconds_round_half_up_to_the_largest_value() {
+        assert_eq!(Us(9_999).to_string(), "10.0 us");
+        assert_eq!((Us(10_499).to_string(), Us(10_500).to_string()), ("10 us".into(), "11 us".into()));
+        assert_eq!(Us(u64::MAX).to_string(), "18446744073709552 us");
+    }
 
     fn task(comm: &str, pid: u32, ns: u64) -> Cause {
         Cause { kind: CauseKind::Task { comm: comm.into(), pid, policy: Policy::Fifo, prio: 90 }, ns }

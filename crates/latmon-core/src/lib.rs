@@ -32,6 +32,8 @@ pub mod hist;
 #[cfg(feature = "std")]
 pub mod ident;
 #[cfg(feature = "std")]
+pub mod json;
+#[cfg(feature = "std")]
 pub mod receiver;
 #[cfg(feature = "std")]
 pub mod session;

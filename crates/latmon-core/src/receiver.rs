@@ -100,7 +100,7 @@ struct UnknownLine {
 /// plus `type` and `boot_id`.
 pub fn json_line(r: &Result<Event, FrameError>) -> String {
     let res = match r {
-        Ok(Event::Hello(h)) => serde_json::to_string(&Tagged::<Hello> { ty: "hello", body: h }),
+        Ok(Event::Hello(h)) => crate::json::to_string(&Tagged::<Hello> { ty: "hello", body: h }),
         Ok(Event::Summary { boot_id, report, ids, keyframe, merge, inexact }) => {
             let names: Vec<String> = ids
                 .iter()
@@ -108,7 +108,7 @@ pub fn json_line(r: &Result<Event, FrameError>) -> String {
                 .filter(|(id, _)| inexact.contains(id))
                 .map(|(_, p)| p.name.clone())
                 .collect();
-            serde_json::to_string(&SummaryLine {
+            crate::json::to_string(&SummaryLine {
                 ty: "summary",
                 boot_id: *boot_id,
                 keyframe: *keyframe,
@@ -117,11 +117,11 @@ pub fn json_line(r: &Result<Event, FrameError>) -> String {
                 report,
             })
         }
-        Ok(Event::Request(r)) => serde_json::to_string(&Tagged::<crate::wire::Request> { ty: "request", body: r }),
-        Ok(Event::Alert(a)) => serde_json::to_string(&Tagged::<AlertRecord> { ty: "alert", body: a }),
-        Ok(Event::Status(s)) => serde_json::to_string(&Tagged::<Status> { ty: "status", body: s }),
-        Ok(Event::Unknown { kind }) => serde_json::to_string(&UnknownLine { ty: "unknown", kind: *kind }),
-        Err(e) => serde_json::to_string(&BadLine { ty: "bad_frame", reason: e.reason(), error: &e.to_string() }),
+        Ok(Event::Request(r)) => crate::json::to_string(&Tagged::<crate::wire::Request> { ty: "request", body: r }),
+        Ok(Event::Alert(a)) => crate::json::to_string(&Tagged::<AlertRecord> { ty: "alert", body: a }),
+        Ok(Event::Status(s)) => crate::json::to_string(&Tagged::<Status> { ty: "status", body: s }),
+        Ok(Event::Unknown { kind }) => crate::json::to_string(&UnknownLine { ty: "unknown", kind: *kind }),
+        Err(e) => crate::json::to_string(&BadLine { ty: "bad_frame", reason: e.reason(), error: &e.to_string() }),
     };
     res.unwrap_or_else(|e| format!("{{\"type\":\"error\",\"error\":{:?}}}", e.to_string()))
 }
@@ -256,7 +256,7 @@ pub fn run_decode(
                         (tracker.summaries_lost > lost_before, tracker.last_lost)
                     {
                         let l = LostLine { ty: "lost", after_seq, through_seq };
-                        lines.push_str(&serde_json::to_string(&l).unwrap_or_default());
+                        lines.push_str(&crate::json::to_string(&l).unwrap_or_default());
                         lines.push('\n');
                     }
                     lines.push_str(&json_line(&ev));
@@ -302,6 +302,11 @@ pub fn shown(s: &str) -> std::borrow::Cow<'_, str> {
 
 /// Alerts kept on screen.
 const ALERTS_SHOWN: usize = 8;
+/// Columns of an alert or anatomy line on the screen: an alert line with
+/// a 12-column probe name and a kernel comm (16 bytes) takes about 100;
+/// longer names (a sender's choice, up to 64 bytes each) are cut, ending
+/// in `~`. (The plain view may write to a pipe: it has no terminal size.)
+pub const ALERT_WIDTH: usize = 120;
 
 /// What the live view shows: the latest interval per probe, recent alerts.
 #[derive(Default)]
@@ -444,8 +449,13 @@ impl View {
             self.alerts_seen,
             if self.alerts.is_empty() { "" } else { ", newest first" }
         );
+        // Each line within ALERT_WIDTH, however long the names a sender
+        // chose: `shown` and the anatomy write printable ASCII only, so a
+        // byte cut is a character cut.
+        let width = ALERT_WIDTH;
         for a in &self.alerts {
-            let _ = writeln!(
+            let start = s.len();
+            let _ = write!(
                 s,
                 "  {:>14.6}s  {:<12} pid {:<7} tid {:<7} {:<16} cpu {:<3} latency {}",
                 a.time_ns as f64 / 1e9,
@@ -456,9 +466,14 @@ impl View {
                 a.cpu,
                 fmt_ns(a.latency_ns)
             );
+            if s.len() - start > width {
+                s.truncate(start + width - 1);
+                s.push('~');
+            }
+            s.push('\n');
             if let Some(an) = &a.anatomy {
                 s.push_str("    ");
-                an.render_into(&mut s, a.latency_ns);
+                an.render_line_into(&mut s, a.latency_ns, width - 4);
                 s.push('\n');
             }
         }
@@ -657,6 +672,23 @@ mod tests {
         assert!(s.is_ascii());
     }
 
+    /// An alert of probe 0 about task 1 named `comm`, without anatomy.
+    fn alert_of(comm: &str) -> Alert {
+        Alert {
+            boot_id: 7,
+            probe: 0,
+            pid: 1,
+            tid: 1,
+            comm: comm.into(),
+            cpu: 0,
+            latency_ns: 5,
+            time_ns: 5,
+            cpu_woken: 0,
+            cpu_ran: 0,
+            causes: vec![],
+        }
+    }
+
     /// Wire strings (board, kernel, probe names, kind, attach, comm) reach
     /// the terminal with no control character: no ESC, BEL, CR, C1 CSI,
     /// newline of their own or bidi override.
@@ -675,19 +707,7 @@ mod tests {
         v.on_event(&t.on_frame(Frame::Hello(h)));
         let mut hist = Hist::default();
         v.on_event(&summary_event(&mut t, 1, &[1_000, 2_000], &mut hist));
-        v.on_event(&t.on_frame(Frame::Alert(Alert {
-            boot_id: 7,
-            probe: 0,
-            pid: 1,
-            tid: 1,
-            comm: evil.into(),
-            cpu: 0,
-            latency_ns: 5,
-            time_ns: 5,
-            cpu_woken: 0,
-            cpu_ran: 0,
-            causes: vec![],
-        })));
+        v.on_event(&t.on_frame(Frame::Alert(alert_of(evil))));
         let s = v.render("tcp://x", &LinkStats::default(), &t, None);
         assert!(
             s.chars().all(|c| c == '\n' || (' '..='~').contains(&c)),
@@ -696,6 +716,53 @@ mod tests {
         assert!(s.contains("\\u{1b}]0;pwned\\u{7}"), "shown escaped: {s}");
         assert!(!s.lines().any(|l| l.starts_with("fake line")), "a wire newline starts no line of its own");
         assert_eq!(shown("ctrl_loop"), "ctrl_loop");
+    }
+
+    /// `view --plain`: alert and anatomy lines fit ALERT_WIDTH whatever
+    /// the names (a 1 058-column line before).
+    #[test]
+    fn alert_and_anatomy_lines_fit_the_width_with_long_names() {
+        use crate::anatomy::{Anatomy, Cause, CauseKind, Policy};
+        let long = "n".repeat(400);
+        let mut t = Tracker::new();
+        let mut v = View::default();
+        let mut h = hello();
+        h.probes[0].name = long.clone();
+        v.on_event(&t.on_frame(Frame::Hello(h)));
+        let mut hist = Hist::default();
+        v.on_event(&summary_event(&mut t, 1, &[1_000, 2_000], &mut hist));
+        let task = |i: u32| Cause {
+            kind: CauseKind::Task { comm: format!("{long}{i}"), pid: i, policy: Policy::Fifo, prio: 50 },
+            ns: 100,
+        };
+        let an = Anatomy { cpu_woken: 0, cpu_ran: 1, causes: (0..8).map(task).collect() };
+        let causes = crate::wire::anatomy::to_wire(&an);
+        v.on_event(&t.on_frame(Frame::Alert(Alert { latency_ns: 800, cpu_ran: 1, causes, ..alert_of(&long) })));
+        let s = v.render("tcp://x", &LinkStats::default(), &t, None);
+        let alert = s.lines().position(|l| l.starts_with("alerts: ")).unwrap();
+        let lines: Vec<&str> = s.lines().skip(alert + 1).collect();
+        assert_eq!(lines.len(), 2, "the alert and its anatomy: {s}");
+        for l in lines {
+            assert!(l.len() <= ALERT_WIDTH, "{} columns: {l}", l.len());
+        }
+    }
+
+    /// `decode`'s JSON lines: a comm holding C1 (CSI, OSC), DEL or a bidi
+    /// override is written escaped (`\u009b`), and reads back the same.
+    #[test]
+    fn json_lines_escape_what_a_terminal_would_obey() {
+        let evil = "x\u{9b}2J\u{9d}0;t\u{7}\u{7f}\u{202e}gol\u{2066}";
+        let mut t = Tracker::new();
+        let mut h = hello();
+        h.board = evil.into();
+        let hello_line = json_line(&Ok(t.on_frame(Frame::Hello(h))));
+        let alert_line = json_line(&Ok(t.on_frame(Frame::Alert(alert_of(evil)))));
+        for (line, key) in [(&hello_line, "board"), (&alert_line, "comm")] {
+            assert!(!line.chars().any(|c| c.is_control() || crate::json::needs_escape(c)), "raw in {line:?}");
+            assert!(line.contains("\\u009b2J\\u009d0;t\\u0007\\u007f\\u202egol\\u2066"), "{line}");
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v[key].as_str(), Some(evil), "{key} reads back the same: {line}");
+        }
     }
 
     /// What the receiver set aside is said on the link line, not dropped

@@ -295,7 +295,9 @@ impl ProbeReport {
         self.total_count = cur.count;
         self.min_ns = d.min_ns;
         self.max_ns = d.max_ns;
-        self.mean_ns = d.mean_ns();
+        // A sender's sum that went backwards (a keyframe after a reset)
+        // wraps the delta's sum; a mean lies within [min, max] whatever.
+        self.mean_ns = if d.count == 0 { 0 } else { d.mean_ns().clamp(d.min_ns, d.max_ns.max(d.min_ns)) };
         self.p50_ns = p.p50_ns;
         self.p90_ns = p.p90_ns;
         self.p99_ns = p.p99_ns;
@@ -545,6 +547,19 @@ pub(crate) const PROBE_JSON_KEYS: [&str; 15] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_interval_mean_stays_within_its_min_and_max_when_the_sum_went_backwards() {
+        let mut prev = Hist::default();
+        for v in [1_000, 2_000] {
+            prev.record(v);
+        }
+        let mut cur = prev.clone();
+        cur.record(3_000);
+        cur.sum_ns = 10; // below prev's: the delta's sum wraps
+        let r = ProbeReport::new(&info(), &prev, &cur);
+        assert!(r.min_ns <= r.mean_ns && r.mean_ns <= r.max_ns, "mean {} in [{}, {}]", r.mean_ns, r.min_ns, r.max_ns);
+    }
 
     fn info() -> ProbeInfo {
         ProbeInfo {

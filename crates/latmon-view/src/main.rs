@@ -71,8 +71,18 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => n.saturating_mul(3_600_000),
         _ => return Err(format!("duration {s:?}: unit must be ms, s, m or h")),
     };
+    // As `latmon`'s --duration: 0 would read nothing and look like success.
+    if ms == 0 {
+        return Err(format!("duration {s:?}: must be more than 0 (leave it out to read until the source ends)"));
+    }
+    if ms > MAX_DURATION_MS {
+        return Err(format!("duration {s:?}: must be at most 366 days"));
+    }
     Ok(Duration::from_millis(ms))
 }
+
+/// The longest --duration (`latmon`'s bound too).
+const MAX_DURATION_MS: u64 = 366 * 24 * 3_600_000;
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
@@ -137,5 +147,13 @@ mod tests {
         assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
         assert!(parse_duration("5 parsecs").unwrap_err().contains("unit must be"));
         assert!(parse_duration("x").unwrap_err().contains("expected a number"));
+    }
+
+    #[test]
+    fn durations_are_refused_as_latmon_refuses_them() {
+        for zero in ["0s", "0", "0ms", "0h"] {
+            assert!(parse_duration(zero).unwrap_err().contains("must be more than 0"), "{zero}");
+        }
+        assert!(parse_duration("9000h").unwrap_err().contains("at most 366 days"));
     }
 }

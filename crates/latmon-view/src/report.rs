@@ -165,20 +165,34 @@ impl Capture {
     }
 }
 
-/// Text for HTML (element content and attribute values).
+/// Text for HTML (element content and attribute values): [`plain`],
+/// HTML-escaped.
 fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
+    for c in plain(s).chars() {
         match c {
             '<' => o.push_str("&lt;"),
             '>' => o.push_str("&gt;"),
             '&' => o.push_str("&amp;"),
             '"' => o.push_str("&quot;"),
             '\'' => o.push_str("&#39;"),
-            c if c.is_control() => {
-                let _ = write!(o, "\\u{{{:x}}}", c as u32);
-            }
             c => o.push(c),
+        }
+    }
+    o
+}
+
+/// A string from the board as text: control characters (C0, DEL, C1)
+/// and bidi overrides (a name rendered reversed) as `\u{..}`. Chart text
+/// (captions, legends) takes this: plotters' SVG backend HTML-escapes
+/// what it draws itself.
+fn plain(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() || latmon_core::json::needs_escape(c) {
+            let _ = write!(o, "\\u{{{:x}}}", c as u32);
+        } else {
+            o.push(c);
         }
     }
     o
@@ -299,7 +313,7 @@ fn alerts_svg(c: &Capture, t_end: f64) -> Result<String> {
                     .filter(|a| a.probe == *n)
                     .map(|a| Circle::new((a.time_ns as f64 / 1e9, a.latency_ns.max(1) as f64), 3, colour.filled())),
             ))?
-            .label(n.to_string())
+            .label(plain(n))
             .legend(move |(x, y)| Circle::new((x + 8, y), 3, colour.filled()));
         }
         e(ch.configure_series_labels().border_style(BLACK).background_style(WHITE).label_font(FONT).draw())?;
@@ -457,8 +471,10 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
             fmt_ns(p.p999_ns),
             fmt_ns(tot.max_ns)
         );
-        o.push_str(&hist_svg(&name, tot)?);
-        o.push_str(&pct_svg(&name, s)?);
+        // Chart captions: plain text (the SVG backend escapes it).
+        let caption = plain(&c.names[id]);
+        o.push_str(&hist_svg(&caption, tot)?);
+        o.push_str(&pct_svg(&caption, s)?);
         o.push_str("</section>\n");
     }
     if !quiet.is_empty() {
@@ -490,6 +506,10 @@ mod tests {
     use super::*;
 
     fn capture() -> Vec<u8> {
+        capture_named(["runq", "idle"], "ctl<script>")
+    }
+
+    fn capture_named(names: [&str; 2], comm: &str) -> Vec<u8> {
         let hello = Hello {
             protocol_revision: 0,
             latmon_version: "0.1.0".into(),
@@ -499,7 +519,7 @@ mod tests {
             start_ns: 0,
             interval_ns: 1_000_000_000,
             probe_count: 2,
-            probes: ["runq", "idle"]
+            probes: names
                 .iter()
                 .enumerate()
                 .map(|(i, n)| ProbeDesc {
@@ -531,7 +551,7 @@ mod tests {
             probe: 0,
             pid: 4,
             tid: 5,
-            comm: "ctl<script>".into(),
+            comm: comm.into(),
             cpu: 1,
             latency_ns: 200_000,
             time_ns: 3_000_000_000,
@@ -569,6 +589,26 @@ mod tests {
         assert!(h.contains("No events: idle."));
         assert!(h.contains("arm&lt;1&gt;") && h.contains("ctl&lt;script&gt;"));
         assert!(!h.contains("<script") && !h.contains("src=") && !h.contains("href="), "self-contained, no script");
+    }
+
+    /// Names with HTML, bidi overrides and raw controls: escaped once
+    /// wherever they land (table cells, chart captions, legends).
+    #[test]
+    fn hostile_names_are_escaped_once_in_cells_captions_and_legends() {
+        let probe = "p<b>\u{202e}lor\u{7}";
+        let c = Capture::read(capture_named([probe, "idle"], "c\u{0}\u{1b}[31m\u{2067}x").as_slice()).unwrap();
+        let h = html(&c, "cap.bin").unwrap();
+        let raw: Vec<char> =
+            h.chars().filter(|&c| (c.is_control() && c != '\n') || latmon_core::json::needs_escape(c)).collect();
+        assert!(raw.is_empty(), "raw controls or bidi overrides in the HTML: {raw:?}");
+        assert!(!h.contains("&amp;lt;"), "escaped twice somewhere");
+        let section = &h[h.find("id=\"probe-0\"").unwrap()..];
+        let section = &section[..section.find("</section>").unwrap()];
+        let shown = "p&lt;b&gt;\\u{202e}lor\\u{7}";
+        assert_eq!(section.matches(shown).count(), 3, "heading and both captions: {section:.2000}");
+        assert!(h.contains("c\\u{0}\\u{1b}[31m\\u{2067}x"), "the alert's comm in its cell");
+        let chart = &h[h.find("alerts: ").unwrap()..];
+        assert!(chart[..chart.find("</svg>").unwrap()].contains(shown), "the alert chart's legend");
     }
 
     #[test]

@@ -170,6 +170,13 @@ fn decode_body(kind: u8, len: usize, body: &[u8], padded: &[u8]) -> Result<Frame
                     why: format!("{} causes in an alert, at most {}", a.causes.len(), crate::anatomy::MAX_CAUSES),
                 });
             }
+            let longest = a.causes.iter().map(|c| c.name.len()).chain([a.comm.len()]).max().unwrap_or(0);
+            if longest > super::MAX_ALERT_NAME_LEN {
+                return Err(FrameError::Body {
+                    kind,
+                    why: format!("a {longest}-byte name in an alert, at most {}", super::MAX_ALERT_NAME_LEN),
+                });
+            }
             Frame::Alert(a)
         }
         Kind::Status => Frame::Status(owned(body, padded).map_err(bad)?),

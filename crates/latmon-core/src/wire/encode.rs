@@ -353,7 +353,7 @@ impl Encoder {
                 probe,
                 pid: a.pid,
                 tid: a.tid,
-                comm: truncate(&a.comm, 64),
+                comm: truncate(&a.comm, super::MAX_ALERT_NAME_LEN),
                 cpu: a.cpu,
                 latency_ns: a.latency_ns,
                 time_ns: a.time_ns,

@@ -232,7 +232,7 @@ pub(super) mod cause_kind {
 }
 
 /// `WireCause::name`: at most this many bytes (as comm).
-pub(super) const CAUSE_NAME_BYTES: usize = 64;
+pub(super) const CAUSE_NAME_BYTES: usize = super::MAX_ALERT_NAME_LEN;
 
 /// (kind, id, policy, prio, name) of a model cause.
 pub(super) fn cause_parts(c: &Cause) -> (u8, u32, u8, i32, &str) {

@@ -85,6 +85,10 @@ pub(crate) const FRAME_OVERHEAD: usize = 2 + 4;
 pub const TRAILING_DEFAULT_PAD: usize = 64;
 /// Longest probe name/kind/attach/mode string put in Hello (bytes).
 pub const MAX_NAME_LEN: usize = 96;
+/// Longest comm or cause name in an Alert (bytes; the kernel's is 16, an
+/// IRQ's action names from /proc/interrupts are cut to this). A receiver
+/// refuses an Alert with a longer one.
+pub const MAX_ALERT_NAME_LEN: usize = 64;
 /// Probe ids a receiver tracks: `0..MAX_PROBES`. Entries with larger ids
 /// are ignored (and counted), so a frame cannot make a receiver allocate
 /// state for 65536 probes.

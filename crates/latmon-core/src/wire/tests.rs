@@ -827,8 +827,31 @@ fn hostile_cause_lists_are_refused_not_allocated() {
     assert!(matches!(&frames[..], [Ok(_), Err(FrameError::Body { .. })]), "{frames:?}");
     assert_eq!(stats.body_errors, 1);
     a.causes.truncate(crate::anatomy::MAX_CAUSES);
-    let (frames, _) = decode_all(&encode_to_vec(&Frame::Alert(a)).unwrap());
+    let (frames, _) = decode_all(&encode_to_vec(&Frame::Alert(a.clone())).unwrap());
     assert!(matches!(&frames[..], [Ok(Frame::Alert(_))]), "{frames:?}");
+    // Names past the spec's 64 bytes (a 448-byte cause name, a long comm).
+    let mut long = a.clone();
+    long.causes[0].name = "n".repeat(448);
+    let mut stream = encode_to_vec(&Frame::Request(Request { what: 1 })).unwrap();
+    stream.extend(encode_to_vec(&Frame::Alert(long)).unwrap());
+    let (frames, _) = decode_all(&stream);
+    assert!(
+        matches!(&frames[..], [Ok(_), Err(FrameError::Body { why, .. })] if why.contains("448-byte name")),
+        "{frames:?}"
+    );
+    let mut long = a.clone();
+    long.comm = "c".repeat(MAX_ALERT_NAME_LEN + 1);
+    let (frames, _) = decode_all(
+        &[
+            &encode_to_vec(&Frame::Request(Request { what: 1 })).unwrap()[..],
+            &encode_to_vec(&Frame::Alert(long)).unwrap(),
+        ]
+        .concat(),
+    );
+    assert!(matches!(&frames[..], [Ok(_), Err(FrameError::Body { .. })]), "{frames:?}");
+    a.causes[0].name = "n".repeat(MAX_ALERT_NAME_LEN);
+    let (frames, _) = decode_all(&encode_to_vec(&Frame::Alert(a.clone())).unwrap());
+    assert!(matches!(&frames[..], [Ok(Frame::Alert(_))]), "64 bytes are fine: {frames:?}");
     // A count the body cannot hold: a body error, whatever it claims.
     let mut body = vec![PROTOCOL_VERSION, 3];
     body.extend([0xf8, 0xac, 0xd1, 0x91, 0x01, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f]);
