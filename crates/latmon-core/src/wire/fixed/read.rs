@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use super::super::Kind;
+use super::super::{Kind, MAX_ALERT_NAME_LEN};
 use crate::bpf::limits::ANAT_MAX_CAUSES;
 use crate::hist::{bucket_bounds, BUCKETS};
 
@@ -309,8 +309,15 @@ pub(super) fn check(kind: Kind, b: &[u8]) -> Res<()> {
             delta_head(b)?;
         }
         Kind::Alert => {
-            r.get::<AlertHead>()?;
-            if skip_list::<CauseIn>(&mut r)? > ANAT_MAX_CAUSES {
+            // The desktop decoder's bounds, in its order: at most
+            // ANAT_MAX_CAUSES causes, no name over MAX_ALERT_NAME_LEN bytes.
+            let head: AlertHead = r.get()?;
+            let n = r.len()?;
+            let mut longest = head.comm.len();
+            for _ in 0..n {
+                longest = longest.max(r.get::<CauseIn>()?.name.len());
+            }
+            if n > ANAT_MAX_CAUSES || longest > MAX_ALERT_NAME_LEN {
                 return Err(custom());
             }
         }
