@@ -259,13 +259,19 @@ def check_srcrev(recipe):
     elif git("merge-base", "--is-ancestor", rev, "HEAD").returncode:
         errors.append("%s: SRCREV_latmon %s is not an ancestor of HEAD" % (recipe, rev))
     else:
-        pinned = git("show", rev + ":Cargo.lock").stdout
-        with open(os.path.join(TOP, "Cargo.lock")) as fd:
-            if fd.read() != pinned:
-                errors.append("%s: Cargo.lock changed since SRCREV_latmon %s: latmon-crates.inc would not match the "
-                              "pinned source; commit, then pin SRCREV_latmon to a commit with this Cargo.lock" % (recipe, rev[:12]))
+        # Every Cargo.lock the .inc is generated from (the class reads all of
+        # the fetched tree's, e.g. the supervisor firmware's own workspace).
+        locks = sorted(set(git("ls-files", "--", "Cargo.lock", "*/Cargo.lock").stdout.split()))
+        for lock in locks:
+            pinned = git("show", "%s:%s" % (rev, lock))
+            with open(os.path.join(TOP, lock)) as fd:
+                if pinned.returncode or fd.read() != pinned.stdout:
+                    errors.append("%s: %s changed since SRCREV_latmon %s: latmon-crates.inc would not match the "
+                                  "pinned source; commit, then pin SRCREV_latmon to a commit with this %s"
+                                  % (recipe, lock, rev[:12], lock))
     if not errors:
-        print("srcrev: SRCREV_latmon %s is an ancestor of HEAD with the same Cargo.lock" % rev[:12])
+        print("srcrev: SRCREV_latmon %s is an ancestor of HEAD with the same Cargo.lock files (%s)"
+              % (rev[:12], ", ".join(locks)))
     fail(errors)
 
 

@@ -81,7 +81,7 @@ SRC_URI = "\
 "
 require ${BPN}-crates.inc
 
-SRCREV_latmon ??= "d62f83288ad159ef8162e81174d2e9ea97f81776"
+SRCREV_latmon ??= "f585bbe45dadc6f4da63b851a29e3ad5a4367621"
 SRCREV_FORMAT = "latmon"
 
 inherit cargo cargo-update-recipe-crates pkgconfig systemd update-rc.d
