@@ -196,7 +196,7 @@ fn service_files_take_link_uart_and_cpus_from_the_config() {
     let _ = std::fs::remove_dir_all(&out_root);
 }
 
-/// latmon-crates.inc lists exactly the crates and checksums of Cargo.lock,
+/// latmon-crates.inc lists exactly the crates and checksums of every Cargo.lock,
 /// as `bitbake -c update_crates latmon` would write it. When Cargo.lock
 /// changes, run scripts/gen-latmon-crates-inc.py.
 #[test]
@@ -207,9 +207,16 @@ fn latmon_crates_inc_matches_cargo_lock() {
         .output()
         .expect("python3");
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    // And independently of the script: every crates.io package of
-    // Cargo.lock, with its checksum, is in the .inc, and nothing else.
-    let lock = std::fs::read_to_string(Path::new(TOP).join("Cargo.lock")).unwrap();
+    // And independently of the script: every crates.io package of every
+    // Cargo.lock git tracks (oe-core's class reads all of the fetched
+    // tree's: the root's and the supervisor firmware's), with its
+    // checksum, is in the .inc, and nothing else.
+    let tracked =
+        Command::new("git").args(["-C", TOP, "ls-files", "--", "Cargo.lock", "*/Cargo.lock"]).output().expect("git");
+    let locks: Vec<String> = String::from_utf8_lossy(&tracked.stdout).lines().map(str::to_string).collect();
+    assert!(locks.iter().any(|l| l == "Cargo.lock"), "git ls-files found no Cargo.lock: {locks:?}");
+    let lock: String =
+        locks.iter().map(|l| std::fs::read_to_string(Path::new(TOP).join(l)).unwrap()).collect::<Vec<_>>().join("\n");
     let inc =
         std::fs::read_to_string(Path::new(TOP).join("yocto/meta-latmon/recipes-support/latmon/latmon-crates.inc"))
             .unwrap();
