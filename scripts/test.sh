@@ -191,6 +191,8 @@ bitbake_idle
 # "needs root" (ignored by a plain `cargo test` as a normal user) run too.
 # print_golden is a tool (it prints the wire vectors), not a test.
 # Nextest does not run doc tests: `cargo test --doc` does, after it.
+# Then latmon-core's no_std build (what the supervisor firmware links) runs
+# its own unit tests: the spec's golden frames through the fixed receiver.
 # The tests' scratch files (each test's own directory, named by its pid)
 # go under one directory removed when the stage ends, not into /tmp for
 # good. Mode 1777 as /tmp: some tests run programs as nobody.
@@ -201,6 +203,7 @@ cargo_tests() {
   TMPDIR=$scratch cargo nextest run --locked --cargo-profile "$tests_profile" --run-ignored all \
     -E 'not test(=wire::tests::print_golden)' || rc=$?
   if [ "$rc" = 0 ]; then TMPDIR=$scratch "${tests[@]}" --doc || rc=$?; fi
+  if [ "$rc" = 0 ]; then "${tests[@]}" -p latmon-core --no-default-features --lib || rc=$?; fi
   rm -rf "$scratch"
   return "$rc"
 }

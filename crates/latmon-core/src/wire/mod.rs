@@ -28,7 +28,7 @@ mod frame;
 mod messages;
 // Feature "testkit": the latmon crate's tests (src/sinks/budget.rs) reuse
 // `model_hist`; its other helpers serve only this crate's tests.
-#[cfg(any(test, feature = "testkit"))]
+#[cfg(all(any(test, feature = "testkit"), feature = "std"))]
 #[cfg_attr(not(test), allow(dead_code, unused_imports))]
 #[doc(hidden)]
 pub mod tests;

@@ -769,3 +769,58 @@ mod tests {
         assert_eq!(r.stats, dec.stats);
     }
 }
+
+/// The no_std build's own tests (`cargo test -p latmon-core
+/// --no-default-features --lib`, run by scripts/test.sh): the spec's golden
+/// frames (docs/wire-format.md), read by the receiver exactly as the
+/// firmware links it, without the std encoder the tests above use.
+#[cfg(test)]
+mod spec_tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::wire::DELIMITER;
+
+    /// The bytes of `<!-- golden: NAME frame -->`'s fenced hex block.
+    fn spec_frame(name: &str) -> Vec<u8> {
+        let doc = include_str!("../../../../../docs/wire-format.md");
+        let tag = std::format!("<!-- golden: {name} frame -->");
+        let rest = &doc[doc.find(&tag).unwrap_or_else(|| panic!("docs/wire-format.md lacks {tag}")) + tag.len()..];
+        let body = &rest[rest.find("```").unwrap() + 3..];
+        let body = &body[body.find('\n').unwrap() + 1..];
+        body[..body.find("```").unwrap()]
+            .split_whitespace()
+            .map(|t| u8::from_str_radix(t, 16).unwrap_or_else(|_| panic!("bad hex {t:?} in {tag}")))
+            .collect()
+    }
+
+    #[test]
+    fn the_specs_golden_frames_read_as_the_spec_says() {
+        let mut bytes = std::vec![DELIMITER];
+        for name in ["hello", "summary", "alert", "alert-anatomy"] {
+            bytes.extend(spec_frame(name));
+        }
+        let mut r = FixedReceiver::<4, 16, 4>::new();
+        let mut seen = Vec::new();
+        // Byte by byte, as a UART interrupt hands them over.
+        for b in &bytes {
+            r.feed(core::slice::from_ref(b), |_, got| seen.push(got));
+        }
+        assert_eq!((r.stats.frames_good, r.stats.errors()), (4, 0), "{:?}", r.stats);
+        let t = &r.tracker;
+        assert_eq!(t.series().len(), 1);
+        let s = &t.series()[0];
+        // The golden summary: runq's 4 events (300 ns, 2.5 µs, 2.6 µs, 40 µs), 1 alert.
+        assert_eq!((s.id, s.name.as_str()), (0, "runq"));
+        assert_eq!(s.shown, Totals { count: 4, alerts: 1, drops: 0 });
+        assert_eq!((s.interval.seq, s.interval.count, s.interval.max_ns), (2, 4, 40_000));
+        // The rank-2 value (2.5 µs) lies in its bucket; p99 is the 40 µs one's.
+        let (lo, hi) = crate::hist::bucket_bounds(crate::hist::bucket_index(2_500));
+        assert!((lo..hi).contains(&s.interval.p50_ns), "p50 {}", s.interval.p50_ns);
+        assert_eq!(s.interval.p99_ns, 40_000);
+        let recs: Vec<(u32, u64, &str)> = t.alerts.iter().map(|a| (a.tid, a.latency_ns, a.comm.as_str())).collect();
+        assert_eq!(recs, [(1240, 250_000, "ctrl_loop"), (1240, 512_000, "ctrl_loop")]);
+        assert_eq!((t.lost(), t.over_capacity, t.alerts_overwritten), (0, 0, 0));
+    }
+}
