@@ -632,8 +632,16 @@ pub fn supervisor_last_totals(lines: &[serde_json::Value]) -> (std::collections:
 /// The good frames of the firmware's last link line (the whole capture's:
 /// scripts/supervisor-qemu.sh waits for the line that counts every byte).
 pub fn supervisor_frames_good(lines: &[serde_json::Value]) -> u64 {
-    let link = lines.iter().rev().find(|v| v.get("link").is_some()).expect("a link line from the firmware");
-    u(&link["link"], "frames_good")
+    u(&supervisor_link_line(lines)["link"], "frames_good")
+}
+
+/// The series slots the firmware filled, from its last link line.
+pub fn supervisor_series(lines: &[serde_json::Value]) -> u64 {
+    u(supervisor_link_line(lines), "series")
+}
+
+fn supervisor_link_line(lines: &[serde_json::Value]) -> &serde_json::Value {
+    lines.iter().rev().find(|v| v.get("link").is_some()).expect("a link line from the firmware")
 }
 
 /// A busy machine for `secs` seconds (stress-ng: CPU, sockets, timers,

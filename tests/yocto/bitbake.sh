@@ -269,7 +269,9 @@ has "$cflags" "-ffile-prefix-map=$unpackdir=$dbgsrc" || die "TARGET_CFLAGS lacks
 echo "latmon: SRCREV ${srcrev:0:12} (pinned), SRC_URI the layer's checkout, TARGET_CFLAGS maps UNPACKDIR to $dbgsrc"
 step "A. bitbake -c fetch latmon (crates from the registry, checksums checked)"
 bb A bitbake -c fetch latmon > "$O/A.fetch" 2>&1 || { tail -40 "$O/A.fetch" >&2; die "bitbake -c fetch latmon"; }
-crates=$(grep -c '^    crate://' yocto/meta-latmon/recipes-support/latmon/latmon-crates.inc)
+# Unique URIs: the class writes a crate once per Cargo.lock that has it
+# (the root's and the supervisor firmware's share 16), BitBake fetches it once.
+crates=$(grep '^    crate://' yocto/meta-latmon/recipes-support/latmon/latmon-crates.inc | sort -u | wc -l)
 got=$(find "$W/downloads" -maxdepth 1 -name '*.crate' | wc -l)
 [ "$got" -ge "$crates" ] || die "fetched $got .crate files, latmon-crates.inc lists $crates"
 echo "fetch: $got crates (latmon-crates.inc: $crates) and the git checkout"
