@@ -481,16 +481,29 @@ fn hist_svg(name: &str, h: &Hist) -> Result<String> {
 const LEGEND_SMALL: u32 = 70;
 const LEGEND_WIDE: u32 = 200;
 
-fn legend_right<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
-    c: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
-) -> Result<()> {
-    let (w, _) = c.plotting_area().dim_in_pixel();
-    e(c.configure_series_labels()
-        .position(SeriesLabelPosition::Coordinate(w as i32 + 6, 0))
-        .border_style(BLACK)
-        .background_style(WHITE)
-        .label_font(FONT)
-        .draw())
+/// A legend entry: its label and colour, drawn as a dot (the alerts'
+/// points) or a line.
+struct Key {
+    label: String,
+    colour: RGBAColor,
+    dot: bool,
+}
+
+/// The legend in the room right of the plot (`width` px, the chart's
+/// `margin_right`): never over data, however the data lies.
+fn legend(root: &Area, keys: &[Key], width: u32) -> Result<()> {
+    let (w, _) = root.dim_in_pixel();
+    let x = w.saturating_sub(width) as i32 + 8;
+    for (k, key) in keys.iter().enumerate() {
+        let y = 40 + 18 * k as i32;
+        if key.dot {
+            e(root.draw(&Circle::new((x + 8, y), 3, key.colour.filled())))?;
+        } else {
+            e(root.draw(&PathElement::new(vec![(x, y), (x + 16, y)], key.colour.stroke_width(2))))?;
+        }
+        e(root.draw(&Text::new(key.label.clone(), (x + 22, y - 7), FONT)))?;
+    }
+    Ok(())
 }
 
 /// At most `n` characters, `…` marking a cut.
@@ -502,10 +515,13 @@ fn short(s: &str, n: usize) -> String {
     }
 }
 
+/// A chart point: time, value.
+type Point = (f64, f64);
+
 /// The polygon around a value's envelope (its min forward, its max back),
 /// and the polyline of its max: a band where buckets cover many intervals,
 /// a line where they cover one. NaN-free points only.
-fn band(bs: &[(f64, f64, f64)]) -> (Vec<(f64, f64)>, Vec<(f64, f64)>) {
+fn band(bs: &[(f64, f64, f64)]) -> (Vec<Point>, Vec<Point>) {
     let ok: Vec<&(f64, f64, f64)> = bs.iter().filter(|b| b.1.is_finite() && b.2.is_finite()).collect();
     let mut poly: Vec<(f64, f64)> = ok.iter().map(|b| (b.0, b.1)).collect();
     poly.extend(ok.iter().rev().map(|b| (b.0, b.2)));
@@ -541,7 +557,7 @@ fn pct_svg(name: &str, s: &Series, (t0, t1): (f64, f64)) -> Result<String> {
     let (div, axis) = time_axis(t1 - t0);
     let lo = bs.iter().map(|b| b.lo[0].max(1.0)).fold(f64::INFINITY, f64::min);
     let lo = if lo.is_finite() { lo } else { 1.0 };
-    let hi = bs.iter().map(|b| b.hi[2].max(1.0)).fold(lo * 10.0, f64::max);
+    let hi = bs.iter().map(|b| b.hi[2].max(1.0)).fold(lo * 1.5, f64::max);
     svg(620, 260, |root| {
         let mut c = e(ChartBuilder::on(root)
             .caption(format!("{name}: p50 / p99 / max per interval{}", per_note(s.env.per(), "intervals")), FONT)
@@ -551,6 +567,7 @@ fn pct_svg(name: &str, s: &Series, (t0, t1): (f64, f64)) -> Result<String> {
             .margin_right(LEGEND_SMALL)
             .build_cartesian_2d(t0 / div..(t1 / div).max(t0 / div + 1.0 / div), (lo * 0.8..hi * 1.25).log_scale()))?;
         e(c.configure_mesh().x_desc(axis).y_label_formatter(&|v| fmt_ns(*v as u64)).label_style(FONT).draw())?;
+        let mut keys = Vec::new();
         for (k, colour, label) in [(0, GREEN, "p50"), (1, BLUE, "p99"), (2, RED, "max")] {
             let pts: Vec<(f64, f64, f64)> =
                 bs.iter().map(|b| (b.t() / div, b.lo[k].max(1.0), b.hi[k].max(1.0))).collect();
@@ -558,11 +575,10 @@ fn pct_svg(name: &str, s: &Series, (t0, t1): (f64, f64)) -> Result<String> {
             if s.env.per() > 1 {
                 e(c.draw_series(std::iter::once(Polygon::new(poly, colour.mix(0.25).filled()))))?;
             }
-            e(c.draw_series(LineSeries::new(top, colour)))?
-                .label(label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour));
+            e(c.draw_series(LineSeries::new(top, colour)))?;
+            keys.push(Key { label: label.into(), colour: colour.to_rgba(), dot: false });
         }
-        legend_right(&mut c)?;
+        legend(root, &keys, LEGEND_SMALL)?;
         Ok(())
     })
 }
@@ -574,7 +590,7 @@ fn alerts_svg(c: &Capture, (t0, t1): (f64, f64)) -> Result<String> {
     let all = || c.alert_marks.iter().flat_map(|(_, e)| e.buckets());
     let lo = all().map(|b| b.lo[0].max(1.0)).fold(f64::INFINITY, f64::min);
     let lo = if lo.is_finite() { lo } else { 1.0 };
-    let hi = all().map(|b| b.hi[0].max(1.0)).fold(lo * 10.0, f64::max);
+    let hi = all().map(|b| b.hi[0].max(1.0)).fold(lo * 1.5, f64::max);
     let per = c.alert_marks.iter().map(|(_, e)| e.per()).max().unwrap_or(1);
     let note =
         if per > 1 { format!(" (each point the worst of up to {per} records of its probe)") } else { String::new() };
@@ -592,16 +608,16 @@ fn alerts_svg(c: &Capture, (t0, t1): (f64, f64)) -> Result<String> {
             .y_label_formatter(&|v| fmt_ns(*v as u64))
             .label_style(FONT)
             .draw())?;
+        let mut keys = Vec::new();
         for (k, (n, env)) in c.alert_marks.iter().enumerate() {
             let colour = if k == MAX_ALERT_PROBES { RGBAColor(90, 90, 90, 1.0) } else { Palette99::pick(k).to_rgba() };
             let label = if k == MAX_ALERT_PROBES { "other probes".to_string() } else { short(&plain(n), 24) };
             e(ch.draw_series(
                 env.buckets().iter().map(|b| Circle::new((b.t() / div, b.hi[0].max(1.0)), 3, colour.filled())),
-            ))?
-            .label(label)
-            .legend(move |(x, y)| Circle::new((x + 8, y), 3, colour.filled()));
+            ))?;
+            keys.push(Key { label, colour, dot: true });
         }
-        legend_right(&mut ch)?;
+        legend(root, &keys, LEGEND_WIDE)?;
         Ok(())
     })
 }
@@ -627,14 +643,14 @@ fn health_svg(c: &Capture, title: &str, lines: &[HealthLine]) -> Result<String> 
             .y_label_area_size(60)
             .build_cartesian_2d(t0 / div..(t1 / div).max(t0 / div + 1.0 / div), 0f64..top))?;
         e(ch.configure_mesh().x_desc(axis).label_style(FONT).draw())?;
-        for &(label, colour, k) in lines {
+        for &(_, colour, k) in lines {
             let pts: Vec<(f64, f64)> =
                 bs.iter().filter(|b| b.hi[k].is_finite()).map(|b| (b.t() / div, b.hi[k])).collect();
-            e(ch.draw_series(LineSeries::new(pts, colour)))?
-                .label(label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour));
+            e(ch.draw_series(LineSeries::new(pts, colour)))?;
         }
-        legend_right(&mut ch)?;
+        let keys: Vec<Key> =
+            lines.iter().map(|l| Key { label: l.0.into(), colour: l.1.to_rgba(), dot: false }).collect();
+        legend(root, &keys, LEGEND_WIDE)?;
         Ok(())
     })
 }
