@@ -8,7 +8,8 @@
 //! HTML fetches nothing (no script, src or href); the PNG is not blank
 //! (tests/report/png_stats.py: share of non-white pixels, colours).
 //!
-//! `LATMON_REPORT_PNG=docs/report.png` keeps the PNG (the README's picture).
+//! `LATMON_REPORT_PNG=FILE` keeps the PNG (the README's picture is a
+//! 30-minute capture's: scripts/docs-pictures.sh).
 //! Needs latmon-view beside the latmon under test, in the same profile
 //! (`cargo build --release -p latmon-view` for `cargo test --release`).
 
