@@ -462,6 +462,7 @@ fn hist_svg(name: &str, h: &Hist) -> Result<String> {
             .build_cartesian_2d((lo * 0.8..hi * 1.25).log_scale(), (0.8f64..top * 2.0).log_scale()))?;
         e(c.configure_mesh()
             .x_desc("latency")
+            .x_labels(6)
             .y_desc("events")
             .x_label_formatter(&|v| fmt_ns(*v as u64))
             .y_label_formatter(&|v| format!("{v:.0}"))
