@@ -145,6 +145,16 @@ fn the_windows_build_under_wine_reads_as_the_linux_build() {
     let dir = scratch("wine", "");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let tcp = format!("tcp://127.0.0.1:{port}");
+    let wine = |args: &[&str]| {
+        let out = Command::new(&wine_run).arg(&exe).args(args).current_dir(&dir).output().expect("scripts/wine-run.sh");
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "wine latmon-view.exe {args:?}: {said}");
+        (String::from_utf8(out.stdout).unwrap().replace("\r\n", "\n"), said)
+    };
+    // First without the agent: a new wine prefix takes a while to make
+    // (seconds, on a first run), and Rust's std starts under wine at all.
+    let (version, _) = wine(&["--version"]);
+    assert!(version.starts_with("latmon-view "), "{version}");
     let cap = dir.join("capture.bin");
     let _ = std::fs::remove_file(&cap);
     let mut load = stress_mix(12);
@@ -152,12 +162,6 @@ fn the_windows_build_under_wine_reads_as_the_linux_build() {
     let mut run = start_run(&["--interval", "1s", "--duration", "8s", "--output", &file, "--output", &tcp]);
     // Relative paths from here on: the same words for both builds (wine
     // maps the working directory), so the report's "capture" fact agrees.
-    let wine = |args: &[&str]| {
-        let out = Command::new(&wine_run).arg(&exe).args(args).current_dir(&dir).output().expect("scripts/wine-run.sh");
-        let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "wine latmon-view.exe {args:?}: {said}");
-        (String::from_utf8(out.stdout).unwrap().replace("\r\n", "\n"), said)
-    };
     let (screen, _) = wine(&["view", &tcp, "--plain", "--duration", "4s"]);
     assert!(
         screen.contains("P99.9") && screen.lines().any(|l| l.starts_with("runq ")),
