@@ -36,9 +36,9 @@ use latmon_core::wire::{Event, FrameDecoder, Hello, LinkStats, Tracker, MAX_PROB
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-/// Buckets kept per series: a percentile chart's plot is ~540 px wide,
+/// Buckets kept per series: a percentile chart's plot is ~480 px wide,
 /// so more would not be seen (between half and all of them are drawn).
-pub const SERIES_BUCKETS: usize = 512;
+pub const SERIES_BUCKETS: usize = 256;
 /// Buckets kept for the agent's health (1000 px wide charts).
 pub const HEALTH_BUCKETS: usize = 1024;
 /// Buckets kept per probe of the alert timeline.
@@ -340,7 +340,12 @@ impl Capture {
                         self.names.resize(i + 1, String::new());
                     }
                     let s = &mut self.series[i];
-                    s.env.push(ts, [p.p50_ns as f64, p.p99_ns as f64, p.max_ns as f64]);
+                    // An interval without events has no percentiles (the
+                    // text table's `-`): NaN, skipped when drawn, so a quiet
+                    // series' chart does not reach down to 1 ns.
+                    let v =
+                        if p.count > 0 { [p.p50_ns as f64, p.p99_ns as f64, p.max_ns as f64] } else { [f64::NAN; 3] };
+                    s.env.push(ts, v);
                     s.events += p.count;
                     // In place: a summary of hundreds of probes every
                     // second allocates nothing here once they are known.
@@ -428,6 +433,10 @@ fn plain(s: &str) -> String {
     o
 }
 
+/// Minor grid lines between two labels: plotters' default (10) is ~130
+/// SVG lines, most of a small chart's bytes, times every probe.
+const LIGHT_LINES: usize = 2;
+
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 fn svg(w: u32, h: u32, f: impl FnOnce(&Area) -> Result<()>) -> Result<String> {
@@ -461,6 +470,7 @@ fn hist_svg(name: &str, h: &Hist) -> Result<String> {
             .y_label_area_size(60)
             .build_cartesian_2d((lo * 0.8..hi * 1.25).log_scale(), (0.8f64..top * 2.0).log_scale()))?;
         e(c.configure_mesh()
+            .max_light_lines(LIGHT_LINES)
             .x_desc("latency")
             .x_labels(6)
             .y_desc("events")
@@ -529,6 +539,16 @@ fn band(bs: &[(f64, f64, f64)]) -> (Vec<Point>, Vec<Point>) {
     (poly, ok.iter().map(|b| (b.0, b.2)).collect())
 }
 
+/// A value for a log axis (0 ns drawn at 1 ns); NaN stays NaN (f64::max
+/// would make it 1).
+fn at_least_1(v: f64) -> f64 {
+    if v.is_nan() {
+        v
+    } else {
+        v.max(1.0)
+    }
+}
+
 /// What one point stands for, for a caption: nothing while each is one
 /// sample.
 fn per_note(per: u64, what: &str) -> String {
@@ -556,9 +576,10 @@ fn time_axis(span: f64) -> (f64, &'static str) {
 fn pct_svg(name: &str, s: &Series, (t0, t1): (f64, f64)) -> Result<String> {
     let bs = s.env.buckets();
     let (div, axis) = time_axis(t1 - t0);
-    let lo = bs.iter().map(|b| b.lo[0].max(1.0)).fold(f64::INFINITY, f64::min);
+    // NaN (intervals without events) stays NaN: out of the range, not drawn.
+    let lo = bs.iter().map(|b| at_least_1(b.lo[0])).filter(|v| v.is_finite()).fold(f64::INFINITY, f64::min);
     let lo = if lo.is_finite() { lo } else { 1.0 };
-    let hi = bs.iter().map(|b| b.hi[2].max(1.0)).fold(lo * 1.5, f64::max);
+    let hi = bs.iter().map(|b| at_least_1(b.hi[2])).filter(|v| v.is_finite()).fold(lo * 1.5, f64::max);
     svg(620, 260, |root| {
         let mut c = e(ChartBuilder::on(root)
             .caption(format!("{name}: p50 / p99 / max per interval{}", per_note(s.env.per(), "intervals")), FONT)
@@ -567,11 +588,16 @@ fn pct_svg(name: &str, s: &Series, (t0, t1): (f64, f64)) -> Result<String> {
             .y_label_area_size(60)
             .margin_right(LEGEND_SMALL)
             .build_cartesian_2d(t0 / div..(t1 / div).max(t0 / div + 1.0 / div), (lo * 0.8..hi * 1.25).log_scale()))?;
-        e(c.configure_mesh().x_desc(axis).y_label_formatter(&|v| fmt_ns(*v as u64)).label_style(FONT).draw())?;
+        e(c.configure_mesh()
+            .max_light_lines(LIGHT_LINES)
+            .x_desc(axis)
+            .y_label_formatter(&|v| fmt_ns(*v as u64))
+            .label_style(FONT)
+            .draw())?;
         let mut keys = Vec::new();
         for (k, colour, label) in [(0, GREEN, "p50"), (1, BLUE, "p99"), (2, RED, "max")] {
             let pts: Vec<(f64, f64, f64)> =
-                bs.iter().map(|b| (b.t() / div, b.lo[k].max(1.0), b.hi[k].max(1.0))).collect();
+                bs.iter().map(|b| (b.t() / div, at_least_1(b.lo[k]), at_least_1(b.hi[k]))).collect();
             let (poly, top) = band(&pts);
             if s.env.per() > 1 {
                 e(c.draw_series(std::iter::once(Polygon::new(poly, colour.mix(0.25).filled()))))?;
@@ -604,6 +630,7 @@ fn alerts_svg(c: &Capture, (t0, t1): (f64, f64)) -> Result<String> {
             .margin_right(LEGEND_WIDE)
             .build_cartesian_2d(t0.min(0.0) / div..(t1 / div).max(1.0 / div), (lo * 0.8..hi * 1.25).log_scale()))?;
         e(ch.configure_mesh()
+            .max_light_lines(LIGHT_LINES)
             .x_desc(axis)
             .y_desc("latency")
             .y_label_formatter(&|v| fmt_ns(*v as u64))
@@ -643,7 +670,7 @@ fn health_svg(c: &Capture, title: &str, lines: &[HealthLine]) -> Result<String> 
             .x_label_area_size(30)
             .y_label_area_size(60)
             .build_cartesian_2d(t0 / div..(t1 / div).max(t0 / div + 1.0 / div), 0f64..top))?;
-        e(ch.configure_mesh().x_desc(axis).label_style(FONT).draw())?;
+        e(ch.configure_mesh().max_light_lines(LIGHT_LINES).x_desc(axis).label_style(FONT).draw())?;
         for &(_, colour, k) in lines {
             let pts: Vec<(f64, f64)> =
                 bs.iter().filter(|b| b.hi[k].is_finite()).map(|b| (b.t() / div, b.hi[k])).collect();
@@ -696,9 +723,13 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
     fact(
         "summaries",
         format!(
-            "{} over {span:.0} s ({}), {} lost, {} agent restarts",
+            "{} over {span:.0} s{}, {} lost, {} agent restarts",
             c.summaries,
-            fmt_ns((span * 1e9) as u64),
+            match span {
+                s if s >= 5400.0 => format!(" ({:.1} h)", s / 3600.0),
+                s if s >= 120.0 => format!(" ({:.0} min)", s / 60.0),
+                _ => String::new(),
+            },
             c.summaries_lost,
             c.restarts
         ),
@@ -888,6 +919,10 @@ mod tests {
         assert_eq!(ts, [1.0, 2.0, 3.0, 4.0, 5.0], "one bucket per interval while they fit");
         assert!(c.series[0].env.buckets()[4].hi[2] >= 200_000.0, "the last interval's max");
         assert_eq!(c.span, Some((1.0, 5.0)));
+        assert!(
+            c.series[1].env.buckets().iter().all(|b| b.hi.iter().all(|v| v.is_nan())),
+            "intervals without events have no percentiles (not 0 ns)"
+        );
         assert_eq!(c.totals[0].as_ref().unwrap().count, 15);
         assert_eq!((c.alerts_seen, c.alert_rows().len()), (1, 1));
         assert_eq!(c.alert_rows()[0].time_ns, 3_000_000_000, "time since the agent started");
