@@ -4,9 +4,10 @@
 #   docs/view.png    tests/live/view_tui.rs's tmux screen (capture-pane text,
 #                    drawn in a monospace <pre> by headless Chromium)
 #   docs/report.png  the report of a 30-minute capture of the default
-#                    configuration under the stress-ng mix (the live
-#                    tests' load) with a 115200-baud budget, as headless
-#                    Chromium renders it: a shift's report, alerts in it.
+#                    probes (runq, syscall, irq), runq and irq with alert
+#                    thresholds so that records come, under the stress-ng
+#                    mix (the live tests' load) with a 115200-baud budget,
+#                    as headless Chromium renders it.
 # LATMON_REPORT_CAPTURE=FILE uses that frames capture instead of taking one
 # (30 minutes); LATMON_REPORT_MINUTES sets the length of a new one.
 set -euo pipefail
@@ -25,6 +26,7 @@ if [ -z "$cap" ]; then
   stress-ng --cpu 1 --cpu-load 20 --sock 1 --timer 1 --fork 1 --hdd 1 --msg 1 \
     --timeout "$((mins * 60 + 20))s" --quiet &
   "$bin/latmon" run --interval 1s --duration "${mins}m" \
+    --probe runq,threshold=50ms --probe syscall --probe irq,threshold=15us \
     --output "file:$cap,budget=5760B/s" --output file:/dev/null,format=json > /dev/null
   wait
 fi
