@@ -89,6 +89,9 @@ fn report_of_a_real_capture_renders_in_chromium() {
         assert!(text.contains(needle), "{needle} missing");
     }
     assert!(!text.contains("<script") && !text.contains(" src=") && !text.contains(" href="), "self-contained");
+    // No `board` in the config: the agent names the board by its host name.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert!(text.contains(&format!("<h1>latmon report: {}</h1>", host.trim())), "the board's name in the heading");
 
     // The same capture through `view` without a terminal: the compact
     // table of `latmon run` (here the replay's last screen).

@@ -22,8 +22,13 @@
 //! - per series its histogram since start (the tracker's, fixed size).
 //!
 //! Reading is linear in the capture (a bucket merge halves the buckets, so
-//! each interval is merged O(1) times amortised), and the HTML's size is
-//! bounded by the same constants: a few MB at most.
+//! each interval is merged O(1) times amortised). Memory: per series its
+//! envelope (18 KiB) and histogram (2 KiB) beside the tracker's state; the
+//! alert table's records. The HTML: per series with events two charts of
+//! at most [`SERIES_BUCKETS`] points per line (~30 KB), plus the alert
+//! timeline (at most 13 × [`ALERT_BUCKETS`] points) and table: 4 MB for
+//! the 140 series of the default probes under load (README's figures);
+//! the wire's MAX_PROBES (1024) series would be ~30 MB.
 
 use std::fmt::Write as _;
 use std::io::Read;
@@ -943,6 +948,19 @@ mod tests {
         assert!(h.contains("No events: idle."));
         assert!(h.contains("arm&lt;1&gt;") && h.contains("ctl&lt;script&gt;"));
         assert!(!h.contains("<script") && !h.contains("src=") && !h.contains("href="), "self-contained, no script");
+    }
+
+    /// The heading names the board; a capture whose agent sent no name
+    /// says so instead of a bare `-`.
+    #[test]
+    fn the_report_names_the_board_or_says_why_not() {
+        let mut c = Capture::read(capture().as_slice()).unwrap();
+        assert!(html(&c, "cap.bin").unwrap().contains("<h1>latmon report: arm&lt;1&gt;</h1>"));
+        c.hello.as_mut().unwrap().board.clear();
+        let h = html(&c, "cap.bin").unwrap();
+        assert!(h.contains("<h1>latmon report: (unnamed: the agent sent no board name)</h1>"), "{h:.600}");
+        c.hello = None;
+        assert!(html(&c, "cap.bin").unwrap().contains("(unnamed: the capture has no Hello frame)"));
     }
 
     /// Names with HTML, bidi overrides and raw controls: escaped once
