@@ -11,7 +11,9 @@
 # needs on the host (chrpath, diffstat, lz4, an en_US.UTF-8 locale; rsync
 # refreshes its cached layer copies file by file). systemd is
 # there for systemd-analyze verify (tests/yocto/check.sh); it needs no
-# running systemd.
+# running systemd. wine (with wine64) runs the Windows build of latmon-view
+# in the live tests (scripts/wine-run.sh); time (/usr/bin/time) measures the
+# report's peak memory (crates/latmon-view/tests/report_scale.rs).
 # Used by the README's first command and by CI (.ci/run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +33,7 @@ apt-get install -y --no-install-recommends \
   bpftool libbpf-tools rt-tests procps util-linux file cpio dwarves xz-utils zstd \
   python3 python3-venv systemd mbpoll prometheus \
   chrpath diffstat lz4 locales stress-ng clang-format \
-  gcc-mingw-w64-x86-64 tmux chromium rsync
+  gcc-mingw-w64-x86-64 tmux chromium rsync time wine wine64
 # BitBake (tests/yocto/bitbake.sh) wants an en_US.UTF-8 locale.
 if ! locale -a 2>/dev/null | grep -qix 'en_US.utf8'; then
   sed -i 's/^# *en_US.UTF-8 UTF-8/en_US.UTF-8 UTF-8/' /etc/locale.gen

@@ -150,10 +150,10 @@ stage "style gates" lint
 # The technician's tool (crates/latmon-view) for Linux, in the cargo tests'
 # profile (tests/live/view_tui.rs and tests/live/view_report.rs drive the latmon-view
 # beside the latmon they test), and cross-built for Windows laptops
-# (x86_64-pc-windows-gnu, linked by mingw-w64) in that profile too: a check
-# that it compiles and links, not run here, so without the release
-# profile's fat LTO into one codegen unit (single-threaded, minutes on 2
-# cores) that would prove nothing more.
+# (x86_64-pc-windows-gnu, linked by mingw-w64) in that profile too, without
+# the release profile's fat LTO into one codegen unit (single-threaded,
+# minutes on 2 cores), which would prove nothing more: the live tests run
+# this build under wine (scripts/wine-run.sh) against the Linux one.
 view_builds() {
   cargo build --profile "$tests_profile" --locked -p latmon-view
   cargo test --profile "$tests_profile" --locked -p latmon-view

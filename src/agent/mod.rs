@@ -293,10 +293,15 @@ impl Agent {
 /// The facts every output announces (Hello frames). `generation` counts
 /// reloads: a new probe table is a new session (new boot id).
 fn session(cfg: &Config, start_ns: u64, generation: u64, probes: Vec<ProbeInfo>) -> Session {
-    let kernel = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
+    let uts = nix::sys::utsname::uname().ok();
+    let kernel = uts.as_ref().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
     let kernel_boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    // Without a configured name the host name names the board: a capture
+    // read on a laptop days later (a report, a view) says where it came
+    // from. The kernel bounds it (64 bytes, HOST_NAME_MAX).
+    let host = uts.map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default();
     Session {
-        board: cfg.board.clone().unwrap_or_default(),
+        board: cfg.board.clone().unwrap_or(host),
         kernel,
         boot_id: latmon_core::wire::boot_id(
             kernel_boot_id.trim(),

@@ -8,7 +8,8 @@
 //! HTML fetches nothing (no script, src or href); the PNG is not blank
 //! (tests/report/png_stats.py: share of non-white pixels, colours).
 //!
-//! `LATMON_REPORT_PNG=docs/report.png` keeps the PNG (the README's picture).
+//! `LATMON_REPORT_PNG=FILE` keeps the PNG (the README's picture is a
+//! 30-minute capture's: scripts/docs-pictures.sh).
 //! Needs latmon-view beside the latmon under test, in the same profile
 //! (`cargo build --release -p latmon-view` for `cargo test --release`).
 
@@ -88,6 +89,9 @@ fn report_of_a_real_capture_renders_in_chromium() {
         assert!(text.contains(needle), "{needle} missing");
     }
     assert!(!text.contains("<script") && !text.contains(" src=") && !text.contains(" href="), "self-contained");
+    // No `board` in the config: the agent names the board by its host name.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert!(text.contains(&format!("<h1>latmon report: {}</h1>", host.trim())), "the board's name in the heading");
 
     // The same capture through `view` without a terminal: the compact
     // table of `latmon run` (here the replay's last screen).
@@ -118,5 +122,86 @@ fn report_of_a_real_capture_renders_in_chromium() {
     if let Ok(keep) = std::env::var("LATMON_REPORT_PNG") {
         std::fs::copy(&png, &keep).unwrap();
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The Windows build of latmon-view (cross-built by scripts/test.sh) run
+/// under wine (scripts/wine-run.sh), against the Linux build on the same
+/// real capture: `decode`'s JSON lines and `report`'s HTML byte for byte
+/// (line ends aside), and `view --plain` reading a live agent over TCP.
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn the_windows_build_under_wine_reads_as_the_linux_build() {
+    let linux = Path::new(env!("CARGO_BIN_EXE_latmon")).with_file_name("latmon-view");
+    // target/PROFILE/latmon -> target/x86_64-pc-windows-gnu/PROFILE/latmon-view.exe
+    let profile_dir = Path::new(env!("CARGO_BIN_EXE_latmon")).parent().unwrap();
+    let exe = profile_dir
+        .parent()
+        .unwrap()
+        .join("x86_64-pc-windows-gnu")
+        .join(profile_dir.file_name().unwrap())
+        .join("latmon-view.exe");
+    for (p, how) in [(&linux, ""), (&exe, " --target x86_64-pc-windows-gnu")] {
+        assert!(p.exists(), "{} missing: cargo build -p latmon-view{how} in the profile of these tests", p.display());
+    }
+    let wine_run = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/wine-run.sh");
+    let dir = scratch("wine", "");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let tcp = format!("tcp://127.0.0.1:{port}");
+    let wine = |args: &[&str]| {
+        let out = Command::new(&wine_run).arg(&exe).args(args).current_dir(&dir).output().expect("scripts/wine-run.sh");
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "wine latmon-view.exe {args:?}: {said}");
+        (String::from_utf8(out.stdout).unwrap().replace("\r\n", "\n"), said)
+    };
+    // First without the agent: a new wine prefix takes a while to make
+    // (seconds, on a first run), and Rust's std starts under wine at all.
+    let (version, _) = wine(&["--version"]);
+    assert!(version.starts_with("latmon-view "), "{version}");
+    let cap = dir.join("capture.bin");
+    let _ = std::fs::remove_file(&cap);
+    let mut load = stress_mix(12);
+    let file = format!("file:{},budget=5760B/s", cap.display());
+    let mut run = start_run(&["--interval", "1s", "--duration", "8s", "--output", &file, "--output", &tcp]);
+    // Relative paths from here on: the same words for both builds (wine
+    // maps the working directory), so the report's "capture" fact agrees.
+    let (screen, _) = wine(&["view", &tcp, "--plain", "--duration", "4s"]);
+    assert!(
+        screen.contains("P99.9") && screen.lines().any(|l| l.starts_with("runq ")),
+        "view --plain over TCP: {screen}"
+    );
+    let status = run.wait().unwrap();
+    let _ = load.kill();
+    let _ = load.wait();
+    assert!(status.success(), "latmon run");
+    assert!(std::fs::metadata(&cap).map(|m| m.len()).unwrap_or(0) > 0, "no capture at {}", cap.display());
+
+    let native = |args: &[&str]| {
+        let out = Command::new(&linux).args(args).current_dir(&dir).output().unwrap();
+        assert!(out.status.success(), "latmon-view {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (w, _) = wine(&["decode", "file:capture.bin"]);
+    let l = native(&["decode", "file:capture.bin"]);
+    assert!(l.lines().count() >= 8 && l.contains("\"type\":\"summary\""), "{l:.500}");
+    assert!(
+        w == l,
+        "decode differs: wine {} bytes, Linux {} bytes; first difference at line {:?}",
+        w.len(),
+        l.len(),
+        w.lines().zip(l.lines()).position(|(a, b)| a != b)
+    );
+    wine(&["report", "file:capture.bin", "-o", "windows.html"]);
+    native(&["report", "file:capture.bin", "-o", "linux.html"]);
+    let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap().replace("\r\n", "\n");
+    let (w, l) = (read("windows.html"), read("linux.html"));
+    assert!(l.contains("<svg") && l.len() > 10_000, "the Linux report: {} bytes", l.len());
+    assert!(
+        w == l,
+        "report differs: wine {} bytes, Linux {} bytes; first difference at line {:?}",
+        w.len(),
+        l.len(),
+        w.lines().zip(l.lines()).position(|(a, b)| a != b)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,10 +8,27 @@
 //! time; the board, kernel and probe configuration the capture came from.
 //!
 //! [`Capture`] gathers the frames (pure, unit-tested); [`html`] renders it.
-//! Bounds: per series at most [`MAX_POINTS`] points are drawn (each the
-//! worst of the intervals it covers); at most [`MAX_ALERT_ROWS`] alert
-//! records are listed (the rest counted); probes are bounded by the wire's
-//! MAX_PROBES.
+//!
+//! A capture of a shift (8 h at 115200 baud: hundreds of MB) is read as a
+//! stream, and what is kept does not grow with its length:
+//! - per series and for the agent's health an [`Envelope`]: at most
+//!   [`SERIES_BUCKETS`] / [`HEALTH_BUCKETS`] buckets of consecutive
+//!   intervals, each the min and max of what it covers (a spike of one
+//!   interval survives any downsampling); series are bounded by the
+//!   wire's MAX_PROBES;
+//! - alerts: per probe an envelope of [`ALERT_BUCKETS`] (at most
+//!   [`MAX_ALERT_PROBES`] probes drawn apart, the rest as one), and the
+//!   [`MAX_ALERT_ROWS`] worst records for the table;
+//! - per series its histogram since start (the tracker's, fixed size).
+//!
+//! Reading is linear in the capture (a bucket merge halves the buckets, so
+//! each interval is merged O(1) times amortised). Memory: per series its
+//! envelope (18 KiB) and histogram (2 KiB) beside the tracker's state; the
+//! alert table's records. The HTML: per series with events two charts of
+//! at most [`SERIES_BUCKETS`] points per line (~30 KB), plus the alert
+//! timeline (at most 13 × [`ALERT_BUCKETS`] points) and table: 4 MB for
+//! the 140 series of the default probes under load (README's figures);
+//! the wire's MAX_PROBES (1024) series would be ~30 MB.
 
 use std::fmt::Write as _;
 use std::io::Read;
@@ -24,59 +41,246 @@ use latmon_core::wire::{Event, FrameDecoder, Hello, LinkStats, Tracker, MAX_PROB
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-/// Points drawn per time series.
-pub const MAX_POINTS: usize = 1500;
-/// Alert records listed in the table.
+/// Buckets kept per series: a percentile chart's plot is ~480 px wide,
+/// so more would not be seen (between half and all of them are drawn).
+pub const SERIES_BUCKETS: usize = 256;
+/// Buckets kept for the agent's health (1000 px wide charts).
+pub const HEALTH_BUCKETS: usize = 1024;
+/// Buckets kept per probe of the alert timeline.
+pub const ALERT_BUCKETS: usize = 256;
+/// Probes the alert timeline draws apart (each its colour); alerts of
+/// further probes are drawn as `other probes`.
+pub const MAX_ALERT_PROBES: usize = 12;
+/// Alert records listed in the table: the worst, in time order.
 pub const MAX_ALERT_ROWS: usize = 500;
-/// Alert records kept for the timeline.
-pub const MAX_ALERTS_KEPT: usize = 20_000;
 
-/// One probe's intervals.
-#[derive(Debug, Clone, Default)]
+/// Samples `(t, [v; N])` downsampled as they arrive: each bucket covers
+/// `per` consecutive samples (a power of two) and keeps their time span
+/// and each value's min and max. When `cap` buckets are full, neighbours
+/// merge pairwise and `per` doubles, so memory is `cap` buckets whatever
+/// the number of samples. A value may be NaN (not measured then): min and
+/// max skip it while the bucket has a number.
+#[derive(Debug, Clone)]
+pub struct Envelope<const N: usize> {
+    cap: usize,
+    per: u64,
+    buckets: Vec<Bucket<N>>,
+}
+
+/// Consecutive samples of an [`Envelope`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bucket<const N: usize> {
+    /// Time of the first and last sample.
+    pub t0: f64,
+    pub t1: f64,
+    pub lo: [f64; N],
+    pub hi: [f64; N],
+    /// Samples covered.
+    pub n: u64,
+}
+
+impl<const N: usize> Bucket<N> {
+    fn take(&mut self, o: &Bucket<N>) {
+        self.t1 = o.t1;
+        for i in 0..N {
+            self.lo[i] = self.lo[i].min(o.lo[i]);
+            self.hi[i] = self.hi[i].max(o.hi[i]);
+        }
+        self.n += o.n;
+    }
+
+    /// Mid time.
+    pub fn t(&self) -> f64 {
+        (self.t0 + self.t1) / 2.0
+    }
+}
+
+impl<const N: usize> Envelope<N> {
+    /// `cap`: the most buckets kept (even, at least 2).
+    pub fn new(cap: usize) -> Self {
+        let cap = cap.max(2) & !1;
+        Envelope { cap, per: 1, buckets: Vec::new() }
+    }
+
+    pub fn push(&mut self, t: f64, v: [f64; N]) {
+        let b = Bucket { t0: t, t1: t, lo: v, hi: v, n: 1 };
+        if let Some(last) = self.buckets.last_mut().filter(|l| l.n < self.per) {
+            last.take(&b);
+            return;
+        }
+        if self.buckets.len() == self.cap {
+            // Every bucket is full here (only the last can be partial, and
+            // it is not): pairs merge into full buckets of twice the size.
+            for k in 0..self.cap / 2 {
+                let mut m = self.buckets[2 * k];
+                m.take(&self.buckets[2 * k + 1]);
+                self.buckets[k] = m;
+            }
+            self.buckets.truncate(self.cap / 2);
+            self.per *= 2;
+        }
+        self.buckets.push(b);
+    }
+
+    pub fn buckets(&self) -> &[Bucket<N>] {
+        &self.buckets
+    }
+
+    /// Samples per bucket (the last may have fewer).
+    pub fn per(&self) -> u64 {
+        self.per
+    }
+
+    /// Samples pushed.
+    #[cfg(test)]
+    pub fn samples(&self) -> u64 {
+        self.buckets.iter().map(|b| b.n).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+
+    fn last_mut(&mut self) -> Option<&mut Bucket<N>> {
+        self.buckets.last_mut()
+    }
+}
+
+/// One probe's intervals: p50, p99 and max (ns) per interval, against
+/// seconds since the agent started.
+#[derive(Debug, Clone)]
 pub struct Series {
-    /// Seconds since the agent started, per interval.
-    pub t_s: Vec<f64>,
-    pub p50_ns: Vec<u64>,
-    pub p99_ns: Vec<u64>,
-    pub max_ns: Vec<u64>,
+    pub env: Envelope<3>,
     pub events: u64,
 }
 
-/// A sample of the agent's and the link's state.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Health {
-    pub t_s: f64,
-    pub bpf_cpu_percent: Option<f64>,
-    pub used_bps: u32,
-    pub budget_bps: u32,
-    pub crc_errors: u64,
-    pub resyncs: u64,
-    pub summaries_lost: u64,
-    pub agent_drops: u64,
+impl Default for Series {
+    fn default() -> Self {
+        Series { env: Envelope::new(SERIES_BUCKETS), events: 0 }
+    }
 }
 
+/// The health values sampled per summary (index into [`Health`]'s
+/// envelope): latmon's BPF CPU % (NaN until measured), the link's bytes/s
+/// used and budget (NaN: no budget), and cumulative counters.
+pub mod hv {
+    pub const CPU: usize = 0;
+    pub const USED: usize = 1;
+    pub const BUDGET: usize = 2;
+    pub const CRC: usize = 3;
+    pub const RESYNCS: usize = 4;
+    pub const LOST: usize = 5;
+    pub const DROPS: usize = 6;
+    pub const N: usize = 7;
+}
+
+/// The worst alert records seen, at most [`MAX_ALERT_ROWS`].
 #[derive(Debug, Default)]
+struct Worst {
+    /// A min-heap on (latency, later first): its top is the first to go.
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<Ranked>>,
+    seen: u64,
+}
+
+#[derive(Debug)]
+struct Ranked {
+    latency_ns: u64,
+    /// Arrival order: of equal latencies the earlier is kept.
+    order: u64,
+    rec: AlertRecord,
+}
+
+impl PartialEq for Ranked {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == std::cmp::Ordering::Equal
+    }
+}
+impl Eq for Ranked {}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Ranked {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.latency_ns, std::cmp::Reverse(self.order)).cmp(&(o.latency_ns, std::cmp::Reverse(o.order)))
+    }
+}
+
+impl Worst {
+    /// Offer a record whose time since start is `time_ns`.
+    fn offer(&mut self, rec: &AlertRecord, time_ns: u64) {
+        let order = self.seen;
+        self.seen += 1;
+        let key = |r: &Ranked| (r.latency_ns, std::cmp::Reverse(r.order));
+        let least = self.heap.peek().map(|m| key(&m.0));
+        if self.heap.len() == MAX_ALERT_ROWS && least >= Some((rec.latency_ns, std::cmp::Reverse(order))) {
+            return; // not among the worst: not even cloned
+        }
+        let rec = AlertRecord { time_ns, ..rec.clone() };
+        self.heap.push(std::cmp::Reverse(Ranked { latency_ns: rec.latency_ns, order, rec }));
+        if self.heap.len() > MAX_ALERT_ROWS {
+            self.heap.pop();
+        }
+    }
+
+    /// The kept records in time order.
+    fn in_time_order(&self) -> Vec<&AlertRecord> {
+        let mut v: Vec<&Ranked> = self.heap.iter().map(|r| &r.0).collect();
+        v.sort_by_key(|r| (r.rec.time_ns, r.order));
+        v.into_iter().map(|r| &r.rec).collect()
+    }
+}
+
+#[derive(Debug)]
 pub struct Capture {
     pub hello: Option<Hello>,
     pub series: Vec<Series>,
     pub totals: Vec<Option<Hist>>,
     pub names: Vec<String>,
-    pub alerts: Vec<AlertRecord>,
+    /// Per probe name (the first [`MAX_ALERT_PROBES`]; then `other
+    /// probes`), the alerts' latency (ns) against seconds since start.
+    pub alert_marks: Vec<(String, Envelope<1>)>,
+    worst: Worst,
     pub alerts_seen: u64,
-    pub health: Vec<Health>,
+    pub health: Envelope<{ hv::N }>,
+    /// Seconds since start of the first and last summary.
+    pub span: Option<(f64, f64)>,
     pub link: LinkStats,
     pub summaries: u64,
     pub summaries_lost: u64,
     pub restarts: u64,
 }
 
+impl Default for Capture {
+    fn default() -> Self {
+        Capture {
+            hello: None,
+            series: Vec::new(),
+            totals: Vec::new(),
+            names: Vec::new(),
+            alert_marks: Vec::new(),
+            worst: Worst::default(),
+            alerts_seen: 0,
+            health: Envelope::new(HEALTH_BUCKETS),
+            span: None,
+            link: LinkStats::default(),
+            summaries: 0,
+            summaries_lost: 0,
+            restarts: 0,
+        }
+    }
+}
+
 impl Capture {
-    /// Read a whole capture (any bytes: bad frames are counted, not fatal).
+    /// Read a whole capture (any bytes: bad frames are counted, not fatal),
+    /// as a stream: memory as the module's header says, whatever its length.
     pub fn read(mut r: impl Read) -> Result<Capture> {
         let mut c = Capture::default();
         let mut dec = FrameDecoder::new();
         let mut t = Tracker::new();
         let mut buf = vec![0u8; 64 << 10];
+        let mut link_errs = (0, 0);
         loop {
             let n = r.read(&mut buf).context("read capture")?;
             if n == 0 {
@@ -85,13 +289,15 @@ impl Capture {
             dec.feed(&buf[..n], &mut |f| {
                 if let Ok(f) = f {
                     let ev = t.on_frame(f);
-                    c.on_event(&ev, &t);
+                    c.on_event(&ev, &t, link_errs);
                 }
             });
-            // The decoder's counters are read between chunks (feed holds it).
+            // The decoder's counters are read between chunks (feed holds
+            // it): the latest summary's bucket takes them.
+            link_errs = (dec.stats.crc_errors, dec.stats.resyncs);
             if let Some(h) = c.health.last_mut() {
-                h.crc_errors = dec.stats.crc_errors;
-                h.resyncs = dec.stats.resyncs;
+                h.hi[hv::CRC] = h.hi[hv::CRC].max(link_errs.0 as f64);
+                h.hi[hv::RESYNCS] = h.hi[hv::RESYNCS].max(link_errs.1 as f64);
             }
         }
         c.link = dec.stats;
@@ -116,11 +322,18 @@ impl Capture {
         Ok(c)
     }
 
-    fn on_event(&mut self, ev: &Event, t: &Tracker) {
+    /// The alert records of the table: the worst [`MAX_ALERT_ROWS`], in
+    /// time order.
+    pub fn alert_rows(&self) -> Vec<&AlertRecord> {
+        self.worst.in_time_order()
+    }
+
+    fn on_event(&mut self, ev: &Event, t: &Tracker, (crc, resyncs): (u64, u64)) {
         let start = t.hello.as_ref().map_or(0, |h| h.start_ns);
         match ev {
             Event::Summary { report, ids, .. } => {
                 let ts = report.time_ns.saturating_sub(start) as f64 / 1e9;
+                self.span = Some((self.span.map_or(ts, |s| s.0), ts));
                 for (p, &id) in report.probes.iter().zip(ids) {
                     let i = id as usize;
                     if i >= MAX_PROBES {
@@ -132,33 +345,60 @@ impl Capture {
                         self.names.resize(i + 1, String::new());
                     }
                     let s = &mut self.series[i];
-                    s.t_s.push(ts);
-                    s.p50_ns.push(p.p50_ns);
-                    s.p99_ns.push(p.p99_ns);
-                    s.max_ns.push(p.max_ns);
+                    // An interval without events has no percentiles (the
+                    // text table's `-`): NaN, skipped when drawn, so a quiet
+                    // series' chart does not reach down to 1 ns.
+                    let v =
+                        if p.count > 0 { [p.p50_ns as f64, p.p99_ns as f64, p.max_ns as f64] } else { [f64::NAN; 3] };
+                    s.env.push(ts, v);
                     s.events += p.count;
-                    self.totals[i] = t.totals(id).cloned();
-                    self.names[i].clone_from(&p.name);
+                    // In place: a summary of hundreds of probes every
+                    // second allocates nothing here once they are known.
+                    match (&mut self.totals[i], t.totals(id)) {
+                        (Some(have), Some(now)) => have.clone_from(now),
+                        (slot, now) => *slot = now.cloned(),
+                    }
+                    if self.names[i] != p.name {
+                        self.names[i].clone_from(&p.name);
+                    }
                 }
-                let mut h = self.health.last().copied().unwrap_or_default();
-                h.t_s = ts;
-                h.summaries_lost = t.summaries_lost;
+                let mut v = [f64::NAN; hv::N];
+                v[hv::CRC] = crc as f64;
+                v[hv::RESYNCS] = resyncs as f64;
+                v[hv::LOST] = t.summaries_lost as f64;
                 if let Some(st) = &t.status {
-                    h.bpf_cpu_percent =
-                        (st.flags & STATUS_COST_MEASURED != 0).then(|| f64::from(st.bpf_cpu_ppm) / 10_000.0);
-                    h.used_bps = st.link.used_bps;
-                    h.budget_bps = st.link.budget_bps;
-                    h.agent_drops = st.frames_dropped;
+                    if st.flags & STATUS_COST_MEASURED != 0 {
+                        v[hv::CPU] = f64::from(st.bpf_cpu_ppm) / 10_000.0;
+                    }
+                    if st.link.budget_bps > 0 {
+                        v[hv::USED] = f64::from(st.link.used_bps);
+                        v[hv::BUDGET] = f64::from(st.link.budget_bps);
+                    }
+                    v[hv::DROPS] = st.frames_dropped as f64;
+                } else {
+                    v[hv::DROPS] = 0.0;
                 }
-                self.health.push(h);
+                self.health.push(ts, v);
             }
             Event::Alert(a) => {
                 self.alerts_seen += 1;
-                if self.alerts.len() < MAX_ALERTS_KEPT {
-                    let mut a = a.clone();
-                    a.time_ns = a.time_ns.saturating_sub(start);
-                    self.alerts.push(a);
-                }
+                let time_ns = a.time_ns.saturating_sub(start);
+                let k = match self.alert_marks.iter().position(|(n, _)| *n == a.probe) {
+                    Some(k) => k,
+                    None if self.alert_marks.len() < MAX_ALERT_PROBES => {
+                        self.alert_marks.push((a.probe.clone(), Envelope::new(ALERT_BUCKETS)));
+                        self.alert_marks.len() - 1
+                    }
+                    None => {
+                        // The rest share one entry, after the named ones.
+                        if self.alert_marks.len() == MAX_ALERT_PROBES {
+                            self.alert_marks.push((String::new(), Envelope::new(ALERT_BUCKETS)));
+                        }
+                        MAX_ALERT_PROBES
+                    }
+                };
+                self.alert_marks[k].1.push(time_ns as f64 / 1e9, [a.latency_ns as f64]);
+                self.worst.offer(a, time_ns);
             }
             _ => {}
         }
@@ -198,15 +438,9 @@ fn plain(s: &str) -> String {
     o
 }
 
-/// Indices of at most MAX_POINTS points, each the worst (highest `by`) of
-/// its stretch of intervals.
-fn thin(by: &[u64]) -> Vec<usize> {
-    if by.len() <= MAX_POINTS {
-        return (0..by.len()).collect();
-    }
-    let per = by.len().div_ceil(MAX_POINTS);
-    (0..by.len()).step_by(per).map(|s| (s..(s + per).min(by.len())).max_by_key(|&i| by[i]).unwrap_or(s)).collect()
-}
+/// Minor grid lines between two labels: plotters' default (10) is ~130
+/// SVG lines, most of a small chart's bytes, times every probe.
+const LIGHT_LINES: usize = 2;
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
@@ -241,7 +475,9 @@ fn hist_svg(name: &str, h: &Hist) -> Result<String> {
             .y_label_area_size(60)
             .build_cartesian_2d((lo * 0.8..hi * 1.25).log_scale(), (0.8f64..top * 2.0).log_scale()))?;
         e(c.configure_mesh()
+            .max_light_lines(LIGHT_LINES)
             .x_desc("latency")
+            .x_labels(6)
             .y_desc("events")
             .x_label_formatter(&|v| fmt_ns(*v as u64))
             .y_label_formatter(&|v| format!("{v:.0}"))
@@ -256,97 +492,198 @@ fn hist_svg(name: &str, h: &Hist) -> Result<String> {
     })
 }
 
-/// p50, p99 and max per interval.
-fn pct_svg(name: &str, s: &Series) -> Result<String> {
-    let idx = thin(&s.max_ns);
-    let t_end = s.t_s.last().copied().unwrap_or(1.0).max(s.t_s.first().copied().unwrap_or(0.0) + 1.0);
-    let t0 = s.t_s.first().copied().unwrap_or(0.0);
-    let lo = idx.iter().map(|&i| s.p50_ns[i].max(1)).min().unwrap_or(1) as f64;
-    let hi = idx.iter().map(|&i| s.max_ns[i].max(1)).max().unwrap_or(10) as f64;
+/// Room right of a plot for its legend (px): the legend is drawn there,
+/// never over data.
+const LEGEND_SMALL: u32 = 70;
+const LEGEND_WIDE: u32 = 200;
+
+/// A legend entry: its label and colour, drawn as a dot (the alerts'
+/// points) or a line.
+struct Key {
+    label: String,
+    colour: RGBAColor,
+    dot: bool,
+}
+
+/// The legend in the room right of the plot (`width` px, the chart's
+/// `margin_right`): never over data, however the data lies.
+fn legend(root: &Area, keys: &[Key], width: u32) -> Result<()> {
+    let (w, _) = root.dim_in_pixel();
+    let x = w.saturating_sub(width) as i32 + 8;
+    for (k, key) in keys.iter().enumerate() {
+        let y = 40 + 18 * k as i32;
+        if key.dot {
+            e(root.draw(&Circle::new((x + 8, y), 3, key.colour.filled())))?;
+        } else {
+            e(root.draw(&PathElement::new(vec![(x, y), (x + 16, y)], key.colour.stroke_width(2))))?;
+        }
+        e(root.draw(&Text::new(key.label.clone(), (x + 22, y - 7), FONT)))?;
+    }
+    Ok(())
+}
+
+/// At most `n` characters, `…` marking a cut.
+fn short(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n - 1).chain(std::iter::once('…')).collect()
+    }
+}
+
+/// A chart point: time, value.
+type Point = (f64, f64);
+
+/// The polygon around a value's envelope (its min forward, its max back),
+/// and the polyline of its max: a band where buckets cover many intervals,
+/// a line where they cover one. NaN-free points only.
+fn band(bs: &[(f64, f64, f64)]) -> (Vec<Point>, Vec<Point>) {
+    let ok: Vec<&(f64, f64, f64)> = bs.iter().filter(|b| b.1.is_finite() && b.2.is_finite()).collect();
+    let mut poly: Vec<(f64, f64)> = ok.iter().map(|b| (b.0, b.1)).collect();
+    poly.extend(ok.iter().rev().map(|b| (b.0, b.2)));
+    (poly, ok.iter().map(|b| (b.0, b.2)).collect())
+}
+
+/// A value for a log axis (0 ns drawn at 1 ns); NaN stays NaN (f64::max
+/// would make it 1).
+fn at_least_1(v: f64) -> f64 {
+    if v.is_nan() {
+        v
+    } else {
+        v.max(1.0)
+    }
+}
+
+/// What one point stands for, for a caption: nothing while each is one
+/// sample.
+fn per_note(per: u64, what: &str) -> String {
+    if per > 1 {
+        format!(" (each point the min..max of {per} {what})")
+    } else {
+        String::new()
+    }
+}
+
+/// The time axis of a span of seconds: minutes past 20 minutes, hours
+/// past 5 hours (a shift in seconds reads badly). Returns the divisor and
+/// the axis description.
+fn time_axis(span: f64) -> (f64, &'static str) {
+    if span > 5.0 * 3600.0 {
+        (3600.0, "hours since the agent started")
+    } else if span > 20.0 * 60.0 {
+        (60.0, "minutes since the agent started")
+    } else {
+        (1.0, "seconds since the agent started")
+    }
+}
+
+/// p50, p99 and max per interval, as min..max envelopes.
+fn pct_svg(name: &str, s: &Series, (t0, t1): (f64, f64)) -> Result<String> {
+    let bs = s.env.buckets();
+    let (div, axis) = time_axis(t1 - t0);
+    // NaN (intervals without events) stays NaN: out of the range, not drawn.
+    let lo = bs.iter().map(|b| at_least_1(b.lo[0])).filter(|v| v.is_finite()).fold(f64::INFINITY, f64::min);
+    let lo = if lo.is_finite() { lo } else { 1.0 };
+    let hi = bs.iter().map(|b| at_least_1(b.hi[2])).filter(|v| v.is_finite()).fold(lo * 1.5, f64::max);
     svg(620, 260, |root| {
         let mut c = e(ChartBuilder::on(root)
-            .caption(format!("{name}: p50 / p99 / max per interval"), FONT)
+            .caption(format!("{name}: p50 / p99 / max per interval{}", per_note(s.env.per(), "intervals")), FONT)
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(60)
-            .build_cartesian_2d(t0..t_end, (lo * 0.8..hi * 1.25).log_scale()))?;
+            .margin_right(LEGEND_SMALL)
+            .build_cartesian_2d(t0 / div..(t1 / div).max(t0 / div + 1.0 / div), (lo * 0.8..hi * 1.25).log_scale()))?;
         e(c.configure_mesh()
-            .x_desc("seconds since the agent started")
+            .max_light_lines(LIGHT_LINES)
+            .x_desc(axis)
             .y_label_formatter(&|v| fmt_ns(*v as u64))
             .label_style(FONT)
             .draw())?;
-        for (vals, colour, label) in [(&s.p50_ns, GREEN, "p50"), (&s.p99_ns, BLUE, "p99"), (&s.max_ns, RED, "max")] {
-            e(c.draw_series(LineSeries::new(idx.iter().map(|&i| (s.t_s[i], vals[i].max(1) as f64)), colour)))?
-                .label(label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour));
+        let mut keys = Vec::new();
+        for (k, colour, label) in [(0, GREEN, "p50"), (1, BLUE, "p99"), (2, RED, "max")] {
+            let pts: Vec<(f64, f64, f64)> =
+                bs.iter().map(|b| (b.t() / div, at_least_1(b.lo[k]), at_least_1(b.hi[k]))).collect();
+            let (poly, top) = band(&pts);
+            if s.env.per() > 1 {
+                e(c.draw_series(std::iter::once(Polygon::new(poly, colour.mix(0.25).filled()))))?;
+            }
+            e(c.draw_series(LineSeries::new(top, colour)))?;
+            keys.push(Key { label: label.into(), colour: colour.to_rgba(), dot: false });
         }
-        e(c.configure_series_labels().border_style(BLACK).background_style(WHITE).label_font(FONT).draw())?;
+        legend(root, &keys, LEGEND_SMALL)?;
         Ok(())
     })
 }
 
-/// Every alert (kept) as a point: time, latency; one colour per probe.
-fn alerts_svg(c: &Capture, t_end: f64) -> Result<String> {
-    let lo = c.alerts.iter().map(|a| a.latency_ns.max(1)).min().unwrap_or(1) as f64;
-    let hi = c.alerts.iter().map(|a| a.latency_ns.max(1)).max().unwrap_or(10) as f64;
-    svg(1000, 280, |root| {
+/// The alerts as points: time, latency; one colour per probe. Each point
+/// the worst of the records its bucket covers.
+fn alerts_svg(c: &Capture, (t0, t1): (f64, f64)) -> Result<String> {
+    let (div, axis) = time_axis(t1 - t0);
+    let all = || c.alert_marks.iter().flat_map(|(_, e)| e.buckets());
+    let lo = all().map(|b| b.lo[0].max(1.0)).fold(f64::INFINITY, f64::min);
+    let lo = if lo.is_finite() { lo } else { 1.0 };
+    let hi = all().map(|b| b.hi[0].max(1.0)).fold(lo * 1.5, f64::max);
+    let per = c.alert_marks.iter().map(|(_, e)| e.per()).max().unwrap_or(1);
+    let note =
+        if per > 1 { format!(" (each point the worst of up to {per} records of its probe)") } else { String::new() };
+    svg(1000, 300, |root| {
         let mut ch = e(ChartBuilder::on(root)
-            .caption(format!("alerts: {} records", c.alerts_seen), FONT)
+            .caption(format!("alerts: {} records{note}", c.alerts_seen), FONT)
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(60)
-            .build_cartesian_2d(0f64..t_end, (lo * 0.8..hi * 1.25).log_scale()))?;
+            .margin_right(LEGEND_WIDE)
+            .build_cartesian_2d(t0.min(0.0) / div..(t1 / div).max(1.0 / div), (lo * 0.8..hi * 1.25).log_scale()))?;
         e(ch.configure_mesh()
-            .x_desc("seconds since the agent started")
+            .max_light_lines(LIGHT_LINES)
+            .x_desc(axis)
             .y_desc("latency")
             .y_label_formatter(&|v| fmt_ns(*v as u64))
             .label_style(FONT)
             .draw())?;
-        let mut names: Vec<&str> = c.alerts.iter().map(|a| a.probe.as_str()).collect();
-        names.sort_unstable();
-        names.dedup();
-        for (k, n) in names.iter().take(12).enumerate() {
-            let colour = Palette99::pick(k).to_rgba();
+        let mut keys = Vec::new();
+        for (k, (n, env)) in c.alert_marks.iter().enumerate() {
+            let colour = if k == MAX_ALERT_PROBES { RGBAColor(90, 90, 90, 1.0) } else { Palette99::pick(k).to_rgba() };
+            let label = if k == MAX_ALERT_PROBES { "other probes".to_string() } else { short(&plain(n), 24) };
             e(ch.draw_series(
-                c.alerts
-                    .iter()
-                    .filter(|a| a.probe == *n)
-                    .map(|a| Circle::new((a.time_ns as f64 / 1e9, a.latency_ns.max(1) as f64), 3, colour.filled())),
-            ))?
-            .label(plain(n))
-            .legend(move |(x, y)| Circle::new((x + 8, y), 3, colour.filled()));
+                env.buckets().iter().map(|b| Circle::new((b.t() / div, b.hi[0].max(1.0)), 3, colour.filled())),
+            ))?;
+            keys.push(Key { label, colour, dot: true });
         }
-        e(ch.configure_series_labels().border_style(BLACK).background_style(WHITE).label_font(FONT).draw())?;
+        legend(root, &keys, LEGEND_WIDE)?;
         Ok(())
     })
 }
 
-/// One line chart of the health samples.
-/// A line of a health chart: label, colour, the value of a sample.
-type HealthLine<'a> = (&'a str, RGBColor, fn(&Health) -> Option<f64>);
+/// A line of a health chart: label, colour, the value's index ([`hv`]).
+type HealthLine<'a> = (&'a str, RGBColor, usize);
 
+/// One line chart of the health samples: each line the max of its bucket
+/// (counters are cumulative, so that is the bucket's last value).
 fn health_svg(c: &Capture, title: &str, lines: &[HealthLine]) -> Result<String> {
-    let t_end = c.health.last().map_or(1.0, |h| h.t_s.max(1.0));
-    let t0 = c.health.first().map_or(0.0, |h| h.t_s.min(t_end - 1.0));
-    let top = c.health.iter().flat_map(|h| lines.iter().filter_map(|l| (l.2)(h))).fold(0.0f64, f64::max);
+    let (t0, t1) = c.span.unwrap_or((0.0, 1.0));
+    let (div, axis) = time_axis(t1 - t0);
+    let bs = c.health.buckets();
+    let top = bs.iter().flat_map(|b| lines.iter().map(|l| b.hi[l.2])).filter(|v| v.is_finite()).fold(0.0, f64::max);
     let top = if top <= 0.0 { 1.0 } else { top * 1.15 };
-    let idx = thin(&vec![0; c.health.len()]);
+    let title = format!("{title}{}", per_note(c.health.per(), "summaries"));
     svg(1000, 240, |root| {
         let mut ch = e(ChartBuilder::on(root)
             .caption(title, FONT)
             .margin(10)
+            .margin_right(LEGEND_WIDE)
             .x_label_area_size(30)
             .y_label_area_size(60)
-            .build_cartesian_2d(t0..t_end, 0f64..top))?;
-        e(ch.configure_mesh().x_desc("seconds since the agent started").label_style(FONT).draw())?;
-        for &(label, colour, get) in lines {
+            .build_cartesian_2d(t0 / div..(t1 / div).max(t0 / div + 1.0 / div), 0f64..top))?;
+        e(ch.configure_mesh().max_light_lines(LIGHT_LINES).x_desc(axis).label_style(FONT).draw())?;
+        for &(_, colour, k) in lines {
             let pts: Vec<(f64, f64)> =
-                idx.iter().filter_map(|&i| get(&c.health[i]).map(|v| (c.health[i].t_s, v))).collect();
-            e(ch.draw_series(LineSeries::new(pts, colour)))?
-                .label(label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour));
+                bs.iter().filter(|b| b.hi[k].is_finite()).map(|b| (b.t() / div, b.hi[k])).collect();
+            e(ch.draw_series(LineSeries::new(pts, colour)))?;
         }
-        e(ch.configure_series_labels().border_style(BLACK).background_style(WHITE).label_font(FONT).draw())?;
+        let keys: Vec<Key> =
+            lines.iter().map(|l| Key { label: l.0.into(), colour: l.1.to_rgba(), dot: false }).collect();
+        legend(root, &keys, LEGEND_WIDE)?;
         Ok(())
     })
 }
@@ -355,7 +692,14 @@ fn health_svg(c: &Capture, title: &str, lines: &[HealthLine]) -> Result<String> 
 pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
     let mut o = String::with_capacity(256 << 10);
     let h = c.hello.as_ref();
-    let board = h.map_or("-".to_string(), |h| if h.board.is_empty() { "-".into() } else { esc(&h.board) });
+    // The board's name from its Hello (the config's `board`, else the
+    // host name); an older agent's capture or one without a Hello names
+    // none, and the report says which.
+    let board = match h {
+        Some(h) if !h.board.is_empty() => esc(&h.board),
+        Some(_) => "(unnamed: the agent sent no board name)".to_string(),
+        None => "(unnamed: the capture has no Hello frame)".to_string(),
+    };
     o.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n");
     let _ = writeln!(o, "<title>latmon report: {board}</title>");
     o.push_str(
@@ -364,7 +708,7 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
          section.probe{border-top:2px solid #888;margin-top:1.5em}section.probe svg{margin-right:1em}\
          .num{text-align:right}</style>\n</head><body>\n",
     );
-    let _ = writeln!(o, "<h1>latmon report: board {board}</h1>");
+    let _ = writeln!(o, "<h1>latmon report: {board}</h1>");
     o.push_str("<table id=\"facts\">\n");
     let mut fact = |k: &str, v: String| {
         let _ = writeln!(o, "<tr><th>{k}</th><td>{v}</td></tr>");
@@ -377,12 +721,23 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
         fact("boot id", format!("{:08x}", h.boot_id));
         fact("interval", fmt_ns(h.interval_ns));
     } else {
-        fact("board", "- (the capture has no Hello frame)".into());
+        fact("board", board.clone());
     }
-    let span = c.health.last().map_or(0.0, |x| x.t_s) - c.health.first().map_or(0.0, |x| x.t_s);
+    let (t0, t1) = c.span.unwrap_or((0.0, 0.0));
+    let span = t1 - t0;
     fact(
         "summaries",
-        format!("{} over {span:.0} s, {} lost, {} agent restarts", c.summaries, c.summaries_lost, c.restarts),
+        format!(
+            "{} over {span:.0} s{}, {} lost, {} agent restarts",
+            c.summaries,
+            match span {
+                s if s >= 5400.0 => format!(" ({:.1} h)", s / 3600.0),
+                s if s >= 120.0 => format!(" ({:.0} min)", s / 60.0),
+                _ => String::new(),
+            },
+            c.summaries_lost,
+            c.restarts
+        ),
     );
     fact(
         "link",
@@ -398,15 +753,12 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
     fact("alerts", format!("{} records", c.alerts_seen));
     o.push_str("</table>\n");
     o.push_str("<h2>latmon's cost and the link</h2>\n");
-    o.push_str(&health_svg(c, "agent cost: BPF CPU %", &[("BPF CPU %", BLUE, |h| h.bpf_cpu_percent)])?);
-    if c.health.iter().any(|h| h.budget_bps > 0) {
+    o.push_str(&health_svg(c, "agent cost: BPF CPU %", &[("BPF CPU %", BLUE, hv::CPU)])?);
+    if c.health.buckets().iter().any(|b| b.hi[hv::BUDGET] > 0.0) {
         o.push_str(&health_svg(
             c,
             "link: bytes/s used and budget",
-            &[
-                ("used B/s", BLUE, |h| Some(f64::from(h.used_bps))),
-                ("budget B/s", RED, |h| (h.budget_bps > 0).then_some(f64::from(h.budget_bps))),
-            ],
+            &[("used B/s", BLUE, hv::USED), ("budget B/s", RED, hv::BUDGET)],
         )?);
     } else {
         // A flat 0 B/s line would read as "nothing sent".
@@ -419,20 +771,23 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
         c,
         "link health (cumulative)",
         &[
-            ("CRC errors", RED, |h| Some(h.crc_errors as f64)),
-            ("resyncs", MAGENTA, |h| Some(h.resyncs as f64)),
-            ("summaries lost", BLUE, |h| Some(h.summaries_lost as f64)),
-            ("agent frames dropped", GREEN, |h| Some(h.agent_drops as f64)),
+            ("CRC errors", RED, hv::CRC),
+            ("resyncs", MAGENTA, hv::RESYNCS),
+            ("summaries lost", BLUE, hv::LOST),
+            ("agent frames dropped", GREEN, hv::DROPS),
         ],
     )?);
     o.push_str("<h2>alerts</h2>\n");
-    let t_end = c.health.last().map_or(1.0, |x| x.t_s.max(1.0));
-    if c.alerts.is_empty() {
+    if c.alerts_seen == 0 {
         o.push_str("<p>No alert records in the capture.</p>\n");
     } else {
-        o.push_str(&alerts_svg(c, t_end)?);
+        o.push_str(&alerts_svg(c, (t0, t1))?);
+        let rows = c.alert_rows();
+        if c.alerts_seen > rows.len() as u64 {
+            let _ = writeln!(o, "<p>The {} worst of {} records, in time order.</p>", rows.len(), c.alerts_seen);
+        }
         o.push_str("<table id=\"alerts\"><tr><th>time (s)</th><th>probe</th><th>latency</th><th>pid</th><th>tid</th><th>comm</th><th>cpu</th><th>what delayed it</th></tr>\n");
-        for a in c.alerts.iter().take(MAX_ALERT_ROWS) {
+        for a in rows {
             let _ = writeln!(
                 o,
                 "<tr><td class=\"num\">{:.6}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
@@ -447,16 +802,13 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
             );
         }
         o.push_str("</table>\n");
-        if c.alerts_seen > MAX_ALERT_ROWS as u64 {
-            let _ = writeln!(o, "<p>{} more records not listed.</p>", c.alerts_seen - MAX_ALERT_ROWS as u64);
-        }
     }
     o.push_str("<h2>probes</h2>\n");
     let mut quiet = Vec::new();
     for (id, s) in c.series.iter().enumerate() {
         let name = esc(&c.names[id]);
         let Some(tot) = c.totals[id].as_ref().filter(|t| t.count > 0) else {
-            if !s.t_s.is_empty() {
+            if !s.env.is_empty() {
                 quiet.push(name);
             }
             continue;
@@ -474,7 +826,7 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
         // Chart captions: plain text (the SVG backend escapes it).
         let caption = plain(&c.names[id]);
         o.push_str(&hist_svg(&caption, tot)?);
-        o.push_str(&pct_svg(&caption, s)?);
+        o.push_str(&pct_svg(&caption, s, (t0, t1))?);
         o.push_str("</section>\n");
     }
     if !quiet.is_empty() {
@@ -568,10 +920,17 @@ mod tests {
     fn a_capture_becomes_series_totals_and_alerts() {
         let c = Capture::read(capture().as_slice()).unwrap();
         assert_eq!(c.summaries, 5);
-        assert_eq!(c.series[0].t_s, [1.0, 2.0, 3.0, 4.0, 5.0]);
-        assert_eq!(c.series[0].max_ns.last().copied().map(|m| m >= 200_000), Some(true));
+        let ts: Vec<f64> = c.series[0].env.buckets().iter().map(|b| b.t0).collect();
+        assert_eq!(ts, [1.0, 2.0, 3.0, 4.0, 5.0], "one bucket per interval while they fit");
+        assert!(c.series[0].env.buckets()[4].hi[2] >= 200_000.0, "the last interval's max");
+        assert_eq!(c.span, Some((1.0, 5.0)));
+        assert!(
+            c.series[1].env.buckets().iter().all(|b| b.hi.iter().all(|v| v.is_nan())),
+            "intervals without events have no percentiles (not 0 ns)"
+        );
         assert_eq!(c.totals[0].as_ref().unwrap().count, 15);
-        assert_eq!(c.alerts.len(), 1);
+        assert_eq!((c.alerts_seen, c.alert_rows().len()), (1, 1));
+        assert_eq!(c.alert_rows()[0].time_ns, 3_000_000_000, "time since the agent started");
         assert!(c.link.errors() > 0, "the damaged tail is counted");
         assert!(Capture::read(&b"not a capture"[..]).unwrap_err().to_string().contains("no summary"));
     }
@@ -589,6 +948,19 @@ mod tests {
         assert!(h.contains("No events: idle."));
         assert!(h.contains("arm&lt;1&gt;") && h.contains("ctl&lt;script&gt;"));
         assert!(!h.contains("<script") && !h.contains("src=") && !h.contains("href="), "self-contained, no script");
+    }
+
+    /// The heading names the board; a capture whose agent sent no name
+    /// says so instead of a bare `-`.
+    #[test]
+    fn the_report_names_the_board_or_says_why_not() {
+        let mut c = Capture::read(capture().as_slice()).unwrap();
+        assert!(html(&c, "cap.bin").unwrap().contains("<h1>latmon report: arm&lt;1&gt;</h1>"));
+        c.hello.as_mut().unwrap().board.clear();
+        let h = html(&c, "cap.bin").unwrap();
+        assert!(h.contains("<h1>latmon report: (unnamed: the agent sent no board name)</h1>"), "{h:.600}");
+        c.hello = None;
+        assert!(html(&c, "cap.bin").unwrap().contains("(unnamed: the capture has no Hello frame)"));
     }
 
     /// Names with HTML, bidi overrides and raw controls: escaped once
@@ -611,11 +983,60 @@ mod tests {
         assert!(chart[..chart.find("</svg>").unwrap()].contains(shown), "the alert chart's legend");
     }
 
+    /// However many samples, the buckets stay within the cap, cover every
+    /// sample once, and a spike of one sample survives as some bucket's
+    /// max (and a dip as some bucket's min).
     #[test]
-    fn long_series_are_thinned_to_their_worst_points() {
-        let v: Vec<u64> = (0..10 * MAX_POINTS as u64).map(|i| if i == 12_345 { 1_000_000 } else { i % 7 }).collect();
-        let idx = thin(&v);
-        assert!(idx.len() <= MAX_POINTS);
-        assert!(idx.contains(&12_345), "the spike survives");
+    fn envelopes_stay_bounded_and_keep_spikes_and_dips() {
+        for n in [0u64, 1, 7, 16, 17, 1000, 100_003] {
+            let mut e = Envelope::<2>::new(16);
+            for i in 0..n {
+                let v = if i == n / 3 { 1e9 } else { (i % 7) as f64 };
+                let w = if i == n / 2 { -5.0 } else { f64::NAN };
+                e.push(i as f64, [v, w]);
+            }
+            assert!(e.buckets().len() <= 16, "{n}: {} buckets", e.buckets().len());
+            assert_eq!(e.samples(), n, "{n}: every sample in one bucket");
+            if n > 16 {
+                assert!(e.buckets().len() > 8, "{n}: at least half the cap is used");
+            }
+            if n > 0 {
+                assert!(e.buckets().iter().any(|b| b.hi[0] == 1e9), "{n}: the spike");
+                assert!(e.buckets().iter().any(|b| b.lo[1] == -5.0), "{n}: the dip, NaN samples skipped");
+                assert!(e.buckets().windows(2).all(|w| w[0].t1 < w[1].t0), "{n}: in time order, apart");
+                assert_eq!((e.buckets()[0].t0, e.buckets().last().unwrap().t1), (0.0, (n - 1) as f64));
+            }
+        }
+    }
+
+    /// The table keeps the worst MAX_ALERT_ROWS records (of equal latency
+    /// the earlier), listed in time order.
+    #[test]
+    fn the_alert_table_keeps_the_worst_in_time_order() {
+        let rec = |t: u64, lat: u64| AlertRecord {
+            probe: "runq".into(),
+            pid: 1,
+            tid: 1,
+            comm: "c".into(),
+            cpu: 0,
+            latency_ns: lat,
+            time_ns: t,
+            anatomy: None,
+        };
+        let mut w = Worst::default();
+        let n = 3 * MAX_ALERT_ROWS as u64;
+        for t in 0..n {
+            // Latencies 0..n in a scrambled order (7919 is prime to n).
+            let lat = (t * 7919) % n;
+            w.offer(&rec(t, lat), t);
+        }
+        // A tie with the least kept: the earlier stays.
+        w.offer(&rec(n, n - MAX_ALERT_ROWS as u64), n);
+        let rows = w.in_time_order();
+        assert_eq!(rows.len(), MAX_ALERT_ROWS);
+        assert!(rows.windows(2).all(|p| p[0].time_ns < p[1].time_ns));
+        let least = rows.iter().map(|r| r.latency_ns).min().unwrap();
+        assert_eq!(least, n - MAX_ALERT_ROWS as u64, "exactly the worst");
+        assert!(rows.iter().all(|r| r.time_ns != n), "of two equal the earlier stays");
     }
 }
