@@ -1582,6 +1582,7 @@ mod tests {
             attach: Mechanism::TpBtf,
             mode: String::new(),
             btf_mode: BtfMode::CoRe,
+            wait: Default::default(),
         }
     }
 

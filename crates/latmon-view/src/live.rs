@@ -18,6 +18,7 @@ use crossterm::{execute, terminal};
 use latmon_core::hist::Hist;
 use latmon_core::receiver::{shown, ByteSource, Got};
 use latmon_core::summary::{AlertRecord, ProbeReport};
+use latmon_core::table::{Rest, NO_LINE};
 use latmon_core::text::fmt_ns;
 use latmon_core::wire::{Event, FrameDecoder, LinkStats, Tracker};
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -123,6 +124,26 @@ pub struct Live {
     pub paused: Option<Box<Live>>,
     /// Selected row, as its probe id (stays on the probe when rows re-sort).
     pub selected: Option<u16>,
+    /// Families shown with all their series (by the family line's id);
+    /// the others show their worst series and the rest summed.
+    pub unfolded: Vec<u16>,
+}
+
+/// A top-level line with its series, sorted, and its sort key: the
+/// worst of them.
+struct Group<'a> {
+    top: &'a Row,
+    key: u64,
+    series: Vec<&'a Row>,
+}
+
+/// One line of the table, in screen order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    /// A probe: a family line (`depth` 0) or a series under it (1).
+    Probe { id: u16, depth: u8 },
+    /// The series of family `of` not listed, summed (a folded family).
+    Rest { of: u16, rest: Rest },
 }
 
 impl Live {
@@ -141,6 +162,7 @@ impl Live {
             help: false,
             paused: None,
             selected: None,
+            unfolded: Vec::new(),
         }
     }
 
@@ -227,15 +249,34 @@ impl Live {
         self.totals.get(id as usize).and_then(Option::as_ref)
     }
 
-    /// Ids of the rows shown, in table order (filter, sort column, direction).
+    /// Ids of the probe rows shown, in table order (what selection moves
+    /// over).
     pub fn order(&self) -> Vec<u16> {
+        self.lines()
+            .into_iter()
+            .filter_map(|l| match l {
+                Shown::Probe { id, .. } => Some(id),
+                Shown::Rest { .. } => None,
+            })
+            .collect()
+    }
+
+    /// The table's lines in screen order, grouped as `latmon run`'s table
+    /// groups them (core table.rs: a series under its family, a wait
+    /// series under its family's waits line, right after the family):
+    /// families ordered by their worst (the sort column over the family
+    /// line and its series), series by the column within their family;
+    /// a folded family shows its worst series and the rest summed. The
+    /// filter keeps the rows whose name or kind has it, and their family
+    /// line.
+    pub fn lines(&self) -> Vec<Shown> {
+        let reports: Vec<Option<ProbeReport>> =
+            self.rows.iter().map(|r| r.as_ref().map(|r| r.report.clone())).collect();
+        let mut table = latmon_core::table::Table::default();
+        let (parent, waits_of) = table.shape(reports.as_slice());
         let f = self.filter.to_ascii_lowercase();
-        let mut v: Vec<&Row> = self
-            .rows
-            .iter()
-            .flatten()
-            .filter(|r| f.is_empty() || r.report.name.to_ascii_lowercase().contains(&f) || r.report.kind.contains(&f))
-            .collect();
+        let wanted =
+            |r: &Row| f.is_empty() || r.report.name.to_ascii_lowercase().contains(&f) || r.report.kind.contains(&f);
         let key = |r: &Row| match self.sort {
             SortCol::P99 => r.report.p99_ns,
             SortCol::P50 => r.report.p50_ns,
@@ -243,24 +284,112 @@ impl Live {
             SortCol::Events => self.rate(&r.report),
             SortCol::Name => 0,
         };
-        if self.sort == SortCol::Name {
-            v.sort_by(|a, b| a.report.name.cmp(&b.report.name));
-        } else {
-            // Worst first, as in `latmon run`'s table; ties by name.
-            v.sort_by(|a, b| key(b).cmp(&key(a)).then_with(|| a.report.name.cmp(&b.report.name)));
+        // Worst first, as in `latmon run`'s table; ties (and the name
+        // column) by name, A first.
+        let cmp = |a: (&Row, u64), b: (&Row, u64)| {
+            let o = b.1.cmp(&a.1).then_with(|| a.0.report.name.cmp(&b.0.report.name));
+            if self.reverse {
+                o.reverse()
+            } else {
+                o
+            }
+        };
+        // A group: a top-level line and its series (sorted), its key the
+        // worst of them.
+        let group = |top: usize| -> Option<Group<'_>> {
+            let t = self.rows[top].as_ref()?;
+            let mut series: Vec<&Row> =
+                (0..parent.len()).filter(|&i| parent[i] == top).filter_map(|i| self.rows[i].as_ref()).collect();
+            series.retain(|r| wanted(r));
+            if series.is_empty() && !wanted(t) {
+                return None;
+            }
+            series.sort_by(|a, b| cmp((a, key(a)), (b, key(b))));
+            let worst = series.iter().map(|r| key(r)).chain([key(t)]);
+            let key = if self.sort == SortCol::Name {
+                0
+            } else if self.reverse {
+                worst.min().unwrap_or(0)
+            } else {
+                worst.max().unwrap_or(0)
+            };
+            Some(Group { top: t, key, series })
+        };
+        let followers: Vec<usize> = waits_of.iter().copied().filter(|&w| w != NO_LINE).collect();
+        // Each family with its waits line, which moves with it.
+        let mut groups: Vec<(Group, Option<Group>)> = (0..parent.len())
+            .filter(|&i| parent[i] == NO_LINE && !followers.contains(&i))
+            .filter_map(|i| Some((group(i)?, waits_of.get(i).copied().filter(|&w| w != NO_LINE).and_then(group))))
+            .collect();
+        groups.sort_by(|a, b| cmp((a.0.top, a.0.key), (b.0.top, b.0.key)));
+        let mut out = Vec::new();
+        let mut push = |t: &Row, series: &[&Row]| {
+            out.push(Shown::Probe { id: t.id, depth: 0 });
+            let open = self.unfolded.contains(&t.id) || !f.is_empty();
+            let listed = if open { series.len() } else { series.len().min(1) };
+            for r in &series[..listed] {
+                out.push(Shown::Probe { id: r.id, depth: 1 });
+            }
+            if listed < series.len() {
+                let mut rest = Rest::default();
+                for r in &series[listed..] {
+                    rest.add(&r.report);
+                }
+                out.push(Shown::Rest { of: t.id, rest });
+            }
+        };
+        for (fam, waits) in &groups {
+            push(fam.top, &fam.series);
+            if let Some(w) = waits {
+                push(w.top, &w.series);
+            }
         }
-        if self.reverse {
-            v.reverse();
+        out
+    }
+
+    /// The family line a row belongs to (itself for a family line).
+    fn family_of(&self, id: u16) -> u16 {
+        let mut at = None;
+        for l in self.lines() {
+            match l {
+                Shown::Probe { id: i, depth: 0 } => at = Some(i),
+                Shown::Probe { id: i, .. } if i == id => return at.unwrap_or(id),
+                _ => {}
+            }
+            if at == Some(id) {
+                return id;
+            }
         }
-        v.into_iter().map(|r| r.id).collect()
+        id
+    }
+
+    /// Folds or unfolds the family of the selected row (selection moves
+    /// to the family line when its series fold away).
+    fn toggle_fold(&mut self) {
+        let Some(sel) = self.shown().selected else { return };
+        let fam = self.shown().family_of(sel);
+        match self.unfolded.iter().position(|&i| i == fam) {
+            Some(at) => {
+                self.unfolded.remove(at);
+                if !self.shown().order().contains(&sel) {
+                    self.selected = Some(fam);
+                }
+            }
+            None => self.unfolded.push(fam),
+        }
     }
 
     /// Events per second in the row's last interval.
     pub fn rate(&self, p: &ProbeReport) -> u64 {
+        self.rate_of(p.count)
+    }
+
+    /// Events per second of `count` events in an interval.
+    pub fn rate_of(&self, count: u64) -> u64 {
         if self.header.interval_ns == 0 {
-            return p.count;
+            return count;
         }
-        (u128::from(p.count) * 1_000_000_000 / u128::from(self.header.interval_ns)) as u64
+        (u128::from(count) * 1_000_000_000 / u128::from(self.header.interval_ns)) as u64
     }
 
     fn move_selection(&mut self, by: isize) {
@@ -313,6 +442,7 @@ impl Live {
             KeyCode::Char('S') | KeyCode::Char('r') => self.reverse = !self.reverse,
             KeyCode::Char('/') | KeyCode::Char('f') => self.editing_filter = true,
             KeyCode::Char('?') | KeyCode::Char('h') | KeyCode::F(1) => self.help = true,
+            KeyCode::Enter | KeyCode::Char('o') => self.toggle_fold(),
             KeyCode::Char(' ') | KeyCode::Char('p') => {
                 self.paused = match self.paused.take() {
                     Some(_) => None,
@@ -339,9 +469,10 @@ impl Live {
     fn sync_paused(&mut self) {
         let (sort, reverse, filter, editing, help, selected) =
             (self.sort, self.reverse, self.filter.clone(), self.editing_filter, self.help, self.selected);
+        let unfolded = self.unfolded.clone();
         if let Some(p) = &mut self.paused {
-            (p.sort, p.reverse, p.filter, p.editing_filter, p.help, p.selected) =
-                (sort, reverse, filter, editing, help, selected);
+            (p.sort, p.reverse, p.filter, p.editing_filter, p.help, p.selected, p.unfolded) =
+                (sort, reverse, filter, editing, help, selected, unfolded);
         }
     }
 }
@@ -405,6 +536,9 @@ fn stale_after(interval_ns: u64) -> Duration {
     Duration::from_nanos(interval_ns.saturating_mul(2)).max(Duration::from_secs(2))
 }
 
+/// Lines the detail pane needs to say something (a few histogram rows).
+const DETAIL_MIN: u16 = 7;
+
 /// Draw the whole screen.
 pub fn draw(f: &mut Frame, live: &Live, since_frame: Option<Duration>, started: Instant, problem: &str) {
     let m = live.shown();
@@ -412,15 +546,20 @@ pub fn draw(f: &mut Frame, live: &Live, since_frame: Option<Duration>, started: 
     let [head, body, foot] =
         Layout::vertical([Constraint::Length(3), Constraint::Min(4), Constraint::Length(1)]).areas(area);
     draw_header(f, head, m, since_frame, started, problem, live.paused.is_some());
-    let order = m.order();
-    let detail = m.selected.filter(|id| order.contains(id));
-    let (table_area, detail_area) = if detail.is_some() && body.height >= 12 {
-        let [t, d] = Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(body);
+    let lines = m.lines();
+    let detail = m.selected.filter(|id| {
+        lines.contains(&Shown::Probe { id: *id, depth: 0 }) || lines.contains(&Shown::Probe { id: *id, depth: 1 })
+    });
+    // The table first: every line of it (border and heads too) before the
+    // detail takes half the body; the detail only with room for a plot.
+    let table_h = (lines.len() as u16 + 2).max(body.height / 2).min(body.height);
+    let (table_area, detail_area) = if detail.is_some() && body.height.saturating_sub(table_h) >= DETAIL_MIN {
+        let [t, d] = Layout::vertical([Constraint::Length(table_h), Constraint::Min(DETAIL_MIN)]).areas(body);
         (t, Some(d))
     } else {
         (body, None)
     };
-    draw_table(f, table_area, m, &order);
+    draw_table(f, table_area, m, &lines);
     if let (Some(id), Some(d)) = (detail, detail_area) {
         draw_detail(f, d, m, id);
     }
@@ -428,7 +567,7 @@ pub fn draw(f: &mut Frame, live: &Live, since_frame: Option<Duration>, started: 
         format!("filter: {}_   (Enter: keep, Esc: clear)", m.filter)
     } else {
         format!(
-            "q quit  s sort ({}{})  r reverse  / filter{}  space {}  arrows select  ? help",
+            "q quit  s sort ({}{})  r rev  / filter{}  o fold  space {}  ? help",
             m.sort.word(),
             if m.reverse { ", reversed" } else { "" },
             if m.filter.is_empty() { String::new() } else { format!(" [{}]", m.filter) },
@@ -514,11 +653,22 @@ fn draw_header(
     f.render_widget(Paragraph::new(vec![Line::from(l1), Line::from(l2), l3]), area);
 }
 
-fn draw_table(f: &mut Frame, area: Rect, m: &Live, order: &[u16]) {
+/// The name cell of a table line: a family line's name, a series' label
+/// after its family's name, indented.
+fn name_cell(m: &Live, l: Shown) -> String {
+    match l {
+        Shown::Probe { id, depth: 0 } => m.row(id).map_or_else(String::new, |r| shown(&r.report.name).into_owned()),
+        Shown::Probe { id, .. } => m.row(id).map_or_else(String::new, |r| {
+            let n = &r.report.name;
+            format!("  {}", shown(n.split_once(':').map_or(n.as_str(), |(_, l)| l)))
+        }),
+        Shown::Rest { rest, .. } => format!("  +{} more", rest.series),
+    }
+}
+
+fn draw_table(f: &mut Frame, area: Rect, m: &Live, lines: &[Shown]) {
     let wide = area.width >= 110;
-    let name_w =
-        order.iter().filter_map(|&id| m.row(id)).map(|r| shown(&r.report.name).len()).max().unwrap_or(8).clamp(8, 24)
-            as u16;
+    let name_w = lines.iter().map(|&l| name_cell(m, l).len()).max().unwrap_or(8).clamp(8, 24) as u16;
     let mut cols: Vec<(&str, u16)> = vec![("PROBE", name_w), ("MECH", 8), ("EV/S", 7), ("P50", 9), ("P99", 9)];
     if wide {
         cols.push(("P99.9", 9));
@@ -534,14 +684,27 @@ fn draw_table(f: &mut Frame, area: Rect, m: &Live, order: &[u16]) {
     let heads: Vec<&str> = cols.iter().map(|c| c.0).collect();
     let widths: Vec<Constraint> = cols.iter().map(|c| Constraint::Length(c.1)).collect();
     let spark_w = spark_w as usize;
-    let rows: Vec<TRow> = order
+    let rows: Vec<TRow> = lines
         .iter()
-        .filter_map(|&id| m.row(id))
-        .map(|r| {
+        .filter_map(|&l| {
+            let Shown::Probe { id, depth } = l else {
+                let Shown::Rest { rest, .. } = l else { unreachable!() };
+                let mut cells = vec![name_cell(m, l), String::new(), m.rate_of(rest.count).to_string()];
+                cells.extend([String::new(), String::new()]);
+                if wide {
+                    cells.push(String::new());
+                }
+                cells.extend([if rest.count > 0 { fmt_ns(rest.max_ns) } else { "-".into() }, rest.alerts.to_string()]);
+                if wide {
+                    cells.push(rest.drops.to_string());
+                }
+                return Some(TRow::new(cells).style(Style::default().add_modifier(Modifier::DIM)));
+            };
+            let r = m.row(id)?;
             let p = &r.report;
             let mut cells = vec![
-                shown(&p.name).into_owned(),
-                shown(&p.attach).into_owned(),
+                name_cell(m, l),
+                if depth == 0 { shown(&p.attach).into_owned() } else { String::new() },
                 m.rate(p).to_string(),
                 fmt_ns(p.p50_ns),
                 fmt_ns(p.p99_ns),
@@ -554,12 +717,13 @@ fn draw_table(f: &mut Frame, area: Rect, m: &Live, order: &[u16]) {
                 cells.push(p.drops.to_string());
             }
             cells.push(sparkline(&r.p99, spark_w));
-            TRow::new(cells)
+            let style = if depth == 0 { Style::default().add_modifier(Modifier::BOLD) } else { Style::default() };
+            Some(TRow::new(cells).style(style))
         })
         .collect();
     let title = format!(
-        " {} probes/series, sorted by {}{} ",
-        order.len(),
+        " {} probes/series, families by their worst {}{} ",
+        m.order().len(),
         m.sort.word(),
         if m.filter.is_empty() { String::new() } else { format!(", filter \"{}\"", m.filter) }
     );
@@ -568,7 +732,8 @@ fn draw_table(f: &mut Frame, area: Rect, m: &Live, order: &[u16]) {
         .block(Block::default().borders(Borders::TOP).title(title))
         .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED))
         .highlight_symbol(">");
-    let mut state = TableState::default().with_selected(m.selected.and_then(|s| order.iter().position(|&i| i == s)));
+    let at = |s: u16| lines.iter().position(|l| matches!(l, Shown::Probe { id, .. } if *id == s));
+    let mut state = TableState::default().with_selected(m.selected.and_then(at));
     f.render_stateful_widget(table, area, &mut state);
 }
 
@@ -631,6 +796,8 @@ fn draw_help(f: &mut Frame, area: Rect) {
         "  s                         next sort column (p99, p50, max,",
         "                            events/s, name)",
         "  r or S                    reverse the order",
+        "  o or Enter                show all series of the selected",
+        "                            row's family, or fold them again",
         "  / or f                    filter rows by name (Enter keeps,",
         "                            Esc clears)",
         "  space or p                pause/resume the screen",
@@ -811,6 +978,125 @@ mod tests {
             });
         }
         live
+    }
+
+    /// A model fed with named probes (name, kind, mode as Hello carries
+    /// it, values each interval) through the real encoder and tracker.
+    fn fed_named(probes: &[(&str, &str, &str, &[u64])]) -> Live {
+        let mut h = hello(&probes.iter().map(|p| p.0).collect::<Vec<_>>());
+        for (d, p) in h.probes.iter_mut().zip(probes) {
+            (d.kind, d.mode) = (p.1.into(), p.2.into());
+        }
+        let mut t = Tracker::new();
+        let mut live = Live::new("tcp://board");
+        let ev = t.on_frame(Frame::Hello(h));
+        live.on_event(&ev, &t, &LinkStats::default());
+        let mut hs: Vec<Hist> = vec![Hist::default(); probes.len()];
+        for seq in 1..=2u64 {
+            for (h, p) in hs.iter_mut().zip(probes) {
+                for &v in p.3 {
+                    h.record(v);
+                }
+            }
+            let mut frames = Vec::new();
+            Encoder::new()
+                .summary(SummaryHeader { seq, boot_id: 7, time_ns: seq * 1_000_000_000, last: false }, &hs, &mut |f| {
+                    frames.push(f.to_vec())
+                })
+                .unwrap();
+            let mut d = FrameDecoder::new();
+            d.feed(&frames.concat(), &mut |r| {
+                let ev = t.on_frame(r.unwrap());
+                live.on_event(&ev, &t, &LinkStats::default());
+            });
+        }
+        live
+    }
+
+    /// The default set under load: runq, syscall with busy series and
+    /// waits, irq with several lines.
+    fn default_set() -> Live {
+        let w = latmon_core::wire::WAIT_MODE_PREFIX;
+        let ws = latmon_core::wire::WAITS_MODE_PREFIX;
+        let mut v: Vec<(String, &str, String, Vec<u64>)> = vec![
+            ("runq".into(), "runq", String::new(), vec![20_000; 10]),
+            ("syscall".into(), "syscall", String::new(), vec![5_000_000, 3_000, 3_000]),
+            ("irq".into(), "irq", String::new(), vec![4_000; 5]),
+            ("syscall:waits".into(), "syscall", ws.into(), vec![1_000_000_000, 500_000_000]),
+            ("syscall:ppoll".into(), "syscall", w.into(), vec![1_000_000_000]),
+            ("syscall:clock_nanosleep".into(), "syscall", w.into(), vec![500_000_000]),
+        ];
+        for i in 0..12u64 {
+            v.push((format!("syscall:s{i}"), "syscall", String::new(), vec![1_000 + i * 100]));
+            v.push((format!("irq:{i}"), "irq", String::new(), vec![2_000 + i * 1_000]));
+        }
+        v.push(("syscall:write".into(), "syscall", String::new(), vec![5_000_000]));
+        let refs: Vec<(&str, &str, &str, &[u64])> =
+            v.iter().map(|(n, k, m, vals)| (n.as_str(), *k, m.as_str(), vals.as_slice())).collect();
+        fed_named(&refs)
+    }
+
+    fn names_of(l: &Live) -> Vec<String> {
+        l.lines().iter().map(|&x| name_cell(l, x)).collect()
+    }
+
+    #[test]
+    fn families_group_their_series_waits_apart_and_fold() {
+        let mut l = default_set();
+        let id = |l: &Live, n: &str| l.rows.iter().flatten().find(|r| r.report.name == n).unwrap().id;
+        assert!(l.row(id(&l, "syscall:ppoll")).unwrap().report.wait, "the wait flag came over the wire");
+        assert!(l.row(id(&l, "syscall:waits")).unwrap().report.waits);
+        assert!(!l.row(id(&l, "syscall:write")).unwrap().report.wait);
+        // Families by their worst p99 (syscall's write 5 ms, then runq
+        // 20 us, then irq), the waits line right after its family; each
+        // family's worst series under it and the rest summed.
+        assert_eq!(
+            names_of(&l),
+            [
+                "syscall",
+                "  write",
+                "  +12 more",
+                "syscall:waits",
+                "  ppoll",
+                "  +1 more",
+                "runq",
+                "irq",
+                "  11",
+                "  +11 more"
+            ]
+        );
+        let Shown::Rest { rest, .. } = l.lines()[2] else { panic!() };
+        assert_eq!((rest.series, rest.count), (12, 12), "the rest of syscall's series, summed");
+        // Unfold syscall (selected: its write line), fold it again.
+        l.selected = Some(id(&l, "syscall:write"));
+        l.on_key(key('o'));
+        let n = names_of(&l);
+        assert_eq!(n.len(), 10 - 1 + 12, "{n:?}");
+        assert!(n[..14].iter().all(|x| !x.contains("ppoll")), "waits never among the family's series: {n:?}");
+        l.on_key(key('o'));
+        assert_eq!(names_of(&l).len(), 10);
+        // Sorting orders within families too: by events, syscall's busiest
+        // series first.
+        l.on_key(key('s'));
+        l.on_key(key('s'));
+        l.on_key(key('s'));
+        assert_eq!(l.sort, SortCol::Events);
+        assert_eq!(names_of(&l)[0], "runq", "10 events an interval: the busiest family");
+    }
+
+    #[test]
+    fn every_family_line_is_on_the_screen_at_80x24_and_100x30() {
+        let l = default_set();
+        for (w, h) in [(80u16, 24u16), (100, 30)] {
+            let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+            term.draw(|f| draw(f, &l, Some(Duration::from_millis(200)), Instant::now(), "")).unwrap();
+            let buf = term.backend().buffer().clone();
+            let text: String =
+                (0..h).map(|y| (0..w).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>() + "\n").collect();
+            for fam in ["syscall ", "syscall:waits", "runq ", "irq ", "+12 more", "histogram of"] {
+                assert!(text.contains(fam), "{fam:?} missing at {w}x{h}:\n{text}");
+            }
+        }
     }
 
     fn key(c: char) -> KeyEvent {
