@@ -844,13 +844,42 @@ pub fn run(mut src: crate::source::Source, duration: Option<Duration>) -> Result
             }
         }
     });
-    terminal::enable_raw_mode()?;
-    let mut out = io::stdout();
-    execute!(out, terminal::EnterAlternateScreen)?;
-    let res = ui_loop(&name, &rx, duration);
+    let _screen = Screen::enter()?;
+    ui_loop(&name, &rx, duration)
+}
+
+/// The terminal in raw mode on the alternate screen while it lives: its
+/// `Drop` restores the technician's shell on every way out, an error
+/// included; a panic hook does it too, first, since the release profile
+/// aborts on panic (no unwinding, no Drop) and the message must land on
+/// the shell's screen, not the alternate one.
+struct Screen;
+
+impl Screen {
+    fn enter() -> Result<Screen> {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            before(info);
+        }));
+        terminal::enable_raw_mode()?;
+        // From here on, Drop undoes what was done.
+        let s = Screen;
+        execute!(io::stdout(), terminal::EnterAlternateScreen)?;
+        Ok(s)
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+/// The shell's terminal back: cooked mode, main screen, cursor shown.
+fn restore() {
     let _ = terminal::disable_raw_mode();
-    let _ = execute!(io::stdout(), terminal::LeaveAlternateScreen);
-    res
+    let _ = execute!(io::stdout(), terminal::LeaveAlternateScreen, crossterm::cursor::Show);
 }
 
 fn ui_loop(name: &str, rx: &mpsc::Receiver<Chunk>, duration: Option<Duration>) -> Result<()> {
