@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 //! latmon-view: the technician's tools on a laptop (Linux, Windows).
-//! Argument parsing only; the screen is src/live.rs, the report
+//! Argument parsing only; the screen is src/live/ (model, ui, run), the report
 //! src/report.rs, the byte sources src/source.rs, and the receiver
 //! (wire format, tracker, compact table) is latmon-core.
 
