@@ -13,7 +13,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Row as TRow, Sparkline, Table, TableState};
 use ratatui::Frame;
 
-use super::{Live, Shown};
+use super::{Live, Shown, SortCol};
 
 /// `values` as a text sparkline of `width` cells (the newest at the right),
 /// on a log scale: latencies span decades.
@@ -259,10 +259,14 @@ fn draw_table(f: &mut Frame, area: Rect, m: &Live, lines: &[Shown]) {
             Some(TRow::new(cells).style(style))
         })
         .collect();
+    let order = if m.sort == SortCol::Name {
+        "families and series by name".to_string()
+    } else {
+        format!("families by their worst {}, series by {0}", m.sort.word())
+    };
     let title = format!(
-        " {} probes/series, families by their worst {}{} ",
+        " {} probes/series, {order}{} ",
         m.order().len(),
-        m.sort.word(),
         if m.filter.is_empty() { String::new() } else { format!(", filter \"{}\"", m.filter) }
     );
     let table = Table::new(rows, widths)
