@@ -263,7 +263,7 @@ fn live_view_in_tmux_header_sort_select_resize_unplug() {
     //    after its family there).
     tmux.keys("Home");
     tmux.keys("Down");
-    let family = rows.iter().take(2).filter(|r| !r.0).last().map_or("", |r| r.1.as_str());
+    let family = rows.iter().take(2).rfind(|r| !r.0).map_or("", |r| r.1.as_str());
     let want = match &rows[1] {
         (true, label) => format!("histogram of {family}:{label}"),
         (false, name) => format!("histogram of {name}"),
