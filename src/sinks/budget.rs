@@ -1239,6 +1239,9 @@ fn is_series_of(t: &Tick<'_>, p: usize, head: usize) -> bool {
         && ps.name.starts_with(hs.name.as_str())
         && ps.name.as_bytes()[hs.name.len()] == b':'
         && !ps.name[hs.name.len() + 1..].contains(':')
+        // A family's waits line is a line of the family, not a quiet
+        // series: never rolled up (its wait series may be, into `other`).
+        && ps.wait != latmon_core::ident::Wait::Sum
 }
 
 #[cfg(test)]
