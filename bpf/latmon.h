@@ -34,6 +34,11 @@
  * 128 slots x 2224-byte histograms = 278 KiB per CPU. */
 #define LATMON_SYSCALL_IDS 1024
 #define LATMON_SYSCALL_SLOTS 128
+/* syscall: futex and futex_time64 calls with a wait op (FUTEX_WAIT,
+ * FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI) count under this id, above every
+ * architecture's syscall numbers: a wait, apart from futex's wakes, requeues
+ * and PI locks (docs/probes.md, "Waits"). */
+#define LATMON_SYSCALL_FUTEX_WAIT 1023
 
 /* irq: histograms keyed by (IRQ number, kind) in a per-CPU hash - IRQ
  * numbers are sparse; kind 0 is the handler, 1 the threaded path end to

@@ -66,6 +66,14 @@ const volatile __s32 filter_id = -1;
 const volatile __u32 filter_pid = 0;
 const volatile char filter_comm[LATMON_COMM_LEN] = {};
 const volatile __u64 threshold_ns = 0;
+/* futex and futex_time64 on this architecture (-1: none): their wait ops
+ * are counted as LATMON_SYSCALL_FUTEX_WAIT (CO-RE builds, which can read
+ * the syscall's arguments from its pt_regs). */
+const volatile __s32 futex_nr = -1;
+const volatile __s32 futex_time64_nr = -1;
+/* Per syscall id (and LATMON_SYSCALL_FUTEX_WAIT): 1 if its calls wait and
+ * must not alert (`waits=alert` leaves it all 0). A timeout is not late. */
+const volatile __u8 quiet_id[LATMON_SYSCALL_IDS] = {};
 
 /* id -> slot (0: none yet; LATMON_SYSCALL_SLOTS: none left, use slot 0). */
 __u32 sc_slot_of[LATMON_SYSCALL_IDS];
@@ -156,7 +164,7 @@ static __always_inline void record(void *ctx, __u64 id, __u64 start_ns)
 		return;
 	}
 	latmon_hist_record(h, delta);
-	if (threshold_ns && delta > threshold_ns) {
+	if (threshold_ns && delta > threshold_ns && !(id < LATMON_SYSCALL_IDS && quiet_id[id])) {
 		h->alerts++;
 		latmon_alert(ctx, slot, delta, now, NULL);
 	}
@@ -170,8 +178,9 @@ static __always_inline void count_drop(void)
 		h->drops++;
 }
 
-/* Both variants stamp the same way. */
-static __always_inline void enter(long id)
+/* Both variants stamp the same way. `id` is the syscall (what filter_id
+ * names), `as_id` the id it is counted under. */
+static __always_inline void enter(long id, long as_id)
 {
 	struct sc_stamp *s;
 
@@ -182,9 +191,27 @@ static __always_inline void enter(long id)
 	s = cpu_stamp();
 	if (!s)
 		return;
-	s->id = id;
+	s->id = as_id;
 	s->ts = bpf_ktime_get_ns();
 }
+
+#ifndef LATMON_NO_BTF
+/* futex's op (its second argument, the command in its low 7 bits below
+ * FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME) says whether the caller
+ * waits for a peer's wake or a timeout, or wakes, requeues or takes a PI
+ * lock (service time, and a PI lock's wait is priority inversion: latency). */
+static __always_inline long futex_split(long id, struct pt_regs *regs)
+{
+	unsigned long cmd;
+
+	if (id != futex_nr && id != futex_time64_nr)
+		return id;
+	cmd = PT_REGS_PARM2_CORE_SYSCALL(regs) & 0x7f;
+	if (cmd == 0 /* FUTEX_WAIT */ || cmd == 9 /* FUTEX_WAIT_BITSET */ || cmd == 11 /* FUTEX_WAIT_REQUEUE_PI */)
+		return LATMON_SYSCALL_FUTEX_WAIT;
+	return id;
+}
+#endif
 
 /* The fast path: this task's stamp is still in the CPU slot. */
 static __always_inline bool exit_fast(void *ctx)
@@ -254,7 +281,7 @@ static __always_inline void park_by_tid(void)
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sc_enter_btf, struct pt_regs *regs, long id)
 {
-	enter(id);
+	enter(id, futex_split(id, regs));
 	return 0;
 }
 
@@ -301,7 +328,7 @@ int BPF_PROG(sc_switch_btf, bool preempt, struct task_struct *prev, struct task_
 SEC("raw_tp/sys_enter")
 int BPF_PROG(sc_enter_raw, struct pt_regs *regs, long id)
 {
-	enter(id);
+	enter(id, futex_split(id, regs));
 	return 0;
 }
 
@@ -337,7 +364,10 @@ const volatile struct latmon_tp_field enter_id = {};
 SEC("tracepoint/raw_syscalls/sys_enter")
 int sc_enter_tp(void *ctx)
 {
-	enter(latmon_tp_read(ctx, &enter_id));
+	long id = latmon_tp_read(ctx, &enter_id);
+
+	/* No futex split here: this build reads no syscall argument. */
+	enter(id, id);
 	return 0;
 }
 

@@ -18,10 +18,18 @@ pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
     latmon_core::receiver::run_decode(&mut src, duration, &mut io::stdout().lock(), &mut io::stderr())
 }
 
-/// `latmon view SOURCE`: the plain screen, redrawn as frames arrive.
+/// `latmon view SOURCE`: the plain screen, redrawn as frames arrive; on a
+/// terminal, fitted to its size (every family line on it).
 pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
     let mut src = source::open(word, true).map_err(|e| anyhow!(e))?;
     let tty = io::stdout().is_terminal();
     let replay = word == "-" || word.starts_with("file:");
-    latmon_core::receiver::run_view(&mut src, tty, replay, duration, &mut io::stdout().lock(), &mut io::stderr())
+    let size = || {
+        let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+        // SAFETY: TIOCGWINSZ writes one winsize into `ws`, which outlives the call.
+        let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+        (ok && ws.ws_row > 0 && ws.ws_col > 0).then_some((ws.ws_col, ws.ws_row))
+    };
+    let (out, err) = (&mut io::stdout().lock(), &mut io::stderr());
+    latmon_core::receiver::run_view_sized(&mut src, tty, replay, duration, out, err, &size)
 }

@@ -171,6 +171,9 @@ pub struct ProbeSpec {
     /// `hist=true`: text outputs show this probe's histogram (and its
     /// series') in bcc's style under the table.
     pub hist: bool,
+    /// `waits=alert` (syscall): calls whose purpose is to wait alert above
+    /// `threshold` too; by default they do not (a timeout is not late).
+    pub alert_waits: bool,
     /// The spec as written (for messages and `latmon check`).
     pub spec: String,
 }
@@ -223,6 +226,7 @@ impl ProbeSpec {
             name: head.to_string(),
             attach: None,
             hist: false,
+            alert_waits: false,
             spec: spec.trim().to_string(),
         };
         for opt in parts {
@@ -279,9 +283,19 @@ impl ProbeSpec {
                         _ => return Err(bad(&format!("hist={v}: expected hist=true or hist=false"))),
                     }
                 }
+                "waits" => {
+                    if p.kind != ProbeKind::Syscall(None) {
+                        return Err(bad("waits= applies to the syscall family (syscall without :NAME) only"));
+                    }
+                    p.alert_waits = match v {
+                        "alert" => true,
+                        "quiet" => false,
+                        _ => return Err(bad(&format!("waits={v}: expected waits=alert or waits=quiet"))),
+                    }
+                }
                 other => {
                     return Err(bad(&format!(
-                        "unknown option {other:?} (expected comm, pid, threshold, name, attach, response, hist)"
+                        "unknown option {other:?} (expected comm, pid, threshold, name, attach, response, hist, waits)"
                     )))
                 }
             }
@@ -688,6 +702,9 @@ mod tests {
         assert_eq!((h.hist, h.name.as_str()), (true, "syscall"));
         assert!(!ProbeSpec::parse("syscall,hist=false").unwrap().hist);
         assert!(!ProbeSpec::parse("syscall").unwrap().hist);
+        assert!(ProbeSpec::parse("syscall,waits=alert").unwrap().alert_waits);
+        assert!(!ProbeSpec::parse("syscall,waits=quiet").unwrap().alert_waits);
+        assert!(!ProbeSpec::parse("syscall").unwrap().alert_waits);
         let c = Config::from_toml("probes = [\"runq,hist=true\", \"syscall\"]").unwrap();
         assert_eq!(c.probes.iter().map(|p| p.hist).collect::<Vec<_>>(), [true, false]);
     }
@@ -705,6 +722,9 @@ mod tests {
             ("runq,colour=red", "unknown option"),
             ("runq,hist=yes", "hist=yes: expected hist=true or hist=false"),
             ("runq,hist", "KEY=VALUE"),
+            ("syscall,waits=yes", "waits=yes: expected waits=alert or waits=quiet"),
+            ("syscall:read,waits=alert", "waits= applies to the syscall family"),
+            ("runq,waits=alert", "waits= applies to the syscall family"),
             ("runq,comm", "KEY=VALUE"),
             ("kfunc:f,attach=uprobe", "kfunc attaches via fentry or kprobe"),
             ("ufunc:/bin/x:f,attach=kprobe", "ufunc attaches via uprobe"),

@@ -82,7 +82,8 @@ struct Common {
     /// Probe SPEC, repeatable; replaces the config's probe list.
     /// runq | timer | irq | softirq | syscall[:NAME] | chain | kfunc:FUNC | ufunc:/path:SYM,
     /// each with optional ,comm=NAME ,pid=N ,threshold=250us ,name=LABEL ,attach=MECH
-    /// ,hist=true (its histogram under the text table)
+    /// ,hist=true (its histogram under the text table); syscall: ,waits=alert (calls that
+    /// wait, e.g. ppoll, alert too)
     #[arg(long = "probe", value_name = "SPEC")]
     probes: Vec<String>,
 }

@@ -339,7 +339,14 @@ mod tests {
     use super::*;
 
     fn info(name: &str, attach: Mechanism) -> ProbeInfo {
-        ProbeInfo { name: name.into(), kind: Family::Runq, attach, mode: String::new(), btf_mode: BtfMode::CoRe }
+        ProbeInfo {
+            name: name.into(),
+            kind: Family::Runq,
+            attach,
+            mode: String::new(),
+            btf_mode: BtfMode::CoRe,
+            wait: Default::default(),
+        }
     }
 
     fn u32_at(w: &[u16], a: u16) -> u32 {

@@ -116,6 +116,7 @@ fn emit_does_not_allocate(word: &str) {
                 attach: Mechanism::TpBtf,
                 mode: String::new(),
                 btf_mode: BtfMode::CoRe,
+                wait: Default::default(),
             })
             .collect(),
         failed: Vec::new(),
@@ -169,6 +170,7 @@ fn text_output_emit_does_not_allocate() {
             attach: Mechanism::TpBtf,
             mode: String::new(),
             btf_mode: BtfMode::CoRe,
+            wait: Default::default(),
         };
         let session = Session {
             board: "b".into(),
@@ -228,6 +230,7 @@ fn modbus_output_emit_does_not_allocate() {
                 attach: Mechanism::TpBtf,
                 mode: String::new(),
                 btf_mode: BtfMode::CoRe,
+                wait: Default::default(),
             })
             .collect(),
         failed: Vec::new(),

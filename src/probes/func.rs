@@ -377,7 +377,14 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
     };
     let mode = pairing.to_string() + &super::alert_mode(threshold_ns(spec), set.use_ringbuf);
     Ok(Func {
-        info: ProbeInfo { name: probe, kind: spec.kind.family(), attach: mech, mode, btf_mode: set.btf_mode },
+        info: ProbeInfo {
+            name: probe,
+            kind: spec.kind.family(),
+            attach: mech,
+            mode,
+            btf_mode: set.btf_mode,
+            wait: Default::default(),
+        },
         id,
         links,
         _own: own,

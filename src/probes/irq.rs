@@ -293,7 +293,14 @@ pub fn open(spec: &ProbeSpec, family: Family, threads: ThreadPath) -> Result<Box
         _ if mech == Mechanism::Tracepoint => format!("per-cpu stamp, {}", super::TP_LAYOUT),
         _ => "per-cpu stamp".to_string(),
     } + &super::alert_mode(threshold_ns(spec), ringbuf);
-    let info = ProbeInfo { name: probe, kind, attach: mech, mode, btf_mode: super::tp_family_build(mech) };
+    let info = ProbeInfo {
+        name: probe,
+        kind,
+        attach: mech,
+        mode,
+        btf_mode: super::tp_family_build(mech),
+        wait: Default::default(),
+    };
     let source = Irqs {
         alerts: l.alerts,
         alert_ids: l.alert_ids,

@@ -117,7 +117,14 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
         mode += ", anatomy";
     }
     Ok(Box::new(Runq {
-        info: ProbeInfo { name: probe, kind: Family::Runq, attach: mech, mode, btf_mode: super::tp_family_build(mech) },
+        info: ProbeInfo {
+            name: probe,
+            kind: Family::Runq,
+            attach: mech,
+            mode,
+            btf_mode: super::tp_family_build(mech),
+            wait: Default::default(),
+        },
         l,
     }))
 }

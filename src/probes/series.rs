@@ -27,6 +27,7 @@ use std::rc::Rc;
 
 use latmon_core::causes::CauseSummary;
 use latmon_core::hist::Hist;
+use latmon_core::ident::Wait;
 use latmon_core::summary::{AlertRecord, ProbeInfo};
 
 use super::{Probe, ProbeError};
@@ -42,7 +43,15 @@ pub enum Role {
     /// A series of its own, not in the family line (e.g. chain stages, an
     /// IRQ's threaded path beside its handlers).
     Extra,
+    /// A series of calls whose purpose is to wait (ppoll, nanosleep, a
+    /// futex wait): not in the family line, summed in the family's waits
+    /// line `FAMILY:waits` instead (its time is the caller's timeout or
+    /// peer, not the system's latency).
+    Wait,
 }
+
+/// The label of a family's waits line, `FAMILY:waits`.
+pub const WAITS_LABEL: &str = "waits";
 
 /// A histogram slot of a family's maps.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,6 +105,8 @@ struct Known {
 struct Shared {
     source: Box<dyn Source>,
     known: Vec<Known>,
+    /// The waits line was born (the first interval a wait slot had data).
+    waits_announced: bool,
     scratch: Vec<Slot>,
     /// The cache was refreshed by new_series() and not yet consumed.
     fresh: bool,
@@ -132,7 +143,14 @@ pub(crate) struct Family {
 
 impl Family {
     pub fn new(info: ProbeInfo, source: Box<dyn Source>) -> Self {
-        let shared = Shared { source, known: Vec::new(), scratch: Vec::new(), fresh: false, reread: false };
+        let shared = Shared {
+            source,
+            known: Vec::new(),
+            waits_announced: false,
+            scratch: Vec::new(),
+            fresh: false,
+            reread: false,
+        };
         Family { info, shared: Rc::new(RefCell::new(shared)) }
     }
 
@@ -153,7 +171,7 @@ impl Probe for Family {
         }
         sh.fresh = false;
         *out = Hist::default();
-        for k in sh.known.iter().filter(|k| k.slot.role != Role::Extra) {
+        for k in sh.known.iter().filter(|k| matches!(k.slot.role, Role::Family | Role::Part)) {
             out.merge(&k.hist);
         }
         out.drops += sh.source.lost();
@@ -201,12 +219,21 @@ impl Probe for Family {
         }
         sh.fresh = true;
         let mut born: Vec<Box<dyn Probe>> = Vec::new();
+        // The waits line first: a receiver places wait series under it.
+        if !sh.waits_announced && sh.known.iter().any(|k| k.slot.role == Role::Wait) {
+            sh.waits_announced = true;
+            let info =
+                ProbeInfo { name: format!("{}:{WAITS_LABEL}", self.info.name), wait: Wait::Sum, ..self.info.clone() };
+            log::info!("probe {}: waits line", info.name);
+            born.push(Box::new(Waits { info, shared: Rc::clone(&self.shared) }));
+        }
         for (index, k) in sh.known.iter_mut().enumerate() {
             if k.announced || k.slot.role == Role::Family {
                 continue;
             }
             k.announced = true;
-            let info = ProbeInfo { name: format!("{}:{}", self.info.name, k.slot.label), ..self.info.clone() };
+            let wait = if k.slot.role == Role::Wait { Wait::Series } else { Wait::No };
+            let info = ProbeInfo { name: format!("{}:{}", self.info.name, k.slot.label), wait, ..self.info.clone() };
             log::info!("probe {}: new series", info.name);
             born.push(Box::new(Series { info, shared: Rc::clone(&self.shared), index }));
         }
@@ -238,6 +265,28 @@ impl Probe for Series {
         let from = out.len();
         out.append(&mut sh.known[self.index].stash);
         name_records(&mut out[from..], &self.info.name);
+    }
+}
+
+/// A family's waits line: the sum of its wait series, read from the
+/// family's cache like them. Its alert records are its series'.
+struct Waits {
+    info: ProbeInfo,
+    shared: Rc<RefCell<Shared>>,
+}
+
+impl Probe for Waits {
+    fn info(&self) -> &ProbeInfo {
+        &self.info
+    }
+
+    fn read(&mut self, out: &mut Hist) -> Result<(), ProbeError> {
+        let sh = self.shared.borrow();
+        *out = Hist::default();
+        for k in sh.known.iter().filter(|k| k.slot.role == Role::Wait) {
+            out.merge(&k.hist);
+        }
+        Ok(())
     }
 }
 
@@ -286,6 +335,37 @@ mod tests {
         h
     }
 
+    #[test]
+    fn wait_slots_stay_out_of_the_family_line_and_sum_in_its_waits_line() {
+        let slots = Rc::new(RefCell::new(vec![
+            (slot(1, "write", Role::Part), hist(&[100, 200])),
+            (slot(2, "ppoll", Role::Wait), hist(&[1_000_000_000])),
+            (slot(3, "nanosleep", Role::Wait), hist(&[1_000_000, 2_000_000, 3_000_000])),
+        ]));
+        let mut fam = Family::new(info(), Box::new(Fake { slots: slots.clone(), reads: Rc::new(RefCell::new(0)) }));
+        let mut born = fam.new_series();
+        let got: Vec<(String, Wait)> = born.iter().map(|p| (p.info().name.clone(), p.info().wait)).collect();
+        let want = [
+            ("fam:waits", Wait::Sum),
+            ("fam:write", Wait::No),
+            ("fam:ppoll", Wait::Series),
+            ("fam:nanosleep", Wait::Series),
+        ];
+        assert_eq!(got, want.map(|(n, w)| (n.to_string(), w)), "the waits line is born first");
+        let mut h = Hist::default();
+        fam.read(&mut h).unwrap();
+        assert_eq!((h.count, h.max_ns), (2, 200), "waits are not in the family line");
+        born[0].read(&mut h).unwrap();
+        assert_eq!((h.count, h.min_ns, h.max_ns), (4, 1_000_000, 1_000_000_000), "the waits line sums its series");
+        // A later wait series adds to it; the waits line is born once.
+        slots.borrow_mut().push((slot(4, "pause", Role::Wait), hist(&[5])));
+        let born2 = fam.new_series();
+        assert_eq!(born2.iter().map(|p| p.info().name.as_str()).collect::<Vec<_>>(), ["fam:pause"]);
+        fam.read(&mut h).unwrap();
+        born[0].read(&mut h).unwrap();
+        assert_eq!(h.count, 5);
+    }
+
     fn info() -> ProbeInfo {
         ProbeInfo {
             name: "fam".into(),
@@ -293,6 +373,7 @@ mod tests {
             attach: latmon_core::ident::Mechanism::TpBtf,
             mode: "m".into(),
             btf_mode: latmon_core::ident::BtfMode::CoRe,
+            wait: Default::default(),
         }
     }
 

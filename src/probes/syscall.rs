@@ -28,7 +28,7 @@ use super::{
     attach_in_order, ladder, ladder_for, libbpf_error, set_comm, set_tp_field, threshold_ns, tracefs_format, Owned,
     PerCpuHist, Probe, ProbeError,
 };
-use crate::bpf::limits::{SYSCALL_IDS, SYSCALL_SLOTS};
+use crate::bpf::limits::{SYSCALL_FUTEX_WAIT, SYSCALL_IDS, SYSCALL_SLOTS};
 use crate::bpf::syscall::{SyscallSkel, SyscallSkelBuilder};
 use crate::bpf::syscall_nobtf::{SyscallNobtfSkel, SyscallNobtfSkelBuilder};
 use crate::config::ProbeSpec;
@@ -66,9 +66,77 @@ pub fn number(name: &str) -> Option<u32> {
     entries(TABLE).find(|&(_, s)| s == name).map(|(n, _)| n)
 }
 
+/// The series label of futex's wait ops (bpf/syscall.bpf.c counts them
+/// under `SYSCALL_FUTEX_WAIT`).
+pub const FUTEX_WAIT_LABEL: &str = "futex(wait)";
+// The pseudo id indexes `quiet_id` and `sc_slot_of` like a syscall's.
+const _: () = assert!(SYSCALL_FUTEX_WAIT < SYSCALL_IDS);
+
+/// Calls whose purpose is to wait: for time, for a peer, for a signal,
+/// for a child. Their latency is the caller's timeout or its peer's pace,
+/// not the system's service time (docs/probes.md, "Waits", says why each
+/// is here). Names of every architecture latmon builds for; the `_time64`
+/// twins are 32-bit ARM's. A call that blocks on the way to doing work
+/// (read, write, fsync, a PI futex lock, io_getevents) is not here: its
+/// time is latency, however long it sleeps.
+pub const WAIT_CALLS: &[&str] = &[
+    "nanosleep",
+    "clock_nanosleep",
+    "clock_nanosleep_time64",
+    "poll",
+    "ppoll",
+    "ppoll_time64",
+    "select",
+    "_newselect",
+    "pselect6",
+    "pselect6_time64",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "rt_sigtimedwait",
+    "rt_sigtimedwait_time64",
+    "rt_sigsuspend",
+    "sigsuspend",
+    "pause",
+    "wait4",
+    "waitid",
+    FUTEX_WAIT_LABEL,
+    "futex_wait",
+    "futex_waitv",
+    "accept",
+    "accept4",
+    "msgrcv",
+    "mq_timedreceive",
+    "mq_timedreceive_time64",
+];
+
+/// Whether the series `label` is a wait (see [`WAIT_CALLS`]).
+pub fn is_wait(label: &str) -> bool {
+    WAIT_CALLS.contains(&label)
+}
+
 /// The series label of syscall `nr`: its name, or the number if unknown.
 fn label(nr: u32) -> String {
+    if nr as usize == SYSCALL_FUTEX_WAIT {
+        return FUTEX_WAIT_LABEL.to_string();
+    }
     name(nr).map_or_else(|| nr.to_string(), str::to_string)
+}
+
+/// Ids whose calls wait: what `quiet_id` in the BPF object marks so they
+/// do not alert.
+fn wait_ids() -> impl Iterator<Item = usize> {
+    entries(TABLE)
+        .filter(|(_, n)| is_wait(n))
+        .map(|(nr, _)| nr as usize)
+        .chain([SYSCALL_FUTEX_WAIT])
+        .filter(|&i| i < SYSCALL_IDS)
+}
+
+/// futex and futex_time64 on this architecture (-1: none).
+fn futex_numbers() -> (i32, i32) {
+    let nr = |n: &str| number(n).map_or(-1, |v| v as i32);
+    (nr("futex"), nr("futex_time64"))
 }
 
 /// Programs per mechanism, in attach order: the switch hook that parks a
@@ -121,7 +189,9 @@ impl Source for Syscalls {
             // kernel writes it concurrently, hence the volatile read.
             let id = unsafe { std::ptr::read_volatile(self.slot_ids.add(slot)) };
             if id != 0 {
-                out.push(Slot { key: slot as u64, label: label(id - 1), role });
+                let label = label(id - 1);
+                let role = if role == Role::Part && is_wait(&label) { Role::Wait } else { role };
+                out.push(Slot { key: slot as u64, label, role });
             }
         }
         Ok(())
@@ -174,6 +244,7 @@ pub fn open(spec: &ProbeSpec, only: Option<&str>) -> Result<Box<dyn Probe>, Prob
         attach: mech,
         mode,
         btf_mode: super::tp_family_build(mech),
+        wait: Default::default(),
     };
     let source = Syscalls {
         alerts: l.alerts,
@@ -222,6 +293,18 @@ fn loaded<S: Skel<'static> + 'static>(
     Ok(Loaded { alerts, reader, slot_ids, progs, links, skel: Box::new(skel) })
 }
 
+/// Marks the waits that must not alert: all of them, unless the spec
+/// says `waits=alert` or names one syscall (`syscall:ppoll` asks for it).
+fn quiet_waits(quiet: &mut [u8; SYSCALL_IDS], spec: &ProbeSpec, filter_id: i32) {
+    quiet.fill(0);
+    if spec.alert_waits || filter_id >= 0 {
+        return;
+    }
+    for i in wait_ids() {
+        quiet[i] = 1;
+    }
+}
+
 fn load_core(spec: &ProbeSpec, filter_id: i32, mech: Mechanism, ringbuf: bool) -> Result<Loaded, String> {
     let wanted = programs(mech);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
@@ -234,6 +317,8 @@ fn load_core(spec: &ProbeSpec, filter_id: i32, mech: Mechanism, ringbuf: bool) -
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
+        (ro.futex_nr, ro.futex_time64_nr) = futex_numbers();
+        quiet_waits(&mut ro.quiet_id, spec, filter_id);
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::autoload_only(open.open_object_mut(), wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
@@ -262,6 +347,7 @@ fn load_tp(spec: &ProbeSpec, filter_id: i32, ringbuf: bool) -> Result<Loaded, St
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
+        quiet_waits(&mut ro.quiet_id, spec, filter_id);
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         let id = set_tp_field(&mut ro.enter_id, &enter, "id", LONG_SIZES)?;
         log::info!("syscall: record layout from tracefs: sys_enter id{id}");
@@ -296,6 +382,42 @@ mod tests {
         assert_eq!(number("no_such_call"), None);
         assert_eq!(name(100_000), None);
         assert_eq!(label(100_000), "100000");
+    }
+
+    #[test]
+    fn waits_are_classified_by_purpose() {
+        for w in ["nanosleep", "clock_nanosleep", "ppoll", "pselect6", "epoll_pwait2", "rt_sigtimedwait", "wait4"] {
+            assert!(is_wait(w), "{w}");
+        }
+        assert!(is_wait(FUTEX_WAIT_LABEL));
+        // Service time, however long it blocks: I/O, a PI lock, futex's
+        // wakes and requeues.
+        for w in ["read", "write", "fsync", "fdatasync", "futex", "futex_wake", "io_getevents", "ioctl", "getppid"] {
+            assert!(!is_wait(w), "{w}");
+        }
+        assert_eq!(label(SYSCALL_FUTEX_WAIT as u32), FUTEX_WAIT_LABEL);
+        // Every wait in this architecture's table is quiet, and nothing else.
+        let quiet: Vec<usize> = wait_ids().collect();
+        assert!(quiet.contains(&SYSCALL_FUTEX_WAIT));
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert!(
+                quiet.contains(&35) && quiet.contains(&230) && !quiet.contains(&202),
+                "nanosleep, clock_nanosleep; not futex"
+            );
+            assert_eq!(futex_numbers(), (202, -1));
+        }
+    }
+
+    #[test]
+    fn the_futex_wait_id_is_above_every_syscall_number() {
+        for text in [
+            include_str!("../../bpf/syscalls/x86_64.tbl"),
+            include_str!("../../bpf/syscalls/aarch64.tbl"),
+            include_str!("../../bpf/syscalls/arm.tbl"),
+        ] {
+            assert!(entries(text).all(|(n, _)| (n as usize) < SYSCALL_FUTEX_WAIT));
+        }
     }
 
     #[test]

@@ -196,7 +196,14 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
     if super::alerts::anatomy_wanted(spec) {
         mode += ", anatomy";
     }
-    let info = ProbeInfo { name: probe, kind: spec.kind.family(), attach: mech, mode, btf_mode: BtfMode::CoRe };
+    let info = ProbeInfo {
+        name: probe,
+        kind: spec.kind.family(),
+        attach: mech,
+        mode,
+        btf_mode: BtfMode::CoRe,
+        wait: Default::default(),
+    };
     if chain {
         Ok(Box::new(Family::new(info, Box::new(t))))
     } else {

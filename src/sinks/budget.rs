@@ -1239,6 +1239,9 @@ fn is_series_of(t: &Tick<'_>, p: usize, head: usize) -> bool {
         && ps.name.starts_with(hs.name.as_str())
         && ps.name.as_bytes()[hs.name.len()] == b':'
         && !ps.name[hs.name.len() + 1..].contains(':')
+        // A family's waits line is a line of the family, not a quiet
+        // series: never rolled up (its wait series may be, into `other`).
+        && ps.wait != latmon_core::ident::Wait::Sum
 }
 
 #[cfg(test)]
@@ -1582,7 +1585,56 @@ mod tests {
             attach: Mechanism::TpBtf,
             mode: String::new(),
             btf_mode: BtfMode::CoRe,
+            wait: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_familys_waits_line_is_never_rolled_up() {
+        let mut probes = vec![info("runq", "runq"), info("syscall", "syscall")];
+        probes.push(ProbeInfo { wait: latmon_core::ident::Wait::Sum, ..info("syscall:waits", "syscall") });
+        for k in 0..3 * ROLLUP_KEEP {
+            probes.push(info(&format!("syscall:s{k}"), "syscall"));
+        }
+        let session = Session {
+            board: "b".into(),
+            kernel: "k".into(),
+            boot_id: 7,
+            start_ns: 0,
+            interval_ns: 1_000_000_000,
+            probes,
+            failed: Vec::new(),
+        };
+        let n = session.probes.len();
+        let zero = Hist::default();
+        // The waits line the quietest of all: a roll-up by events would
+        // take it first.
+        let totals: Vec<Hist> = (0..n)
+            .map(|p| {
+                let mut h = Hist::default();
+                for _ in 0..if p == 2 { 0 } else { 10 + p } {
+                    h.record(1_000);
+                }
+                h
+            })
+            .collect();
+        let report = IntervalReport {
+            seq: 1,
+            time_ns: 1_000_000_000,
+            interval_ns: 1_000_000_000,
+            last: false,
+            probes: (0..n).map(|p| ProbeReport::new(&session.probes[p], &zero, &totals[p])).collect(),
+            alert_records: Vec::new(),
+            agent: Default::default(),
+        };
+        let tick = Tick { session: &session, report: &report, totals: &totals, read_errors: &vec![0; n] };
+        let mut f = BudgetedFrames::new(480);
+        f.replan(&tick);
+        f.roll_up(&tick);
+        assert_eq!(f.families.len(), 1, "syscall's series rolled up");
+        assert_eq!(f.rolled(), 3 * ROLLUP_KEEP - ROLLUP_KEEP, "the quiet series, not the waits line");
+        assert!(f.families.iter().all(|fam| !fam.members.contains(&2)), "the waits line keeps its entry");
+        assert!(f.ids.contains(&2));
     }
 
     /// What one simulated run saw.

@@ -1281,6 +1281,7 @@ mod tests {
             attach: Mechanism::TpBtf,
             mode: String::new(),
             btf_mode: BtfMode::CoRe,
+            wait: Default::default(),
         };
         let session = Session {
             board: "b".into(),
@@ -1327,6 +1328,7 @@ mod tests {
             attach: Mechanism::TpBtf,
             mode: String::new(),
             btf_mode: BtfMode::CoRe,
+            wait: Default::default(),
         }
     }
 

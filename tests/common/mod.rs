@@ -452,6 +452,7 @@ pub fn runq_probe(i: usize) -> latmon_core::summary::ProbeInfo {
         attach: Mechanism::TpBtf,
         mode: String::new(),
         btf_mode: BtfMode::CoRe,
+        wait: Default::default(),
     }
 }
 

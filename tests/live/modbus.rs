@@ -562,6 +562,7 @@ fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
         attach: Mechanism::RawTp,
         mode: String::new(),
         btf_mode: BtfMode::CoRe,
+        wait: Default::default(),
     };
     let session = Session {
         board: "b".into(),

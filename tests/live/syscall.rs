@@ -75,7 +75,11 @@ fn nanosleep_case(env: &[(&str, &str)], attach: &str) {
     let gp = last_probe(&lines, "sys:getppid").expect("series sys:getppid");
     assert_eq!(u(gp, "total_count"), GETPPIDS, "getppid never blocks: the per-CPU fast path; {gp}");
     let fam = last_probe(&lines, "sys").expect("family line");
-    assert!(u(fam, "total_count") >= SLEEPS + GETPPIDS, "the family line sums its series: {fam}");
+    assert!(u(fam, "total_count") >= GETPPIDS, "the family line sums its series: {fam}");
+    // nanosleep waits: in the waits line, not in the family line.
+    assert_eq!(ns["wait"].as_bool(), Some(true), "{ns}");
+    let waits = last_probe(&lines, "sys:waits").expect("waits line");
+    assert!(u(waits, "total_count") >= SLEEPS, "{waits}");
 
     // The right buckets: a 1 ms nanosleep takes at least 1 ms (the kernel
     // never wakes it early) and, on any sane machine, well under 50 ms.
@@ -162,7 +166,8 @@ fn slow_syscalls_become_alert_records_named_after_their_series() {
         let via = if comm.ends_with("perf") { "via perf buffer" } else { "via ringbuf" };
         assert!(plan["probes"][0]["mode"].as_str().unwrap().contains(via), "{plan}");
         let one = format!("syscall:nanosleep,comm={comm},threshold=1ms");
-        let all = format!("syscall,comm={comm},threshold=1ms,name=sys");
+        // nanosleep waits: its records come with waits=alert only.
+        let all = format!("syscall,comm={comm},threshold=1ms,name=sys,waits=alert");
         let child = start_run_env(&["--probe", &one, "--probe", &all, "--interval", "60m", "--format", "json"], env);
         let tid = std::thread::Builder::new()
             .name(comm.into())
@@ -238,8 +243,16 @@ fn slow_syscalls_become_alert_records_named_after_their_series() {
             assert_eq!((r["comm"].as_str(), u(r, "tid")), (Some(comm), tid), "{r}");
             assert!(u(r, "latency_ns") >= 1_000_000, "{r}");
         }
+        // The family line counts the alerts of its other series, the waits
+        // line those of its wait series (nanosleep and any other wait).
+        let waits = |r: &serde_json::Value| {
+            last_probe(&lines, r["probe"].as_str().unwrap()).is_some_and(|p| p["wait"].as_bool() == Some(true))
+        };
+        let other_waits = others.iter().filter(|r| waits(r)).count() as u64;
         let fam = last_probe(&lines, "sys").unwrap();
-        assert_eq!(u(fam, "total_alerts"), SLOW + others.len() as u64, "{fam}: other slow calls {others:?}");
+        assert_eq!(u(fam, "total_alerts"), others.len() as u64 - other_waits, "{fam}: other slow calls {others:?}");
+        let wl = last_probe(&lines, "sys:waits").unwrap();
+        assert_eq!(u(wl, "total_alerts"), SLOW + other_waits, "{wl}: other slow calls {others:?}");
     }
 }
 
@@ -410,4 +423,153 @@ fn raw_tp_exit_storm_loses_no_blocked_syscall_silently() {
 #[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn tracepoint_exit_storm_loses_no_blocked_syscall_silently() {
     exit_storm_case(&[("LATMON_FORCE_NO_BTF", "1")], "tracepoint", "tp");
+}
+
+/// What `waiter` does, by series label: (label, calls, waits).
+const WAIT_WORK: &[(&str, u64, bool)] = &[
+    ("nanosleep", 40, true),
+    ("ppoll", 30, true),
+    ("futex(wait)", 50, true),
+    ("futex", 70, false),
+    ("getppid", 3000, false),
+    ("fdatasync", 20, false),
+];
+
+/// In a thread named `comm`, the calls of [`WAIT_WORK`]: raw nanosleep
+/// (1 ms), ppoll on nothing (1 ms), futex FUTEX_WAIT on a word that does
+/// not hold the expected value (a wait op that returns at once: its
+/// purpose, not its time, makes it a wait), FUTEX_WAKE with no waiter,
+/// getppid, and fdatasync of a written file (blocks uninterruptibly on
+/// the disk: latency, however long it sleeps).
+fn waiter(comm: &str, file: &std::path::Path) {
+    let file = file.to_path_buf();
+    std::thread::Builder::new()
+        .name(comm.into())
+        .spawn(move || {
+            let n = |label: &str| WAIT_WORK.iter().find(|w| w.0 == label).unwrap().1;
+            let ts = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+            for _ in 0..n("nanosleep") {
+                // SAFETY: valid timespec, no remainder pointer.
+                assert_eq!(unsafe { libc::syscall(libc::SYS_nanosleep, &ts as *const libc::timespec, 0usize) }, 0);
+            }
+            for _ in 0..n("ppoll") {
+                // SAFETY: no descriptors, a valid timeout, no signal mask.
+                let rc = unsafe {
+                    libc::syscall(libc::SYS_ppoll, 0usize, 0usize, &ts as *const libc::timespec, 0usize, 8usize)
+                };
+                assert_eq!(rc, 0);
+            }
+            let word: u32 = 1;
+            for _ in 0..n("futex(wait)") {
+                // SAFETY: a valid futex word; it holds 1, not 0: EAGAIN at once.
+                let rc = unsafe {
+                    libc::syscall(
+                        libc::SYS_futex,
+                        &word as *const u32,
+                        libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                        0u32,
+                        0usize,
+                    )
+                };
+                assert_eq!(rc, -1);
+            }
+            for _ in 0..n("futex") {
+                // SAFETY: a valid futex word; nobody waits on it.
+                let rc = unsafe {
+                    libc::syscall(
+                        libc::SYS_futex,
+                        &word as *const u32,
+                        libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                        1u32,
+                    )
+                };
+                assert_eq!(rc, 0);
+            }
+            for _ in 0..n("getppid") {
+                // SAFETY: no arguments.
+                unsafe { libc::syscall(libc::SYS_getppid) };
+            }
+            use std::io::Write;
+            let mut f = std::fs::File::create(&file).unwrap();
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+            for _ in 0..n("fdatasync") {
+                f.write_all(&[7u8; 4096]).unwrap();
+                // SAFETY: an open descriptor.
+                assert_eq!(unsafe { libc::syscall(libc::SYS_fdatasync, fd) }, 0);
+            }
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+/// Waits apart: every wait series says `"wait": true`, the family line
+/// counts exactly its other series in every interval, `FAMILY:waits`
+/// exactly its wait series; futex's wait ops are a series apart from its
+/// other ops; a wait does not alert unless `waits=alert` asks.
+fn waits_case(env: &[(&str, &str)], attach: &str) {
+    let comm = if attach == "tp_btf" { "lm-waits" } else { "lm-waits-raw" };
+    let file = std::env::temp_dir().join(format!("{comm}.dat"));
+    let quiet = format!("syscall,comm={comm},name=sys,threshold=300us");
+    let loud = format!("syscall,comm={comm},name=loud,threshold=300us,waits=alert");
+    let child = start_run_env(&["--probe", &quiet, "--probe", &loud, "--interval", "100ms", "--format", "json"], env);
+    waiter(comm, &file);
+    let (status, out) = stop(child);
+    let _ = std::fs::remove_file(&file);
+    assert!(status.success(), "latmon exited with {status}");
+    let lines = json_lines(&out);
+    for &(label, calls, wait) in WAIT_WORK {
+        let p = expect_last_probe(&lines, &format!("sys:{label}"));
+        assert_eq!(p["attach"].as_str(), Some(attach), "{p}");
+        assert_eq!(u(p, "total_count"), calls, "sys:{label}: every call in its series: {p}");
+        assert_eq!(p.get("wait").and_then(|w| w.as_bool()).unwrap_or(false), wait, "sys:{label}'s wait flag: {p}");
+    }
+    let mut intervals = 0;
+    for l in &lines {
+        let probes = l["probes"].as_array().unwrap();
+        for fam in ["sys", "loud"] {
+            let (Some(line), Some(waits)) = (
+                probes.iter().find(|p| p["name"] == fam),
+                probes.iter().find(|p| p["name"] == format!("{fam}:waits").as_str()),
+            ) else {
+                continue;
+            };
+            assert_eq!(waits["waits"].as_bool(), Some(true), "{waits}");
+            let prefix = format!("{fam}:");
+            let mine = probes.iter().filter(|p| p["name"].as_str().unwrap().starts_with(&prefix));
+            let series =
+                |wait: bool| mine.clone().filter(move |p| p.get("waits").is_none() && p.get("wait").is_some() == wait);
+            let other: u64 = series(false).map(|p| u(p, "count")).sum();
+            let waiting: u64 = series(true).map(|p| u(p, "count")).sum();
+            assert_eq!(u(line, "count"), other, "{fam}: the family line counts its non-wait series exactly: {l}");
+            assert_eq!(u(waits, "count"), waiting, "{fam}:waits counts its wait series exactly: {l}");
+            intervals += 1;
+        }
+    }
+    assert!(intervals >= 2, "{intervals} intervals with both lines");
+    // nanosleep and ppoll take over 1 ms: above the threshold, yet only
+    // `waits=alert` alerts on them.
+    let alerts = |name: &str| expect_last_probe(&lines, name)["total_alerts"].as_u64().unwrap();
+    assert_eq!((alerts("sys:nanosleep"), alerts("sys:ppoll")), (0, 0), "waits do not alert by default");
+    assert_eq!(alerts("loud:nanosleep"), WAIT_WORK[0].1, "waits=alert: every 1 ms nanosleep alerts");
+    let records: Vec<&str> = lines
+        .iter()
+        .flat_map(|l| l["alert_records"].as_array().into_iter().flatten())
+        .map(|r| r["probe"].as_str().unwrap())
+        .collect();
+    assert!(!records.iter().any(|r| *r == "sys:nanosleep" || *r == "sys:ppoll"), "{records:?}");
+    assert!(records.contains(&"loud:nanosleep"), "{records:?}");
+}
+
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn waits_are_apart_from_the_family_line_exactly() {
+    waits_case(&[], "tp_btf");
+}
+
+/// The raw_tp build reads futex's op through the same pt_regs.
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn raw_tp_keeps_waits_apart_the_same() {
+    waits_case(&[("LATMON_SKIP_ATTACH", "tp_btf")], "raw_tp");
 }

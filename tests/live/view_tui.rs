@@ -176,6 +176,30 @@ fn row_names(screen: &str) -> Vec<String> {
     names
 }
 
+/// The table's rows as (series, name): a series' name is its label, and
+/// it sits under its family line; a family's rest line is `+N`.
+fn grouped_rows(screen: &str) -> Vec<(bool, String)> {
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for l in screen.lines() {
+        if l.contains("PROBE") && l.contains("MECH") {
+            in_table = true;
+            continue;
+        }
+        // Column 0 is the selection mark; a series is indented by two.
+        let cell = l.get(1..).unwrap_or("");
+        let t = cell.trim_start();
+        if !in_table {
+            continue;
+        }
+        if t.is_empty() || t.starts_with('┌') || t.starts_with('│') || t.starts_with("q quit") {
+            break;
+        }
+        rows.push((cell.starts_with("  "), t.split_whitespace().next().unwrap_or("").to_string()));
+    }
+    rows
+}
+
 fn seq_of(screen: &str) -> u64 {
     screen
         .split_whitespace()
@@ -217,18 +241,33 @@ fn live_view_in_tmux_header_sort_select_resize_unplug() {
     for _ in 0..4 {
         tmux.keys("s");
     }
-    let (ok, s) = tmux.wait_for(Duration::from_secs(3), |s| s.contains("sorted by name"));
+    let (ok, s) = tmux.wait_for(Duration::from_secs(3), |s| s.contains("families and series by name"));
     assert!(ok, "sort key not taken:\n{s}");
     let by_name = row_names(&s);
-    let mut sorted = by_name.clone();
+    // Families in name order (a family's waits line right after it), and
+    // the series listed under each in name order.
+    let rows = grouped_rows(&s);
+    let families: Vec<&str> = rows.iter().filter(|r| !r.0 && !r.1.ends_with(":waits")).map(|r| r.1.as_str()).collect();
+    let mut sorted = families.clone();
     sorted.sort();
-    assert_eq!(by_name, sorted, "name order:\n{s}");
+    assert_eq!(families, sorted, "families in name order:\n{s}");
+    for run in rows.split(|r| !r.0) {
+        let names: Vec<&str> = run.iter().map(|r| r.1.as_str()).filter(|n| !n.starts_with('+')).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted, "series in name order under their family:\n{s}");
+    }
     assert_ne!(by_name, before, "sorting changed nothing:\n{s}");
 
-    // 3. Selecting the second row shows its histogram.
+    // 3. Selecting the second row shows its histogram (a series is named
+    //    after its family there).
     tmux.keys("Home");
     tmux.keys("Down");
-    let want = format!("histogram of {}", by_name[1]);
+    let family = rows.iter().take(2).rfind(|r| !r.0).map_or("", |r| r.1.as_str());
+    let want = match &rows[1] {
+        (true, label) => format!("histogram of {family}:{label}"),
+        (false, name) => format!("histogram of {name}"),
+    };
     let (ok, s) = tmux.wait_for(Duration::from_secs(3), |s| s.contains(&want));
     assert!(ok, "{want:?} not shown:\n{s}");
     let hist_rows = s.lines().filter(|l| l.contains("..") && l.contains("|#")).count();
@@ -252,6 +291,11 @@ fn live_view_in_tmux_header_sort_select_resize_unplug() {
     assert!(ok, "not readable at 80x24:\n{s}");
     for needle in ["board ", "PROBE", "P99", "MAX", "q quit"] {
         assert!(s.contains(needle), "{needle:?} missing at 80x24:\n{s}");
+    }
+    // Every family line of the default set is on the screen.
+    let families: Vec<String> = grouped_rows(&s).into_iter().filter(|r| !r.0).map(|r| r.1).collect();
+    for fam in ["runq", "syscall", "irq"] {
+        assert!(families.iter().any(|f| f == fam), "{fam} not on the 80x24 screen:\n{s}");
     }
     let seq_before = seq_of(&s);
 

@@ -84,6 +84,7 @@ fn a_folded_family_and_link_counters_pass_promtool_check_metrics() {
         attach: Mechanism::RawTp,
         mode: String::new(),
         btf_mode: BtfMode::CoRe,
+        wait: Default::default(),
     };
     let probes: Vec<ProbeInfo> =
         std::iter::once(info("sys")).chain((0..40).map(|k| info(&format!("sys:call{k}")))).collect();

@@ -148,6 +148,45 @@ impl BtfMode {
     }
 }
 
+/// A series' place beside its family's latency: a call whose purpose is
+/// to wait (nanosleep, ppoll, a futex wait, ...) times its caller's
+/// timeout or peer, not the system's service time, so it is kept out of
+/// the family line and summed in the family's waits line instead
+/// (docs/probes.md, "Waits").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Wait {
+    /// Latency: counted in its family line.
+    #[default]
+    No,
+    /// A series whose calls wait (JSON `"wait": true`).
+    Series,
+    /// The family's waits line, `FAMILY:waits`: the sum of its wait
+    /// series (JSON `"waits": true`).
+    Sum,
+}
+
+impl Wait {
+    /// The role's number in Hello's `waits` (docs/wire-format.md); 0 is
+    /// never sent.
+    pub fn code(self) -> u8 {
+        match self {
+            Wait::No => 0,
+            Wait::Series => 1,
+            Wait::Sum => 2,
+        }
+    }
+
+    /// The role a sender's number names; an unknown number (a later
+    /// revision's role) reads as latency, as before it existed.
+    pub fn from_code(c: u8) -> Wait {
+        match c {
+            1 => Wait::Series,
+            2 => Wait::Sum,
+            _ => Wait::No,
+        }
+    }
+}
+
 // Display (logs, text) and Serialize (JSON) both say `as_str`; Display
 // pads, so `{:<11}` lines up as it did for the words.
 impl fmt::Display for Family {

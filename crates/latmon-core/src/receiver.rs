@@ -321,6 +321,10 @@ pub struct View {
     pub last: bool,
     /// The table's working memory (kept between screens).
     table: Table,
+    /// The terminal's columns and rows, when the screen goes to one: the
+    /// table then shows as many series per family as keep every family
+    /// line on the screen, and every line is cut to its width.
+    pub size: Option<(u16, u16)>,
 }
 
 impl View {
@@ -430,8 +434,17 @@ impl View {
         // The table of `latmon run` (src/table.rs): a family's worst
         // series and the rest summed, not every series' histogram. Its
         // numbers cover the last interval the link delivered (more than
-        // one after lost frames; since start for a late joiner).
-        self.table.render_into(&mut s, self.latest.as_slice(), self.interval_ns, SortBy::P99);
+        // one after lost frames; since start for a late joiner). On a
+        // terminal it fits the rows left under the header and above the
+        // alerts' separator and head.
+        match self.size {
+            Some((_, rows)) => {
+                let above = s.lines().count();
+                let room = usize::from(rows).saturating_sub(above + 3);
+                self.table.render_fit_into(&mut s, self.latest.as_slice(), self.interval_ns, SortBy::P99, room);
+            }
+            None => self.table.render_into(&mut s, self.latest.as_slice(), self.interval_ns, SortBy::P99),
+        }
         // Kernel-skipped runs of the probes' programs (Status revision 2,
         // since start): the table's MISS column has the agent's interval
         // counts only.
@@ -477,8 +490,31 @@ impl View {
                 s.push('\n');
             }
         }
+        if let Some((cols, rows)) = self.size {
+            s = fit_screen(&s, usize::from(cols), usize::from(rows));
+        }
         s
     }
+}
+
+/// `screen` within `cols` x `rows`: each line cut to `cols - 1` columns
+/// (`~` marking a cut; a terminal wraps a line that fills its last
+/// column) and the lines past `rows - 1` left out (the last row stays
+/// empty, so that the screen does not scroll). The screen is ASCII
+/// (`shown` and the table write nothing else): a byte is a column.
+pub fn fit_screen(screen: &str, cols: usize, rows: usize) -> String {
+    let w = cols.saturating_sub(1).max(2);
+    let mut out = String::with_capacity(screen.len());
+    for line in screen.lines().take(rows.saturating_sub(1).max(1)) {
+        if line.len() > w {
+            out.push_str(line.get(..w - 1).unwrap_or(line));
+            out.push('~');
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// `latmon view SOURCE`: redraws on every summary (at most 10 times a
@@ -494,6 +530,20 @@ pub fn run_view(
     duration: Option<Duration>,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
+) -> Result<()> {
+    run_view_sized(src, tty, replay, duration, stdout, stderr, &|| None)
+}
+
+/// [`run_view`] on a terminal of the size `size` says (asked before each
+/// screen: the terminal may be resized): see [`View::size`].
+pub fn run_view_sized(
+    src: &mut dyn ByteSource,
+    tty: bool,
+    replay: bool,
+    duration: Option<Duration>,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+    size: &dyn Fn() -> Option<(u16, u16)>,
 ) -> Result<()> {
     let name = src.name().to_string();
     let mut dec = FrameDecoder::new();
@@ -512,6 +562,7 @@ pub fn run_view(
                 tracker: &Tracker,
                 last_frame: Option<Instant>|
      -> io::Result<()> {
+        view.size = if tty { size() } else { None };
         let screen = view.render(&name, &dec.stats, tracker, last_frame.map(|t| t.elapsed()));
         if tty {
             out.write_all(b"\x1b[H\x1b[2J")?;
@@ -600,6 +651,91 @@ mod tests {
         let mut ev = None;
         d.feed(&frames.concat(), &mut |r| ev = Some(t.on_frame(r.unwrap())));
         ev.unwrap()
+    }
+
+    /// The board's plain view on a terminal under load: every family line
+    /// (and the waits line) on the screen at 80x24 and 100x30, no line
+    /// wider than the terminal, the screen never taller.
+    #[test]
+    fn a_terminal_screen_keeps_every_family_line() {
+        let mut names: Vec<(String, &str, &str)> = vec![
+            ("runq".into(), "runq", ""),
+            ("syscall".into(), "syscall", ""),
+            ("irq".into(), "irq", ""),
+            ("syscall:waits".into(), "syscall", crate::wire::WAITS_MODE_PREFIX),
+        ];
+        for i in 0..20 {
+            names.push((format!("syscall:s{i}"), "syscall", ""));
+            names.push((format!("syscall:w{i}"), "syscall", crate::wire::WAIT_MODE_PREFIX));
+            names.push((format!("irq:{i} a-rather-long-irq-action-name"), "irq", ""));
+        }
+        let mut h = hello();
+        h.probes = names
+            .iter()
+            .enumerate()
+            .map(|(i, (n, k, m))| ProbeDesc {
+                id: i as u16,
+                name: n.clone(),
+                kind: (*k).into(),
+                attach: "tp_btf".into(),
+                mode: (*m).into(),
+                scheme: BucketScheme::LATMON,
+            })
+            .collect();
+        h.probe_count = names.len() as u16;
+        let mut t = Tracker::new();
+        let mut v = View::default();
+        v.on_event(&t.on_frame(Frame::Hello(h)));
+        let hs: Vec<Hist> = (0..names.len() as u64)
+            .map(|i| {
+                let mut h = Hist::default();
+                h.record(1_000 + i * 1_000);
+                h
+            })
+            .collect();
+        let mut bytes = Vec::new();
+        crate::wire::Encoder::new()
+            .summary(
+                crate::wire::SummaryHeader { seq: 1, boot_id: 7, time_ns: 2_000_000_000, last: false },
+                &hs,
+                &mut |f| bytes.extend_from_slice(f),
+            )
+            .unwrap();
+        FrameDecoder::new().feed(&bytes, &mut |r| v.on_event(&t.on_frame(r.unwrap())));
+        for a in 0..12 {
+            v.on_event(&Event::Alert(AlertRecord {
+                probe: "syscall:s3".into(),
+                pid: a,
+                tid: a,
+                comm: "ctrl".into(),
+                cpu: 0,
+                latency_ns: 9_000_000,
+                time_ns: 5,
+                anatomy: None,
+            }));
+        }
+        let link = LinkStats::default();
+        for (cols, rows) in [(80u16, 24u16), (100, 30)] {
+            v.size = Some((cols, rows));
+            let screen = v.render("tcp://board:7777", &link, &t, Some(Duration::from_millis(100)));
+            assert!(screen.lines().count() < usize::from(rows), "{cols}x{rows}:\n{screen}");
+            assert!(screen.lines().all(|l| l.len() < usize::from(cols)), "{cols}x{rows}:\n{screen}");
+            let firsts: Vec<&str> = screen.lines().filter_map(|l| l.split(' ').next()).collect();
+            for fam in ["runq", "syscall", "syscall:waits", "irq"] {
+                assert!(firsts.contains(&fam), "{fam} at {cols}x{rows}:\n{screen}");
+            }
+            let after = |head: &str| {
+                let ls: Vec<&str> = screen.lines().collect();
+                let at = ls.iter().position(|l| l.split(' ').next() == Some(head)).unwrap();
+                ls[at + 1].split_whitespace().next().unwrap_or("").to_string()
+            };
+            assert_eq!((after("syscall"), after("syscall:waits")), ("s19".into(), "w19".into()), "{screen}");
+        }
+        // Without a terminal, the whole table (ten series per family).
+        v.size = None;
+        let screen = v.render("tcp://board:7777", &link, &t, None);
+        assert_eq!(screen.matches("more series").count(), 3, "{screen}");
+        assert!(screen.lines().count() > 40);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::hist::{Hist, BUCKETS};
-use crate::ident::{BtfMode, Family, Mechanism};
+use crate::ident::{BtfMode, Family, Mechanism, Wait};
 use crate::text::{push_clean, Ns};
 
 /// Static facts about an attached probe.
@@ -23,6 +23,10 @@ pub struct ProbeInfo {
     pub mode: String,
     /// Which build of the BPF object runs.
     pub btf_mode: BtfMode,
+    /// A series that waits, or its family's waits line (reports carry it
+    /// as `wait` / `waits`).
+    #[serde(skip)]
+    pub wait: Wait,
 }
 
 /// A configured probe that did not attach: what outputs with fixed
@@ -73,6 +77,14 @@ pub struct ProbeReport {
     /// with whatever words a sender's Hello carried.
     pub kind: String,
     pub attach: String,
+    /// A series of calls whose purpose is to wait (`Wait::Series`): not in
+    /// its family line, summed in the family's waits line.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub wait: bool,
+    /// The family's waits line, `FAMILY:waits` (`Wait::Sum`): its counts
+    /// and histogram are the sum of the family's wait series.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub waits: bool,
     pub count: u64,
     pub total_count: u64,
     pub min_ns: u64,
@@ -225,7 +237,9 @@ impl IntervalReport {
 impl ProbeReport {
     /// Build from the cumulative snapshots at the start and end of an interval.
     pub fn new(info: &ProbeInfo, prev: &Hist, cur: &Hist) -> Self {
-        Self::labelled(&info.name, info.kind.as_str(), info.attach.as_str(), prev, cur)
+        let mut r = Self::labelled(&info.name, info.kind.as_str(), info.attach.as_str(), prev, cur);
+        r.set_wait(info.wait);
+        r
     }
 
     /// [`ProbeReport::new`] for a row labelled with words, not types: a
@@ -242,6 +256,8 @@ impl ProbeReport {
             name: String::new(),
             kind: String::new(),
             attach: String::new(),
+            wait: false,
+            waits: false,
             count: 0,
             total_count: 0,
             min_ns: 0,
@@ -279,6 +295,22 @@ impl ProbeReport {
     /// state are left as they are (the agent sets them).
     pub fn fill(&mut self, info: &ProbeInfo, prev: &Hist, cur: &Hist) {
         self.fill_labelled(&info.name, info.kind.as_str(), info.attach.as_str(), prev, cur);
+        self.set_wait(info.wait);
+    }
+
+    /// The report's `wait` / `waits` flags from a probe's role.
+    pub fn set_wait(&mut self, w: Wait) {
+        self.wait = w == Wait::Series;
+        self.waits = w == Wait::Sum;
+    }
+
+    /// The role the `wait` / `waits` flags say.
+    pub fn wait_role(&self) -> Wait {
+        match (self.wait, self.waits) {
+            (true, _) => Wait::Series,
+            (false, true) => Wait::Sum,
+            (false, false) => Wait::No,
+        }
     }
 
     /// [`ProbeReport::fill`] with the labels as words (see `labelled`).
@@ -568,6 +600,7 @@ mod tests {
             attach: Mechanism::TpBtf,
             mode: "switch-only".into(),
             btf_mode: BtfMode::CoRe,
+            wait: Default::default(),
         }
     }
 

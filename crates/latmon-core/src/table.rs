@@ -95,14 +95,16 @@ impl Rows for [Option<ProbeReport>] {
 }
 
 const NONE: usize = usize::MAX;
+/// "No line" in [`Table::shape`].
+pub const NO_LINE: usize = NONE;
 
 /// A line of the table as [`Table::walk`] meets it.
 enum Line<'r> {
     /// A probe without a family: a family line or a probe of its own.
     Probe(&'r ProbeReport),
-    /// The `rank`-th series of its family (0: the worst); its label is
-    /// its name from `label_at`.
-    Series { p: &'r ProbeReport, label_at: usize, rank: usize },
+    /// A series of its family, in order (worst first); its label is its
+    /// name from `label_at`; `shown`: among the top the table shows.
+    Series { p: &'r ProbeReport, label_at: usize, shown: bool },
     /// The series ranked [`TOP_SERIES`] and beyond, summed.
     Rest(Rest),
 }
@@ -120,7 +122,8 @@ pub struct Rest {
 }
 
 impl Rest {
-    fn add(&mut self, p: &ProbeReport) {
+    /// Counts `p` in the sums.
+    pub fn add(&mut self, p: &ProbeReport) {
         self.series += 1;
         self.count = self.count.saturating_add(p.count);
         self.alerts = self.alerts.saturating_add(p.alerts);
@@ -134,8 +137,12 @@ impl Rest {
 /// and the order of a family's series.
 #[derive(Default)]
 pub struct Table {
-    /// Per probe: its family's index, or NONE.
+    /// Per probe: its family's index, or NONE. A wait series' family is
+    /// its family's waits line.
     parent: Vec<usize>,
+    /// Per family line: the index of its waits line (`FAMILY:waits`),
+    /// shown right after the family's series, or NONE.
+    waits_of: Vec<usize>,
     /// What `parent` was computed for (names and kinds, hashed).
     fingerprint: u64,
     order: Vec<usize>,
@@ -184,6 +191,49 @@ impl Table {
                 self.parent[i] = NONE;
             }
         }
+        // Waits: a waits line is a line of its own, placed after its
+        // family's series; a wait series sits under it, never among its
+        // family's series (a timeout is not a latency).
+        self.waits_of.clear();
+        self.waits_of.resize(n, NONE);
+        for w in 0..n {
+            let Some(wl) = rows.row(w).filter(|p| p.waits) else { continue };
+            self.parent[w] = NONE;
+            let fam = wl.name.strip_suffix(":waits").unwrap_or("");
+            if let Some(f) = (0..n).find(|&j| rows.row(j).is_some_and(|f| f.name == fam && f.kind == wl.kind)) {
+                if self.parent[f] == NONE && self.waits_of[f] == NONE {
+                    self.waits_of[f] = w;
+                }
+            }
+            for i in 0..n {
+                let Some(p) = rows.row(i).filter(|p| p.wait && p.kind == wl.kind) else { continue };
+                if p.name.len() > fam.len() + 1 && p.name.starts_with(fam) && p.name.as_bytes()[fam.len()] == b':' {
+                    self.parent[i] = w;
+                }
+            }
+        }
+        // A wait series whose waits line has not arrived is a line of its
+        // own until it does.
+        for i in 0..n {
+            let f = self.parent[i];
+            if f != NONE && rows.row(i).is_some_and(|p| p.wait) && !rows.row(f).is_some_and(|f| f.waits) {
+                self.parent[i] = NONE;
+            }
+        }
+    }
+
+    /// The table's shape for a screen that draws its own rows (the
+    /// laptop's live view): per row, the index of the line it sits under
+    /// ([`NO_LINE`] for a top-level line), and per family line, the index
+    /// of its waits line, shown right after it ([`NO_LINE`]: none).
+    pub fn shape(&mut self, rows: &(impl Rows + ?Sized)) -> (&[usize], &[usize]) {
+        self.link(rows);
+        (&self.parent, &self.waits_of)
+    }
+
+    /// Whether row `w` is a waits line shown after its family.
+    fn follows_family(&self, w: usize) -> bool {
+        self.waits_of.contains(&w)
     }
 
     /// The series of family `f` into `self.order`, worst first.
@@ -203,43 +253,106 @@ impl Table {
     }
 
     /// Every line of the table in order: each family (or probe without
-    /// series), then its series sorted (all of them: `rank` says which
+    /// series), then its series sorted (all of them: `shown` says which
     /// are shown), then the rest's sums when there is a rest.
-    fn walk<'r, R: Rows + ?Sized>(&mut self, rows: &'r R, by: SortBy, mut f: impl FnMut(Line<'r>)) {
+    /// `top`: the series shown per family, the others summed.
+    fn walk<'r, R: Rows + ?Sized>(&mut self, rows: &'r R, by: SortBy, top: usize, mut f: impl FnMut(Line<'r>)) {
         self.link(rows);
         for fi in 0..self.parent.len() {
-            let Some(fam) = rows.row(fi) else { continue };
+            if self.parent[fi] != NONE || self.follows_family(fi) {
+                continue;
+            }
+            self.block(rows, fi, by, top, &mut f);
+            let w = self.waits_of[fi];
+            if w != NONE {
+                self.block(rows, w, by, top, &mut f);
+            }
+        }
+    }
+
+    /// One top-level line and its series (sorted, `top` shown).
+    fn block<'r, R: Rows + ?Sized>(
+        &mut self,
+        rows: &'r R,
+        fi: usize,
+        by: SortBy,
+        top: usize,
+        f: &mut impl FnMut(Line<'r>),
+    ) {
+        let Some(fam) = rows.row(fi) else { return };
+        f(Line::Probe(fam));
+        // A waits line's series are named after the family, not after it.
+        let label_at = if fam.waits { fam.name.len() - "waits".len() } else { fam.name.len() + 1 };
+        self.sort_series(rows, fi, by);
+        let mut rest = Rest::default();
+        for (rank, &i) in self.order.iter().enumerate() {
+            let p = rows.row(i).expect("sorted rows exist");
+            f(Line::Series { p, label_at, shown: rank < top });
+            if rank >= top {
+                rest.add(p);
+            }
+        }
+        if rest.series > 0 {
+            f(Line::Rest(rest));
+        }
+    }
+
+    /// Lines [`Table::render_into`] writes with `top` series per family.
+    fn lines_for<R: Rows + ?Sized>(&mut self, rows: &R, top: usize) -> usize {
+        self.link(rows);
+        let n = self.parent.len();
+        let mut lines = 1; // column heads
+        for fi in (0..n).filter(|&i| rows.row(i).is_some()) {
             if self.parent[fi] != NONE {
                 continue;
             }
-            f(Line::Probe(fam));
-            self.sort_series(rows, fi, by);
-            let mut rest = Rest::default();
-            for (rank, &i) in self.order.iter().enumerate() {
-                let p = rows.row(i).expect("sorted rows exist");
-                f(Line::Series { p, label_at: fam.name.len() + 1, rank });
-                if rank >= TOP_SERIES {
-                    rest.add(p);
-                }
-            }
-            if rest.series > 0 {
-                f(Line::Rest(rest));
-            }
+            let series = (0..n).filter(|&i| self.parent[i] == fi && rows.row(i).is_some()).count();
+            lines += 1 + series.min(top) + usize::from(series > top);
         }
+        lines
+    }
+
+    /// [`Table::render_into`] within `max_lines` lines (a screen's
+    /// height): the most series per family, up to [`TOP_SERIES`], that
+    /// keep every family line, waits line and rest line on it; at least
+    /// every top-level line and its rest line, whatever the height.
+    /// Returns the series shown per family.
+    pub fn render_fit_into(
+        &mut self,
+        s: &mut String,
+        rows: &(impl Rows + ?Sized),
+        interval_ns: u64,
+        by: SortBy,
+        max_lines: usize,
+    ) -> usize {
+        let top = (0..=TOP_SERIES).rev().find(|&t| self.lines_for(rows, t) <= max_lines).unwrap_or(0);
+        self.render_top_into(s, rows, interval_ns, by, top);
+        top
     }
 
     /// The column heads and one line per probe and shown series (and a
     /// rest line per family with more), each ending in `\n`, appended to
     /// `s`. `interval_ns` turns counts into events/s.
     pub fn render_into(&mut self, s: &mut String, rows: &(impl Rows + ?Sized), interval_ns: u64, by: SortBy) {
+        self.render_top_into(s, rows, interval_ns, by, TOP_SERIES);
+    }
+
+    fn render_top_into(
+        &mut self,
+        s: &mut String,
+        rows: &(impl Rows + ?Sized),
+        interval_ns: u64,
+        by: SortBy,
+        top: usize,
+    ) {
         let _ = writeln!(
             s,
             "{:<NAME_W$} {:<VIA_W$} {:>EVS_W$} {:>TIME_W$} {:>TIME_W$} {:>TIME_W$} {:>TIME_W$} {:>COUNT_W$} {:>COUNT_W$} {:>COUNT_W$}",
             "NAME", "VIA", "EV/S", "P50", "P99", "P99.9", "MAX", "ALERT", "DROP", "MISS"
         );
-        self.walk(rows, by, |l| match l {
+        self.walk(rows, by, top, |l| match l {
             Line::Probe(p) => probe_line(s, p, None, interval_ns),
-            Line::Series { p, label_at, rank } if rank < TOP_SERIES => probe_line(s, p, Some(label_at), interval_ns),
+            Line::Series { p, label_at, shown: true, .. } => probe_line(s, p, Some(label_at), interval_ns),
             Line::Series { .. } => {}
             Line::Rest(r) => rest_line(s, &r, interval_ns),
         });
@@ -248,7 +361,7 @@ impl Table {
     /// Every probe in the table's order (series after their family, all
     /// of them, sorted), e.g. to print their histograms below it.
     pub fn for_each<'r, R: Rows + ?Sized>(&mut self, rows: &'r R, by: SortBy, mut each: impl FnMut(&'r ProbeReport)) {
-        self.walk(rows, by, |l| match l {
+        self.walk(rows, by, TOP_SERIES, |l| match l {
             Line::Probe(p) | Line::Series { p, .. } => each(p),
             Line::Rest(_) => {}
         });
@@ -607,6 +720,68 @@ mod tests {
         assert_eq!(names(&table(&r, SortBy::P99)), ["syscall:read", "runq:x"]);
     }
 
+    fn wait(name: &str, count: u64, p99_ns: u64) -> ProbeReport {
+        let mut p = probe(name, "syscall", count, p99_ns);
+        p.wait = !name.ends_with(":waits");
+        p.waits = name.ends_with(":waits");
+        p
+    }
+
+    #[test]
+    fn waits_sit_under_their_own_line_after_the_family_never_among_its_worst() {
+        // As the agent appends them: the family, irq, then series as they
+        // are born (the waits line before its wait series).
+        let r = report(vec![
+            probe("syscall", "syscall", 60, 9_000),
+            probe("irq", "irq", 10, 4_000),
+            probe("syscall:write", "syscall", 50, 5_000),
+            wait("syscall:waits", 12, 1_000_000_000),
+            wait("syscall:ppoll", 2, 1_000_000_000),
+            wait("syscall:nanosleep", 10, 500_000_000),
+            probe("syscall:read", "syscall", 10, 2_000),
+            probe("irq:eth0", "irq", 10, 4_000),
+        ]);
+        let t = table(&r, SortBy::P99);
+        assert_eq!(
+            names(&t),
+            ["syscall", "  write", "  read", "syscall:waits", "  ppoll", "  nanosleep", "irq", "  eth0"],
+            "{t}"
+        );
+        // Without its waits line (a sender before revision 7 has none, and
+        // no flags either), a flagged series is a line of its own.
+        let r = report(vec![probe("syscall", "syscall", 1, 1), wait("syscall:ppoll", 1, 1)]);
+        assert_eq!(names(&table(&r, SortBy::P99)), ["syscall", "syscall:ppoll"]);
+    }
+
+    #[test]
+    fn a_fitted_table_keeps_every_family_line_and_shows_what_fits() {
+        let mut probes = vec![probe("runq", "runq", 1, 1)];
+        for fam in ["syscall", "irq"] {
+            probes.push(probe(fam, fam, 100, 5_000));
+        }
+        probes.push(wait("syscall:waits", 100, 5_000));
+        for i in 0..30u64 {
+            probes.push(probe(&format!("syscall:s{i}"), "syscall", i, 1_000 + i));
+            probes.push(wait(&format!("syscall:w{i}"), i, 1_000 + i));
+            probes.push(probe(&format!("irq:{i}"), "irq", i, 1_000 + i));
+        }
+        let r = report(probes);
+        for (rows, top) in [(100, TOP_SERIES), (20, 4), (13, 1), (9, 0), (3, 0)] {
+            let mut s = String::new();
+            let got = Table::default().render_fit_into(&mut s, r.probes.as_slice(), SEC, SortBy::P99, rows);
+            assert_eq!(got, top, "{rows} rows:\n{s}");
+            let n = names(&s);
+            for fam in ["runq", "syscall", "syscall:waits", "irq"] {
+                assert!(n.contains(&fam), "{fam} on a {rows}-row table:\n{s}");
+            }
+            assert_eq!(n.iter().filter(|l| l.starts_with("  +")).count(), 3, "{s}");
+            if top > 0 {
+                assert!(s.lines().count() <= rows, "{rows}:\n{s}");
+                assert!(n.contains(&"  w29") && n.contains(&"  s29") && !n.contains(&"  w0"), "the worst shown:\n{s}");
+            }
+        }
+    }
+
     #[test]
     fn the_top_ten_are_shown_and_the_rest_summed_exactly() {
         let mut probes = vec![probe("syscall", "syscall", 0, 0)];
@@ -814,6 +989,7 @@ mod tests {
             attach: crate::ident::Mechanism::TpBtf,
             mode: String::new(),
             btf_mode: crate::ident::BtfMode::CoRe,
+            wait: Default::default(),
         };
         let mut h = crate::hist::Hist::default();
         for v in [300u64, 2_500, 40_000] {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 //! latmon-view: the technician's tools on a laptop (Linux, Windows).
-//! Argument parsing only; the screen is src/live.rs, the report
+//! Argument parsing only; the screen is src/live/ (model, ui, run), the report
 //! src/report.rs, the byte sources src/source.rs, and the receiver
 //! (wire format, tracker, compact table) is latmon-core.
 
@@ -91,13 +91,16 @@ fn run(cli: Cli) -> Result<()> {
             let tty = io::stdout().is_terminal();
             if plain || !tty || replay {
                 let mut src = source::open(&word, true, false).map_err(|e| anyhow!(e))?;
-                latmon_core::receiver::run_view(
+                // On a terminal the plain screen fits it (every family line).
+                let size = || crossterm::terminal::size().ok();
+                latmon_core::receiver::run_view_sized(
                     &mut src,
                     tty,
                     replay,
                     duration,
                     &mut io::stdout().lock(),
                     &mut io::stderr(),
+                    &size,
                 )
             } else {
                 let src = source::open(&word, true, true).map_err(|e| anyhow!(e))?;

@@ -649,10 +649,24 @@ pub fn probe_table(probes: &[ProbeInfo]) -> Vec<ProbeDesc> {
             name: truncate(&p.name, MAX_NAME_LEN).to_string(),
             kind: truncate(p.kind.as_str(), MAX_NAME_LEN).to_string(),
             attach: truncate(p.attach.as_str(), MAX_NAME_LEN).to_string(),
-            mode: truncate(&p.mode, MAX_NAME_LEN).to_string(),
+            mode: desc_mode(p),
             scheme: BucketScheme::LATMON,
         })
         .collect()
+}
+
+/// A probe's `mode` as Hello carries it: its wait role's prefix (revision
+/// 7) in front, so a cut at [`MAX_NAME_LEN`] takes the words, not the role.
+fn desc_mode(p: &ProbeInfo) -> String {
+    let prefix = match p.wait {
+        crate::ident::Wait::No => "",
+        crate::ident::Wait::Series => super::WAIT_MODE_PREFIX,
+        crate::ident::Wait::Sum => super::WAITS_MODE_PREFIX,
+    };
+    let mut m = String::with_capacity(prefix.len() + p.mode.len());
+    m.push_str(prefix);
+    m.push_str(&p.mode);
+    truncate(&m, MAX_NAME_LEN).to_string()
 }
 
 /// An identifier for one agent run: changes when the board reboots or the

@@ -60,7 +60,30 @@ pub const PROTOCOL_VERSION: u8 = 1;
 /// Alert.
 /// Revision 6 appended `dropped` (alert records lost before any output,
 /// per probe) to Status.
-pub const PROTOCOL_REVISION: u8 = 6;
+/// Revision 7 marks waits in `ProbeDesc::mode` ([`WAIT_MODE_PREFIX`],
+/// [`WAITS_MODE_PREFIX`]): no byte layout changed.
+pub const PROTOCOL_REVISION: u8 = 7;
+/// `ProbeDesc::mode` of a series whose calls wait (revision 7): it is
+/// not in its family line but in the family's waits line. Older senders
+/// never send it; an older receiver shows it as part of the mode's words.
+pub const WAIT_MODE_PREFIX: &str = "wait; ";
+/// `ProbeDesc::mode` of a family's waits line, `FAMILY:waits` (revision
+/// 7): the sum of the family's wait series.
+pub const WAITS_MODE_PREFIX: &str = "waits sum; ";
+
+/// The wait role a `ProbeDesc::mode` says (none without a prefix: a
+/// sender before revision 7, or a probe that does not wait).
+#[cfg(feature = "std")]
+pub fn wait_of_mode(mode: &str) -> crate::ident::Wait {
+    use crate::ident::Wait;
+    if mode.starts_with(WAIT_MODE_PREFIX) {
+        Wait::Series
+    } else if mode.starts_with(WAITS_MODE_PREFIX) {
+        Wait::Sum
+    } else {
+        Wait::No
+    }
+}
 /// `ProbeDesc::mode` of a series a budgeted link rolled up into its
 /// family's `FAMILY:other` entry (sent as a table update): the series is
 /// no longer carried on its own.

@@ -1001,3 +1001,67 @@ fn wild_seq_jumps_are_not_counted_as_lost() {
     t.on_frame(summary_seq(3 + MAX_SEQ_GAP + 1));
     assert_eq!((t.summaries_lost, t.seq_jumps), (8 + MAX_SEQ_GAP, 1), "the largest believed gap");
 }
+
+/// Revision 7: a probe's wait role travels as its mode's prefix, through
+/// the encoder, decoder and tracker, into the report's `wait` / `waits`
+/// flags and the JSON; an older sender's modes say no waits.
+#[test]
+fn wait_roles_travel_in_the_mode_and_old_senders_have_none() {
+    use crate::ident::{BtfMode, Family, Mechanism, Wait};
+    use crate::summary::ProbeInfo;
+    let info = |name: &str, wait: Wait| ProbeInfo {
+        name: name.into(),
+        kind: Family::Syscall,
+        attach: Mechanism::TpBtf,
+        mode: "per-cpu stamp, task-storage park".into(),
+        btf_mode: BtfMode::CoRe,
+        wait,
+    };
+    let infos = [
+        info("syscall", Wait::No),
+        info("syscall:write", Wait::No),
+        info("syscall:waits", Wait::Sum),
+        info("syscall:ppoll", Wait::Series),
+    ];
+    let table = probe_table(&infos);
+    assert_eq!(table[3].mode, "wait; per-cpu stamp, task-storage park");
+    assert_eq!(table[2].mode, "waits sum; per-cpu stamp, task-storage park");
+    assert_eq!(table[0].mode, infos[0].mode, "no prefix for latency");
+    // A mode cut at MAX_NAME_LEN keeps its prefix.
+    let long = ProbeInfo { mode: "m".repeat(200), ..info("syscall:pause", Wait::Series) };
+    let cut = &probe_table(&[long])[0].mode;
+    assert!(cut.len() <= MAX_NAME_LEN && wait_of_mode(cut) == Wait::Series, "{cut}");
+
+    let feed = |table: Vec<ProbeDesc>| {
+        let mut bytes = encode_to_vec(&Frame::Hello(hello_with(9, table))).unwrap();
+        let hs = vec![hist(&[300, 5_000]); 4];
+        for seq in 1..=2 {
+            Encoder::new()
+                .summary(SummaryHeader { seq, boot_id: 9, time_ns: seq * 1_000_000_000, last: false }, &hs, &mut |f| {
+                    bytes.extend_from_slice(f)
+                })
+                .unwrap();
+        }
+        let (frames, _) = decode_all(&bytes);
+        let mut t = Tracker::new();
+        let mut last = None;
+        for f in frames {
+            if let Event::Summary { report, .. } = t.on_frame(f.unwrap()) {
+                last = Some(report);
+            }
+        }
+        last.expect("a summary")
+    };
+    let r = feed(table.clone());
+    let roles: Vec<Wait> = r.probes.iter().map(ProbeReport::wait_role).collect();
+    assert_eq!(roles, [Wait::No, Wait::No, Wait::Sum, Wait::Series]);
+    let json = serde_json::to_string(&r.probes).unwrap();
+    assert_eq!(json.matches("\"wait\":true").count(), 1, "{json}");
+    assert_eq!(json.matches("\"waits\":true").count(), 1, "{json}");
+    assert!(!json.contains("\"wait\":false"), "false flags are left out: {json}");
+    // A sender before revision 7: the same names, modes without prefixes.
+    let old: Vec<ProbeDesc> =
+        table.into_iter().map(|d| ProbeDesc { mode: "per-cpu stamp, task-storage park".into(), ..d }).collect();
+    let r = feed(old);
+    assert!(r.probes.iter().all(|p| p.wait_role() == Wait::No));
+}

@@ -174,7 +174,11 @@ impl Tracker {
     /// (`#id` and no words until one did).
     fn report(&self, id: u16, prev: &Hist, cur: &Hist) -> ProbeReport {
         match self.tracks.get(id as usize).and_then(|t| t.info.as_ref()) {
-            Some(d) => ProbeReport::labelled(&d.name, &d.kind, &d.attach, prev, cur),
+            Some(d) => {
+                let mut r = ProbeReport::labelled(&d.name, &d.kind, &d.attach, prev, cur);
+                r.set_wait(super::wait_of_mode(&d.mode));
+                r
+            }
             None => ProbeReport::labelled(&format!("#{id}"), "", "", prev, cur),
         }
     }
