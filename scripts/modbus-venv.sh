@@ -8,6 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 want="pymodbus==3.16.1 pyserial==3.5"
 venv=target/modbus-venv
+mkdir -p target
+# One maker at a time: nextest runs two Modbus tests at once, and on a fresh
+# clone both found no venv and ran `python3 -m venv` on the same directory
+# (ensurepip failed in the one that lost: a FLAKY test in every CI run).
+exec 9> target/modbus-venv.lock
+flock 9
 if [ "$(cat "$venv/.latmon-stamp" 2>/dev/null)" != "$want" ]; then
   rm -rf "$venv"
   python3 -m venv "$venv" >&2
