@@ -72,6 +72,7 @@ struct cycle_thread {
 	__u64 run_ns;		      /* the cycle's first run */
 	__u64 blocked_ns;	      /* blocked since */
 	__u64 faults;		      /* min_flt + maj_flt at the release */
+	__u64 wake_ns;		      /* the release's wakeup */
 	__u64 key;		      /* the task's address: its anatomy key */
 	__u32 phase;
 	__u32 started; /* ran since the release */
@@ -429,6 +430,31 @@ static __always_inline void cycle_done(void *ctx, struct cycle_thread *t, __u32 
 	}
 }
 
+/* The cycle of t's thread (task p, woken onto `cpu`) is released: its
+ * accounts start over. */
+static __always_inline void release_init(struct cycle_thread *t, struct task_struct *p, __u32 cpu, __u64 now)
+{
+	__builtin_memset(&t->acc, 0, sizeof(t->acc));
+	__builtin_memset(&t->exec, 0, sizeof(t->exec));
+	t->acc.timer_irq_delay_ns = now > t->release_ns ? now - t->release_ns : 0;
+	t->acc.cpu_woken = cpu;
+	t->faults = faults_of(p);
+	t->deadline_ns = deadline_of(t) ? t->release_ns + deadline_of(t) : 0;
+	t->reported = 0;
+	t->started = 0;
+	t->wake_ns = now;
+}
+
+/* The thread runs from `now`: the cycle's first run, if it is. */
+static __always_inline void run_start(struct cycle_thread *t, __u64 now)
+{
+	if (t->started)
+		return;
+	t->started = 1;
+	t->run_ns = now;
+	record_series(LATMON_CS_WAKEUP, now > t->release_ns ? now - t->release_ns : 0, false);
+}
+
 /* The current thread goes into a timer sleep that ends at `release`
  * (0: unknown). */
 static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now)
@@ -457,10 +483,28 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now)
 			return;
 		t->key = (__u64)cur;
 	}
-	if ((t->phase == P_RUN || t->phase == P_WAIT) && t->started)
+	/* It runs (it makes this syscall), yet the events say otherwise: a
+	 * wakeup or switch-in no program saw. The cycle still counts, with
+	 * what was seen; counted in `unseen`. */
+	if (t->phase == P_SLEEP && t->release_ns && now >= t->release_ns) {
+		release_init(t, cur, bpf_get_smp_processor_id(), now);
+		t->phase = P_RUN;
+		t->st.unseen++;
+	} else if (t->phase == P_BLOCKED) {
+		__u32 k = t->blocked_on & (LATMON_CYCLE_BLOCKED_KINDS - 1);
+
+		t->exec.blocked[k].ns += now > t->blocked_ns ? now - t->blocked_ns : 0;
+		t->phase = P_RUN;
+		t->st.unseen++;
+	} else if (t->phase == P_WAIT && !t->started) {
+		t->st.unseen++;
+	}
+	if (t->phase == P_RUN || t->phase == P_WAIT) {
+		run_start(t, t->wake_ns);
 		cycle_done(ctx, t, tid, now);
-	else
+	} else {
 		slot_return(t);
+	}
 	w = bpf_map_lookup_elem(&cycle_watch, &zero);
 	if (w && w->tid == tid)
 		w->tid = 0;
@@ -474,16 +518,9 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now)
 	t->phase = P_SLEEP;
 	if (release <= now) {
 		/* Armed in the past: released at once, still running. */
-		__builtin_memset(&t->acc, 0, sizeof(t->acc));
-		__builtin_memset(&t->exec, 0, sizeof(t->exec));
-		t->faults = faults_of(cur);
-		t->acc.cpu_woken = bpf_get_smp_processor_id();
-		t->deadline_ns = deadline_of(t) ? release + deadline_of(t) : 0;
-		t->reported = 0;
-		t->started = 1;
-		t->run_ns = now;
+		release_init(t, cur, bpf_get_smp_processor_id(), now);
+		run_start(t, now);
 		t->phase = P_RUN;
-		record_series(LATMON_CS_WAKEUP, now - release, false);
 		slot_hold(t, tid, bpf_get_smp_processor_id(), now);
 	}
 }
@@ -578,15 +615,7 @@ int BPF_PROG(cycle_wakeup, struct task_struct *p)
 		return 0;
 	now = bpf_ktime_get_ns();
 	if (t->phase == P_SLEEP) {
-		/* The release. */
-		__builtin_memset(&t->acc, 0, sizeof(t->acc));
-		__builtin_memset(&t->exec, 0, sizeof(t->exec));
-		t->acc.timer_irq_delay_ns = now > t->release_ns ? now - t->release_ns : 0;
-		t->acc.cpu_woken = latmon_task_cpu_btf(p);
-		t->faults = faults_of(p);
-		t->deadline_ns = deadline_of(t) ? t->release_ns + deadline_of(t) : 0;
-		t->reported = 0;
-		t->started = 0;
+		release_init(t, p, latmon_task_cpu_btf(p), now);
 	} else if (t->phase == P_BLOCKED) {
 		__u32 k = t->blocked_on & (LATMON_CYCLE_BLOCKED_KINDS - 1);
 
@@ -597,11 +626,7 @@ int BPF_PROG(cycle_wakeup, struct task_struct *p)
 	}
 	if (latmon_task_on_cpu_btf(p)) {
 		/* Woken before it was off its CPU: it runs on, no switch. */
-		if (!t->started) {
-			t->started = 1;
-			t->run_ns = now;
-			record_series(LATMON_CS_WAKEUP, now > t->release_ns ? now - t->release_ns : 0, false);
-		}
+		run_start(t, now);
 		t->phase = P_RUN;
 	} else {
 		t->phase = P_WAIT;
@@ -655,14 +680,21 @@ int BPF_PROG(cycle_switch, bool preempt, struct task_struct *prev, struct task_s
 		}
 	}
 	t = thread_of(next->pid);
+	if (t && t->phase == P_SLEEP && t->release_ns) {
+		/* Switched in past its release before any wakeup was seen:
+		 * the release is now. */
+		if (!now)
+			now = bpf_ktime_get_ns();
+		if (now >= t->release_ns) {
+			release_init(t, next, bpf_get_smp_processor_id(), now);
+			t->phase = P_WAIT;
+			t->st.unseen++;
+		}
+	}
 	if (t && t->phase == P_WAIT) {
 		if (!now)
 			now = bpf_ktime_get_ns();
-		if (!t->started) {
-			t->started = 1;
-			t->run_ns = now;
-			record_series(LATMON_CS_WAKEUP, now > t->release_ns ? now - t->release_ns : 0, false);
-		}
+		run_start(t, now);
 		t->phase = P_RUN;
 		slot_hold(t, next->pid, bpf_get_smp_processor_id(), now);
 	}

@@ -291,6 +291,7 @@ struct latmon_cycle_stats {
 	__u64 misses;	 /* done after release + deadline */
 	__u64 overruns;	 /* overrun records (unfinished at the deadline) */
 	__u64 period_ns; /* the fullest bin's mean step (or period=) */
+	__u64 unseen;	 /* cycles counted with a wakeup or switch no event showed */
 	struct latmon_cycle_bin bin[LATMON_CYCLE_STEP_BINS];
 };
 

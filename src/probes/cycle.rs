@@ -102,7 +102,7 @@ impl Source for Cycles {
 
     fn cycle_counts(&mut self, out: &mut Option<CycleCounts>) -> Result<(), String> {
         let map = &self._skel.maps.cycle_threads;
-        let (mut cycles, mut misses, mut overruns, mut period, mut most) = (0, 0, 0, 0, 0);
+        let (mut cycles, mut misses, mut overruns, mut unseen, mut period, mut most) = (0, 0, 0, 0, 0, 0);
         for key in map.keys() {
             let Some(v) = map.lookup(&key, MapFlags::ANY).map_err(|e| libbpf_error("cycle_threads", &e))? else {
                 continue;
@@ -113,6 +113,7 @@ impl Source for Cycles {
             cycles += st.cycles;
             misses += st.misses;
             overruns += st.overruns;
+            unseen += st.unseen;
             // The period of the thread with the most cycles.
             if st.cycles >= most {
                 most = st.cycles;
@@ -127,6 +128,7 @@ impl Source for Cycles {
             total_misses: misses,
             overruns: overruns.saturating_sub(self.last.total_overruns),
             total_overruns: overruns,
+            total_unseen: unseen,
         };
         self.last = c.clone();
         *out = Some(c);

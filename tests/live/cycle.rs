@@ -85,6 +85,7 @@ fn run(cycles: usize, env: &[(&str, &str)]) -> (Vec<Row>, Vec<serde_json::Value>
 #[derive(Debug, Default)]
 struct Figures {
     cycles: u64,
+    unseen: u64,
     period_ns: u64,
     misses: u64,
     fixture_misses: u64,
@@ -114,6 +115,7 @@ fn check(rows: &[Row], lines: &[serde_json::Value]) -> Result<Figures, String> {
     let c = &p["cycle"];
     f.cycles = c["total_cycles"].as_u64().ok_or("no cycles")?;
     f.period_ns = c["period_ns"].as_u64().unwrap_or(0);
+    f.unseen = c["total_unseen"].as_u64().unwrap_or(0);
     f.misses = c["total_misses"].as_u64().unwrap_or(0);
     let judged = &rows[SETTLE..];
     f.fixture_misses = judged.iter().filter(|r| r.missed()).count() as u64;

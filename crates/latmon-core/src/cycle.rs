@@ -147,6 +147,9 @@ pub struct CycleCounts {
     pub total_misses: u64,
     pub overruns: u64,
     pub total_overruns: u64,
+    /// Cycles counted although an event of theirs (the wakeup, the
+    /// switch in) was not seen, since start.
+    pub total_unseen: u64,
 }
 
 #[cfg(test)]
