@@ -343,9 +343,11 @@ static __always_inline void record_series(__u32 series, __u64 ns, bool alert)
 		h->alerts++;
 }
 
-/* Send a record of thread `tid` (task `task`, NULL: current). */
-static __noinline int send_record(void *ctx, struct cycle_thread *t, __u32 tid, __u32 event, __u64 now,
-				  struct task_struct *task)
+/* Send a record of thread `tid`: a miss or slow response from the loop
+ * itself (current), an overrun from whatever runs on the loop's CPU (the
+ * record names the loop through its task address, with probe reads: the
+ * task may be gone). Five arguments: the BPF calling convention's limit. */
+static __noinline int send_record(void *ctx, struct cycle_thread *t, __u32 tid, __u32 event, __u64 now)
 {
 	struct latmon_alert_cycle *r;
 	__u32 zero = 0;
@@ -363,7 +365,9 @@ static __noinline int send_record(void *ctx, struct cycle_thread *t, __u32 tid, 
 	r->alert.probe_id = 0;
 	r->alert.cpu = bpf_get_smp_processor_id();
 	r->alert.tid = tid;
-	if (task) {
+	if (event == LATMON_CYCLE_OVERRUN) {
+		struct task_struct *task = (struct task_struct *)t->key;
+
 		r->alert.pid = BPF_CORE_READ(task, tgid);
 		bpf_probe_read_kernel_str(r->alert.comm, sizeof(r->alert.comm), &task->comm);
 	} else {
@@ -418,7 +422,8 @@ static __always_inline void cycle_done(void *ctx, struct cycle_thread *t, __u32 
 	deadline = deadline_of(t);
 	miss = deadline && response > deadline;
 	slow = cfg.threshold_ns && response > cfg.threshold_ns;
-	record_series(LATMON_CS_RESPONSE, response, slow);
+	/* The family's alerts: misses, and responses above threshold=. */
+	record_series(LATMON_CS_RESPONSE, response, miss || slow);
 	record_series(LATMON_CS_EXEC, now > t->run_ns ? now - t->run_ns : 0, false);
 	t->st.cycles++;
 	if (miss)
@@ -426,7 +431,7 @@ static __always_inline void cycle_done(void *ctx, struct cycle_thread *t, __u32 
 	if (miss || slow) {
 		if (!t->deadline_ns && deadline)
 			t->deadline_ns = t->release_ns + deadline;
-		send_record(ctx, t, tid, miss ? LATMON_CYCLE_MISS : LATMON_CYCLE_RESPONSE, now, NULL);
+		send_record(ctx, t, tid, miss ? LATMON_CYCLE_MISS : LATMON_CYCLE_RESPONSE, now);
 	}
 }
 
@@ -601,7 +606,7 @@ static __always_inline void overrun_check(void *ctx)
 		return;
 	t->reported = 1;
 	t->st.overruns++;
-	send_record(ctx, t, tid, LATMON_CYCLE_OVERRUN, now, NULL);
+	send_record(ctx, t, tid, LATMON_CYCLE_OVERRUN, now);
 }
 
 /* TP_PROTO(struct task_struct *p) */

@@ -71,8 +71,9 @@ pub struct CycleMark {
 }
 
 impl CycleMark {
-    /// The head of the record's text line: `miss 1.62ms of 1.00ms:`,
-    /// `overrun 1.00ms of 1.00ms, running` (printable ASCII only).
+    /// The head of the record's text line: `miss 1.62ms of 1.00ms` (the
+    /// caller adds `:` and the parts), `overrun 1.00ms of 1.00ms, running`
+    /// (printable ASCII only).
     pub fn render_head_into(&self, s: &mut String, latency_ns: u64) {
         let deadline = self.deadline_ns.saturating_sub(self.release_ns);
         let _ = write!(s, "{} {} of {}", self.event.word(), Ns(latency_ns), Ns(deadline));
@@ -95,7 +96,6 @@ impl CycleMark {
         if self.migrations > 0 {
             let _ = write!(s, ", {} migrations", self.migrations);
         }
-        s.push(':');
     }
 
     /// The record's fields beside the alert's (JSON).
@@ -177,6 +177,7 @@ mod tests {
         assert!(a.causes.iter().any(|c| c.kind == CauseKind::PageFaults { count: 7 }), "a count without time stays");
         let mut s = String::new();
         m.render_head_into(&mut s, 1_620_000);
+        s.push(':');
         let start = 0;
         a.render_parts_into(&mut s, start, usize::MAX);
         assert_eq!(
@@ -211,6 +212,6 @@ mod tests {
         m.render_head_into(&mut s, 1_004_000);
         assert!(!s.contains('\x1b'), "{s}");
         assert!(s.starts_with("overrun 1.00ms of 1.00ms, runnable behind hog"), "{s}");
-        assert!(s.ends_with("[42], 1 migrations:"), "{s}");
+        assert!(s.ends_with("[42], 1 migrations"), "{s}");
     }
 }

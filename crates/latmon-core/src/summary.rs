@@ -485,6 +485,7 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize, width:
                 s.push_str("    ");
                 let start = s.len();
                 c.render_head_into(s, a.latency_ns);
+                s.push(':');
                 an.render_parts_into(s, start, width.saturating_sub(4));
                 s.push('\n');
             }
