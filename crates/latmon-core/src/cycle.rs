@@ -187,6 +187,20 @@ mod tests {
     }
 
     #[test]
+    fn the_execution_parts_cross_the_wire_as_their_own_kinds() {
+        let parts = vec![
+            Cause { kind: CauseKind::Running, ns: 900 },
+            Cause { kind: CauseKind::Blocked { on: BlockedOn::Futex, syscall: "futex".into() }, ns: 50 },
+            Cause { kind: CauseKind::PageFaults { count: 3000 }, ns: 0 },
+        ];
+        let a = Anatomy::from_parts(1_000, 1, 1, parts);
+        let w = crate::wire::anatomy::to_wire(&a);
+        let kinds: Vec<(u8, u32)> = w.iter().map(|c| (c.kind, c.id)).collect();
+        assert_eq!(kinds, [(8, 0), (9, 0), (10, 3000), (7, 0)], "docs/wire-format.md's Cause kinds");
+        assert_eq!(crate::wire::anatomy::from_wire(1, 1, &w), Some(a));
+    }
+
+    #[test]
     fn parts_above_the_latency_clamp_past_a_count_without_time() {
         let parts = vec![
             Cause { kind: CauseKind::Running, ns: 900 },
