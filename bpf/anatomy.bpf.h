@@ -58,6 +58,9 @@ struct anat_slot {
 	__u64 last_ns;	/* time charged up to */
 	__s32 in_irq;	/* hardirq handler running (IRQ number), -1: none */
 	__s32 in_vec;	/* softirq vector running, -1: none */
+	/* The waiter's own time on this CPU (cycle: a running loop holds
+	 * its CPU's slot; other families' waiters do not run). */
+	__u64 self_ns;
 	struct latmon_anatomy acc;
 };
 
@@ -129,7 +132,11 @@ static __always_inline struct latmon_anat_task *anat_charge_pid(struct anat_slot
 {
 	__u64 d = anat_elapsed(s, now);
 
-	if (!d || !pid || key == s->waiter)
+	if (key == s->waiter) {
+		s->self_ns += d;
+		return NULL;
+	}
+	if (!d || !pid)
 		return NULL;
 	for (int i = 0; i < LATMON_ANAT_TASKS; i++) {
 		struct latmon_anat_task *e = &s->acc.task[i];
@@ -338,6 +345,7 @@ static __always_inline __u32 anat_claim_key(__u64 p, __u32 cpu, __u64 now)
 	if (!s->waiter)
 		__sync_fetch_and_add(&anat_held, 1);
 	__builtin_memset(&s->acc, 0, sizeof(s->acc));
+	s->self_ns = 0;
 	s->since_ns = now;
 	s->last_ns = now;
 	s->in_irq = -1;

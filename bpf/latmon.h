@@ -128,6 +128,35 @@
 #define LATMON_CAUSE_TIMER_IRQ_DELAY 6
 #define LATMON_CAUSE_OTHER 7
 
+/* cycle (bpf/cycle.bpf.c): the cycles of watched periodic threads, a
+ * bounded hash keyed by thread id (CYCLE_THREADS; more are counted as
+ * drops). Histogram series per object: response (release -> done),
+ * wakeup (release -> running), exec (running -> done). */
+#define LATMON_CYCLE_THREADS 64
+#define LATMON_CYCLE_SERIES 3
+#define LATMON_CS_RESPONSE 0
+#define LATMON_CS_WAKEUP 1
+#define LATMON_CS_EXEC 2
+/* Period detection: release-to-release steps within 1 % of each other
+ * share a bin; the fullest of STEP_BINS is the period. A bin needs
+ * PERIOD_MIN_STEPS steps before misses are judged against it. */
+#define LATMON_CYCLE_STEP_BINS 8
+#define LATMON_CYCLE_PERIOD_MIN_STEPS 8
+/* What a cycle blocked on (struct latmon_cycle_exec's blocked[]). */
+#define LATMON_CYCLE_BLOCKED_FUTEX 0
+#define LATMON_CYCLE_BLOCKED_IO 1
+#define LATMON_CYCLE_BLOCKED_SLEEP 2
+#define LATMON_CYCLE_BLOCKED_OTHER 3
+#define LATMON_CYCLE_BLOCKED_KINDS 4
+/* Record events (struct latmon_cycle_record's event). */
+#define LATMON_CYCLE_MISS 1
+#define LATMON_CYCLE_OVERRUN 2
+#define LATMON_CYCLE_RESPONSE 3 /* response above threshold=, no miss */
+/* An overrun's loop, now (struct latmon_cycle_record's doing). */
+#define LATMON_CYCLE_DOING_RUNNING 1
+#define LATMON_CYCLE_DOING_RUNNABLE 2
+#define LATMON_CYCLE_DOING_BLOCKED 3
+
 #if !defined(__cplusplus)
 _Static_assert(LATMON_FUNC_MAX_DEPTH > 0 && (LATMON_FUNC_MAX_DEPTH & (LATMON_FUNC_MAX_DEPTH - 1)) == 0,
 	       "FUNC_MAX_DEPTH must be a power of two");
@@ -137,6 +166,7 @@ _Static_assert(LATMON_ALERT_RATE > 0 && LATMON_ALERT_BURST > 0, "alert rate and 
 _Static_assert(LATMON_TS_CHAIN_IRQ_THREAD < LATMON_TIMER_SERIES, "timer series fit the map");
 _Static_assert(LATMON_ANAT_TASKS + LATMON_ANAT_IRQS + LATMON_SOFTIRQ_VECS + 4 <= LATMON_ANAT_MAX_CAUSES,
 	       "an anatomy's causes fit the wire bound");
+_Static_assert(LATMON_CS_EXEC < LATMON_CYCLE_SERIES, "cycle series fit the map");
 _Static_assert(LATMON_HIST_SUBS == 1 << LATMON_HIST_SUB_BITS, "SUBS = 2^SUB_BITS");
 _Static_assert(LATMON_HIST_BUCKETS == (LATMON_HIST_MAX_LOG2 - LATMON_HIST_SUB_BITS + 1) << LATMON_HIST_SUB_BITS,
 	       "BUCKETS must cover every power of two up to MAX_LOG2");
@@ -241,6 +271,71 @@ struct latmon_tp_field {
 	__u16 offset;	/* bytes from the start of the record */
 	__u8 size;	/* 1, 2, 4 or 8 (16 for a comm, read as bytes) */
 	__u8 is_signed; /* sign-extend when shorter than 8 bytes */
+};
+
+/* cycle: the probe's configuration, set in rodata before load. */
+struct latmon_cycle_config {
+	__u64 period_ns;    /* period=, 0: detected from the releases */
+	__u64 deadline_ns;  /* deadline=, 0: the period */
+	__u64 threshold_ns; /* threshold=, 0: none */
+	__u32 filter_tid;   /* pid=TID, 0: any */
+	__u32 mutate;	    /* tests only: 1 charges execution to the wrong task */
+	char filter_comm[LATMON_COMM_LEN];
+};
+
+/* Release-to-release steps within 1 % of step_ns's first value. */
+struct latmon_cycle_bin {
+	__u64 first_ns; /* the step that opened the bin, 0: free */
+	__u64 count;
+	__u64 sum_ns;
+};
+
+/* Per watched thread, cumulative; user space reads it each interval. */
+struct latmon_cycle_stats {
+	__u64 cycles;	 /* cycles done */
+	__u64 misses;	 /* done after release + deadline */
+	__u64 overruns;	 /* overrun records (unfinished at the deadline) */
+	__u64 period_ns; /* the fullest bin's mean step (or period=) */
+	__u64 unseen;	 /* cycles counted with a wakeup or switch no event showed */
+	struct latmon_cycle_bin bin[LATMON_CYCLE_STEP_BINS];
+};
+
+struct latmon_cycle_blocked {
+	__u64 ns;
+	__s32 syscall; /* the last syscall it blocked in, -1: unknown */
+	__u32 pad;
+};
+
+/* A cycle's execution part (running -> done), beside the anatomy of its
+ * preemptions and wakeups (struct latmon_anatomy). */
+struct latmon_cycle_exec {
+	__u64 running_ns;  /* the loop's own time on a CPU */
+	__u64 fault_count; /* page faults (the task's min_flt + maj_flt) */
+	__u64 fault_ns;	   /* 0: no exit point to time them (docs/probes.md) */
+	__u64 migrations;  /* times it resumed on another CPU */
+	struct latmon_cycle_blocked blocked[LATMON_CYCLE_BLOCKED_KINDS];
+};
+
+/* A miss, an overrun or a slow response, as the ring buffer carries it:
+ * appended to struct latmon_alert_anat (struct latmon_alert_cycle). */
+struct latmon_cycle_record {
+	__u64 release_ns;    /* CLOCK_MONOTONIC */
+	__u64 deadline_ns;   /* release + deadline */
+	__u64 done_ns;	     /* 0: unfinished (overrun) */
+	__u32 event;	     /* LATMON_CYCLE_MISS, _OVERRUN, _RESPONSE */
+	__u32 doing;	     /* overrun: LATMON_CYCLE_DOING_* */
+	__u32 doing_pid;     /* runnable: the thread on its CPU */
+	__s32 doing_syscall; /* blocked: the syscall, -1: unknown */
+	__u32 doing_on;	     /* blocked: LATMON_CYCLE_BLOCKED_* */
+	__u32 pad;
+	char doing_comm[LATMON_COMM_LEN];
+	struct latmon_cycle_exec exec;
+};
+
+struct latmon_alert_cycle {
+	struct latmon_alert alert;
+	struct latmon_anatomy anat;
+	struct latmon_cycle_record cycle;
 };
 
 #endif /* __LATMON_H */

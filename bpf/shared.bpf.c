@@ -20,5 +20,12 @@ struct latmon_cause_entry shared_cause_entry;
 struct latmon_cause_tally shared_cause_tally;
 struct latmon_irq_key shared_irq_key;
 struct latmon_tp_field shared_tp_field;
+struct latmon_cycle_config shared_cycle_config;
+struct latmon_cycle_bin shared_cycle_bin;
+struct latmon_cycle_stats shared_cycle_stats;
+struct latmon_cycle_blocked shared_cycle_blocked;
+struct latmon_cycle_exec shared_cycle_exec;
+struct latmon_cycle_record shared_cycle_record;
+struct latmon_alert_cycle shared_alert_cycle;
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -165,3 +165,6 @@ pub mod irq_nobtf {
 pub mod timer {
     include!(concat!(env!("OUT_DIR"), "/timer.skel.rs"));
 }
+pub mod cycle {
+    include!(concat!(env!("OUT_DIR"), "/cycle.skel.rs"));
+}

@@ -45,7 +45,7 @@ impl fmt::Display for ConfigError {
             ),
             Self::UnknownProbeKind(s) => write!(
                 f,
-                "unknown probe kind {s:?}: expected runq, timer, irq, softirq, syscall[:NAME], chain, kfunc:FUNCTION or ufunc:PATH:SYMBOL"
+                "unknown probe kind {s:?}: expected runq, timer, irq, softirq, syscall[:NAME], chain, cycle, kfunc:FUNCTION or ufunc:PATH:SYMBOL"
             ),
             Self::BadProbe { spec, why } => write!(f, "invalid probe spec {spec:?}: {why}"),
             Self::BadFile(s) => write!(f, "invalid config: {s}"),
@@ -100,6 +100,13 @@ pub enum ProbeKind {
         binary: String,
         symbol: String,
     },
+    /// The cycles of a periodic thread (release -> done); `period=`
+    /// overrides the detected period, `deadline=` (default: the period)
+    /// is what a miss is late against.
+    Cycle {
+        period: Option<Duration>,
+        deadline: Option<Duration>,
+    },
 }
 
 /// A function in a user-space binary or shared library: `/path:SYMBOL`.
@@ -130,6 +137,7 @@ impl ProbeKind {
             Self::Chain { .. } => Family::Chain,
             Self::Kfunc(_) => Family::Kfunc,
             Self::Ufunc { .. } => Family::Ufunc,
+            Self::Cycle { .. } => Family::Cycle,
         }
     }
 
@@ -142,14 +150,14 @@ impl ProbeKind {
             Self::Kfunc(_) => &[Fentry, Kprobe],
             Self::Ufunc { .. } => &[Uprobe],
             // The timer wakeup path needs trusted task pointers (tp_btf).
-            Self::Timer | Self::Chain { .. } => &[TpBtf],
+            Self::Timer | Self::Chain { .. } | Self::Cycle { .. } => &[TpBtf],
         }
     }
 
     /// Families whose series are reported as `NAME:SERIES` beside the family
     /// line (see probes::series).
     pub fn has_series(&self) -> bool {
-        matches!(self, Self::Syscall(None) | Self::Irq | Self::Softirq | Self::Chain { .. })
+        matches!(self, Self::Syscall(None) | Self::Irq | Self::Softirq | Self::Chain { .. } | Self::Cycle { .. })
     }
 }
 
@@ -202,6 +210,7 @@ impl ProbeSpec {
             Family::Irq => no_arg(ProbeKind::Irq)?,
             Family::Softirq => no_arg(ProbeKind::Softirq)?,
             Family::Chain => no_arg(ProbeKind::Chain { response: None })?,
+            Family::Cycle => no_arg(ProbeKind::Cycle { period: None, deadline: None })?,
             Family::Syscall => match arg {
                 None => ProbeKind::Syscall(None),
                 Some(n) if valid_ident(n) => ProbeKind::Syscall(Some(n.to_string())),
@@ -269,6 +278,16 @@ impl ProbeSpec {
                         .ok_or_else(|| bad("expected response=/absolute/path/to/binary:SYMBOL (the function whose return closes the chain)"))?;
                     *response = Some(f);
                 }
+                "period" | "deadline" => {
+                    let ProbeKind::Cycle { period, deadline } = &mut p.kind else {
+                        return Err(bad(&format!("{k}= applies to cycle only")));
+                    };
+                    let t = parse_duration(v)?;
+                    if t.is_zero() {
+                        return Err(bad(&format!("{k} must be more than 0")));
+                    }
+                    *(if k == "period" { period } else { deadline }) = Some(t);
+                }
                 "attach" => {
                     let mechs = p.kind.mechanisms();
                     p.attach = Some(mechs.iter().copied().find(|m| m.as_str() == v).ok_or_else(|| {
@@ -295,13 +314,16 @@ impl ProbeSpec {
                 }
                 other => {
                     return Err(bad(&format!(
-                        "unknown option {other:?} (expected comm, pid, threshold, name, attach, response, hist, waits)"
+                        "unknown option {other:?} (expected comm, pid, threshold, name, attach, response, period, deadline, hist, waits)"
                     )))
                 }
             }
         }
         if matches!(p.kind, ProbeKind::Chain { .. }) && p.comm.is_none() && p.pid.is_none() {
             return Err(bad("chain follows one named thread: give comm=NAME or pid=N"));
+        }
+        if matches!(p.kind, ProbeKind::Cycle { .. }) && p.comm.is_none() && p.pid.is_none() {
+            return Err(bad("cycle watches a periodic thread: give comm=NAME or pid=TID"));
         }
         Ok(p)
     }
@@ -633,6 +655,23 @@ mod tests {
         }
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO, "a zero needs no unit (check --measure 0)");
         assert_eq!(parse_duration(" 0 ").unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn cycle_specs_name_their_thread_and_their_times() {
+        let p = ProbeSpec::parse("cycle,comm=ctrl,period=1ms,deadline=800us").unwrap();
+        assert_eq!(
+            p.kind,
+            ProbeKind::Cycle { period: Some(Duration::from_millis(1)), deadline: Some(Duration::from_micros(800)) }
+        );
+        assert_eq!((p.kind.family(), p.kind.has_series()), (Family::Cycle, true));
+        assert_eq!(ProbeSpec::parse("cycle,pid=42").unwrap().pid, Some(42));
+        let err = |s: &str| ProbeSpec::parse(s).unwrap_err().to_string();
+        assert!(err("cycle").contains("give comm=NAME or pid=TID"), "{}", err("cycle"));
+        assert!(err("cycle,comm=c,period=0").contains("period must be more than 0"));
+        assert!(err("cycle,comm=c,deadline=soon").contains("invalid duration \"soon\""));
+        assert!(err("runq,period=1ms").contains("period= applies to cycle only"));
+        assert!(err("cycle,comm=c,attach=raw_tp").contains("cycle attaches via tp_btf"));
     }
 
     /// Adversarial values found accepted silently: each is refused, naming

@@ -549,6 +549,7 @@ mod tests {
             (Family::Kfunc, 6),
             (Family::Ufunc, 7),
             (Family::Chain, 8),
+            (Family::Cycle, 9),
         ] {
             assert_eq!(k.modbus_code(), c, "{k}");
         }

@@ -44,10 +44,15 @@ impl Agent {
                         log::warn!("{e}");
                         s.read_errors += 1;
                     }
+                    if let Err(e) = p.cycle_counts(&mut r.probes[i].cycle) {
+                        log::warn!("{e}");
+                        s.read_errors += 1;
+                    }
                 }
                 None => {
                     s.cur.clone_from(&s.prev);
                     r.probes[i].alert_causes = None;
+                    r.probes[i].cycle = None;
                 }
             }
             r.probes[i].fill(&s.info, &s.prev, &s.cur);

@@ -113,8 +113,15 @@ impl latmon_alert {
             latency_ns: self.latency_ns,
             time_ns: self.time_ns,
             anatomy: None,
+            cycle: None,
         }
     }
+}
+
+/// An anatomy's parts as causes (see `latmon_anatomy::parts`), for
+/// families that add parts of their own (cycle).
+pub(crate) fn anatomy_parts(a: &latmon_anatomy, out: &mut Vec<Cause>) {
+    a.parts(out);
 }
 
 impl latmon_anatomy {
@@ -850,6 +857,7 @@ mod tests {
                     task(ANAT_POLICY_UNSET as u32, 0),
                 ],
             )),
+            cycle: None,
         };
         let Some((now, nice)) = thread_sched(me) else { panic!("this thread exists") };
         name_policies(&mut rec);

@@ -3,6 +3,7 @@
 //! per-CPU histogram maps. This is an I/O edge; the maths lives in `hist`.
 
 pub mod alerts;
+pub mod cycle;
 pub mod features;
 pub mod func;
 pub mod irq;
@@ -95,6 +96,13 @@ pub trait Probe {
         *out = None;
         Ok(())
     }
+    /// cycle: the cycles, misses and overruns since the last call and
+    /// since start, and the period, into `out`; None for other probes.
+    /// Called once per interval.
+    fn cycle_counts(&mut self, out: &mut Option<latmon_core::cycle::CycleCounts>) -> Result<(), ProbeError> {
+        *out = None;
+        Ok(())
+    }
     /// Before the final summary: wait until the alert reader has taken
     /// every record the kernel wrote so far.
     fn flush_alerts(&mut self) {}
@@ -142,6 +150,7 @@ pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> 
                 ProbeKind::Softirq => irq::open(spec, irq::Family::Softirq, irq::ThreadPath::Off),
                 ProbeKind::Timer => timer::open(spec, false),
                 ProbeKind::Chain { .. } => timer::open(spec, true),
+                ProbeKind::Cycle { .. } => cycle::open(spec),
                 other => Err(ProbeError::Unsupported { probe: spec.name.clone(), kind: other.family() }),
             })
         })

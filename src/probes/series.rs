@@ -92,6 +92,11 @@ pub(crate) trait Source {
     }
     /// See `Probe::flush_alerts`.
     fn flush_alerts(&mut self) {}
+    /// See `Probe::cycle_counts`.
+    fn cycle_counts(&mut self, out: &mut Option<latmon_core::cycle::CycleCounts>) -> Result<(), String> {
+        *out = None;
+        Ok(())
+    }
 }
 
 struct Known {
@@ -207,6 +212,11 @@ impl Probe for Family {
 
     fn causes(&mut self, out: &mut Option<CauseSummary>) -> Result<(), ProbeError> {
         let r = self.shared.borrow_mut().source.causes(out);
+        r.map_err(|why| self.read_error(why))
+    }
+
+    fn cycle_counts(&mut self, out: &mut Option<latmon_core::cycle::CycleCounts>) -> Result<(), ProbeError> {
+        let r = self.shared.borrow_mut().source.cycle_counts(out);
         r.map_err(|why| self.read_error(why))
     }
 
@@ -421,6 +431,7 @@ mod tests {
             latency_ns,
             time_ns: 1,
             anatomy: None,
+            cycle: None,
         }
     }
 

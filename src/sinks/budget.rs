@@ -1452,6 +1452,7 @@ mod tests {
             latency_ns: 5_000 + i,
             time_ns: i,
             anatomy: None,
+            cycle: None,
         };
         let secs = 30;
         for seq in 1..=secs {
@@ -1527,6 +1528,7 @@ mod tests {
             latency_ns: 1,
             time_ns: 1,
             anatomy: None,
+            cycle: None,
         };
         let sent = (0..100).filter(|_| f.alert_ok(&a)).count();
         assert!(sent > 0 && sent < 100, "{sent}");

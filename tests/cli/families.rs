@@ -11,16 +11,26 @@ use common::*;
 fn check_plans_every_rt_family_on_this_kernel() {
     let out = latmon()
         .args(["check", "--json", "--probe", "syscall", "--probe", "syscall:nanosleep,name=ns", "--probe", "irq"])
-        .args(["--probe", "softirq", "--probe", "timer", "--probe", "chain,comm=ctrl"])
+        .args(["--probe", "softirq", "--probe", "timer", "--probe", "chain,comm=ctrl", "--probe", "cycle,comm=ctrl"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let plans = v["probes"].as_array().unwrap();
-    assert_eq!(plans.len(), 6);
+    assert_eq!(plans.len(), 7);
     for p in plans {
         assert_eq!((p["ok"].as_bool(), p["attach"].as_str()), (Some(true), Some("tp_btf")), "{p}");
     }
+    // cycle without kernel types: refused with the reason.
+    let out = latmon()
+        .env("LATMON_FORCE_NO_BTF", "1")
+        .args(["check", "--json", "--probe", "cycle,comm=ctrl"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["probes"][0];
+    assert_eq!(p["ok"].as_bool(), Some(false), "{p}");
+    assert!(p["error"].as_str().unwrap().contains("cycle needs tp_btf"), "{p}");
 }
 
 #[test]

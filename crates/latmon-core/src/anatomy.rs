@@ -91,10 +91,60 @@ pub enum CauseKind {
     Softirq { vector: u32 },
     /// timer: intended expiry -> the expiry actually handled.
     TimerIrqDelay,
+    /// cycle: the loop's own time on a CPU within the cycle.
+    Running,
+    /// cycle: a voluntary sleep inside the cycle, by what it slept on,
+    /// and the syscall it slept in (its name; empty: unknown).
+    Blocked { on: BlockedOn, syscall: String },
+    /// cycle: page faults taken in the cycle; `ns` 0 where the kernel has
+    /// no fault exit to time them (their time is then in `Running`).
+    PageFaults { count: u32 },
     /// A kind this receiver does not know (a newer sender).
     Unknown { code: u8 },
     /// The remainder: scheduler, idle exit, unaccounted.
     Other,
+}
+
+/// What a cycle slept on inside the cycle (bpf/latmon.h
+/// LATMON_CYCLE_BLOCKED_*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockedOn {
+    Futex,
+    /// Uninterruptible sleep (I/O: fdatasync, a page read).
+    Io,
+    /// A timer sleep that is not the cycle's release.
+    Sleep,
+    Other,
+}
+
+impl BlockedOn {
+    pub fn from_code(code: u32) -> BlockedOn {
+        match code {
+            0 => BlockedOn::Futex,
+            1 => BlockedOn::Io,
+            2 => BlockedOn::Sleep,
+            _ => BlockedOn::Other,
+        }
+    }
+
+    pub fn code(self) -> u32 {
+        match self {
+            BlockedOn::Futex => 0,
+            BlockedOn::Io => 1,
+            BlockedOn::Sleep => 2,
+            BlockedOn::Other => 3,
+        }
+    }
+
+    /// The JSON and text word.
+    pub fn word(self) -> &'static str {
+        match self {
+            BlockedOn::Futex => "futex",
+            BlockedOn::Io => "io",
+            BlockedOn::Sleep => "sleep",
+            BlockedOn::Other => "other",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,17 +169,19 @@ impl Anatomy {
     /// the remainder appended as `other`. The ns then sum to `latency_ns`.
     pub fn from_parts(latency_ns: u64, cpu_woken: u32, cpu_ran: u32, parts: Vec<Cause>) -> Anatomy {
         let mut causes: Vec<Cause> =
-            parts.into_iter().filter(|c| c.ns > 0 && c.kind != CauseKind::Other).take(MAX_CAUSES - 1).collect();
+            parts.into_iter().filter(|c| c.kept() && c.kind != CauseKind::Other).take(MAX_CAUSES - 1).collect();
         causes.sort_by_key(|c| std::cmp::Reverse(c.ns));
         // u128: parts of hostile or torn records may overflow u64.
         let mut sum: u128 = causes.iter().map(|c| u128::from(c.ns)).sum();
         while sum > u128::from(latency_ns) {
-            let Some(last) = causes.last_mut() else { break };
-            let cut = (sum - u128::from(latency_ns)).min(u128::from(last.ns));
-            last.ns -= cut as u64;
+            // The smallest part with time (a count without time, page
+            // faults, sorts last and keeps its count).
+            let Some(i) = causes.iter().rposition(|c| c.ns > 0) else { break };
+            let cut = (sum - u128::from(latency_ns)).min(u128::from(causes[i].ns));
+            causes[i].ns -= cut as u64;
             sum -= cut;
-            if last.ns == 0 {
-                causes.pop();
+            if causes[i].ns == 0 && !causes[i].kept() {
+                causes.remove(i);
             }
         }
         let sum = sum as u64; // <= latency_ns now
@@ -158,6 +210,12 @@ impl Anatomy {
     pub fn render_line_into(&self, s: &mut String, latency_ns: u64, width: usize) {
         let start = s.len();
         let _ = write!(s, "late {}:", Us(latency_ns));
+        self.render_parts_into(s, start, width);
+    }
+
+    /// The parts of [`render_line_into`](Self::render_line_into) after a
+    /// head the caller wrote from `start` on (cycle: `miss 1.62 ms of 1 ms:`).
+    pub fn render_parts_into(&self, s: &mut String, start: usize, width: usize) {
         let moved = self.cpu_woken != self.cpu_ran;
         for (i, c) in self.causes.iter().enumerate() {
             let before = s.len();
@@ -203,12 +261,25 @@ fn push_cause(s: &mut String, c: &Cause) {
             push_vector(s, *vector);
         }
         CauseKind::TimerIrqDelay => s.push_str("timer irq delay"),
+        CauseKind::Running => s.push_str("running"),
+        CauseKind::Blocked { on, syscall } => {
+            let _ = write!(s, "blocked on {}", on.word());
+            if !syscall.is_empty() {
+                s.push_str(" in ");
+                push_clean(s, syscall);
+            }
+        }
+        CauseKind::PageFaults { count } => {
+            let _ = write!(s, "{count} page faults");
+        }
         CauseKind::Unknown { code } => {
             let _ = write!(s, "cause#{code}");
         }
         CauseKind::Other => s.push_str("other"),
     }
-    let _ = write!(s, " {}", Us(c.ns));
+    if c.ns > 0 || !matches!(c.kind, CauseKind::PageFaults { .. }) {
+        let _ = write!(s, " {}", Us(c.ns));
+    }
 }
 
 fn push_vector(s: &mut String, vector: u32) {
@@ -231,6 +302,13 @@ impl std::fmt::Display for Us {
             // Rounded without an add that wraps near u64::MAX.
             write!(f, "{} us", self.0 / 1000 + u64::from(self.0 % 1000 >= 500))
         }
+    }
+}
+
+impl Cause {
+    /// Kept in an anatomy: time, or page faults counted without time.
+    fn kept(&self) -> bool {
+        self.ns > 0 || matches!(self.kind, CauseKind::PageFaults { count } if count > 0)
     }
 }
 
@@ -265,6 +343,16 @@ impl Serialize for Cause {
                 m.serialize_entry("vector", &v)?;
             }
             CauseKind::TimerIrqDelay => m.serialize_entry("kind", "timer_irq_delay")?,
+            CauseKind::Running => m.serialize_entry("kind", "running")?,
+            CauseKind::Blocked { on, syscall } => {
+                m.serialize_entry("kind", "blocked")?;
+                m.serialize_entry("on", on.word())?;
+                m.serialize_entry("syscall", syscall)?;
+            }
+            CauseKind::PageFaults { count } => {
+                m.serialize_entry("kind", "page_faults")?;
+                m.serialize_entry("count", count)?;
+            }
             CauseKind::Unknown { code } => {
                 m.serialize_entry("kind", "unknown")?;
                 m.serialize_entry("code", code)?;

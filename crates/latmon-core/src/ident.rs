@@ -21,10 +21,11 @@ pub enum Family {
     Kfunc,
     Ufunc,
     Chain,
+    Cycle,
 }
 
 impl Family {
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 9] = [
         Family::Runq,
         Family::Syscall,
         Family::Irq,
@@ -33,6 +34,7 @@ impl Family {
         Family::Kfunc,
         Family::Ufunc,
         Family::Chain,
+        Family::Cycle,
     ];
 
     /// The family word of specs and every output (`kind` in JSON, frames
@@ -47,6 +49,7 @@ impl Family {
             Family::Kfunc => "kfunc",
             Family::Ufunc => "ufunc",
             Family::Chain => "chain",
+            Family::Cycle => "cycle",
         }
     }
 
@@ -67,6 +70,7 @@ impl Family {
             Family::Kfunc => 6,
             Family::Ufunc => 7,
             Family::Chain => 8,
+            Family::Cycle => 9,
         }
     }
 }
@@ -249,7 +253,7 @@ mod tests {
         // docs/probes.md and docs/modbus-map.md name these; outputs must not drift.
         // (The Modbus codes: src/modbus_map.rs's `codes` test.)
         let fams: Vec<_> = Family::ALL.iter().map(|f| f.as_str()).collect();
-        assert_eq!(fams, ["runq", "syscall", "irq", "softirq", "timer", "kfunc", "ufunc", "chain"]);
+        assert_eq!(fams, ["runq", "syscall", "irq", "softirq", "timer", "kfunc", "ufunc", "chain", "cycle"]);
         let mechs: Vec<_> = Mechanism::ALL.iter().map(|m| m.as_str()).collect();
         assert_eq!(mechs, ["tp_btf", "raw_tp", "tracepoint", "fentry", "kprobe", "uprobe"]);
         assert_eq!((BtfMode::CoRe.to_string(), BtfMode::NoBtf.to_string()), ("co-re".into(), "no-btf".into()));

@@ -2,7 +2,7 @@
 //! latmon's pure models, shared by the board's `latmon` and the
 //! technician's `latmon-view`: the wire format and its `Tracker`
 //! (`wire`), histograms (`hist`), what an interval says (`summary`,
-//! `session`, `anatomy`, `causes`), the compact table (`table`), text
+//! `session`, `anatomy`, `causes`, `cycle`), the compact table (`table`), text
 //! pieces every renderer uses (`text`), identities (`ident`) and the
 //! receiver's model: its screen, JSON lines and loops (`receiver`). No BPF
 //! and no operating-system I/O: bytes come in through
@@ -28,6 +28,8 @@ pub mod anatomy;
 #[cfg(feature = "std")]
 pub mod causes;
 pub mod crc32;
+#[cfg(feature = "std")]
+pub mod cycle;
 pub mod hist;
 #[cfg(feature = "std")]
 pub mod ident;

@@ -712,6 +712,7 @@ mod tests {
                 latency_ns: 9_000_000,
                 time_ns: 5,
                 anatomy: None,
+                cycle: None,
             }));
         }
         let link = LinkStats::default();

@@ -135,6 +135,10 @@ pub struct ProbeReport {
     /// the token bucket); absent for other probes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alert_causes: Option<crate::causes::CauseSummary>,
+    /// cycle: cycles, misses, overruns and the period; absent for other
+    /// probes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<crate::cycle::CycleCounts>,
     /// Text outputs show this probe's histogram under the table (the
     /// spec's `hist=true`, inherited by a family's series). A display
     /// choice, not a measurement: not in JSON, not on the wire.
@@ -182,25 +186,32 @@ pub struct AlertRecord {
     /// What delayed it (timer, chain, runq): JSON `cpu_woken`, `cpu_ran`,
     /// `causes`; absent when the record carries none.
     pub anatomy: Option<crate::anatomy::Anatomy>,
+    /// cycle: the miss, overrun or slow response this record is (JSON
+    /// `event`, `release_ns`, `deadline_ns`, `done_ns`, `doing`,
+    /// `migrations`); absent for other families.
+    pub cycle: Option<crate::cycle::CycleMark>,
 }
 
 /// By hand, not derived: the anatomy's fields sit beside the others
 /// (serde's `flatten` would do it with a buffering serializer, larger).
 impl Serialize for AlertRecord {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        let mut st = ser.serialize_struct("AlertRecord", 10)?;
-        st.serialize_field("probe", &self.probe)?;
-        st.serialize_field("pid", &self.pid)?;
-        st.serialize_field("tid", &self.tid)?;
-        st.serialize_field("comm", &self.comm)?;
-        st.serialize_field("cpu", &self.cpu)?;
-        st.serialize_field("latency_ns", &self.latency_ns)?;
-        st.serialize_field("time_ns", &self.time_ns)?;
+        use serde::ser::SerializeMap;
+        let mut st = ser.serialize_map(None)?;
+        st.serialize_entry("probe", &self.probe)?;
+        st.serialize_entry("pid", &self.pid)?;
+        st.serialize_entry("tid", &self.tid)?;
+        st.serialize_entry("comm", &self.comm)?;
+        st.serialize_entry("cpu", &self.cpu)?;
+        st.serialize_entry("latency_ns", &self.latency_ns)?;
+        st.serialize_entry("time_ns", &self.time_ns)?;
+        if let Some(c) = &self.cycle {
+            c.serialize_fields(&mut st)?;
+        }
         if let Some(a) = &self.anatomy {
-            st.serialize_field("cpu_woken", &a.cpu_woken)?;
-            st.serialize_field("cpu_ran", &a.cpu_ran)?;
-            st.serialize_field("causes", &a.causes)?;
+            st.serialize_entry("cpu_woken", &a.cpu_woken)?;
+            st.serialize_entry("cpu_ran", &a.cpu_ran)?;
+            st.serialize_entry("causes", &a.causes)?;
         }
         st.end()
     }
@@ -285,6 +296,7 @@ impl ProbeReport {
             events_per_s: 0,
             bpf_cpu_percent: 0.0,
             alert_causes: None,
+            cycle: None,
             hist: false,
         }
     }
@@ -500,10 +512,26 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize, width:
     for a in r.alert_records.iter().take(max) {
         render_alert_line_into(s, a, width);
         s.push('\n');
-        if let Some(an) = &a.anatomy {
-            s.push_str("    ");
-            an.render_line_into(s, a.latency_ns, width.saturating_sub(4));
-            s.push('\n');
+        match (&a.anatomy, &a.cycle) {
+            (Some(an), Some(c)) => {
+                s.push_str("    ");
+                let start = s.len();
+                c.render_head_into(s, a.latency_ns);
+                s.push(':');
+                an.render_parts_into(s, start, width.saturating_sub(4));
+                s.push('\n');
+            }
+            (None, Some(c)) => {
+                s.push_str("    ");
+                c.render_head_into(s, a.latency_ns);
+                s.push('\n');
+            }
+            (Some(an), None) => {
+                s.push_str("    ");
+                an.render_line_into(s, a.latency_ns, width.saturating_sub(4));
+                s.push('\n');
+            }
+            (None, None) => {}
         }
     }
     if r.alert_records.len() > max {
@@ -707,6 +735,7 @@ mod tests {
             latency_ns: 2_100_000,
             time_ns: 12_000_000_345,
             anatomy: None,
+            cycle: None,
         };
         let mut probe = ProbeReport::new(&info(), &prev, &cur);
         probe.alert_causes = Some(crate::causes::CauseSummary {
@@ -812,6 +841,7 @@ mod tests {
             latency_ns: 100_000,
             time_ns: 1,
             anatomy: Some(a),
+            cycle: None,
         };
         let v = serde_json::to_value(&rec).unwrap();
         assert_eq!((v["cpu_woken"].as_u64(), v["cpu_ran"].as_u64()), (Some(1), Some(2)));

@@ -840,6 +840,7 @@ mod tests {
                 latency_ns: 2_000_000,
                 time_ns: 5 * SEC,
                 anatomy: None,
+                cycle: None,
             });
         }
         let mut tr = TextRender::new(TextStyle::default());
@@ -911,6 +912,7 @@ mod tests {
                 latency_ns: 999_000_000,
                 time_ns: 31_536_000 * SEC + 999_999_999,
                 anatomy: Some(Anatomy::from_parts(999_000_000, 4095, 4094, parts.clone())),
+                cycle: None,
             });
         }
         r.alert_records.push(AlertRecord {
@@ -922,6 +924,7 @@ mod tests {
             latency_ns: 2_000_000,
             time_ns: 1_151_910_895_774,
             anatomy: None,
+            cycle: None,
         });
         let t = TextRender::new(TextStyle::default()).render(&r).to_string();
         // What a controller gives fits whole.
@@ -971,6 +974,7 @@ mod tests {
             latency_ns: 2_000,
             time_ns: SEC,
             anatomy: None,
+            cycle: None,
         });
         let mut tr = TextRender::new(TextStyle { crlf: true, ..TextStyle::default() });
         let t = tr.render(&r).to_string();

@@ -1022,6 +1022,7 @@ mod tests {
             latency_ns: lat,
             time_ns: t,
             anatomy: None,
+            cycle: None,
         };
         let mut w = Worst::default();
         let n = 3 * MAX_ALERT_ROWS as u64;

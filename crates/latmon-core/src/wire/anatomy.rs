@@ -3,7 +3,7 @@
 //! (crate::anatomy) as `WireCause`s and back. Pure, no I/O.
 
 use super::messages::{cause_kind as kind, cause_parts, WireCause, CAUSE_NAME_BYTES};
-use crate::anatomy::{Anatomy, Cause, CauseKind, Policy, MAX_CAUSES};
+use crate::anatomy::{Anatomy, BlockedOn, Cause, CauseKind, Policy, MAX_CAUSES};
 use crate::text::truncate;
 
 /// The anatomy a decoded Alert carries: None without causes (an older
@@ -31,6 +31,9 @@ pub fn from_wire(cpu_woken: u32, cpu_ran: u32, causes: &[WireCause]) -> Option<A
                 kind::SOFTIRQ => CauseKind::Softirq { vector: w.id },
                 kind::TIMER_IRQ_DELAY => CauseKind::TimerIrqDelay,
                 kind::OTHER => CauseKind::Other,
+                kind::RUNNING => CauseKind::Running,
+                kind::BLOCKED => CauseKind::Blocked { on: BlockedOn::from_code(w.id), syscall: w.name.clone() },
+                kind::PAGE_FAULTS => CauseKind::PageFaults { count: w.id },
                 code => CauseKind::Unknown { code },
             },
         })

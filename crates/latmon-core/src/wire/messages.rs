@@ -229,6 +229,11 @@ pub(super) mod cause_kind {
     pub(crate) const SOFTIRQ: u8 = 5;
     pub(crate) const TIMER_IRQ_DELAY: u8 = 6;
     pub(crate) const OTHER: u8 = 7;
+    /// cycle's execution parts (id: the blocked kind, the fault count;
+    /// name: the syscall).
+    pub(crate) const RUNNING: u8 = 8;
+    pub(crate) const BLOCKED: u8 = 9;
+    pub(crate) const PAGE_FAULTS: u8 = 10;
 }
 
 /// `WireCause::name`: at most this many bytes (as comm).
@@ -245,6 +250,9 @@ pub(super) fn cause_parts(c: &Cause) -> (u8, u32, u8, i32, &str) {
         CauseKind::IrqRest => (cause_kind::IRQ_REST, 0, 0, 0, ""),
         CauseKind::Softirq { vector } => (cause_kind::SOFTIRQ, *vector, 0, 0, ""),
         CauseKind::TimerIrqDelay => (cause_kind::TIMER_IRQ_DELAY, 0, 0, 0, ""),
+        CauseKind::Running => (cause_kind::RUNNING, 0, 0, 0, ""),
+        CauseKind::Blocked { on, syscall } => (cause_kind::BLOCKED, on.code(), 0, 0, syscall),
+        CauseKind::PageFaults { count } => (cause_kind::PAGE_FAULTS, *count, 0, 0, ""),
         CauseKind::Unknown { code } => (*code, 0, 0, 0, ""),
         CauseKind::Other => (cause_kind::OTHER, 0, 0, 0, ""),
     }

@@ -766,6 +766,7 @@ fn golden_vectors_match_spec_byte_for_byte() {
             latency_ns: a.latency_ns,
             time_ns: a.time_ns,
             anatomy: None,
+            cycle: None,
         };
         enc.alert(a.boot_id, a.probe, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
         assert_eq!(hex(&v), hex(&spec_vector(doc, "alert", "frame")));
@@ -785,6 +786,7 @@ fn golden_vectors_match_spec_byte_for_byte() {
         latency_ns: a.latency_ns,
         time_ns: a.time_ns,
         anatomy: Some(anatomy.clone()),
+        cycle: None,
     };
     enc.alert(a.boot_id, a.probe, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
     assert_eq!(hex(&v), hex(&spec_vector(doc, "alert-anatomy", "frame")));
@@ -880,6 +882,7 @@ fn an_anatomy_too_large_for_a_frame_folds_its_smallest_parts_into_other() {
         latency_ns: 1_000_000,
         time_ns: 1,
         anatomy: Some(anatomy),
+        cycle: None,
     };
     let mut enc = Encoder::new();
     let mut v = Vec::new();

@@ -710,6 +710,7 @@ mod tests {
                 latency_ns: i,
                 time_ns: i,
                 anatomy: None,
+                cycle: None,
             };
             l.on_event(&Event::Alert(a), &t, &LinkStats::default());
         }

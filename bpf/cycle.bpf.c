@@ -1,0 +1,752 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR MIT)
+/*
+ * cycle: the cycles of a periodic thread, passively. A cycle runs from a
+ * release (the intended expiry of the timer sleep the thread went into:
+ * clock_nanosleep, nanosleep) to done (its next timer sleep). Per cycle:
+ * response (release -> done), wakeup (release -> running), exec (running
+ * -> done), and when done is after release + deadline, a miss record
+ * whose parts sum to the response exactly.
+ *
+ * Where the time goes (the anatomy of bpf/anatomy.bpf.h, kept across the
+ * whole cycle): from its release to done, the thread holds the anatomy
+ * slot of the CPU it is woken on or runs on, except while it sleeps
+ * voluntarily. While the slot is held, that CPU charges every context
+ * change: the loop's own time to the slot's self_ns (`running`), other
+ * tasks' (it was runnable behind them), IRQs' and softirqs' to their
+ * entries. A voluntary sleep inside the cycle gives the slot back
+ * (merged into the cycle's account) and is `blocked`, by what it slept
+ * on: futex (the syscall), io (uninterruptible), sleep (a timer sleep
+ * syscall other than the cycle's), other. Page faults are counted from
+ * the task's own counters (min_flt + maj_flt, what getrusage reports);
+ * the kernel has no fault exit point to time them, so their time stays
+ * in `running`. What no event covers is `other` (user space: latency
+ * minus the parts).
+ *
+ * Overrun: a cycle still unfinished at its deadline is reported at once
+ * from the next event on the loop's CPU that sees the deadline passed:
+ * its context switches, IRQs and hrtimer expiries (the scheduler tick is
+ * one, so at most a tick late while the CPU is busy). Not bpf_timer: the
+ * kernel refuses it on PREEMPT_RT, the kernels this family is for.
+ *
+ * Threads: a bounded hash keyed by thread id (CYCLE_THREADS), entered at
+ * the first timer sleep of a thread that passes the filter (comm=, or
+ * pid= the thread id). tp_btf only (trusted task pointers); the syscall
+ * entries are classic tracepoints (syscall events have no raw form),
+ * which fire only for those two syscalls.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "latmon.h"
+#include "maps.bpf.h"
+#define LATMON_ALERT_IDS 1
+#include "alerts.bpf.h"
+#include "core_fixes.bpf.h"
+#include "anatomy.bpf.h"
+
+#define TASK_RUNNING 0
+#define TASK_UNINTERRUPTIBLE 0x2 /* include/linux/sched.h */
+#define TIMER_ABSTIME 1		 /* include/uapi/linux/time.h */
+#define CLOCK_MONOTONIC 1
+#define CLOCK_BOOTTIME 7
+
+const volatile struct latmon_cycle_config cfg = {};
+/* Syscall numbers of this architecture (user space, from its tables). */
+const volatile __s32 nr_futex = -1;
+const volatile __s32 nr_futex_waitv = -1;
+const volatile __s32 nr_nanosleep = -1;
+const volatile __s32 nr_clock_nanosleep = -1;
+
+/* Phases of a watched thread. */
+#define P_NONE 0    /* no cycle known yet */
+#define P_SLEEP 1   /* in the timer sleep that releases the next cycle */
+#define P_WAIT 2    /* in a cycle, runnable, not running */
+#define P_RUN 3	    /* in a cycle, running */
+#define P_BLOCKED 4 /* in a cycle, sleeping voluntarily */
+
+struct cycle_thread {
+	struct latmon_cycle_stats st; /* first: user space reads it */
+	__u64 release_ns;	      /* of the current cycle */
+	__u64 deadline_ns;	      /* absolute, 0: not judged */
+	__u64 run_ns;		      /* the cycle's first run */
+	__u64 blocked_ns;	      /* blocked since */
+	__u64 faults;		      /* min_flt + maj_flt at the release */
+	__u64 wake_ns;		      /* the release's wakeup */
+	__u64 key;		      /* the task's address: its anatomy key */
+	__u32 phase;
+	__u32 started; /* ran since the release */
+	__u32 anat;    /* slot held: CPU + 1, 0: none */
+	__u32 blocked_on;
+	__s32 blocked_sys;
+	__u32 reported; /* overrun record sent for this cycle */
+	struct latmon_anatomy acc;
+	struct latmon_cycle_exec exec;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LATMON_CYCLE_THREADS);
+	__type(key, __u32);
+	__type(value, struct cycle_thread);
+} cycle_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LATMON_CYCLE_SERIES);
+	__type(key, __u32);
+	__type(value, struct latmon_hist);
+} cycle_hist SEC(".maps");
+
+/* Per CPU: the watched thread whose open cycle last ran (or was woken)
+ * here and its absolute deadline: the overrun check's one lookup. */
+struct cycle_watch {
+	__u32 tid;
+	__u32 pad;
+	__u64 deadline_ns;
+	__u64 release_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cycle_watch);
+} cycle_watch SEC(".maps");
+
+/* Per CPU: the record being built (too large for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct latmon_alert_cycle);
+} cycle_scratch SEC(".maps");
+
+/* A new thread's entry starts from zero (a hash value cannot be built on
+ * the stack: it is larger than the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cycle_thread);
+} cycle_zero SEC(".maps");
+
+/* Threads watched (entries of cycle_threads): the switch and wakeup
+ * programs' gate. */
+__s64 cycle_live;
+
+static __always_inline void count_drop(void)
+{
+	struct latmon_hist *h = latmon_hist_get(&cycle_hist, LATMON_CS_RESPONSE);
+
+	if (h)
+		h->drops++;
+}
+
+static __always_inline bool comm_wanted(struct task_struct *t)
+{
+	char comm[LATMON_COMM_LEN];
+
+	if (!cfg.filter_comm[0])
+		return true;
+	if (bpf_probe_read_kernel_str(comm, sizeof(comm), &t->comm) < 0)
+		return false;
+	for (int i = 0; i < LATMON_COMM_LEN; i++) {
+		if (comm[i] != cfg.filter_comm[i])
+			return false;
+		if (!comm[i])
+			break;
+	}
+	return true;
+}
+
+static __always_inline struct cycle_thread *thread_of(__u32 tid)
+{
+	if (cycle_live <= 0)
+		return NULL;
+	return bpf_map_lookup_elem(&cycle_threads, &tid);
+}
+
+/* The syscall task t is in (its user registers' syscall number). */
+static __always_inline __s32 syscall_of(struct task_struct *t)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+
+	if (!regs)
+		return -1;
+#if defined(__TARGET_ARCH_x86)
+	return (__s32)BPF_CORE_READ(regs, orig_ax);
+#elif defined(__TARGET_ARCH_arm64)
+	return (__s32)BPF_CORE_READ(regs, syscallno);
+#else
+	return -1;
+#endif
+}
+
+static __always_inline __u64 faults_of(struct task_struct *t) { return t->min_flt + t->maj_flt; }
+
+/* The period misses are judged against: period=, else the fullest bin's
+ * mean once it has PERIOD_MIN_STEPS steps. */
+static __always_inline __u64 deadline_of(struct cycle_thread *t)
+{
+	if (cfg.deadline_ns)
+		return cfg.deadline_ns;
+	return t->st.period_ns;
+}
+
+/* One release-to-release step into the period bins. */
+static __always_inline void period_step(struct cycle_thread *t, __u64 step)
+{
+	int hit = -1, least = 0;
+	__u64 best = 0;
+
+	if (cfg.period_ns) {
+		t->st.period_ns = cfg.period_ns;
+		return;
+	}
+	for (int i = 0; i < LATMON_CYCLE_STEP_BINS; i++) {
+		struct latmon_cycle_bin *b = &t->st.bin[i];
+		__u64 d = b->first_ns > step ? b->first_ns - step : step - b->first_ns;
+
+		if (b->first_ns && d * 100 <= b->first_ns) {
+			hit = i;
+			break;
+		}
+		if (b->count < t->st.bin[least & (LATMON_CYCLE_STEP_BINS - 1)].count)
+			least = i;
+	}
+	if (hit < 0) {
+		/* A new step replaces the emptiest bin (skipped releases and
+		 * one-off steps never fill one). */
+		hit = least;
+		t->st.bin[hit & (LATMON_CYCLE_STEP_BINS - 1)].first_ns = step;
+		t->st.bin[hit & (LATMON_CYCLE_STEP_BINS - 1)].count = 0;
+		t->st.bin[hit & (LATMON_CYCLE_STEP_BINS - 1)].sum_ns = 0;
+	}
+	t->st.bin[hit & (LATMON_CYCLE_STEP_BINS - 1)].count++;
+	t->st.bin[hit & (LATMON_CYCLE_STEP_BINS - 1)].sum_ns += step;
+	t->st.period_ns = 0;
+	for (int i = 0; i < LATMON_CYCLE_STEP_BINS; i++) {
+		struct latmon_cycle_bin *b = &t->st.bin[i];
+
+		if (b->count >= LATMON_CYCLE_PERIOD_MIN_STEPS && b->count > best) {
+			best = b->count;
+			t->st.period_ns = b->sum_ns / b->count;
+		}
+	}
+}
+
+/* Add a slot's account to the cycle's: tasks by thread id, IRQs by
+ * number (a part that finds no entry goes to its kind's rest). */
+static __always_inline void merge_anat(struct latmon_anatomy *to, const struct latmon_anatomy *from)
+{
+	for (int i = 0; i < LATMON_ANAT_TASKS; i++) {
+		const struct latmon_anat_task *f = &from->task[i];
+		bool done = false;
+
+		if (!f->ns)
+			continue;
+		for (int j = 0; j < LATMON_ANAT_TASKS; j++) {
+			struct latmon_anat_task *e = &to->task[j];
+
+			if (e->ns && e->pid == f->pid) {
+				e->ns += f->ns;
+				done = true;
+				break;
+			}
+			if (!e->ns) {
+				*e = *f;
+				done = true;
+				break;
+			}
+		}
+		if (!done)
+			to->task_rest_ns += f->ns;
+	}
+	to->task_rest_ns += from->task_rest_ns;
+	for (int i = 0; i < LATMON_ANAT_IRQS; i++) {
+		const struct latmon_anat_irq *f = &from->irq[i];
+		bool done = false;
+
+		if (!f->ns)
+			continue;
+		for (int j = 0; j < LATMON_ANAT_IRQS; j++) {
+			struct latmon_anat_irq *e = &to->irq[j];
+
+			if (e->ns && e->irq == f->irq) {
+				e->ns += f->ns;
+				done = true;
+				break;
+			}
+			if (!e->ns) {
+				*e = *f;
+				done = true;
+				break;
+			}
+		}
+		if (!done)
+			to->irq_rest_ns += f->ns;
+	}
+	to->irq_rest_ns += from->irq_rest_ns;
+	for (int v = 0; v < LATMON_SOFTIRQ_VECS; v++)
+		to->softirq_ns[v] += from->softirq_ns[v];
+}
+
+/* Give back the slot t holds, its account merged into the cycle's. */
+static __always_inline void slot_return(struct cycle_thread *t)
+{
+	struct anat_slot *s = anat_take_key(t->key, t->anat);
+
+	t->anat = 0;
+	if (!s)
+		return;
+	merge_anat(&t->acc, &s->acc);
+	if (cfg.mutate)
+		/* Tests only: the loop's own time charged to other tasks,
+		 * which the live test must catch. */
+		t->acc.task_rest_ns += s->self_ns;
+	else
+		t->exec.running_ns += s->self_ns;
+	anat_release(s);
+}
+
+/* t's thread runs, or is runnable, on `cpu` from `now`: it holds that
+ * CPU's slot, and the CPU watches its deadline. */
+static __always_inline void slot_hold(struct cycle_thread *t, __u32 tid, __u32 cpu, __u64 now)
+{
+	struct cycle_watch *w;
+	__u32 zero = 0;
+
+	if (t->anat && t->anat != cpu + 1) {
+		t->exec.migrations++;
+		slot_return(t);
+	}
+	if (!t->anat)
+		t->anat = anat_claim_key(t->key, cpu, now);
+	/* anatomy: user space's "kernel has bpf_map_lookup_percpu_elem". */
+	w = anatomy ? bpf_map_lookup_percpu_elem(&cycle_watch, &zero, cpu) : NULL;
+	if (w && !t->reported && t->deadline_ns) {
+		w->tid = tid;
+		w->deadline_ns = t->deadline_ns;
+		w->release_ns = t->release_ns;
+	}
+}
+
+static __always_inline void record_series(__u32 series, __u64 ns, bool alert)
+{
+	struct latmon_hist *h = latmon_hist_get(&cycle_hist, series);
+
+	if (!h)
+		return;
+	latmon_hist_record(h, ns);
+	if (alert)
+		h->alerts++;
+}
+
+/* Send a record of thread `tid`: a miss or slow response from the loop
+ * itself (current), an overrun from whatever runs on the loop's CPU (the
+ * record names the loop through its task address, with probe reads: the
+ * task may be gone). Five arguments: the BPF calling convention's limit. */
+static __noinline int send_record(void *ctx, struct cycle_thread *t, __u32 tid, __u32 event, __u64 now)
+{
+	struct latmon_alert_cycle *r;
+	__u32 zero = 0;
+	__u64 latency = now - t->release_ns;
+
+	if (!latmon_alert_admit(0, now)) {
+		latmon_alert_dropped(0, false);
+		return 0;
+	}
+	r = bpf_map_lookup_elem(&cycle_scratch, &zero);
+	if (!r)
+		return 0;
+	r->alert.time_ns = now;
+	r->alert.latency_ns = latency;
+	r->alert.probe_id = 0;
+	r->alert.cpu = bpf_get_smp_processor_id();
+	r->alert.tid = tid;
+	if (event == LATMON_CYCLE_OVERRUN) {
+		struct task_struct *task = (struct task_struct *)t->key;
+
+		r->alert.pid = BPF_CORE_READ(task, tgid);
+		bpf_probe_read_kernel_str(r->alert.comm, sizeof(r->alert.comm), &task->comm);
+	} else {
+		r->alert.pid = bpf_get_current_pid_tgid() >> 32;
+		bpf_get_current_comm(r->alert.comm, sizeof(r->alert.comm));
+	}
+	__builtin_memcpy(&r->anat, &t->acc, sizeof(r->anat));
+	__builtin_memset(&r->cycle, 0, sizeof(r->cycle));
+	__builtin_memcpy(&r->cycle.exec, &t->exec, sizeof(r->cycle.exec));
+	r->cycle.release_ns = t->release_ns;
+	r->cycle.deadline_ns = t->deadline_ns;
+	r->cycle.event = event;
+	r->cycle.doing_syscall = -1;
+	if (event != LATMON_CYCLE_OVERRUN) {
+		r->cycle.done_ns = now;
+	} else if (t->phase == P_RUN) {
+		r->cycle.doing = LATMON_CYCLE_DOING_RUNNING;
+	} else if (t->phase == P_BLOCKED) {
+		r->cycle.doing = LATMON_CYCLE_DOING_BLOCKED;
+		r->cycle.doing_on = t->blocked_on;
+		r->cycle.doing_syscall = t->blocked_sys;
+	} else {
+		/* Runnable: behind whatever runs on this CPU now. */
+		r->cycle.doing = LATMON_CYCLE_DOING_RUNNABLE;
+		r->cycle.doing_pid = (__u32)bpf_get_current_pid_tgid();
+		bpf_get_current_comm(r->cycle.doing_comm, sizeof(r->cycle.doing_comm));
+	}
+	if (use_ringbuf) {
+		if (bpf_ringbuf_output(&alerts, r, sizeof(*r), 0))
+			latmon_alert_dropped(0, true);
+	} else if (bpf_perf_event_output(ctx, &alerts_perf, BPF_F_CURRENT_CPU, r, sizeof(*r))) {
+		latmon_alert_dropped(0, true);
+	}
+	return 0;
+}
+
+/* The current thread (t) finished its cycle at `now`. */
+static __always_inline void cycle_done(void *ctx, struct cycle_thread *t, __u32 tid, __u64 now)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	struct anat_slot *s = anat_held_here();
+	__u64 response, deadline;
+	bool miss, slow;
+
+	/* The loop's time up to now, on this CPU. */
+	if (s && s->waiter == t->key)
+		anat_charge_current(s, now);
+	slot_return(t);
+	t->acc.cpu_ran = bpf_get_smp_processor_id();
+	t->exec.fault_count = faults_of(cur) - t->faults;
+	response = now > t->release_ns ? now - t->release_ns : 0;
+	deadline = deadline_of(t);
+	miss = deadline && response > deadline;
+	slow = cfg.threshold_ns && response > cfg.threshold_ns;
+	/* The family's alerts: misses, and responses above threshold=. */
+	record_series(LATMON_CS_RESPONSE, response, miss || slow);
+	record_series(LATMON_CS_EXEC, now > t->run_ns ? now - t->run_ns : 0, false);
+	t->st.cycles++;
+	if (miss)
+		t->st.misses++;
+	if (miss || slow) {
+		if (!t->deadline_ns && deadline)
+			t->deadline_ns = t->release_ns + deadline;
+		send_record(ctx, t, tid, miss ? LATMON_CYCLE_MISS : LATMON_CYCLE_RESPONSE, now);
+	}
+}
+
+/* The cycle of t's thread (task p, woken onto `cpu`) is released: its
+ * accounts start over. */
+static __always_inline void release_init(struct cycle_thread *t, struct task_struct *p, __u32 cpu, __u64 now)
+{
+	__builtin_memset(&t->acc, 0, sizeof(t->acc));
+	__builtin_memset(&t->exec, 0, sizeof(t->exec));
+	t->acc.timer_irq_delay_ns = now > t->release_ns ? now - t->release_ns : 0;
+	t->acc.cpu_woken = cpu;
+	t->faults = faults_of(p);
+	t->deadline_ns = deadline_of(t) ? t->release_ns + deadline_of(t) : 0;
+	t->reported = 0;
+	t->started = 0;
+	t->wake_ns = now;
+}
+
+/* The thread runs from `now`: the cycle's first run, if it is. */
+static __always_inline void run_start(struct cycle_thread *t, __u64 now)
+{
+	if (t->started)
+		return;
+	t->started = 1;
+	t->run_ns = now;
+	record_series(LATMON_CS_WAKEUP, now > t->release_ns ? now - t->release_ns : 0, false);
+}
+
+/* The current thread goes into a timer sleep that ends at `release`
+ * (0: unknown). */
+static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	__u32 tid = cur->pid;
+	struct cycle_thread *t = bpf_map_lookup_elem(&cycle_threads, &tid);
+	struct cycle_watch *w;
+	__u32 zero = 0;
+
+	if (!t) {
+		struct cycle_thread *z;
+
+		if (cfg.filter_tid ? tid != cfg.filter_tid : !comm_wanted(cur))
+			return;
+		z = bpf_map_lookup_elem(&cycle_zero, &zero);
+		if (!z)
+			return;
+		if (bpf_map_update_elem(&cycle_threads, &tid, z, BPF_NOEXIST)) {
+			count_drop(); /* CYCLE_THREADS watched already */
+			return;
+		}
+		__sync_fetch_and_add(&cycle_live, 1);
+		t = bpf_map_lookup_elem(&cycle_threads, &tid);
+		if (!t)
+			return;
+		t->key = (__u64)cur;
+	}
+	/* It runs (it makes this syscall), yet the events say otherwise: a
+	 * wakeup or switch-in no program saw. The cycle still counts, with
+	 * what was seen; counted in `unseen`. */
+	if (t->phase == P_SLEEP && t->release_ns && now >= t->release_ns) {
+		release_init(t, cur, bpf_get_smp_processor_id(), now);
+		t->phase = P_RUN;
+		t->st.unseen++;
+	} else if (t->phase == P_BLOCKED) {
+		__u32 k = t->blocked_on & (LATMON_CYCLE_BLOCKED_KINDS - 1);
+
+		t->exec.blocked[k].ns += now > t->blocked_ns ? now - t->blocked_ns : 0;
+		t->phase = P_RUN;
+		t->st.unseen++;
+	} else if (t->phase == P_WAIT && !t->started) {
+		t->st.unseen++;
+	}
+	if (t->phase == P_RUN || t->phase == P_WAIT) {
+		run_start(t, t->wake_ns);
+		cycle_done(ctx, t, tid, now);
+	} else {
+		slot_return(t);
+	}
+	w = bpf_map_lookup_elem(&cycle_watch, &zero);
+	if (w && w->tid == tid)
+		w->tid = 0;
+	if (!release) {
+		t->phase = P_NONE;
+		return;
+	}
+	if (t->release_ns && release > t->release_ns)
+		period_step(t, release - t->release_ns);
+	t->release_ns = release;
+	t->phase = P_SLEEP;
+	if (release <= now) {
+		/* Armed in the past: released at once, still running. */
+		release_init(t, cur, bpf_get_smp_processor_id(), now);
+		run_start(t, now);
+		t->phase = P_RUN;
+		slot_hold(t, tid, bpf_get_smp_processor_id(), now);
+	}
+}
+
+static __always_inline __u64 timespec_ns(const struct __kernel_timespec *ts)
+{
+	struct __kernel_timespec v;
+
+	if (bpf_probe_read_user(&v, sizeof(v), ts))
+		return 0;
+	if (v.tv_sec < 0 || v.tv_nsec < 0)
+		return 0;
+	return (__u64)v.tv_sec * 1000000000ull + (__u64)v.tv_nsec;
+}
+
+/* The syscall events' record (struct syscall_trace_enter, kernel/trace/
+ * trace.h): its argument array is at offset 16 as tracefs' format says,
+ * the same since syscall tracepoints exist. */
+struct sys_enter_rec {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 args[6];
+};
+
+SEC("tracepoint/syscalls/sys_enter_clock_nanosleep")
+int cycle_clock_nanosleep(struct sys_enter_rec *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 clk = ctx->args[0], flags = ctx->args[1];
+	__u64 req = timespec_ns((const struct __kernel_timespec *)ctx->args[2]);
+	__u64 release = 0;
+
+	if (req) {
+		if (!(flags & TIMER_ABSTIME))
+			release = now + req;
+		else if (clk == CLOCK_MONOTONIC)
+			release = req;
+		else if (clk == CLOCK_BOOTTIME)
+			release = req - bpf_ktime_get_boot_ns() + now;
+		/* CLOCK_REALTIME and others: the expiry is not on this
+		 * clock's scale; the cycle is not tracked (release 0). */
+	}
+	timer_sleep(ctx, release, now);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_nanosleep")
+int cycle_nanosleep(struct sys_enter_rec *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 req = timespec_ns((const struct __kernel_timespec *)ctx->args[0]);
+
+	timer_sleep(ctx, req ? now + req : 0, now);
+	return 0;
+}
+
+/* The overrun check: this CPU's watched cycle is past its deadline. */
+static __always_inline void overrun_check(void *ctx)
+{
+	struct cycle_watch *w;
+	struct cycle_thread *t;
+	__u32 zero = 0, tid;
+	__u64 now;
+
+	if (cycle_live <= 0)
+		return;
+	w = bpf_map_lookup_elem(&cycle_watch, &zero);
+	if (!w || !w->tid)
+		return;
+	now = bpf_ktime_get_ns();
+	if (now <= w->deadline_ns)
+		return;
+	tid = w->tid;
+	w->tid = 0;
+	t = bpf_map_lookup_elem(&cycle_threads, &tid);
+	if (!t || t->reported || t->release_ns != w->release_ns || t->phase < P_WAIT)
+		return;
+	t->reported = 1;
+	t->st.overruns++;
+	send_record(ctx, t, tid, LATMON_CYCLE_OVERRUN, now);
+}
+
+/* TP_PROTO(struct task_struct *p) */
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(cycle_wakeup, struct task_struct *p)
+{
+	struct cycle_thread *t = thread_of(p->pid);
+	__u64 now;
+
+	if (!t)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (t->phase == P_SLEEP) {
+		release_init(t, p, latmon_task_cpu_btf(p), now);
+	} else if (t->phase == P_BLOCKED) {
+		__u32 k = t->blocked_on & (LATMON_CYCLE_BLOCKED_KINDS - 1);
+
+		t->exec.blocked[k].ns += now > t->blocked_ns ? now - t->blocked_ns : 0;
+		t->exec.blocked[k].syscall = t->blocked_sys;
+	} else {
+		return 0;
+	}
+	if (latmon_task_on_cpu_btf(p)) {
+		/* Woken before it was off its CPU: it runs on, no switch. */
+		run_start(t, now);
+		t->phase = P_RUN;
+	} else {
+		t->phase = P_WAIT;
+	}
+	slot_hold(t, p->pid, latmon_task_cpu_btf(p), now);
+	return 0;
+}
+
+/* What a thread that blocks now sleeps on. */
+static __always_inline __u32 blocked_on(__s64 state, __s32 sys)
+{
+	if (sys >= 0 && (sys == nr_futex || sys == nr_futex_waitv))
+		return LATMON_CYCLE_BLOCKED_FUTEX;
+	if (state & TASK_UNINTERRUPTIBLE)
+		return LATMON_CYCLE_BLOCKED_IO;
+	if (sys >= 0 && (sys == nr_nanosleep || sys == nr_clock_nanosleep))
+		return LATMON_CYCLE_BLOCKED_SLEEP;
+	return LATMON_CYCLE_BLOCKED_OTHER;
+}
+
+/* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
+ *          unsigned int prev_state) */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(cycle_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct cycle_thread *t;
+	__u64 now = 0;
+
+	if (cycle_live <= 0)
+		return 0;
+	if (anat_held > 0) {
+		now = bpf_ktime_get_ns();
+		anat_switch(prev, now);
+	}
+	overrun_check(ctx);
+	t = thread_of(prev->pid);
+	if (t && t->phase == P_RUN) {
+		__s64 state = latmon_task_state(prev);
+
+		if (!now)
+			now = bpf_ktime_get_ns();
+		if (state == TASK_RUNNING) {
+			t->phase = P_WAIT; /* preempted: keeps its slot */
+		} else {
+			/* The time up to now is in the slot: merged, given back. */
+			slot_return(t);
+			t->blocked_sys = syscall_of(prev);
+			t->blocked_on = blocked_on(state, t->blocked_sys);
+			t->blocked_ns = now;
+			t->phase = P_BLOCKED;
+		}
+	}
+	t = thread_of(next->pid);
+	if (t && t->phase == P_SLEEP && t->release_ns) {
+		/* Switched in past its release before any wakeup was seen:
+		 * the release is now. */
+		if (!now)
+			now = bpf_ktime_get_ns();
+		if (now >= t->release_ns) {
+			release_init(t, next, bpf_get_smp_processor_id(), now);
+			t->phase = P_WAIT;
+			t->st.unseen++;
+		}
+	}
+	if (t && t->phase == P_WAIT) {
+		if (!now)
+			now = bpf_ktime_get_ns();
+		run_start(t, now);
+		t->phase = P_RUN;
+		slot_hold(t, next->pid, bpf_get_smp_processor_id(), now);
+	}
+	return 0;
+}
+
+/* ---- the anatomy's interrupts, and the overrun check's ticks ---------- */
+
+/* TP_PROTO(int irq, struct irqaction *action) */
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(cycle_irq_entry, int irq)
+{
+	anat_irq_entry(irq);
+	overrun_check(ctx);
+	return 0;
+}
+
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(cycle_irq_exit, int irq)
+{
+	anat_irq_exit(irq);
+	return 0;
+}
+
+/* TP_PROTO(unsigned int vec_nr) */
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(cycle_softirq_entry, unsigned int vec_nr)
+{
+	anat_softirq_entry(vec_nr);
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(cycle_softirq_exit, unsigned int vec_nr)
+{
+	anat_softirq_exit(vec_nr);
+	return 0;
+}
+
+/* Every hrtimer expiry, the scheduler tick's included: the overrun check
+ * runs at least once a tick on a busy CPU. TP_PROTO(struct hrtimer *timer,
+ * ktime_t *now) */
+SEC("tp_btf/hrtimer_expire_entry")
+int BPF_PROG(cycle_hrtimer_expire, struct hrtimer *timer)
+{
+	overrun_check(ctx);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

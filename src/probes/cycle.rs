@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: MIT
+//! `cycle` (bpf/cycle.bpf.c): the cycles of a periodic thread, release ->
+//! done. The family line is the response time; its series `NAME:wakeup`
+//! (release -> running) and `NAME:exec` (running -> done). Misses,
+//! overruns and slow responses come as alert records with their causes;
+//! cycles, misses, overruns and the period as the probe's counts.
+//!
+//! tp_btf only: the accounting needs trusted task pointers.
+
+use std::mem::{size_of, MaybeUninit};
+
+use latmon_core::anatomy::{Anatomy, BlockedOn, Cause, CauseKind};
+use latmon_core::cycle::{CycleCounts, CycleEvent, CycleMark, Doing};
+use latmon_core::hist::Hist;
+use latmon_core::ident::BtfMode;
+use latmon_core::summary::{AlertRecord, ProbeInfo};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+
+use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
+use super::series::{Family, Role, Slot, Source};
+use super::{attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, PerCpuHist, Probe, ProbeError};
+use crate::bpf::cycle::{CycleSkel, CycleSkelBuilder};
+use crate::bpf::limits::{
+    ANAT_IRQS, ANAT_TASKS, CS_EXEC, CS_RESPONSE, CS_WAKEUP, CYCLE_DOING_BLOCKED, CYCLE_DOING_RUNNABLE,
+    CYCLE_DOING_RUNNING, CYCLE_MISS, CYCLE_OVERRUN, SOFTIRQ_VECS,
+};
+use crate::bpf::shared::types::{latmon_alert_cycle, latmon_anatomy, latmon_cycle_record, latmon_cycle_stats};
+use crate::config::{ProbeKind, ProbeSpec};
+
+// SAFETY: #[repr(C)] structs of integers generated from bpf/latmon.h.
+unsafe impl plain::Plain for latmon_cycle_record {}
+unsafe impl plain::Plain for latmon_cycle_stats {}
+const _: () = assert!(
+    size_of::<latmon_alert_cycle>()
+        == super::alerts::ALERT_RECORD_BYTES + super::alerts::ANATOMY_BYTES + size_of::<latmon_cycle_record>()
+);
+
+/// Tests only: `LATMON_CYCLE_MUTATE=1` charges the loop's own execution
+/// to other tasks (bpf/cycle.bpf.c `cfg.mutate`), the wrong attribution
+/// the live test must catch.
+pub const MUTATE_ENV: &str = "LATMON_CYCLE_MUTATE";
+
+/// Programs in attach order: the interrupt exits before their entries,
+/// the consumers (switch) before the producers (wakeup, the sleeps).
+const PROGRAMS: [&str; 8] = [
+    "cycle_irq_exit",
+    "cycle_softirq_exit",
+    "cycle_irq_entry",
+    "cycle_softirq_entry",
+    "cycle_switch",
+    "cycle_wakeup",
+    "cycle_hrtimer_expire",
+    "cycle_clock_nanosleep",
+];
+/// Attached after PROGRAMS.
+const NANOSLEEP: &str = "cycle_nanosleep";
+
+struct Cycles {
+    alerts: Alerts,
+    reader: PerCpuHist,
+    /// The counts last read (cumulative), for the interval's deltas.
+    last: CycleCounts,
+    _links: Vec<Link>,
+    _skel: Owned<CycleSkel<'static>>,
+}
+
+impl Source for Cycles {
+    fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
+        super::loaded_prog_fds(self._skel.object())
+    }
+
+    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
+        for (key, label, role) in [
+            (CS_RESPONSE, "response", Role::Family),
+            (CS_WAKEUP, "wakeup", Role::Extra),
+            (CS_EXEC, "exec", Role::Extra),
+        ] {
+            out.push(Slot { key: key as u64, label: label.into(), role });
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
+        let reader = &mut self.reader;
+        if key == CS_RESPONSE as u64 {
+            self.alerts.read(0, out, |o| reader.read(key as u32, o))
+        } else {
+            reader.read(key as u32, out)
+        }
+    }
+
+    fn drain_alerts(&mut self, key: u64, out: &mut Vec<AlertRecord>) {
+        if key == CS_RESPONSE as u64 {
+            self.alerts.drain(0, out);
+        }
+    }
+
+    fn flush_alerts(&mut self) {
+        self.alerts.flush();
+    }
+
+    fn cycle_counts(&mut self, out: &mut Option<CycleCounts>) -> Result<(), String> {
+        let map = &self._skel.maps.cycle_threads;
+        let (mut cycles, mut misses, mut overruns, mut unseen, mut period, mut most) = (0, 0, 0, 0, 0, 0);
+        for key in map.keys() {
+            let Some(v) = map.lookup(&key, MapFlags::ANY).map_err(|e| libbpf_error("cycle_threads", &e))? else {
+                continue;
+            };
+            let mut st = latmon_cycle_stats::default();
+            plain::copy_from_bytes(&mut st, v.get(..size_of::<latmon_cycle_stats>()).ok_or("short value")?)
+                .map_err(|e| format!("{e:?}"))?;
+            cycles += st.cycles;
+            misses += st.misses;
+            overruns += st.overruns;
+            unseen += st.unseen;
+            // The period of the thread with the most cycles.
+            if st.cycles >= most {
+                most = st.cycles;
+                period = st.period_ns;
+            }
+        }
+        let c = CycleCounts {
+            period_ns: period,
+            cycles: cycles.saturating_sub(self.last.total_cycles),
+            total_cycles: cycles,
+            misses: misses.saturating_sub(self.last.total_misses),
+            total_misses: misses,
+            overruns: overruns.saturating_sub(self.last.total_overruns),
+            total_overruns: overruns,
+            total_unseen: unseen,
+        };
+        self.last = c.clone();
+        *out = Some(c);
+        Ok(())
+    }
+}
+
+pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
+    let probe = spec.name.clone();
+    if !super::kernel_btf_present() {
+        return Err(ProbeError::KernelFeature {
+            probe,
+            what: format!("{}; cycle needs tp_btf", super::no_btf_reason()),
+        });
+    }
+    if !super::features::percpu_lookup() {
+        return Err(ProbeError::KernelFeature {
+            probe,
+            what: "cycle needs bpf_map_lookup_percpu_elem (kernel 5.19)".into(),
+        });
+    }
+    let ringbuf = want_ringbuf();
+    let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, ringbuf))?;
+    let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
+    let reader = PerCpuHist::new(&skel.maps.cycle_hist).map_err(read_err)?;
+    let m = &skel.maps;
+    let maps = AlertMaps { drops: &m.alert_drops, ring: &m.alerts, perf: &m.alerts_perf };
+    let alerts =
+        Alerts::new(maps, true, ringbuf, |ids| vec![probe.clone(); ids], decode_alert_cycle).map_err(read_err)?;
+    let c = Cycles { alerts, reader, last: CycleCounts::default(), _links: links, _skel: skel };
+    let mode = format!(
+        "thread-hash, records via {}{}",
+        if ringbuf { "ringbuf" } else { "perf buffer" },
+        match &spec.kind {
+            ProbeKind::Cycle { period: Some(p), .. } =>
+                format!(", period {}", latmon_core::text::fmt_ns(p.as_nanos() as u64)),
+            _ => ", period detected".into(),
+        }
+    );
+    let info = ProbeInfo {
+        name: probe,
+        kind: spec.kind.family(),
+        attach: mech,
+        mode,
+        btf_mode: BtfMode::CoRe,
+        wait: Default::default(),
+    };
+    Ok(Box::new(Family::new(info, Box::new(c))))
+}
+
+fn nanos(d: Option<std::time::Duration>) -> u64 {
+    d.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<CycleSkel<'static>>, Vec<Link>), String> {
+    let (period, deadline) = match &spec.kind {
+        ProbeKind::Cycle { period, deadline } => (nanos(*period), nanos(*deadline)),
+        _ => (0, 0),
+    };
+    let nr = |name: &str| super::syscall::number(name).map_or(-1, |n| n as i32);
+    let mut wanted: Vec<&str> = PROGRAMS.to_vec();
+    wanted.push(NANOSLEEP);
+    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
+        let mut open =
+            CycleSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
+        ro.cfg.period_ns = period;
+        ro.cfg.deadline_ns = if deadline > 0 { deadline } else { period };
+        ro.cfg.threshold_ns = threshold_ns(spec);
+        ro.cfg.filter_tid = spec.pid.unwrap_or(0);
+        ro.cfg.mutate = u32::from(std::env::var(MUTATE_ENV).as_deref() == Ok("1"));
+        set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
+        ro.nr_futex = nr("futex");
+        ro.nr_futex_waitv = nr("futex_waitv");
+        ro.nr_nanosleep = nr("nanosleep");
+        ro.nr_clock_nanosleep = nr("clock_nanosleep");
+        ro.use_ringbuf = ringbuf;
+        ro.anatomy = true;
+        keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
+        super::autoload_only(open.open_object_mut(), &wanted);
+        open.load().map_err(|e| libbpf_error("load", &e))
+    })?;
+    let links = attach_in_order(skel.object(), &wanted)?;
+    Ok((skel, links))
+}
+
+/// The record of a miss, overrun or slow response (struct
+/// latmon_alert_cycle): the alert, its anatomy and its cycle half.
+pub(crate) fn decode_alert_cycle(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
+    let (id, mut rec) = decode_alert(data, names)?;
+    let at = super::alerts::ALERT_RECORD_BYTES;
+    let mut anat = latmon_anatomy::default();
+    plain::copy_from_bytes(&mut anat, data.get(at..at + super::alerts::ANATOMY_BYTES)?).ok()?;
+    let at = at + super::alerts::ANATOMY_BYTES;
+    let mut c = latmon_cycle_record::default();
+    plain::copy_from_bytes(&mut c, data.get(at..at + size_of::<latmon_cycle_record>())?).ok()?;
+    let sys = |nr: i32| u32::try_from(nr).ok().and_then(super::syscall::name).unwrap_or("").to_string();
+    let event = match c.event as usize {
+        CYCLE_MISS => CycleEvent::Miss,
+        CYCLE_OVERRUN => CycleEvent::Overrun,
+        _ => CycleEvent::Response,
+    };
+    let doing = match c.doing as usize {
+        _ if event != CycleEvent::Overrun => None,
+        CYCLE_DOING_RUNNING => Some(Doing::Running),
+        CYCLE_DOING_RUNNABLE => Some(Doing::Runnable { comm: comm_text(&c.doing_comm), pid: c.doing_pid }),
+        CYCLE_DOING_BLOCKED => {
+            Some(Doing::Blocked { on: BlockedOn::from_code(c.doing_on), syscall: sys(c.doing_syscall) })
+        }
+        _ => None,
+    };
+    rec.cycle = Some(CycleMark {
+        event,
+        release_ns: c.release_ns,
+        deadline_ns: c.deadline_ns,
+        done_ns: (event != CycleEvent::Overrun).then_some(c.done_ns),
+        doing,
+        migrations: c.exec.migrations,
+    });
+    // An overrun is unfinished: its parts are not known yet.
+    if event != CycleEvent::Overrun {
+        let mut parts = Vec::with_capacity(ANAT_TASKS + ANAT_IRQS + SOFTIRQ_VECS + 8);
+        super::alerts::anatomy_parts(&anat, &mut parts);
+        parts.push(Cause { kind: CauseKind::Running, ns: c.exec.running_ns });
+        for (k, b) in c.exec.blocked.iter().enumerate() {
+            if b.ns > 0 {
+                let on = BlockedOn::from_code(k as u32);
+                parts.push(Cause { kind: CauseKind::Blocked { on, syscall: sys(b.syscall) }, ns: b.ns });
+            }
+        }
+        let count = u32::try_from(c.exec.fault_count).unwrap_or(u32::MAX);
+        parts.push(Cause { kind: CauseKind::PageFaults { count }, ns: c.exec.fault_ns });
+        rec.anatomy = Some(Anatomy::from_parts(rec.latency_ns, anat.cpu_woken, anat.cpu_ran, parts));
+    }
+    Some((id, rec))
+}
+
+fn comm_text(comm: &[i8]) -> String {
+    let bytes: Vec<u8> = comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_miss_record_decodes_with_parts_that_sum_to_its_latency() {
+        let mut r = latmon_alert_cycle::default();
+        r.alert.latency_ns = 1_620_000;
+        r.alert.tid = 7;
+        r.anat.timer_irq_delay_ns = 5_000;
+        r.anat.task[0].ns = 100_000;
+        r.anat.task[0].pid = 99;
+        r.cycle.event = CYCLE_MISS as u32;
+        r.cycle.release_ns = 1_000_000;
+        r.cycle.deadline_ns = 2_000_000;
+        r.cycle.done_ns = 2_620_000;
+        r.cycle.exec.running_ns = 1_500_000;
+        r.cycle.exec.fault_count = 12;
+        r.cycle.exec.blocked[1].ns = 10_000;
+        r.cycle.exec.blocked[1].syscall = -1;
+        // SAFETY: a plain struct viewed as bytes.
+        let bytes = unsafe { plain::as_bytes(&r) };
+        let (_, rec) = decode_alert_cycle(bytes, &["c".into()]).unwrap();
+        let a = rec.anatomy.unwrap();
+        assert!(a.sums_to(1_620_000), "{a:?}");
+        assert_eq!(a.causes[0], Cause { kind: CauseKind::Running, ns: 1_500_000 });
+        assert!(a.causes.iter().any(|c| c.kind == CauseKind::PageFaults { count: 12 }));
+        assert!(a.causes.iter().any(|c| matches!(&c.kind, CauseKind::Blocked { on: BlockedOn::Io, .. })));
+        let m = rec.cycle.unwrap();
+        assert_eq!((m.event, m.done_ns, m.deadline_ns), (CycleEvent::Miss, Some(2_620_000), 2_000_000));
+        // A short record is refused, not a panic.
+        assert!(decode_alert_cycle(&bytes[..bytes.len() - 1], &["c".into()]).is_none());
+    }
+}

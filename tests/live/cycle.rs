@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: MIT
+//! Live tests of the `cycle` family (root, this kernel): a 1 kHz
+//! SCHED_FIFO loop (tests/fixtures/lm_cycle.c) logs its own releases,
+//! wakeups and done times and injects known misses (busy overruns, page
+//! faults it counts with getrusage, write + fdatasync, long overruns).
+//! latmon must count its cycles and misses, find its period, send a miss
+//! record per miss (matched by release time) whose parts sum to the
+//! latency and name what the fixture did, and an overrun record before
+//! each long overrun ends. The same check must fail when the execution is
+//! charged to the wrong task (LATMON_CYCLE_MUTATE=1).
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::process::Command;
+
+use common::*;
+
+const PERIOD_NS: u64 = 1_000_000;
+/// Cycles before latmon judges misses (its period needs
+/// CYCLE_PERIOD_MIN_STEPS releases) and the fixture's first release.
+const SETTLE: usize = 12;
+
+/// tests/fixtures/lm_cycle.c, compiled once per test binary.
+fn lm_cycle() -> &'static std::path::Path {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("latmon-cycle-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("lm_cycle");
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm_cycle.c");
+        let out = Command::new("cc").args(["-O2", "-Wall", "-o"]).arg(&bin).arg(&src).output().expect("cc");
+        assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
+        bin
+    })
+}
+
+/// One cycle as the fixture logged it.
+#[derive(Debug, Clone)]
+struct Row {
+    kind: char,
+    release: u64,
+    wake: u64,
+    done: u64,
+    faults: u64,
+}
+
+impl Row {
+    fn missed(&self) -> bool {
+        self.done - self.release > PERIOD_NS
+    }
+    fn exec(&self) -> u64 {
+        self.done.saturating_sub(self.wake)
+    }
+}
+
+/// Run the fixture for `cycles` under a cycle probe (with `env`): its
+/// rows and latmon's JSON lines.
+fn run(cycles: usize, env: &[(&str, &str)]) -> (Vec<Row>, Vec<serde_json::Value>) {
+    let bin = lm_cycle();
+    let file = std::env::temp_dir().join(format!("latmon-cycle-io-{}", std::process::id()));
+    let child = start_run_env(&["--probe", "cycle,comm=lm_cycle", "--interval", "1s", "--format", "json"], env);
+    let out = Command::new(bin)
+        .args([&cycles.to_string(), "1000", "25", "100", "3000"])
+        .arg(&file)
+        .output()
+        .expect("lm_cycle");
+    let _ = std::fs::remove_file(&file);
+    let (status, json) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    assert!(out.status.success(), "lm_cycle: {}", String::from_utf8_lossy(&out.stderr));
+    let rows = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with("done"))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let n = |i: usize| f[i].parse::<u64>().unwrap();
+            Row { kind: f[1].chars().next().unwrap(), release: n(2), wake: n(3), done: n(4), faults: n(5) }
+        })
+        .collect();
+    (rows, json_lines(&json))
+}
+
+/// What the check measured.
+#[derive(Debug, Default)]
+struct Figures {
+    cycles: u64,
+    unseen: u64,
+    period_ns: u64,
+    misses: u64,
+    fixture_misses: u64,
+    matched: usize,
+    spurious: usize,
+    busy_running: f64,
+    faults_found: f64,
+    io_blocked: f64,
+    overruns_in_time: usize,
+    long_overruns: usize,
+}
+
+fn ns_of(causes: &serde_json::Value, kind: &str, on: Option<&str>) -> u64 {
+    causes
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kind"] == kind && on.is_none_or(|o| c["on"] == o))
+        .map(|c| c["ns"].as_u64().unwrap())
+        .sum()
+}
+
+/// The acceptance numbers over `rows` and latmon's `lines`.
+fn check(rows: &[Row], lines: &[serde_json::Value]) -> Result<Figures, String> {
+    let mut f = Figures::default();
+    let p = last_probe(lines, "cycle").ok_or("no cycle line")?;
+    let c = &p["cycle"];
+    f.cycles = c["total_cycles"].as_u64().ok_or("no cycles")?;
+    f.period_ns = c["period_ns"].as_u64().unwrap_or(0);
+    f.unseen = c["total_unseen"].as_u64().unwrap_or(0);
+    f.misses = c["total_misses"].as_u64().unwrap_or(0);
+    let judged = &rows[SETTLE..];
+    f.fixture_misses = judged.iter().filter(|r| r.missed()).count() as u64;
+    let recs: Vec<&serde_json::Value> = lines
+        .iter()
+        .flat_map(|l| l["alert_records"].as_array().into_iter().flatten())
+        .filter(|r| r["probe"] == "cycle")
+        .collect();
+    let miss_recs: HashMap<u64, &serde_json::Value> =
+        recs.iter().filter(|r| r["event"] == "miss").map(|r| (r["release_ns"].as_u64().unwrap(), *r)).collect();
+    let by_release: HashMap<u64, &Row> = rows.iter().map(|r| (r.release, r)).collect();
+    let mut problems = Vec::new();
+    if f.cycles < rows.len() as u64 - 2 {
+        problems.push(format!("cycles {} of the fixture's {}", f.cycles, rows.len()));
+    }
+    if f.period_ns.abs_diff(PERIOD_NS) * 100 > PERIOD_NS {
+        problems.push(format!("period_ns {} not within 1 % of {PERIOD_NS}", f.period_ns));
+    }
+    if f.misses.abs_diff(f.fixture_misses) > 2 {
+        problems.push(format!("misses {} vs the fixture's {}", f.misses, f.fixture_misses));
+    }
+    // Every miss record: its parts sum to its latency, done - release.
+    for r in miss_recs.values() {
+        let lat = r["latency_ns"].as_u64().unwrap();
+        let sum: u64 = r["causes"].as_array().unwrap().iter().map(|c| c["ns"].as_u64().unwrap()).sum();
+        let span = r["done_ns"].as_u64().unwrap() - r["release_ns"].as_u64().unwrap();
+        if sum != lat || span != lat {
+            problems.push(format!("parts {sum} / span {span} != latency {lat}: {r}"));
+        }
+        if !by_release.get(&r["release_ns"].as_u64().unwrap()).is_some_and(|row| row.missed()) {
+            f.spurious += 1;
+        }
+    }
+    let (mut busy, mut faults, mut io) = ((0u64, 0u64), (0u64, 0u64), (0u64, 0u64));
+    for row in judged.iter().filter(|r| r.missed()) {
+        let Some(r) = miss_recs.get(&row.release) else { continue };
+        f.matched += 1;
+        let causes = &r["causes"];
+        match row.kind {
+            'b' => {
+                busy.0 += ns_of(causes, "running", None);
+                busy.1 += row.exec();
+            }
+            'f' => {
+                let n = causes
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["kind"] == "page_faults")
+                    .map_or(0, |c| c["count"].as_u64().unwrap());
+                faults.0 += n;
+                faults.1 += row.faults;
+            }
+            'i' => {
+                io.0 += ns_of(causes, "blocked", Some("io"));
+                io.1 += row.exec();
+            }
+            _ => {}
+        }
+    }
+    let share = |(a, b): (u64, u64)| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    (f.busy_running, f.faults_found, f.io_blocked) = (share(busy), share(faults), share(io));
+    if (f.matched as u64) * 100 < f.fixture_misses * 95 {
+        problems.push(format!("{} of {} fixture misses have a record", f.matched, f.fixture_misses));
+    }
+    if f.spurious as u64 * 100 > f.fixture_misses.max(50) * 2 {
+        problems.push(format!("{} spurious miss records", f.spurious));
+    }
+    if busy.1 == 0 || f.busy_running < 0.8 {
+        problems.push(format!("busy misses: running is {:.3} of their execution", f.busy_running));
+    }
+    if faults.1 == 0 || f.faults_found < 0.9 {
+        problems.push(format!("page-fault misses: {:.3} of the faults found", f.faults_found));
+    }
+    if io.1 == 0 || f.io_blocked < 0.5 {
+        problems.push(format!("I/O misses: blocked/io is {:.3} of their execution", f.io_blocked));
+    }
+    // Each long overrun: an overrun record, sent before it ended.
+    let overruns: Vec<&&serde_json::Value> = recs.iter().filter(|r| r["event"] == "overrun").collect();
+    for row in judged.iter().filter(|r| r.kind == 'l') {
+        f.long_overruns += 1;
+        let early = overruns.iter().any(|o| {
+            o["release_ns"].as_u64() == Some(row.release) && o["time_ns"].as_u64().is_some_and(|t| t < row.done)
+        });
+        f.overruns_in_time += usize::from(early);
+    }
+    if f.long_overruns == 0 || f.overruns_in_time < f.long_overruns {
+        problems.push(format!("{} of {} long overruns reported in time", f.overruns_in_time, f.long_overruns));
+    }
+    if problems.is_empty() {
+        Ok(f)
+    } else {
+        Err(format!("{}\n{f:?}", problems.join("\n")))
+    }
+}
+
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn a_loops_misses_are_counted_and_each_explains_itself() {
+    let _s = serial();
+    let (rows, lines) = run(5_200, &[]);
+    match check(&rows, &lines) {
+        Ok(f) => eprintln!("cycle figures: {f:?}"),
+        Err(e) => panic!("{e}"),
+    }
+    // The mutation: the loop's execution charged to other tasks must fail.
+    let (rows, lines) = run(1_500, &[("LATMON_CYCLE_MUTATE", "1")]);
+    match check(&rows, &lines) {
+        Ok(f) => panic!("the check passed with the execution charged to the wrong task: {f:?}"),
+        Err(e) => {
+            eprintln!("mutation caught: {e}");
+            assert!(e.contains("busy misses: running"), "{e}");
+        }
+    }
+}
