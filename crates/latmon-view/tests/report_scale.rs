@@ -86,6 +86,7 @@ fn base_capture() -> Vec<u8> {
                 latency_ns: 100_000 + seq * 1000,
                 time_ns: time_ns - 500_000_000,
                 anatomy: None,
+                cycle: None,
             };
             let mut one = Encoder::new();
             one.alert(9, (seq % PROBES as u64) as u16, &a, &mut |f| bytes.extend_from_slice(f)).unwrap();
