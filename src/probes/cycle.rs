@@ -43,7 +43,7 @@ pub const MUTATE_ENV: &str = "LATMON_CYCLE_MUTATE";
 
 /// Programs in attach order: the interrupt exits before their entries,
 /// the consumers (switch) before the producers (wakeup, the sleeps).
-const PROGRAMS: [&str; 8] = [
+const PROGRAMS: [&str; 10] = [
     "cycle_irq_exit",
     "cycle_softirq_exit",
     "cycle_irq_entry",
@@ -51,6 +51,8 @@ const PROGRAMS: [&str; 8] = [
     "cycle_switch",
     "cycle_wakeup",
     "cycle_hrtimer_expire",
+    "cycle_clock_nanosleep_exit",
+    "cycle_nanosleep_exit",
     "cycle_clock_nanosleep",
 ];
 /// Attached after PROGRAMS.
