@@ -141,6 +141,11 @@ struct {
 /* Threads watched (entries of cycle_threads): the switch and wakeup
  * programs' gate. */
 __s64 cycle_live;
+/* The hot path's gate before any hash lookup (every switch and wakeup on
+ * the machine runs it): the one thread watched, or `watched_many` once a
+ * second one is (then the hash decides). */
+__u32 watched_one;
+__u32 watched_many;
 
 static __always_inline void count_drop(void)
 {
@@ -169,7 +174,7 @@ static __always_inline bool comm_wanted(struct task_struct *t)
 
 static __always_inline struct cycle_thread *thread_of(__u32 tid)
 {
-	if (cycle_live <= 0)
+	if (cycle_live <= 0 || (!watched_many && tid != watched_one))
 		return NULL;
 	return bpf_map_lookup_elem(&cycle_threads, &tid);
 }
@@ -489,7 +494,10 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now)
 			count_drop(); /* CYCLE_THREADS watched already */
 			return;
 		}
-		__sync_fetch_and_add(&cycle_live, 1);
+		if (__sync_fetch_and_add(&cycle_live, 1) == 0)
+			watched_one = tid;
+		else
+			watched_many = 1;
 		t = bpf_map_lookup_elem(&cycle_threads, &tid);
 		if (!t)
 			return;
@@ -713,13 +721,18 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(cycle_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	struct cycle_thread *t;
+	struct anat_slot *s;
 	__u64 now = 0;
 
 	if (cycle_live <= 0)
 		return 0;
-	if (anat_held > 0) {
+	/* anat_switch, with the clock read only where a slot is held. */
+	s = anat_held_here();
+	if (s) {
 		now = bpf_ktime_get_ns();
-		anat_switch(prev, now);
+		anat_charge_task(s, prev, now);
+		s->in_irq = -1;
+		s->in_vec = -1;
 	}
 	overrun_check(ctx);
 	t = thread_of(prev->pid);
