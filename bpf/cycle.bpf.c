@@ -51,13 +51,11 @@
 #include "alerts.bpf.h"
 #include "core_fixes.bpf.h"
 #include "anatomy.bpf.h"
+#include "anatomy_merge.bpf.h"
+#include "cycle_release.bpf.h"
 
 #define TASK_RUNNING 0
 #define TASK_UNINTERRUPTIBLE 0x2 /* include/linux/sched.h */
-#define TIMER_ABSTIME 1		 /* include/uapi/linux/time.h */
-#define CLOCK_MONOTONIC 1
-#define CLOCK_BOOTTIME 7
-
 const volatile struct latmon_cycle_config cfg = {};
 /* Syscall numbers of this architecture (user space, from its tables). */
 const volatile __s32 nr_futex = -1;
@@ -204,104 +202,6 @@ static __always_inline __u64 deadline_of(struct cycle_thread *t)
 	if (cfg.deadline_ns)
 		return cfg.deadline_ns;
 	return t->st.period_ns;
-}
-
-/* One release-to-release step into the period bins. */
-static __always_inline void period_step(struct cycle_thread *t, __u64 step)
-{
-	int hit = -1, least = 0;
-	__u64 best = 0;
-
-	if (cfg.period_ns) {
-		t->st.period_ns = cfg.period_ns;
-		return;
-	}
-	for (int i = 0; i < LATMON_CYCLE_STEP_BINS; i++) {
-		struct latmon_cycle_bin *b = &t->st.bin[i];
-		__u64 d = b->first_ns > step ? b->first_ns - step : step - b->first_ns;
-
-		if (b->first_ns && d * 100 <= b->first_ns) {
-			hit = i;
-			break;
-		}
-		if (b->count < t->st.bin[least & (LATMON_CYCLE_STEP_BINS - 1)].count)
-			least = i;
-	}
-	if (hit < 0) {
-		/* A new step replaces the emptiest bin (skipped releases and
-		 * one-off steps never fill one). */
-		hit = least;
-		t->st.bin[hit & (LATMON_CYCLE_STEP_BINS - 1)].first_ns = step;
-		t->st.bin[hit & (LATMON_CYCLE_STEP_BINS - 1)].count = 0;
-		t->st.bin[hit & (LATMON_CYCLE_STEP_BINS - 1)].sum_ns = 0;
-	}
-	t->st.bin[hit & (LATMON_CYCLE_STEP_BINS - 1)].count++;
-	t->st.bin[hit & (LATMON_CYCLE_STEP_BINS - 1)].sum_ns += step;
-	t->st.period_ns = 0;
-	for (int i = 0; i < LATMON_CYCLE_STEP_BINS; i++) {
-		struct latmon_cycle_bin *b = &t->st.bin[i];
-
-		if (b->count >= LATMON_CYCLE_PERIOD_MIN_STEPS && b->count > best) {
-			best = b->count;
-			t->st.period_ns = b->sum_ns / b->count;
-		}
-	}
-}
-
-/* Add a slot's account to the cycle's: tasks by thread id, IRQs by
- * number (a part that finds no entry goes to its kind's rest). */
-static __always_inline void merge_anat(struct latmon_anatomy *to, const struct latmon_anatomy *from)
-{
-	for (int i = 0; i < LATMON_ANAT_TASKS; i++) {
-		const struct latmon_anat_task *f = &from->task[i];
-		bool done = false;
-
-		if (!f->ns)
-			continue;
-		for (int j = 0; j < LATMON_ANAT_TASKS; j++) {
-			struct latmon_anat_task *e = &to->task[j];
-
-			if (e->ns && e->pid == f->pid) {
-				e->ns += f->ns;
-				done = true;
-				break;
-			}
-			if (!e->ns) {
-				*e = *f;
-				done = true;
-				break;
-			}
-		}
-		if (!done)
-			to->task_rest_ns += f->ns;
-	}
-	to->task_rest_ns += from->task_rest_ns;
-	for (int i = 0; i < LATMON_ANAT_IRQS; i++) {
-		const struct latmon_anat_irq *f = &from->irq[i];
-		bool done = false;
-
-		if (!f->ns)
-			continue;
-		for (int j = 0; j < LATMON_ANAT_IRQS; j++) {
-			struct latmon_anat_irq *e = &to->irq[j];
-
-			if (e->ns && e->irq == f->irq) {
-				e->ns += f->ns;
-				done = true;
-				break;
-			}
-			if (!e->ns) {
-				*e = *f;
-				done = true;
-				break;
-			}
-		}
-		if (!done)
-			to->irq_rest_ns += f->ns;
-	}
-	to->irq_rest_ns += from->irq_rest_ns;
-	for (int v = 0; v < LATMON_SOFTIRQ_VECS; v++)
-		to->softirq_ns[v] += from->softirq_ns[v];
 }
 
 /* Give back the slot t holds, its account merged into the cycle's. */
@@ -533,7 +433,7 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now)
 		return;
 	}
 	if (t->release_ns && release > t->release_ns)
-		period_step(t, release - t->release_ns);
+		period_step(&t->st, cfg.period_ns, release - t->release_ns);
 	t->release_ns = release;
 	t->phase = P_SLEEP;
 	if (release <= now) {
@@ -545,46 +445,12 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now)
 	}
 }
 
-static __always_inline __u64 timespec_ns(const struct __kernel_timespec *ts)
-{
-	struct __kernel_timespec v;
-
-	if (bpf_probe_read_user(&v, sizeof(v), ts))
-		return 0;
-	if (v.tv_sec < 0 || v.tv_nsec < 0)
-		return 0;
-	return (__u64)v.tv_sec * 1000000000ull + (__u64)v.tv_nsec;
-}
-
-/* The syscall events' record (struct syscall_trace_enter, kernel/trace/
- * trace.h): its argument array is at offset 16 as tracefs' format says,
- * the same since syscall tracepoints exist. */
-struct sys_enter_rec {
-	__u64 common;
-	__s32 nr;
-	__u32 pad;
-	__u64 args[6];
-};
-
 SEC("tracepoint/syscalls/sys_enter_clock_nanosleep")
 int cycle_clock_nanosleep(struct sys_enter_rec *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u64 clk = ctx->args[0], flags = ctx->args[1];
-	__u64 req = timespec_ns((const struct __kernel_timespec *)ctx->args[2]);
-	__u64 release = 0;
 
-	if (req) {
-		if (!(flags & TIMER_ABSTIME))
-			release = now + req;
-		else if (clk == CLOCK_MONOTONIC)
-			release = req;
-		else if (clk == CLOCK_BOOTTIME)
-			release = req - bpf_ktime_get_boot_ns() + now;
-		/* CLOCK_REALTIME and others: the expiry is not on this
-		 * clock's scale; the cycle is not tracked (release 0). */
-	}
-	timer_sleep(ctx, release, now);
+	timer_sleep(ctx, clock_nanosleep_release(ctx, now), now);
 	return 0;
 }
 
@@ -597,15 +463,6 @@ int cycle_nanosleep(struct sys_enter_rec *ctx)
 	timer_sleep(ctx, req ? now + req : 0, now);
 	return 0;
 }
-
-/* The syscall exit events' record (struct syscall_trace_exit): ret at
- * offset 16, as tracefs' format says. */
-struct sys_exit_rec {
-	__u64 common;
-	__s32 nr;
-	__u32 pad;
-	__s64 ret;
-};
 
 /* The current thread returns from a timer sleep. Still asleep by the
  * events: its release's wakeup and switch-in were not seen; it runs, so
@@ -828,6 +685,8 @@ int BPF_PROG(cycle_softirq_exit, unsigned int vec_nr)
 SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(cycle_hrtimer_expire, struct hrtimer *timer)
 {
+	if (cycle_live > 0)
+		clock_offsets_from(timer);
 	overrun_check(ctx);
 	return 0;
 }

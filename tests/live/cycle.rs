@@ -54,15 +54,16 @@ impl Row {
     }
 }
 
-/// Run the fixture for `cycles` under a cycle probe (with `env`): its
-/// rows and latmon's JSON lines.
-fn run(cycles: usize, env: &[(&str, &str)]) -> (Vec<Row>, Vec<serde_json::Value>) {
+/// Run the fixture for `cycles` under a cycle probe (with `env`, and the
+/// fixture's extra `args`): its rows and latmon's JSON lines.
+fn run(cycles: usize, env: &[(&str, &str)], args: &[&str]) -> (Vec<Row>, Vec<serde_json::Value>) {
     let bin = lm_cycle();
     let file = std::env::temp_dir().join(format!("latmon-cycle-io-{}", std::process::id()));
     let child = start_run_env(&["--probe", "cycle,comm=lm_cycle", "--interval", "1s", "--format", "json"], env);
     let out = Command::new(bin)
         .args([&cycles.to_string(), "1000", "25", "100", "3000"])
         .arg(&file)
+        .args(args)
         .output()
         .expect("lm_cycle");
     let _ = std::fs::remove_file(&file);
@@ -222,13 +223,13 @@ fn check(rows: &[Row], lines: &[serde_json::Value]) -> Result<Figures, String> {
 #[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn a_loops_misses_are_counted_and_each_explains_itself() {
     let _s = serial();
-    let (rows, lines) = run(5_200, &[]);
+    let (rows, lines) = run(5_200, &[], &[]);
     match check(&rows, &lines) {
         Ok(f) => eprintln!("cycle figures: {f:?}"),
         Err(e) => panic!("{e}"),
     }
     // The mutation: the loop's execution charged to other tasks must fail.
-    let (rows, lines) = run(1_500, &[("LATMON_CYCLE_MUTATE", "1")]);
+    let (rows, lines) = run(1_500, &[("LATMON_CYCLE_MUTATE", "1")], &[]);
     match check(&rows, &lines) {
         Ok(f) => panic!("the check passed with the execution charged to the wrong task: {f:?}"),
         Err(e) => {
@@ -236,4 +237,26 @@ fn a_loops_misses_are_counted_and_each_explains_itself() {
             assert!(e.contains("busy misses: running"), "{e}");
         }
     }
+}
+
+/// A loop on CLOCK_REALTIME absolute sleeps: its releases are put on
+/// CLOCK_MONOTONIC with the kernel's own offset for that clock, so its
+/// period and misses are found as a monotonic loop's. (Its log is on
+/// CLOCK_REALTIME: records are not matched by release time here.)
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn a_realtime_loops_period_and_misses_are_found() {
+    let _s = serial();
+    let (rows, lines) = run(1_500, &[], &["realtime"]);
+    let p = last_probe(&lines, "cycle").expect("no cycle line");
+    let c = &p["cycle"];
+    let cycles = c["total_cycles"].as_u64().unwrap();
+    let period = c["period_ns"].as_u64().unwrap_or(0);
+    let misses = c["total_misses"].as_u64().unwrap();
+    let fixture = rows[SETTLE..].iter().filter(|r| r.missed()).count() as u64;
+    eprintln!("realtime loop: cycles {cycles}, period_ns {period}, misses {misses} (fixture {fixture})");
+    assert!(cycles >= rows.len() as u64 - 2, "cycles {cycles} of the fixture's {}", rows.len());
+    assert!(period.abs_diff(PERIOD_NS) * 100 <= PERIOD_NS, "period_ns {period}");
+    assert!(fixture > 0, "the fixture injected no miss");
+    assert!(misses.abs_diff(fixture) <= 2, "misses {misses} vs the fixture's {fixture}");
 }
