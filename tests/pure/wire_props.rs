@@ -142,7 +142,7 @@ proptest! {
         pid in any::<u32>(), tid in any::<u32>(), comm in arb_comm(), cpu in any::<u32>(),
         lat in any::<u64>(), time in any::<u64>(), drops in any::<u64>(), n in 0usize..300,
     ) {
-        let a = Alert { boot_id: 7, probe: 3, pid, tid, comm: comm.clone(), cpu, latency_ns: lat, time_ns: time, cpu_woken: 0, cpu_ran: 0, causes: vec![] };
+        let a = Alert { boot_id: 7, probe: 3, pid, tid, comm: comm.clone(), cpu, latency_ns: lat, time_ns: time, cpu_woken: 0, cpu_ran: 0, causes: vec![], cycle: WireCycle::default() };
         let (f, _) = decode(&encode_to_vec(&Frame::Alert(a.clone())).unwrap());
         prop_assert_eq!(f, vec![Ok(Frame::Alert(a))]);
         let s = Status {

@@ -484,10 +484,14 @@ impl View {
                 s.push('~');
             }
             s.push('\n');
-            if let Some(an) = &a.anatomy {
-                s.push_str("    ");
-                an.render_line_into(&mut s, a.latency_ns, width - 4);
+            // A cycle record's line as the agent prints it (`miss 1.62ms
+            // of 1.00ms: running ...`), else the anatomy's.
+            let at = s.len();
+            s.push_str("    ");
+            if crate::summary::render_detail_into(&mut s, a, width - 4) {
                 s.push('\n');
+            } else {
+                s.truncate(at);
             }
         }
         if let Some((cols, rows)) = self.size {
@@ -764,6 +768,7 @@ mod tests {
                 crate::wire::WireCause { kind: 1, id: 4242, policy: 1, prio: 90, name: "hog".into(), ns: 860_000 },
                 crate::wire::WireCause { kind: 7, id: 0, policy: 0, prio: 0, name: String::new(), ns: 40_000 },
             ],
+            cycle: crate::wire::WireCycle::default(),
         }));
         v.on_event(&ev);
         let link = LinkStats { frames_good: 4, crc_errors: 2, resyncs: 3, ..LinkStats::default() };
@@ -823,6 +828,7 @@ mod tests {
             cpu_woken: 0,
             cpu_ran: 0,
             causes: vec![],
+            cycle: crate::wire::WireCycle::default(),
         }
     }
 
