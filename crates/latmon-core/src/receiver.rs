@@ -890,6 +890,37 @@ mod tests {
         }
     }
 
+    /// `latmon view`: a cycle record received over a link shows as the
+    /// agent's text output shows it (the same second line), its names
+    /// cut to ALERT_WIDTH as every alert line.
+    #[test]
+    fn cycle_records_show_as_the_agent_prints_them() {
+        let mut t = Tracker::new();
+        let mut v = View::default();
+        v.on_event(&t.on_frame(Frame::Hello(hello())));
+        for a in [crate::wire::tests::golden_cycle_alert(), crate::wire::tests::golden_overrun_alert()] {
+            v.on_event(&t.on_frame(Frame::Alert(Alert { boot_id: 7, probe: 0, ..a })));
+        }
+        let s = v.render("tcp://x", &LinkStats::default(), &t, None);
+        // The agent's text for the same records (summary.rs).
+        let report =
+            crate::summary::IntervalReport { alert_records: v.alerts.iter().cloned().collect(), ..Default::default() };
+        let mut agent = String::new();
+        crate::summary::render_alerts_into(&mut agent, &report, 8, ALERT_WIDTH);
+        let details = |text: &str| -> Vec<String> {
+            text.lines().filter(|l| l.starts_with("    ") && !l.starts_with("     ")).map(String::from).collect()
+        };
+        assert_eq!(
+            details(&s),
+            [
+                "    overrun 1.00ms of 1.00ms, runnable behind hog[4242], 1 migrations",
+                "    miss 1.62ms of 1.00ms: running 1500 us, blocked on io in fdatasync 60 us, 7 page faults, other 60 us",
+            ],
+            "{s}"
+        );
+        assert_eq!(details(&s), details(&agent), "{agent}");
+    }
+
     /// `decode`'s JSON lines: a comm holding C1 (CSI, OSC), DEL or a bidi
     /// override is written escaped (`\u009b`), and reads back the same.
     #[test]
