@@ -271,7 +271,7 @@ mod tests {
             // same text line.
             let (frames, recs) = receive(&[&stream(&[])[..], &v].concat());
             assert!(frames.iter().all(|f| f.is_ok()), "{frames:?}");
-            assert_eq!(recs, [rec.clone()], "{name}");
+            assert_eq!(recs, std::slice::from_ref(&rec), "{name}");
             assert_eq!(crate::json::to_string(&recs[0]).unwrap(), crate::json::to_string(&rec).unwrap());
             assert_eq!(detail(&recs[0]), line, "{name}");
             let json = crate::json::to_string(&recs[0]).unwrap();
