@@ -71,12 +71,22 @@ pub(super) fn hist_svg(name: &str, h: &Hist) -> Result<String> {
 pub(super) const LEGEND_SMALL: u32 = 70;
 pub(super) const LEGEND_WIDE: u32 = 200;
 
-/// A legend entry: its label and colour, drawn as a dot (the alerts'
-/// points) or a line.
+/// A legend entry: its label and colour, drawn as its chart draws it.
 pub(super) struct Key {
     pub(super) label: String,
     pub(super) colour: RGBAColor,
-    pub(super) dot: bool,
+    pub(super) mark: Mark,
+}
+
+/// How a legend entry's data is drawn.
+#[derive(Clone, Copy)]
+pub(super) enum Mark {
+    /// A line (percentiles, health, the deadline).
+    Line,
+    /// Points (alerts, misses).
+    Dot,
+    /// Triangles (overruns).
+    Triangle,
 }
 
 /// The legend in the room right of the plot (`width` px, the chart's
@@ -86,10 +96,10 @@ pub(super) fn legend(root: &Area, keys: &[Key], width: u32) -> Result<()> {
     let x = w.saturating_sub(width) as i32 + 8;
     for (k, key) in keys.iter().enumerate() {
         let y = 40 + 18 * k as i32;
-        if key.dot {
-            e(root.draw(&Circle::new((x + 8, y), 3, key.colour.filled())))?;
-        } else {
-            e(root.draw(&PathElement::new(vec![(x, y), (x + 16, y)], key.colour.stroke_width(2))))?;
+        match key.mark {
+            Mark::Dot => e(root.draw(&Circle::new((x + 8, y), 3, key.colour.filled())))?,
+            Mark::Triangle => e(root.draw(&TriangleMarker::new((x + 8, y), 5, key.colour.filled())))?,
+            Mark::Line => e(root.draw(&PathElement::new(vec![(x, y), (x + 16, y)], key.colour.stroke_width(2))))?,
         }
         e(root.draw(&Text::new(key.label.clone(), (x + 22, y - 7), FONT)))?;
     }
@@ -182,7 +192,7 @@ pub(super) fn pct_svg(name: &str, s: &Series, (t0, t1): (f64, f64)) -> Result<St
                 e(c.draw_series(std::iter::once(Polygon::new(poly, colour.mix(0.25).filled()))))?;
             }
             e(c.draw_series(LineSeries::new(top, colour)))?;
-            keys.push(Key { label: label.into(), colour: colour.to_rgba(), dot: false });
+            keys.push(Key { label: label.into(), colour: colour.to_rgba(), mark: Mark::Line });
         }
         legend(root, &keys, LEGEND_SMALL)?;
         Ok(())
@@ -222,7 +232,7 @@ pub(super) fn alerts_svg(c: &Capture, (t0, t1): (f64, f64)) -> Result<String> {
             e(ch.draw_series(
                 env.buckets().iter().map(|b| Circle::new((b.t() / div, b.hi[0].max(1.0)), 3, colour.filled())),
             ))?;
-            keys.push(Key { label, colour, dot: true });
+            keys.push(Key { label, colour, mark: Mark::Dot });
         }
         legend(root, &keys, LEGEND_WIDE)?;
         Ok(())
@@ -256,7 +266,7 @@ pub(super) fn health_svg(c: &Capture, title: &str, lines: &[HealthLine]) -> Resu
             e(ch.draw_series(LineSeries::new(pts, colour)))?;
         }
         let keys: Vec<Key> =
-            lines.iter().map(|l| Key { label: l.0.into(), colour: l.1.to_rgba(), dot: false }).collect();
+            lines.iter().map(|l| Key { label: l.0.into(), colour: l.1.to_rgba(), mark: Mark::Line }).collect();
         legend(root, &keys, LEGEND_WIDE)?;
         Ok(())
     })

@@ -20,7 +20,7 @@ use latmon_core::summary::{render_detail_into, AlertRecord};
 use latmon_core::text::fmt_ns;
 use plotters::prelude::*;
 
-use super::charts::{e, legend, svg, time_axis, Key, FONT, LEGEND_WIDE, LIGHT_LINES};
+use super::charts::{e, legend, svg, time_axis, Key, Mark, FONT, LEGEND_WIDE, LIGHT_LINES};
 use super::{esc, plain, Envelope, Worst};
 
 /// Cycle probes drawn apart.
@@ -238,7 +238,15 @@ fn timeline_svg(p: &MissProbe, (t0, t1): (f64, f64)) -> Result<String> {
             .max_light_lines(LIGHT_LINES)
             .x_desc(axis)
             .y_desc("release -> done")
-            .y_label_formatter(&|v| fmt_ns(*v as u64))
+            // 1, 2 and 5 of each decade: all nine crowd a log axis's top.
+            .y_label_formatter(&|v| {
+                let m = *v / 10f64.powf(v.max(1.0).log10().floor());
+                if [1.0, 2.0, 5.0].iter().any(|k| (m - k).abs() < 0.05) {
+                    fmt_ns(*v as u64)
+                } else {
+                    String::new()
+                }
+            })
             .label_style(FONT)
             .draw())?;
         let deadline = RGBAColor(60, 60, 60, 1.0);
@@ -257,9 +265,9 @@ fn timeline_svg(p: &MissProbe, (t0, t1): (f64, f64)) -> Result<String> {
                 .map(|b| TriangleMarker::new((b.t() / div, b.hi[0].max(1.0)), 5, overrun.filled())),
         ))?;
         let keys = [
-            Key { label: format!("misses ({})", p.misses), colour: miss, dot: true },
-            Key { label: format!("overruns ({})", p.overruns), colour: overrun, dot: true },
-            Key { label: format!("deadline {}", fmt_ns(p.deadline_ns)), colour: deadline, dot: false },
+            Key { label: format!("misses ({})", p.misses), colour: miss, mark: Mark::Dot },
+            Key { label: format!("overruns ({})", p.overruns), colour: overrun, mark: Mark::Triangle },
+            Key { label: format!("deadline {}", fmt_ns(p.deadline_ns)), colour: deadline, mark: Mark::Line },
         ];
         legend(root, &keys, LEGEND_WIDE)?;
         Ok(())
