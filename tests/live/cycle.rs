@@ -260,3 +260,50 @@ fn a_realtime_loops_period_and_misses_are_found() {
     assert!(fixture > 0, "the fixture injected no miss");
     assert!(misses.abs_diff(fixture) <= 2, "misses {misses} vs the fixture's {fixture}");
 }
+
+/// The loop's records over a frames link (wire revision 8): `latmon
+/// decode` of a `file:` frames output written beside the JSON output
+/// gives every miss and overrun record, field for field, as the agent's
+/// JSON has it (event, release, deadline, done, doing, causes).
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn a_loops_records_cross_a_frames_link_as_the_agent_prints_them() {
+    let _s = serial();
+    let cap = scratch("cycle-frames", "capture.bin");
+    let out_frames = format!("file:{},format=frames", cap.display());
+    let file = std::env::temp_dir().join(format!("latmon-cycle-io-frames-{}", std::process::id()));
+    let args = ["--probe", "cycle,comm=lm_cycle", "--interval", "1s", "--format", "json", "--output", "-"];
+    let child = start_run_env(&[&args[..], &["--output", &out_frames]].concat(), &[]);
+    let out = Command::new(lm_cycle()).args(["2000", "1000", "25", "100", "3000"]).arg(&file).output().unwrap();
+    let _ = std::fs::remove_file(&file);
+    let (status, json) = stop(child);
+    assert!(status.success() && out.status.success(), "latmon {status}, lm_cycle {}", out.status);
+    let agent: Vec<serde_json::Value> = json_lines(&json)
+        .iter()
+        .flat_map(|l| l["alert_records"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r.get("event").is_some())
+        .collect();
+    let dec = latmon().arg("decode").arg(format!("file:{}", cap.display())).output().unwrap();
+    assert!(dec.status.success(), "decode: {}", String::from_utf8_lossy(&dec.stderr));
+    let received: Vec<serde_json::Value> = json_lines(&String::from_utf8_lossy(&dec.stdout))
+        .into_iter()
+        .filter(|l| l["type"] == "alert" && l.get("event").is_some())
+        .map(|mut l| {
+            l.as_object_mut().unwrap().remove("type");
+            l
+        })
+        .collect();
+    let count = |v: &[serde_json::Value], e: &str| v.iter().filter(|r| r["event"] == e).count();
+    println!(
+        "cycle over frames: agent {} records ({} misses, {} overruns), received {}",
+        agent.len(),
+        count(&agent, "miss"),
+        count(&agent, "overrun"),
+        received.len()
+    );
+    assert!(count(&agent, "miss") >= 40 && count(&agent, "overrun") >= 5, "the fixture's misses: {}", agent.len());
+    assert_eq!(received.len(), agent.len(), "every record crossed the link");
+    for (a, r) in agent.iter().zip(&received) {
+        assert_eq!(a, r, "a record changed on the link");
+    }
+}

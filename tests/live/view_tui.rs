@@ -9,7 +9,8 @@
 //! sorting by a key changes the order, selecting a row shows its
 //! histogram, 80x24 stays readable, and killing the relay (the adapter
 //! unplugged: the pty and the symlink go away) shows "NO DATA for N s",
-//! then restarting it (replugged) resumes.
+//! then restarting it (replugged) resumes. And, from a hand-made stream
+//! (no root), a selected cycle row shows its misses with their causes.
 //!
 //! Needs tmux and latmon-view beside the latmon under test, in the same
 //! profile (`cargo build --release -p latmon-view` for `cargo test
@@ -43,7 +44,10 @@ struct Tmux {
 
 impl Tmux {
     fn start(cmd: &str, w: u16, h: u16) -> Tmux {
-        let t = Tmux { socket: format!("latmon-view-test-{}", std::process::id()) };
+        // One server per test, also when tests share a process.
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let t = Tmux { socket: format!("latmon-view-test-{}-{n}", std::process::id()) };
         let ok = Command::new("tmux")
             .args(["-L", &t.socket, "-f", "/dev/null", "new-session", "-d", "-s", "v"])
             .args(["-x", &w.to_string(), "-y", &h.to_string(), cmd])
@@ -324,4 +328,117 @@ fn live_view_in_tmux_header_sort_select_resize_unplug() {
     let (status, _) = stop(agent);
     assert!(status.success(), "latmon run: {status}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A frame stream of a cycle probe (family line and series) and runq,
+/// three summaries, a miss and an overrun of the loop, then more runq
+/// alerts than the view's shared alert list keeps.
+fn cycle_stream() -> Vec<u8> {
+    use latmon_core::anatomy::{Anatomy, BlockedOn, Cause, CauseKind};
+    use latmon_core::cycle::{CycleEvent, CycleMark, Doing};
+    use latmon_core::hist::Hist;
+    use latmon_core::summary::AlertRecord;
+    use latmon_core::wire::{BucketScheme, Encoder, ProbeDesc, SummaryHeader, DELIMITER};
+    let names = ["cycle", "cycle:wakeup", "cycle:exec", "runq"];
+    let desc = |i: usize| ProbeDesc {
+        id: i as u16,
+        name: names[i].into(),
+        kind: names[i].split(':').next().unwrap().into(),
+        attach: "tp_btf".into(),
+        mode: String::new(),
+        scheme: BucketScheme::LATMON,
+    };
+    let mut bytes = vec![DELIMITER];
+    let mut enc = Encoder::new();
+    let mut out = |f: &[u8]| bytes.extend_from_slice(f);
+    enc.hello(&hello("robot", (0..names.len()).map(desc).collect()), &mut out).unwrap();
+    let mut hs = vec![Hist::default(); names.len()];
+    for seq in 1..=3u64 {
+        for (h, v) in hs.iter_mut().zip([1_620_000, 20_000, 1_500_000, 30_000]) {
+            (0..100).for_each(|_| h.record(v));
+        }
+        let head = SummaryHeader { seq, boot_id: 42, time_ns: seq * 1_000_000_000, last: false };
+        enc.summary(head, &hs, &mut out).unwrap();
+    }
+    let rec = |probe: &str, latency_ns, anatomy, cycle| AlertRecord {
+        probe: probe.into(),
+        pid: 700,
+        tid: 701,
+        comm: "ctrl_loop".into(),
+        cpu: 1,
+        latency_ns,
+        time_ns: 2_500_000_000,
+        anatomy,
+        cycle,
+    };
+    let mark = |event, done_ns, doing| CycleMark {
+        event,
+        release_ns: 2_000_000_000,
+        deadline_ns: 2_001_000_000,
+        done_ns,
+        doing,
+        migrations: 0,
+    };
+    let parts = vec![
+        Cause { kind: CauseKind::Running, ns: 1_500_000 },
+        Cause { kind: CauseKind::Blocked { on: BlockedOn::Io, syscall: "fdatasync".into() }, ns: 60_000 },
+        Cause { kind: CauseKind::PageFaults { count: 7 }, ns: 0 },
+    ];
+    let miss = rec(
+        "cycle",
+        1_620_000,
+        Some(Anatomy::from_parts(1_620_000, 1, 1, parts)),
+        Some(mark(CycleEvent::Miss, Some(2_001_620_000), None)),
+    );
+    let overrun = rec(
+        "cycle",
+        1_000_000,
+        None,
+        Some(mark(CycleEvent::Overrun, None, Some(Doing::Blocked { on: BlockedOn::Futex, syscall: "futex".into() }))),
+    );
+    enc.alert(42, 0, &miss, &mut out).unwrap();
+    enc.alert(42, 0, &overrun, &mut out).unwrap();
+    for _ in 0..80 {
+        enc.alert(42, 3, &rec("runq", 30_000, None, None), &mut out).unwrap();
+    }
+    bytes
+}
+
+/// `latmon-view view` (full screen, tmux) of a cycle probe's stream: the
+/// selected cycle row (its family line, then a series) shows the loop's
+/// misses and overruns, each with the line the agent prints, though
+/// later alerts of another probe filled the shared alert list.
+#[test]
+#[ignore = "needs tmux and latmon-view built beside latmon (scripts/test.sh runs it)"]
+fn the_selected_cycle_rows_misses_show_with_their_causes_in_tmux() {
+    let bin = view_bin();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let bytes = cycle_stream();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.write_all(&bytes).unwrap();
+        // Held open while the screen is read: a closed link would redraw it.
+        let mut sink = [0u8; 64];
+        let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+        let _ = s.read(&mut sink);
+    });
+    let tmux = Tmux::start(&format!("{} view tcp://{addr}", bin.display()), 120, 40);
+    let miss = "ctrl_loop[701] cpu 1  miss 1.62ms of 1.00ms: running 1500 us, blocked on io in fdatasync 60 us,";
+    let overrun = "ctrl_loop[701] cpu 1  overrun 1.00ms of 1.00ms, blocked on futex in futex";
+    let shows =
+        |s: &str| s.contains("misses of cycle: 1 misses, 1 overruns") && s.contains(miss) && s.contains(overrun);
+    // The family line is the worst p99: selected first.
+    let (ok, s) = tmux.wait_for(Duration::from_secs(5), |s| row_names(s).iter().any(|n| n == "cycle") && shows(s));
+    assert!(ok, "the cycle row's misses are not on the screen:\n{s}");
+    // A series of the family shows the family's records too.
+    tmux.keys("j");
+    let (ok, s) = tmux.wait_for(Duration::from_secs(3), |s| s.contains("histogram of cycle:") && shows(s));
+    assert!(ok, "a cycle series' screen lacks the misses:\n{s}");
+    // runq (no cycle records): its latest alerts instead.
+    tmux.keys("End");
+    let (ok, s) = tmux.wait_for(Duration::from_secs(3), |s| s.contains("latest alerts of runq") && !shows(s));
+    assert!(ok, "runq's screen:\n{s}");
+    drop(tmux);
+    let _ = server.join();
 }

@@ -257,6 +257,26 @@ impl Gen {
             cpu_woken: self.rng.next() as u32,
             cpu_ran: self.rng.next() as u32,
             causes: self.causes(),
+            cycle: self.cycle(),
+        }
+    }
+
+    /// Hostile cycle halves (revision 8): unknown events and states, wild
+    /// times (done before release, deadline before release), nasty and
+    /// over-long names, wild migration counts; or none.
+    fn cycle(&mut self) -> WireCycle {
+        if self.rng.chance(40) {
+            return WireCycle::default();
+        }
+        WireCycle {
+            event: if self.rng.chance(20) { self.rng.next() as u8 } else { 1 + self.rng.below(3) as u8 },
+            release_ns: self.rng.wild(),
+            deadline_ns: self.rng.wild(),
+            done_ns: if self.rng.chance(50) { Some(self.rng.wild()) } else { None },
+            doing: if self.rng.chance(20) { self.rng.next() as u8 } else { self.rng.below(4) as u8 },
+            doing_id: self.rng.next() as u32,
+            doing_name: self.rng.string(),
+            migrations: self.rng.wild(),
         }
     }
 
@@ -448,7 +468,7 @@ fn crc_valid_frames_with_inconsistent_bodies_never_panic_and_stay_bounded() {
     let mut fixed = Box::new(FixedReceiver::<{ MAX_PROBES }, 8, 4>::new());
     let mut view = View::default();
     let (mut payload, mut wire) = (Vec::new(), Vec::new());
-    let (mut events, mut errors, mut rendered, mut json_bytes) = (0u64, 0u64, 0u64, 0u64);
+    let (mut events, mut errors, mut rendered, mut json_bytes, mut cycles) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut rss_warm = 0;
     let mut rss_peak = 0;
     let mut frames = 0usize;
@@ -474,6 +494,7 @@ fn crc_valid_frames_with_inconsistent_bodies_never_panic_and_stay_bounded() {
             dec.feed(&wire[at..at + n], &mut |r| match r {
                 Ok(f) => {
                     let ev = tracker.on_frame(f);
+                    cycles += matches!(&ev, Event::Alert(a) if a.cycle.is_some()) as u64;
                     view.on_event(&ev);
                     events += 1;
                     if events % JSON_EVERY as u64 == 0 {
@@ -510,7 +531,7 @@ fn crc_valid_frames_with_inconsistent_bodies_never_panic_and_stay_bounded() {
     println!(
         "wire_fuzz: {frames} frames ({} bytes) in {:.1}s: {} good, {} unknown kinds, {} CRC, {} body, {} version, {} oversize, {} short, {} cobs errors; \
          tracker: {} summaries lost, {} seq jumps, {} restarts, {} partial dropped, {} scheme mismatch, {} ignored entries; \
-         {events} events, {rendered} screens, {json_bytes} JSON bytes; RSS {rss_warm} KiB after warm-up, peak {rss_peak} KiB, end {rss_end} KiB",
+         {events} events ({cycles} cycle records), {rendered} screens, {json_bytes} JSON bytes; RSS {rss_warm} KiB after warm-up, peak {rss_peak} KiB, end {rss_end} KiB",
         s.bytes,
         start.elapsed().as_secs_f64(),
         s.frames_good,
@@ -541,5 +562,6 @@ fn crc_valid_frames_with_inconsistent_bodies_never_panic_and_stay_bounded() {
         .as_ref()
         .is_none_or(|h| h.probes.len() <= MAX_PROBES && h.probes.iter().all(|p| (p.id as usize) < MAX_PROBES)));
     assert!(view.alerts.len() <= 8);
+    assert!(cycles > frames as u64 / 1000, "cycle records reached the receiver: {cycles}");
     assert!(rss_peak - rss_warm.min(rss_peak) <= RSS_GROWTH_MAX_KIB, "RSS grew from {rss_warm} to {rss_peak} KiB");
 }

@@ -137,12 +137,33 @@ proptest! {
         prop_assert_eq!(f, vec![Ok(Frame::Hello(h))]);
     }
 
+    /// A cycle record's half (revision 8) crosses the wire as it is, and
+    /// the receiver's model of it goes back to the same wire value.
+    #[test]
+    fn cycle_alerts_round_trip(
+        event in 1u8..=3, release in any::<u64>(), deadline in any::<u64>(), done in any::<Option<u64>>(),
+        doing in 0u8..=3, id in any::<u32>(), name in arb_comm(), migrations in any::<u64>(), lat in any::<u64>(),
+    ) {
+        // The model keeps a name only for the states that have one.
+        let (doing_id, doing_name) = match doing {
+            2 => (id, name.clone()),
+            3 => (id % 4, name.clone()),
+            _ => (0, String::new()),
+        };
+        let w = WireCycle { event, release_ns: release, deadline_ns: deadline, done_ns: done, doing, doing_id, doing_name, migrations };
+        let a = Alert { boot_id: 7, probe: 3, pid: 1, tid: 2, comm: name, cpu: 0, latency_ns: lat, time_ns: 5, cpu_woken: 0, cpu_ran: 0, causes: vec![], cycle: w.clone() };
+        let (f, _) = decode(&encode_to_vec(&Frame::Alert(a.clone())).unwrap());
+        prop_assert_eq!(f, vec![Ok(Frame::Alert(a))]);
+        let mark = latmon_core::wire::cycle::from_wire(&w).unwrap();
+        prop_assert_eq!(latmon_core::wire::cycle::to_wire(&mark), w);
+    }
+
     #[test]
     fn alert_and_status_round_trip(
         pid in any::<u32>(), tid in any::<u32>(), comm in arb_comm(), cpu in any::<u32>(),
         lat in any::<u64>(), time in any::<u64>(), drops in any::<u64>(), n in 0usize..300,
     ) {
-        let a = Alert { boot_id: 7, probe: 3, pid, tid, comm: comm.clone(), cpu, latency_ns: lat, time_ns: time, cpu_woken: 0, cpu_ran: 0, causes: vec![] };
+        let a = Alert { boot_id: 7, probe: 3, pid, tid, comm: comm.clone(), cpu, latency_ns: lat, time_ns: time, cpu_woken: 0, cpu_ran: 0, causes: vec![], cycle: WireCycle::default() };
         let (f, _) = decode(&encode_to_vec(&Frame::Alert(a.clone())).unwrap());
         prop_assert_eq!(f, vec![Ok(Frame::Alert(a))]);
         let s = Status {

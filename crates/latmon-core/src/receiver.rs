@@ -484,10 +484,14 @@ impl View {
                 s.push('~');
             }
             s.push('\n');
-            if let Some(an) = &a.anatomy {
-                s.push_str("    ");
-                an.render_line_into(&mut s, a.latency_ns, width - 4);
+            // A cycle record's line as the agent prints it (`miss 1.62ms
+            // of 1.00ms: running ...`), else the anatomy's.
+            let at = s.len();
+            s.push_str("    ");
+            if crate::summary::render_detail_into(&mut s, a, width - 4) {
                 s.push('\n');
+            } else {
+                s.truncate(at);
             }
         }
         if let Some((cols, rows)) = self.size {
@@ -764,6 +768,7 @@ mod tests {
                 crate::wire::WireCause { kind: 1, id: 4242, policy: 1, prio: 90, name: "hog".into(), ns: 860_000 },
                 crate::wire::WireCause { kind: 7, id: 0, policy: 0, prio: 0, name: String::new(), ns: 40_000 },
             ],
+            cycle: crate::wire::WireCycle::default(),
         }));
         v.on_event(&ev);
         let link = LinkStats { frames_good: 4, crc_errors: 2, resyncs: 3, ..LinkStats::default() };
@@ -823,6 +828,7 @@ mod tests {
             cpu_woken: 0,
             cpu_ran: 0,
             causes: vec![],
+            cycle: crate::wire::WireCycle::default(),
         }
     }
 
@@ -882,6 +888,37 @@ mod tests {
         for l in lines {
             assert!(l.len() <= ALERT_WIDTH, "{} columns: {l}", l.len());
         }
+    }
+
+    /// `latmon view`: a cycle record received over a link shows as the
+    /// agent's text output shows it (the same second line), its names
+    /// cut to ALERT_WIDTH as every alert line.
+    #[test]
+    fn cycle_records_show_as_the_agent_prints_them() {
+        let mut t = Tracker::new();
+        let mut v = View::default();
+        v.on_event(&t.on_frame(Frame::Hello(hello())));
+        for a in [crate::wire::tests::golden_cycle_alert(), crate::wire::tests::golden_overrun_alert()] {
+            v.on_event(&t.on_frame(Frame::Alert(Alert { boot_id: 7, probe: 0, ..a })));
+        }
+        let s = v.render("tcp://x", &LinkStats::default(), &t, None);
+        // The agent's text for the same records (summary.rs).
+        let report =
+            crate::summary::IntervalReport { alert_records: v.alerts.iter().cloned().collect(), ..Default::default() };
+        let mut agent = String::new();
+        crate::summary::render_alerts_into(&mut agent, &report, 8, ALERT_WIDTH);
+        let details = |text: &str| -> Vec<String> {
+            text.lines().filter(|l| l.starts_with("    ") && !l.starts_with("     ")).map(String::from).collect()
+        };
+        assert_eq!(
+            details(&s),
+            [
+                "    overrun 1.00ms of 1.00ms, runnable behind hog[4242], 1 migrations",
+                "    miss 1.62ms of 1.00ms: running 1500 us, blocked on io in fdatasync 60 us, 7 page faults, other 60 us",
+            ],
+            "{s}"
+        );
+        assert_eq!(details(&s), details(&agent), "{agent}");
     }
 
     /// `decode`'s JSON lines: a comm holding C1 (CSI, OSC), DEL or a bidi

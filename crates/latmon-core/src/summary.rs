@@ -512,32 +512,46 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize, width:
     for a in r.alert_records.iter().take(max) {
         render_alert_line_into(s, a, width);
         s.push('\n');
-        match (&a.anatomy, &a.cycle) {
-            (Some(an), Some(c)) => {
-                s.push_str("    ");
-                let start = s.len();
-                c.render_head_into(s, a.latency_ns);
-                s.push(':');
-                an.render_parts_into(s, start, width.saturating_sub(4));
-                s.push('\n');
-            }
-            (None, Some(c)) => {
-                s.push_str("    ");
-                c.render_head_into(s, a.latency_ns);
-                s.push('\n');
-            }
-            (Some(an), None) => {
-                s.push_str("    ");
-                an.render_line_into(s, a.latency_ns, width.saturating_sub(4));
-                s.push('\n');
-            }
-            (None, None) => {}
+        let at = s.len();
+        s.push_str("    ");
+        if render_detail_into(s, a, width.saturating_sub(4)) {
+            s.push('\n');
+        } else {
+            s.truncate(at);
         }
     }
     if r.alert_records.len() > max {
         let _ =
             writeln!(s, "  ... {} more alert records (JSON and frames carry them all)", r.alert_records.len() - max);
     }
+}
+
+/// The line under a record's ALERT line, within `width` bytes: a cycle
+/// record's head and parts (`miss 1.62ms of 1.00ms: running 1500 us,
+/// ...`; an overrun's `overrun 1.00ms of 1.00ms, runnable behind
+/// hog[4242]`), else its anatomy (`late 512 us: hog[4242] FIFO/90 460
+/// us, ...`). False, nothing written, when the record has neither. The
+/// agent's text output, `latmon view`, `latmon-view` and its report all
+/// show a record with this line. Printable ASCII only (names are
+/// cleaned), so a byte cut is a character cut: an overlong line ends in
+/// `~`.
+pub fn render_detail_into(s: &mut String, a: &AlertRecord, width: usize) -> bool {
+    let start = s.len();
+    match (&a.anatomy, &a.cycle) {
+        (Some(an), Some(c)) => {
+            c.render_head_into(s, a.latency_ns);
+            s.push(':');
+            an.render_parts_into(s, start, width);
+        }
+        (None, Some(c)) => c.render_head_into(s, a.latency_ns),
+        (Some(an), None) => an.render_line_into(s, a.latency_ns, width),
+        (None, None) => return false,
+    }
+    if s.len() - start > width {
+        s.truncate(start + width.saturating_sub(1));
+        s.push('~');
+    }
+    true
 }
 
 /// `  ALERT ctrl  2.10ms  at 12.000000s  cpu 1  ctrl_loop[10] tid 11`

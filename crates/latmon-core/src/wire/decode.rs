@@ -170,7 +170,8 @@ fn decode_body(kind: u8, len: usize, body: &[u8], padded: &[u8]) -> Result<Frame
                     why: format!("{} causes in an alert, at most {}", a.causes.len(), crate::anatomy::MAX_CAUSES),
                 });
             }
-            let longest = a.causes.iter().map(|c| c.name.len()).chain([a.comm.len()]).max().unwrap_or(0);
+            let names = a.causes.iter().map(|c| c.name.len()).chain([a.comm.len(), a.cycle.doing_name.len()]);
+            let longest = names.max().unwrap_or(0);
             if longest > super::MAX_ALERT_NAME_LEN {
                 return Err(FrameError::Body {
                     kind,

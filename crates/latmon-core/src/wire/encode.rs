@@ -8,6 +8,7 @@ use std::ops::Range;
 use serde::ser::SerializeSeq;
 use serde::{Serialize, Serializer};
 
+use super::cycle::{CycleOut, Trailing};
 use super::*;
 use crate::anatomy::Anatomy;
 use crate::hist::{Hist, BUCKETS};
@@ -357,10 +358,11 @@ impl Encoder {
                 cpu: a.cpu,
                 latency_ns: a.latency_ns,
                 time_ns: a.time_ns,
-                anatomy: TrailingAnatomy {
+                trailing: Trailing {
                     cpu_woken: an.map_or(0, |x| x.cpu_woken),
                     cpu_ran: an.map_or(0, |x| x.cpu_ran),
                     causes: Causes::Model(an.map_or(&[], |x| &x.causes)),
+                    cycle: a.cycle.as_ref().map(CycleOut::Model),
                 },
             }
         }
@@ -612,10 +614,11 @@ pub fn encode_to_vec(f: &Frame) -> Result<Vec<u8>, EncodeError> {
                 cpu: a.cpu,
                 latency_ns: a.latency_ns,
                 time_ns: a.time_ns,
-                anatomy: TrailingAnatomy {
+                trailing: Trailing {
                     cpu_woken: a.cpu_woken,
                     cpu_ran: a.cpu_ran,
                     causes: Causes::Wire(&a.causes),
+                    cycle: (a.cycle != WireCycle::default()).then_some(CycleOut::Wire(&a.cycle)),
                 },
             };
             let n = enc.put(Kind::Alert, &body, MAX_PAYLOAD)?.ok_or(EncodeError::TooLarge { kind: Kind::Alert })?;

@@ -7,6 +7,7 @@ use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::ser::{SerializeSeq, SerializeTuple};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::cycle::{Trailing, WireCycle};
 use crate::anatomy::{Cause, CauseKind};
 use crate::bpf::limits::{HIST_MAX_LOG2, HIST_SUB_BITS};
 use crate::hist::{Hist, BUCKETS};
@@ -186,8 +187,10 @@ pub const MAX_MERGE: u8 = 3;
 
 /// A latency above a probe's threshold (mirrors `summary::AlertRecord`).
 /// Revision 5 appends the anatomy (`cpu_woken`, `cpu_ran`, `causes`),
-/// sent only when `causes` is not empty: an alert without one keeps its
-/// older bytes, and an older sender's alert reads as having none.
+/// sent only when `causes` is not empty or a cycle half follows: an alert
+/// without one keeps its older bytes, and an older sender's alert reads
+/// as having none. Revision 8 appends the cycle half (`cycle`), sent
+/// only for a cycle record ([`super::cycle`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Alert {
     pub boot_id: u32,
@@ -202,6 +205,8 @@ pub struct Alert {
     pub cpu_ran: u32,
     /// At most `anatomy::MAX_CAUSES` (a receiver refuses more).
     pub causes: Vec<WireCause>,
+    /// All zero: not a cycle record.
+    pub cycle: WireCycle,
 }
 
 /// One part of an alert's anatomy (revision 5). `kind`: 1 task, 2 the
@@ -310,27 +315,7 @@ pub(crate) struct AlertRef<'a> {
     pub(crate) cpu: u32,
     pub(crate) latency_ns: u64,
     pub(crate) time_ns: u64,
-    pub(crate) anatomy: TrailingAnatomy<'a>,
-}
-
-/// The anatomy fields of an Alert, left out when there are no causes.
-pub(crate) struct TrailingAnatomy<'a> {
-    pub(crate) cpu_woken: u32,
-    pub(crate) cpu_ran: u32,
-    pub(crate) causes: Causes<'a>,
-}
-
-impl Serialize for TrailingAnatomy<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if self.causes.is_empty() {
-            return s.serialize_tuple(0)?.end();
-        }
-        let mut t = s.serialize_tuple(3)?;
-        t.serialize_element(&self.cpu_woken)?;
-        t.serialize_element(&self.cpu_ran)?;
-        t.serialize_element(&self.causes)?;
-        t.end()
-    }
+    pub(crate) trailing: Trailing<'a>,
 }
 
 /// Per-probe health in Status. Cost fields are 0 when unknown.

@@ -19,6 +19,8 @@
 #[cfg(feature = "std")]
 pub mod anatomy;
 #[cfg(feature = "std")]
+pub mod cycle;
+#[cfg(feature = "std")]
 mod decode;
 #[cfg(feature = "std")]
 mod encode;
@@ -35,6 +37,8 @@ pub mod tests;
 #[cfg(feature = "std")]
 mod tracker;
 
+#[cfg(feature = "std")]
+pub use cycle::WireCycle;
 #[cfg(feature = "std")]
 pub use decode::*;
 #[cfg(feature = "std")]
@@ -62,7 +66,9 @@ pub const PROTOCOL_VERSION: u8 = 1;
 /// per probe) to Status.
 /// Revision 7 marks waits in `ProbeDesc::mode` ([`WAIT_MODE_PREFIX`],
 /// [`WAITS_MODE_PREFIX`]): no byte layout changed.
-pub const PROTOCOL_REVISION: u8 = 7;
+/// Revision 8 appends a cycle record's own fields to Alert
+/// ([`WireCycle`]).
+pub const PROTOCOL_REVISION: u8 = 8;
 /// `ProbeDesc::mode` of a series whose calls wait (revision 7): it is
 /// not in its family line but in the family's waits line. Older senders
 /// never send it; an older receiver shows it as part of the mode's words.

@@ -180,6 +180,7 @@ fn unknown_kind_is_skipped_and_stream_continues() {
         cpu_woken: 0,
         cpu_ran: 0,
         causes: vec![],
+        cycle: WireCycle::default(),
     };
     stream.extend(encode_to_vec(&Frame::Alert(alert.clone())).unwrap());
     let (frames, stats) = decode_all(&stream);
@@ -234,6 +235,7 @@ fn damaged_frames_are_reported_and_neighbours_survive() {
         cpu_woken: 0,
         cpu_ran: 0,
         causes: vec![],
+        cycle: WireCycle::default(),
     };
     let f = encode_to_vec(&Frame::Alert(a.clone())).unwrap();
     let mut bad = f.clone();
@@ -267,6 +269,7 @@ fn oversize_garbage_resyncs() {
         cpu_woken: 0,
         cpu_ran: 0,
         causes: vec![],
+        cycle: WireCycle::default(),
     };
     let f = encode_to_vec(&Frame::Alert(a)).unwrap();
     let stream = [&f[..], &vec![0x55; MAX_ENCODED * 2], &[0], &f].concat();
@@ -445,6 +448,7 @@ fn golden() -> Vec<(&'static str, Frame)> {
                 cpu_woken: 0,
                 cpu_ran: 0,
                 causes: vec![],
+                cycle: WireCycle::default(),
             }),
         ),
         (
@@ -585,7 +589,58 @@ fn golden() -> Vec<(&'static str, Frame)> {
         ),
         ("alert-anatomy", Frame::Alert(golden_anatomy_alert())),
         ("status-dropped", Frame::Status(golden_dropped_status())),
+        ("alert-cycle", Frame::Alert(golden_cycle_alert())),
+        ("alert-overrun", Frame::Alert(golden_overrun_alert())),
     ]
+}
+
+/// The cycle miss (revision 8) of docs/wire-format.md: a 1 ms deadline
+/// missed by 0.62 ms, its parts the execution's.
+pub(crate) fn golden_cycle_alert() -> Alert {
+    let cause = |kind, id, name: &str, ns| WireCause { kind, id, policy: 0, prio: 0, name: name.into(), ns };
+    Alert {
+        latency_ns: 1_620_000,
+        causes: vec![
+            cause(8, 0, "", 1_500_000),
+            cause(9, 1, "fdatasync", 60_000),
+            cause(10, 7, "", 0),
+            cause(7, 0, "", 60_000),
+        ],
+        cycle: WireCycle {
+            event: 1,
+            release_ns: 2_498_380_000,
+            deadline_ns: 2_499_380_000,
+            done_ns: Some(2_500_000_000),
+            doing: 0,
+            doing_id: 0,
+            doing_name: String::new(),
+            migrations: 0,
+        },
+        ..golden_anatomy_alert()
+    }
+}
+
+/// The cycle overrun (revision 8) of docs/wire-format.md: unfinished at
+/// its deadline, runnable behind `hog`, no causes yet.
+pub(crate) fn golden_overrun_alert() -> Alert {
+    Alert {
+        latency_ns: 1_000_000,
+        time_ns: 2_499_380_000,
+        cpu_woken: 0,
+        cpu_ran: 0,
+        causes: vec![],
+        cycle: WireCycle {
+            event: 2,
+            release_ns: 2_498_380_000,
+            deadline_ns: 2_499_380_000,
+            done_ns: None,
+            doing: 2,
+            doing_id: 4242,
+            doing_name: "hog".into(),
+            migrations: 1,
+        },
+        ..golden_anatomy_alert()
+    }
 }
 
 /// The Status with records dropped before any output (revision 6) of
@@ -674,6 +729,7 @@ fn golden_anatomy_alert() -> Alert {
             cause(3, 36, 0, 0, "virtio1", 30_000),
             cause(7, 0, 0, 0, "", 22_000),
         ],
+        cycle: WireCycle::default(),
     }
 }
 
@@ -682,7 +738,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// `<!-- golden: NAME PART -->` followed by a fenced block of hex bytes.
-fn spec_vector(doc: &str, name: &str, part: &str) -> Vec<u8> {
+pub(crate) fn spec_vector(doc: &str, name: &str, part: &str) -> Vec<u8> {
     let tag = format!("<!-- golden: {name} {part} -->");
     let at = doc.find(&tag).unwrap_or_else(|| panic!("docs/wire-format.md lacks {tag}"));
     let rest = &doc[at + tag.len()..];

@@ -233,7 +233,7 @@ impl Tracker {
                     latency_ns: a.latency_ns,
                     time_ns: a.time_ns,
                     anatomy: super::anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes),
-                    cycle: None,
+                    cycle: super::cycle::from_wire(&a.cycle),
                 })
             }
             Frame::Status(s) => {

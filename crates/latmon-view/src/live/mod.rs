@@ -27,6 +27,13 @@ use latmon_core::wire::{Event, LinkStats, Tracker};
 pub const HISTORY: usize = 180;
 /// Alert records kept (newest first), across probes.
 pub const ALERTS_KEPT: usize = 64;
+/// Cycle records (misses, overruns, slow responses) kept per probe,
+/// newest first: the selected cycle row shows them, whatever other
+/// probes' alerts flood the shared list.
+pub const MISSES_KEPT: usize = 16;
+/// Probes whose cycle records are kept; a new one beyond this takes the
+/// place of the one quiet longest (a board runs a few cycle probes).
+pub const MISS_PROBES: usize = 16;
 /// Rows kept: one per probe id, and ids are below the wire's MAX_PROBES.
 const MAX_ROWS: usize = latmon_core::wire::MAX_PROBES;
 /// Filter text kept (typed by the technician).
@@ -95,6 +102,21 @@ pub struct Header {
     pub agent_drops: u64,
 }
 
+/// One cycle probe's latest records (the records name their family
+/// probe: `cycle`, not `cycle:wakeup`).
+#[derive(Debug, Clone)]
+pub struct MissLog {
+    pub probe: String,
+    /// Records of this probe received, by event.
+    pub misses: u64,
+    pub overruns: u64,
+    pub responses: u64,
+    /// `alerts_seen` at the last record (which log is quiet longest).
+    last: u64,
+    /// At most MISSES_KEPT, newest first.
+    pub recs: VecDeque<AlertRecord>,
+}
+
 /// What a key asks of the loop.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Action {
@@ -111,6 +133,8 @@ pub struct Live {
     totals: Vec<Option<Hist>>,
     pub alerts: VecDeque<AlertRecord>,
     pub alerts_seen: u64,
+    /// Cycle records by probe (at most MISS_PROBES).
+    pub misses: Vec<MissLog>,
     pub sort: SortCol,
     pub reverse: bool,
     pub filter: String,
@@ -151,6 +175,7 @@ impl Live {
             totals: Vec::new(),
             alerts: VecDeque::with_capacity(ALERTS_KEPT),
             alerts_seen: 0,
+            misses: Vec::new(),
             sort: SortCol::P99,
             reverse: false,
             filter: String::new(),
@@ -228,6 +253,9 @@ impl Live {
                     self.alerts.pop_back();
                 }
                 self.alerts.push_front(a.clone());
+                if let Some(c) = &a.cycle {
+                    self.log_miss(a, c.event);
+                }
             }
             _ => {}
         }
@@ -235,6 +263,47 @@ impl Live {
             // Link counters keep moving while paused: they say the link lives.
             p.header.link = *link;
         }
+    }
+
+    fn log_miss(&mut self, a: &AlertRecord, event: latmon_core::cycle::CycleEvent) {
+        use latmon_core::cycle::CycleEvent;
+        let at = match self.misses.iter().position(|l| l.probe == a.probe) {
+            Some(i) => i,
+            None => {
+                let log = MissLog {
+                    probe: a.probe.clone(),
+                    misses: 0,
+                    overruns: 0,
+                    responses: 0,
+                    last: 0,
+                    recs: VecDeque::with_capacity(MISSES_KEPT),
+                };
+                if self.misses.len() < MISS_PROBES {
+                    self.misses.push(log);
+                    self.misses.len() - 1
+                } else {
+                    let (i, _) = self.misses.iter().enumerate().min_by_key(|(_, l)| l.last).unwrap_or((0, &log));
+                    self.misses[i] = log;
+                    i
+                }
+            }
+        };
+        let log = &mut self.misses[at];
+        match event {
+            CycleEvent::Miss => log.misses += 1,
+            CycleEvent::Overrun => log.overruns += 1,
+            CycleEvent::Response => log.responses += 1,
+        }
+        log.last = self.alerts_seen;
+        if log.recs.len() == MISSES_KEPT {
+            log.recs.pop_back();
+        }
+        log.recs.push_front(a.clone());
+    }
+
+    /// The cycle records of the probe named `probe` (a family line).
+    pub fn misses_of(&self, probe: &str) -> Option<&MissLog> {
+        self.misses.iter().find(|l| l.probe == probe)
     }
 
     pub fn row(&self, id: u16) -> Option<&Row> {
@@ -720,6 +789,105 @@ mod tests {
         q.truncate(HISTORY);
         assert_eq!(sparkline(&q, 10).chars().count(), 10);
         assert_eq!(sparkline(&VecDeque::from(vec![5, 5]), 4), "  ▁▁");
+    }
+
+    /// A cycle probe's miss (with its parts) and overrun, as the agent
+    /// makes them.
+    fn cycle_records(probe: &str) -> [AlertRecord; 2] {
+        use latmon_core::anatomy::{Anatomy, BlockedOn, Cause, CauseKind};
+        use latmon_core::cycle::{CycleEvent, CycleMark, Doing};
+        let parts = vec![
+            Cause { kind: CauseKind::Running, ns: 1_500_000 },
+            Cause { kind: CauseKind::Blocked { on: BlockedOn::Io, syscall: "fdatasync".into() }, ns: 60_000 },
+            Cause { kind: CauseKind::PageFaults { count: 7 }, ns: 0 },
+        ];
+        let mark = |event, done_ns, doing| CycleMark {
+            event,
+            release_ns: 10_000_000,
+            deadline_ns: 11_000_000,
+            done_ns,
+            doing,
+            migrations: 0,
+        };
+        let rec = |latency_ns, anatomy, cycle| AlertRecord {
+            probe: probe.into(),
+            pid: 1234,
+            tid: 1240,
+            comm: "ctrl_loop".into(),
+            cpu: 1,
+            latency_ns,
+            time_ns: 11_620_000,
+            anatomy,
+            cycle: Some(cycle),
+        };
+        [
+            rec(
+                1_620_000,
+                Some(Anatomy::from_parts(1_620_000, 1, 1, parts)),
+                mark(CycleEvent::Miss, Some(11_620_000), None),
+            ),
+            rec(
+                1_000_000,
+                None,
+                mark(CycleEvent::Overrun, None, Some(Doing::Runnable { comm: "hog\x1b[2J".into(), pid: 4242 })),
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_cycle_rows_misses_show_with_their_causes_whatever_else_alerts() {
+        let mut l = fed_named(&[
+            ("cycle", "cycle", "", &[1_100_000; 20]),
+            ("cycle:wakeup", "cycle", "", &[20_000; 20]),
+            ("cycle:exec", "cycle", "", &[1_000_000; 20]),
+            ("runq", "runq", "", &[2_000_000; 20]),
+        ]);
+        // The records cross the wire (revision 8) as the agent sends them.
+        let mut t = Tracker::new();
+        t.on_frame(Frame::Hello(hello(&["cycle", "cycle:wakeup", "cycle:exec", "runq"])));
+        let mut bytes = Vec::new();
+        let mut enc = Encoder::new();
+        for r in cycle_records("cycle") {
+            enc.alert(7, 0, &r, &mut |f| bytes.extend_from_slice(f)).unwrap();
+        }
+        // Then a flood of another probe's alerts: more than the shared list keeps.
+        let flood =
+            AlertRecord { probe: "runq".into(), anatomy: None, cycle: None, ..cycle_records("runq")[1].clone() };
+        for _ in 0..ALERTS_KEPT + 5 {
+            enc.alert(7, 3, &flood, &mut |f| bytes.extend_from_slice(f)).unwrap();
+        }
+        FrameDecoder::new().feed(&bytes, &mut |r| {
+            let ev = t.on_frame(r.unwrap());
+            l.on_event(&ev, &t, &LinkStats::default());
+        });
+        assert!(l.alerts.iter().all(|a| a.probe == "runq"), "the cycle records left the shared list");
+        let log = l.misses_of("cycle").unwrap();
+        assert_eq!((log.misses, log.overruns, log.recs.len()), (1, 1, 2));
+        // Selected: a series of the cycle family (the records name the family).
+        let exec = l.rows.iter().flatten().find(|r| r.report.name == "cycle:exec").unwrap().id;
+        l.selected = Some(exec);
+        l.unfolded.push(0);
+        for (w, h) in [(120u16, 40u16), (80, 24)] {
+            let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+            term.draw(|f| draw(f, &l, Some(Duration::from_millis(200)), Instant::now(), "")).unwrap();
+            let buf = term.backend().buffer().clone();
+            let text: String =
+                (0..h).map(|y| (0..w).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>() + "\n").collect();
+            assert!(text.contains("misses of cycle: 1 misses, 1 overruns"), "{w}x{h}:\n{text}");
+            assert!(!text.contains('\x1b'), "{text}");
+            let (miss, overrun) = if w >= 120 {
+                (
+                    "ctrl_loop[1240] cpu 1  miss 1.62ms of 1.00ms: running 1500 us, blocked on io in fdatasync 60 us,",
+                    "ctrl_loop[1240] cpu 1  overrun 1.00ms of 1.00ms, runnable behind hog?[2J[4242]",
+                )
+            } else {
+                (
+                    "ctrl_loop[1240] cpu 1  miss 1.62ms of 1.00ms: running 1500 us, ~",
+                    "cpu 1  overrun 1.00ms of 1.00ms, r",
+                )
+            };
+            assert!(text.contains(miss) && text.contains(overrun), "{w}x{h}:\n{text}");
+        }
     }
 
     #[test]

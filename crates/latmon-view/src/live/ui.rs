@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use latmon_core::hist::Hist;
 use latmon_core::receiver::shown;
+use latmon_core::summary::render_detail_into;
 use latmon_core::text::fmt_ns;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -13,7 +14,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Row as TRow, Sparkline, Table, TableState};
 use ratatui::Frame;
 
-use super::{Live, Shown, SortCol};
+use super::{Live, MissLog, Row, Shown, SortCol};
 
 /// `values` as a text sparkline of `width` cells (the newest at the right),
 /// on a log scale: latencies span decades.
@@ -281,6 +282,23 @@ fn draw_table(f: &mut Frame, area: Rect, m: &Live, lines: &[Shown]) {
 
 fn draw_detail(f: &mut Frame, area: Rect, m: &Live, id: u16) {
     let Some(r) = m.row(id) else { return };
+    // A cycle probe's row (its family line or a series: the records name
+    // the family): its misses, full width, under smaller plots.
+    let fam = m.row(m.family_of(id)).map_or(r.report.name.as_str(), |f| f.report.name.as_str());
+    match m.misses_of(fam) {
+        Some(log) => {
+            let [plots, misses] = Layout::vertical([Constraint::Percentage(40), Constraint::Min(3)]).areas(area);
+            draw_plots(f, plots, m, r, false);
+            draw_misses(f, misses, log);
+        }
+        None => draw_plots(f, area, m, r, true),
+    }
+}
+
+/// The selected row's histogram, p99 history and (`alerts`) its latest
+/// alerts.
+fn draw_plots(f: &mut Frame, area: Rect, m: &Live, r: &Row, alerts: bool) {
+    let id = r.id;
     let name = shown(&r.report.name).into_owned();
     let [left, right] = Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(area);
     // Histogram since start (the interval's when the totals are unknown).
@@ -292,7 +310,9 @@ fn draw_detail(f: &mut Frame, area: Rect, m: &Live, id: u16) {
         _ => vec![Line::from("no events yet")],
     };
     f.render_widget(Paragraph::new(lines).block(hist_block), left);
-    let [spark, alerts] = Layout::vertical([Constraint::Length(5), Constraint::Min(2)]).areas(right);
+    let spark_h = if alerts { Constraint::Length(5) } else { Constraint::Min(3) };
+    let rest = if alerts { Constraint::Min(2) } else { Constraint::Length(0) };
+    let [spark, alerts_area] = Layout::vertical([spark_h, rest]).areas(right);
     let p = &r.report;
     let sblock = Block::default().borders(Borders::ALL).title(format!(
         " p99 history: {}  (p50 {}, max {}) ",
@@ -303,11 +323,16 @@ fn draw_detail(f: &mut Frame, area: Rect, m: &Live, id: u16) {
     let w = sblock.inner(spark).width as usize;
     let data: Vec<u64> = r.p99.iter().skip(r.p99.len().saturating_sub(w)).copied().collect();
     f.render_widget(Sparkline::default().block(sblock).data(&data), spark);
+    if !alerts {
+        return;
+    }
+    let room = alerts_area.height.saturating_sub(2) as usize;
+    let width = alerts_area.width.saturating_sub(6) as usize;
     let mine: Vec<Line> = m
         .alerts
         .iter()
         .filter(|a| a.probe == r.report.name)
-        .take(alerts.height.saturating_sub(2) as usize)
+        .take(room)
         .flat_map(|a| {
             let head = Line::from(format!(
                 "{:>12.3}s {} pid {} {} cpu {} {}",
@@ -318,15 +343,46 @@ fn draw_detail(f: &mut Frame, area: Rect, m: &Live, id: u16) {
                 a.cpu,
                 shown(&a.probe)
             ));
-            // Its anatomy (what delayed it), when the record has one.
-            let why = a.anatomy.as_ref().map(|an| Line::from(format!("    {}", an.render(a.latency_ns))));
+            // What delayed it, as the agent prints it, when the record says.
+            let mut why = String::from("    ");
+            let why = render_detail_into(&mut why, a, width).then(|| Line::from(why));
             std::iter::once(head).chain(why)
         })
-        .take(alerts.height.saturating_sub(2) as usize)
+        .take(room)
         .collect();
     let ablock = Block::default().borders(Borders::ALL).title(format!(" latest alerts of {name} "));
     let body = if mine.is_empty() { vec![Line::from("none")] } else { mine };
-    f.render_widget(Paragraph::new(body).block(ablock), alerts);
+    f.render_widget(Paragraph::new(body).block(ablock), alerts_area);
+}
+
+/// A cycle probe's latest misses, overruns and slow responses, newest
+/// first, one line each: when, who, then the line the agent prints
+/// (`miss 1.62ms of 1.00ms: running 1500 us, ...`), cut to the width at
+/// a part's end.
+fn draw_misses(f: &mut Frame, area: Rect, log: &MissLog) {
+    let block = Block::default().borders(Borders::ALL).title(format!(
+        " misses of {}: {} misses, {} overruns{} received, newest first ",
+        shown(&log.probe),
+        log.misses,
+        log.overruns,
+        if log.responses > 0 { format!(", {} slow responses", log.responses) } else { String::new() }
+    ));
+    let inner = block.inner(area);
+    let width = inner.width as usize;
+    let lines: Vec<Line> = log
+        .recs
+        .iter()
+        .take(inner.height as usize)
+        .map(|a| {
+            let mut s = format!("{:>11.6}s {}[{}] cpu {}  ", a.time_ns as f64 / 1e9, shown(&a.comm), a.tid, a.cpu);
+            let room = width.saturating_sub(s.len());
+            if !render_detail_into(&mut s, a, room) {
+                s.push_str(&fmt_ns(a.latency_ns));
+            }
+            Line::from(s)
+        })
+        .collect();
+    f.render_widget(Paragraph::new(lines).block(block), area);
 }
 
 fn draw_help(f: &mut Frame, area: Rect) {

@@ -29,14 +29,12 @@
 //! Percentiles use integer arithmetic (the std `Hist::quantile` uses
 //! floats); they can differ from `latmon decode`'s by a rank's rounding.
 
+mod delta;
 mod read;
 
 use heapless::{Deque, String as HString, Vec as HVec};
 
-use read::{
-    check, delta_head, read_entry, summary_head, AlertHead, DeltaHead, DescIn, EntryHead, HelloHead, Quant, Rd, Res,
-    StatusHead,
-};
+use read::{check, read_alert, read_entry, summary_head, DescIn, EntryHead, HelloHead, Quant, Rd, Res, StatusHead};
 
 use super::{
     FrameFault, FrameSplitter, Kind, LinkStats, RawFrame, SeqCount, SeqTick, MAX_PROBES, ROLLED_MODE_PREFIX,
@@ -145,6 +143,10 @@ pub struct AlertRec {
     pub latency_ns: u64,
     pub time_ns: u64,
     pub comm: HString<COMM_LEN>,
+    /// A cycle record's event (docs/wire-format.md, Alert revision 8):
+    /// 0 not one, 1 miss, 2 overrun, 3 response; `latency_ns` is then
+    /// release -> done (an overrun's: release -> when it was caught).
+    pub event: u8,
 }
 
 /// What a frame did to the receiver.
@@ -231,14 +233,6 @@ fn bounded<const N: usize>(s: &str) -> HString<N> {
     let mut h = HString::new();
     let _ = h.push_str(&s[..cut]);
     h
-}
-
-/// The state of the id a Delta's entries are at.
-#[derive(Default)]
-struct AtId {
-    got: Option<(EntryHead, Quant)>,
-    partial: bool,
-    broken: bool,
 }
 
 impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedTracker<SERIES, NAME, ALERTS> {
@@ -386,7 +380,7 @@ impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedTracker<S
     }
 
     fn on_alert(&mut self, b: &[u8]) -> Res<Applied> {
-        let a: AlertHead = Rd(b).get()?;
+        let (a, cycle) = read_alert(b)?;
         self.new_boot(a.boot_id);
         if self.alerts.is_full() {
             self.alerts.pop_front();
@@ -400,6 +394,7 @@ impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedTracker<S
             latency_ns: a.latency_ns,
             time_ns: a.time_ns,
             comm: bounded(a.comm),
+            event: cycle.event,
         });
         Ok(Applied::Alert)
     }
@@ -499,118 +494,6 @@ impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedTracker<S
             entries = entries.saturating_add(1);
         }
         Ok(Applied::Summary { seq: head.seq, keyframe: true, entries })
-    }
-
-    fn on_delta(&mut self, b: &[u8]) -> Res<Applied> {
-        let d = delta_head(b)?;
-        self.new_boot(d.boot_id);
-        self.tick(d.seq, d.base_seq);
-        self.deltas += 1;
-        let end = (d.end_id as usize).min(MAX_PROBES);
-        let first = (d.first_id as usize).min(end);
-        let mut r = Rd(d.entries);
-        let n = r.len()?;
-        let mut id = first;
-        let mut at = AtId::default();
-        let mut blocked = false; // an entry at or beyond `end` stops the walk
-        let mut reported = 0u16;
-        for _ in 0..n {
-            let (e, part) = self.entry(d.seq, &mut r)?;
-            if blocked || e.id as usize >= end {
-                blocked = true;
-                continue;
-            }
-            while id < e.id as usize {
-                reported += self.delta_id(&d, id as u16, core::mem::take(&mut at)) as u16;
-                id += 1;
-            }
-            if (e.id as usize) < id {
-                continue; // out of order: ignored
-            }
-            let Some(i) = self.slot(e.id) else { continue };
-            if !self.series[i].scheme_ok {
-                self.scheme_mismatch += 1;
-                continue;
-            }
-            let ends = e.end as usize == BUCKETS;
-            at.got = self.assemble(d.seq, &e, part);
-            at.partial = !ends && at.got.is_none();
-            at.broken = ends && at.got.is_none();
-        }
-        while id < end {
-            reported += self.delta_id(&d, id as u16, core::mem::take(&mut at)) as u16;
-            id += 1;
-        }
-        Ok(Applied::Summary { seq: d.seq, keyframe: false, entries: reported })
-    }
-
-    /// Apply a Delta to one id of its range (the desktop receiver's rules,
-    /// `Tracker::on_delta`); true when the id was reported.
-    fn delta_id(&mut self, d: &DeltaHead<'_>, id: u16, at: AtId) -> bool {
-        if at.partial {
-            return false; // continues in the next frame
-        }
-        if at.broken {
-            if let Some(i) = self.slot(id) {
-                if !self.series[i].inexact {
-                    self.series[i].inexact = true;
-                    self.deltas_unusable += 1;
-                }
-            }
-            return false;
-        }
-        let found = self.find(id);
-        if d.keyed.contains(id) && found.is_none_or(|i| self.series[i].seen_seq != d.seq) {
-            // Its keyframe in this summary was lost: behind until the next.
-            let Some(i) = self.slot(id) else { return false };
-            let s = &mut self.series[i];
-            let newly = !s.inexact && s.has_base;
-            s.inexact = true;
-            self.deltas_unusable += newly as u64;
-            return false;
-        }
-        if at.got.is_none() && found.is_none_or(|i| !self.series[i].has_base) {
-            return false; // quiet, and no state to keep up to date
-        }
-        let Some(i) = self.slot(id) else { return false };
-        if d.born.contains(id) {
-            let s = &mut self.series[i];
-            if !s.has_base && !s.inexact {
-                s.base = Totals::default();
-                s.has_base = true;
-                s.seen_seq = d.base_seq;
-            }
-        }
-        let s = &mut self.series[i];
-        if at.got.is_none() && s.rolled {
-            return false; // carried by its family's `other` entry now
-        }
-        if s.seen_seq == d.seq {
-            return false; // keyframed in this summary already
-        }
-        let applies = !s.inexact && s.has_base && s.seen_seq == d.base_seq;
-        let prev = if s.has_base { s.base } else { Totals::default() };
-        let (delta, (p50, p99), max) = match &at.got {
-            Some((h, q)) => (Totals { count: h.count, alerts: h.alerts, drops: h.drops }, q.finish(h), h.max_ns),
-            None => (Totals::default(), (0, 0), 0),
-        };
-        let cur = Totals {
-            count: prev.count.wrapping_add(delta.count),
-            alerts: prev.alerts.wrapping_add(delta.alerts),
-            drops: prev.drops.wrapping_add(delta.drops),
-        };
-        s.interval =
-            Interval { seq: d.seq, count: delta.count, keyframe: false, p50_ns: p50, p99_ns: p99, max_ns: max };
-        s.shown = cur;
-        s.reported = true;
-        if applies {
-            s.base = cur;
-            s.seen_seq = d.seq;
-        } else {
-            s.inexact = true;
-            self.deltas_unusable += 1;
-        }
-        true
     }
 }
 
@@ -798,7 +681,7 @@ mod spec_tests {
     #[test]
     fn the_specs_golden_frames_read_as_the_spec_says() {
         let mut bytes = std::vec![DELIMITER];
-        for name in ["hello", "summary", "alert", "alert-anatomy"] {
+        for name in ["hello", "summary", "alert", "alert-anatomy", "alert-cycle", "alert-overrun"] {
             bytes.extend(spec_frame(name));
         }
         let mut r = FixedReceiver::<4, 16, 4>::new();
@@ -807,7 +690,7 @@ mod spec_tests {
         for b in &bytes {
             r.feed(core::slice::from_ref(b), |_, got| seen.push(got));
         }
-        assert_eq!((r.stats.frames_good, r.stats.errors()), (4, 0), "{:?}", r.stats);
+        assert_eq!((r.stats.frames_good, r.stats.errors()), (6, 0), "{:?}", r.stats);
         let t = &r.tracker;
         assert_eq!(t.series().len(), 1);
         let s = &t.series()[0];
@@ -819,8 +702,18 @@ mod spec_tests {
         let (lo, hi) = crate::hist::bucket_bounds(crate::hist::bucket_index(2_500));
         assert!((lo..hi).contains(&s.interval.p50_ns), "p50 {}", s.interval.p50_ns);
         assert_eq!(s.interval.p99_ns, 40_000);
-        let recs: Vec<(u32, u64, &str)> = t.alerts.iter().map(|a| (a.tid, a.latency_ns, a.comm.as_str())).collect();
-        assert_eq!(recs, [(1240, 250_000, "ctrl_loop"), (1240, 512_000, "ctrl_loop")]);
+        let recs: Vec<(u32, u64, &str, u8)> =
+            t.alerts.iter().map(|a| (a.tid, a.latency_ns, a.comm.as_str(), a.event)).collect();
+        // The cycle records (revision 8): a miss (1) and an overrun (2).
+        assert_eq!(
+            recs[..],
+            [
+                (1240, 250_000, "ctrl_loop", 0),
+                (1240, 512_000, "ctrl_loop", 0),
+                (1240, 1_620_000, "ctrl_loop", 1),
+                (1240, 1_000_000, "ctrl_loop", 2)
+            ]
+        );
         assert_eq!((t.lost(), t.over_capacity, t.alerts_overwritten), (0, 0, 0));
     }
 }

@@ -181,6 +181,39 @@ pub(super) struct AlertHead<'a> {
     pub(super) cpu_ran: u32,
 }
 
+/// The cycle half of an Alert (revision 8; all zero: not a cycle record).
+#[derive(Deserialize)]
+#[allow(dead_code)]
+pub(super) struct CycleIn<'a> {
+    pub(super) event: u8,
+    pub(super) release_ns: u64,
+    pub(super) deadline_ns: u64,
+    pub(super) done_ns: Option<u64>,
+    pub(super) doing: u8,
+    pub(super) doing_id: u32,
+    pub(super) doing_name: &'a str,
+    pub(super) migrations: u64,
+}
+
+/// A whole Alert body with the desktop decoder's bounds (in its order,
+/// after the reads): at most ANAT_MAX_CAUSES causes, no name over
+/// MAX_ALERT_NAME_LEN bytes. Its head and cycle half; the causes are
+/// checked, not kept.
+pub(super) fn read_alert(b: &[u8]) -> Res<(AlertHead<'_>, CycleIn<'_>)> {
+    let mut r = Rd(b);
+    let head: AlertHead = r.get()?;
+    let n = r.len()?;
+    let mut longest = head.comm.len();
+    for _ in 0..n {
+        longest = longest.max(r.get::<CauseIn>()?.name.len());
+    }
+    let cycle: CycleIn = r.get()?;
+    if n > ANAT_MAX_CAUSES || longest.max(cycle.doing_name.len()) > MAX_ALERT_NAME_LEN {
+        return Err(custom());
+    }
+    Ok((head, cycle))
+}
+
 #[derive(Deserialize)]
 #[allow(dead_code)]
 pub(super) struct CauseIn<'a> {
@@ -309,17 +342,7 @@ pub(super) fn check(kind: Kind, b: &[u8]) -> Res<()> {
             delta_head(b)?;
         }
         Kind::Alert => {
-            // The desktop decoder's bounds, in its order: at most
-            // ANAT_MAX_CAUSES causes, no name over MAX_ALERT_NAME_LEN bytes.
-            let head: AlertHead = r.get()?;
-            let n = r.len()?;
-            let mut longest = head.comm.len();
-            for _ in 0..n {
-                longest = longest.max(r.get::<CauseIn>()?.name.len());
-            }
-            if n > ANAT_MAX_CAUSES || longest > MAX_ALERT_NAME_LEN {
-                return Err(custom());
-            }
+            read_alert(b)?;
         }
         Kind::Status => {
             r.get::<StatusHead>()?;

@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: MIT
+//! A cycle record's own fields on the wire (Alert revision 8): the
+//! model's [`CycleMark`] as a [`WireCycle`] and back, and the trailing
+//! fields of an Alert being encoded. Pure, no I/O.
+//!
+//! The cycle half follows the anatomy (`cpu_woken`, `cpu_ran`, `causes`),
+//! which is then sent even without causes (an overrun has none): an
+//! older receiver reads the anatomy it knows and ignores the rest as
+//! trailing bytes; a revision 8 receiver reads an older sender's Alert as
+//! no cycle record (`event` 0, the zero a short body is padded with).
+
+use serde::ser::SerializeTuple;
+use serde::{Deserialize, Serialize, Serializer};
+
+use super::messages::{Causes, CAUSE_NAME_BYTES};
+use crate::anatomy::BlockedOn;
+use crate::cycle::{CycleEvent, CycleMark, Doing};
+use crate::text::truncate;
+
+/// The cycle half of an Alert (revision 8; docs/wire-format.md, Alert).
+/// All zero: not a cycle record.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireCycle {
+    /// [`event`] codes: 0 none, 1 miss, 2 overrun, 3 response; another
+    /// value is a newer sender's event, shown as a plain alert.
+    pub event: u8,
+    /// CLOCK_MONOTONIC: the release and release + deadline.
+    pub release_ns: u64,
+    pub deadline_ns: u64,
+    /// When the cycle was done (None: an overrun, still running).
+    pub done_ns: Option<u64>,
+    /// [`doing`] codes: 0 not said, 1 running, 2 runnable, 3 blocked.
+    pub doing: u8,
+    /// runnable: the pid it waits behind; blocked: what it sleeps on
+    /// (`BlockedOn` code, as the blocked cause's `id`); else 0.
+    pub doing_id: u32,
+    /// runnable: that task's comm; blocked: the syscall; else empty. At
+    /// most 64 bytes (a receiver refuses more, as for every alert name).
+    pub doing_name: String,
+    /// Times the loop resumed on another CPU within the cycle.
+    pub migrations: u64,
+}
+
+/// `WireCycle::event` values.
+pub mod event {
+    pub const NONE: u8 = 0;
+    pub const MISS: u8 = 1;
+    pub const OVERRUN: u8 = 2;
+    pub const RESPONSE: u8 = 3;
+}
+
+/// `WireCycle::doing` values.
+pub mod doing {
+    pub const NONE: u8 = 0;
+    pub const RUNNING: u8 = 1;
+    pub const RUNNABLE: u8 = 2;
+    pub const BLOCKED: u8 = 3;
+}
+
+fn event_code(e: CycleEvent) -> u8 {
+    match e {
+        CycleEvent::Miss => event::MISS,
+        CycleEvent::Overrun => event::OVERRUN,
+        CycleEvent::Response => event::RESPONSE,
+    }
+}
+
+/// (doing, doing_id, doing_name) of a mark.
+fn doing_parts(d: Option<&Doing>) -> (u8, u32, &str) {
+    match d {
+        None => (doing::NONE, 0, ""),
+        Some(Doing::Running) => (doing::RUNNING, 0, ""),
+        Some(Doing::Runnable { comm, pid }) => (doing::RUNNABLE, *pid, comm),
+        Some(Doing::Blocked { on, syscall }) => (doing::BLOCKED, on.code(), syscall),
+    }
+}
+
+/// The mark as an owned wire value (tests, tools; names cut to 64 bytes).
+pub fn to_wire(m: &CycleMark) -> WireCycle {
+    let (doing, doing_id, name) = doing_parts(m.doing.as_ref());
+    WireCycle {
+        event: event_code(m.event),
+        release_ns: m.release_ns,
+        deadline_ns: m.deadline_ns,
+        done_ns: m.done_ns,
+        doing,
+        doing_id,
+        doing_name: truncate(name, CAUSE_NAME_BYTES).into(),
+        migrations: m.migrations,
+    }
+}
+
+/// The mark a decoded Alert carries: None for event 0 (not a cycle
+/// record, or an older sender) and for an event this receiver does not
+/// know (the record still shows, as a plain alert). A state it does not
+/// know reads as not said.
+pub fn from_wire(w: &WireCycle) -> Option<CycleMark> {
+    let event = match w.event {
+        event::MISS => CycleEvent::Miss,
+        event::OVERRUN => CycleEvent::Overrun,
+        event::RESPONSE => CycleEvent::Response,
+        _ => return None,
+    };
+    let doing = match w.doing {
+        doing::RUNNING => Some(Doing::Running),
+        doing::RUNNABLE => Some(Doing::Runnable { comm: w.doing_name.clone(), pid: w.doing_id }),
+        doing::BLOCKED => Some(Doing::Blocked { on: BlockedOn::from_code(w.doing_id), syscall: w.doing_name.clone() }),
+        _ => None,
+    };
+    Some(CycleMark {
+        event,
+        release_ns: w.release_ns,
+        deadline_ns: w.deadline_ns,
+        done_ns: w.done_ns,
+        doing,
+        migrations: w.migrations,
+    })
+}
+
+/// The cycle half of an Alert being encoded: the model's, or a decoded
+/// frame's.
+#[derive(Clone, Copy)]
+pub(crate) enum CycleOut<'a> {
+    Model(&'a CycleMark),
+    Wire(&'a WireCycle),
+}
+
+impl Serialize for CycleOut<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let m = match self {
+            CycleOut::Wire(w) => return w.serialize(s),
+            CycleOut::Model(m) => m,
+        };
+        // As WireCycle's fields, without building one (the agent's path).
+        let (doing, id, name) = doing_parts(m.doing.as_ref());
+        let mut t = s.serialize_tuple(8)?;
+        t.serialize_element(&event_code(m.event))?;
+        t.serialize_element(&m.release_ns)?;
+        t.serialize_element(&m.deadline_ns)?;
+        t.serialize_element(&m.done_ns)?;
+        t.serialize_element(&doing)?;
+        t.serialize_element(&id)?;
+        t.serialize_element(truncate(name, CAUSE_NAME_BYTES))?;
+        t.serialize_element(&m.migrations)?;
+        t.end()
+    }
+}
+
+/// The fields of an Alert after `time_ns`: the anatomy (revision 5) and
+/// the cycle half (revision 8). Nothing without causes or cycle (an
+/// alert keeps its revision 0 bytes), the anatomy alone without a cycle
+/// (revision 5 bytes), else both.
+pub(crate) struct Trailing<'a> {
+    pub(crate) cpu_woken: u32,
+    pub(crate) cpu_ran: u32,
+    pub(crate) causes: Causes<'a>,
+    pub(crate) cycle: Option<CycleOut<'a>>,
+}
+
+impl Serialize for Trailing<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let n = match (self.cycle.is_some(), self.causes.is_empty()) {
+            (true, _) => 4,
+            (false, false) => 3,
+            (false, true) => return s.serialize_tuple(0)?.end(),
+        };
+        let mut t = s.serialize_tuple(n)?;
+        t.serialize_element(&self.cpu_woken)?;
+        t.serialize_element(&self.cpu_ran)?;
+        t.serialize_element(&self.causes)?;
+        if let Some(c) = &self.cycle {
+            t.serialize_element(c)?;
+        }
+        t.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{golden_cycle_alert, golden_overrun_alert};
+    use super::super::*;
+    use crate::summary::{render_detail_into, AlertRecord};
+
+    /// The frames of `alerts` after a Hello naming probe 0 `cycle:ctrl`.
+    fn stream(alerts: &[Alert]) -> Vec<u8> {
+        let hello = Hello {
+            protocol_revision: PROTOCOL_REVISION,
+            latmon_version: "0.1.0".into(),
+            board: String::new(),
+            kernel: String::new(),
+            boot_id: 0x1234_5678,
+            start_ns: 0,
+            interval_ns: 1_000_000_000,
+            probe_count: 1,
+            probes: vec![ProbeDesc {
+                id: 0,
+                name: "cycle:ctrl".into(),
+                kind: "cycle".into(),
+                attach: "tp_btf".into(),
+                mode: String::new(),
+                scheme: BucketScheme::LATMON,
+            }],
+        };
+        let mut v = encode_to_vec(&Frame::Hello(hello)).unwrap();
+        for a in alerts {
+            v.extend(encode_to_vec(&Frame::Alert(a.clone())).unwrap());
+        }
+        v
+    }
+
+    /// What `Tracker` makes of `bytes` (frames, alert records).
+    fn receive(bytes: &[u8]) -> (Vec<Result<Frame, FrameError>>, Vec<AlertRecord>) {
+        let (mut frames, mut recs) = (Vec::new(), Vec::new());
+        let mut t = Tracker::new();
+        FrameDecoder::new().feed(bytes, &mut |r| {
+            if let Ok(f) = &r {
+                if let Event::Alert(a) = t.on_frame(f.clone()) {
+                    recs.push(a);
+                }
+            }
+            frames.push(r);
+        });
+        (frames, recs)
+    }
+
+    /// The agent's record of a golden wire Alert (probe `cycle:ctrl`).
+    fn record_of(a: &Alert) -> AlertRecord {
+        AlertRecord {
+            probe: "cycle:ctrl".into(),
+            pid: a.pid,
+            tid: a.tid,
+            comm: a.comm.clone(),
+            cpu: a.cpu,
+            latency_ns: a.latency_ns,
+            time_ns: a.time_ns,
+            anatomy: super::super::anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes),
+            cycle: super::from_wire(&a.cycle),
+        }
+    }
+
+    fn detail(a: &AlertRecord) -> String {
+        let mut s = String::new();
+        assert!(render_detail_into(&mut s, a, usize::MAX));
+        s
+    }
+
+    #[test]
+    fn a_cycle_record_crosses_a_link_and_reads_as_the_agent_prints_it() {
+        let doc = include_str!("../../../../docs/wire-format.md");
+        for (name, golden, line) in [
+            (
+                "alert-cycle",
+                golden_cycle_alert(),
+                "miss 1.62ms of 1.00ms: running 1500 us, blocked on io in fdatasync 60 us, 7 page faults, other 60 us",
+            ),
+            (
+                "alert-overrun",
+                golden_overrun_alert(),
+                "overrun 1.00ms of 1.00ms, runnable behind hog[4242], 1 migrations",
+            ),
+        ] {
+            let rec = record_of(&golden);
+            assert!(rec.cycle.is_some() && rec.anatomy.as_ref().is_none_or(|an| an.sums_to(rec.latency_ns)));
+            // The agent's encoder (the frames sinks' path) sends the
+            // spec's bytes.
+            let mut v = Vec::new();
+            Encoder::new().alert(golden.boot_id, 0, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
+            let spec = super::super::tests::spec_vector(doc, name, "frame");
+            assert_eq!(v, spec, "{name}");
+            // The receiver's record is the agent's: the same JSON, the
+            // same text line.
+            let (frames, recs) = receive(&[&stream(&[])[..], &v].concat());
+            assert!(frames.iter().all(|f| f.is_ok()), "{frames:?}");
+            assert_eq!(recs, std::slice::from_ref(&rec), "{name}");
+            assert_eq!(crate::json::to_string(&recs[0]).unwrap(), crate::json::to_string(&rec).unwrap());
+            assert_eq!(detail(&recs[0]), line, "{name}");
+            let json = crate::json::to_string(&recs[0]).unwrap();
+            assert!(json.contains(&format!("\"event\":\"{}\"", rec.cycle.as_ref().unwrap().event.word())), "{json}");
+        }
+    }
+
+    #[test]
+    fn an_older_receiver_reads_the_common_part_of_a_cycle_alert() {
+        // A revision 5-7 receiver's Alert: the fields before `cycle`.
+        #[derive(serde::Deserialize, Debug, PartialEq)]
+        struct OldAlert {
+            boot_id: u32,
+            probe: u16,
+            pid: u32,
+            tid: u32,
+            comm: String,
+            cpu: u32,
+            latency_ns: u64,
+            time_ns: u64,
+            cpu_woken: u32,
+            cpu_ran: u32,
+            causes: Vec<WireCause>,
+        }
+        for a in [golden_cycle_alert(), golden_overrun_alert()] {
+            let frame = encode_to_vec(&Frame::Alert(a.clone())).unwrap();
+            let mut p = frame[..frame.len() - 1].to_vec();
+            let n = cobs::decode_in_place(&mut p).unwrap();
+            let (old, rest): (OldAlert, _) = postcard::take_from_bytes(&p[2..n - 4]).unwrap();
+            assert_eq!((old.latency_ns, old.comm.as_str(), &old.causes), (a.latency_ns, "ctrl_loop", &a.causes));
+            assert!(!rest.is_empty(), "the cycle half is trailing bytes to it");
+            // And the bytes before the cycle half are an anatomy Alert's.
+            let plain = Alert { cycle: WireCycle::default(), ..a.clone() };
+            let q = encode_to_vec(&Frame::Alert(plain)).unwrap();
+            let mut q = q[..q.len() - 1].to_vec();
+            let m = cobs::decode_in_place(&mut q).unwrap();
+            if !a.causes.is_empty() {
+                assert_eq!(p[..m - 4], q[..m - 4]);
+            }
+        }
+        // An older sender's Alert reads as no cycle record.
+        let (_, recs) = receive(&stream(&[Alert { cycle: WireCycle::default(), ..golden_cycle_alert() }]));
+        assert_eq!((recs.len(), recs[0].cycle.is_none(), recs[0].anatomy.is_some()), (1, true, true));
+    }
+
+    #[test]
+    fn hostile_cycle_halves_are_refused_or_shown_plain_and_the_no_std_receiver_agrees() {
+        let with = |f: &dyn Fn(&mut WireCycle)| {
+            let mut a = golden_overrun_alert();
+            f(&mut a.cycle);
+            a
+        };
+        let long = with(&|c| c.doing_name = "n".repeat(MAX_ALERT_NAME_LEN + 1));
+        let at_bound = with(&|c| c.doing_name = "\x1b[2J".repeat(16));
+        let unknown_event = with(&|c| c.event = 200);
+        let unknown_state = with(&|c| {
+            c.doing = 77;
+            c.done_ns = Some(0);
+            c.deadline_ns = 0;
+        });
+        let bytes = stream(&[long, at_bound, unknown_event, unknown_state]);
+        // A done_ns tag that is neither None nor Some.
+        let mut bad_tag = golden_cycle_alert();
+        bad_tag.cycle.done_ns = None;
+        let f = encode_to_vec(&Frame::Alert(bad_tag)).unwrap();
+        let mut p = f[..f.len() - 1].to_vec();
+        let n = cobs::decode_in_place(&mut p).unwrap();
+        p.truncate(n - 4);
+        let at = n - 4 - 4; // doing, doing_id, doing_name, migrations follow the tag
+        assert_eq!(p[at - 1], 0, "the None tag");
+        p[at - 1] = 2;
+        let crc = crate::crc32::hash(&p);
+        p.extend(crc.to_le_bytes());
+        let mut enc = vec![0; cobs::max_encoding_length(p.len())];
+        let k = cobs::encode(&p, &mut enc);
+        enc.truncate(k);
+        enc.push(DELIMITER);
+        let bytes = [&bytes[..], &enc].concat();
+
+        let (frames, recs) = receive(&bytes);
+        let ok: Vec<bool> = frames.iter().map(|f| f.is_ok()).collect();
+        assert_eq!(ok, [true, false, true, true, true, false], "{frames:?}");
+        assert!(matches!(&frames[1], Err(FrameError::Body { why, .. }) if why.contains("65-byte name")));
+        // At the bound: kept, shown clean.
+        let line = detail(&recs[0]);
+        assert!(line.starts_with("overrun 1.00ms of 1.00ms, runnable behind ") && !line.contains('\x1b'), "{line}");
+        // A newer sender's event: a plain alert; an unknown state: not said.
+        assert_eq!(recs[1].cycle, None);
+        let c = recs[2].cycle.as_ref().unwrap();
+        assert_eq!((c.doing.as_ref(), c.done_ns), (None, Some(0)));
+        assert_eq!(detail(&recs[2]), "overrun 1.00ms of 0ns, 1 migrations", "a deadline before the release");
+        // The supervisor's receiver judges the same frames the same way.
+        let mut fixed = FixedReceiver::<2, 8, 4>::new();
+        fixed.feed(&bytes, |_, _| {});
+        let dec = {
+            let mut d = FrameDecoder::new();
+            d.feed(&bytes, &mut |_| {});
+            d.stats
+        };
+        assert_eq!(fixed.stats, dec, "link statistics");
+        let events: Vec<u8> = fixed.tracker.alerts.iter().map(|a| a.event).collect();
+        assert_eq!(events, [2, 200, 2]);
+    }
+}
