@@ -29,9 +29,10 @@ use rmodbus::consts::ModbusFunction;
 use rmodbus::server::{ModbusFrame, Read as FrameRead};
 use rmodbus::{ErrorKind, ModbusProto};
 
+use super::link::{LinkStats, Sink, REOPEN_PERIOD};
 use super::spec::{ModbusSpec, ModbusTcpSpec, ModbusTransport, SerialSpec};
-use super::{Sink, Tick, REOPEN_PERIOD};
 use crate::modbus_map::{AgentStatus, Image, MapError};
+use latmon_core::session::Tick;
 
 /// The longest Modbus TCP ADU: 7-byte MBAP header + 253-byte PDU.
 pub const TCP_ADU_MAX: usize = 260;
@@ -145,8 +146,8 @@ impl Sink for ModbusOutput {
         &self.name
     }
 
-    fn link_stats(&self) -> Option<super::LinkStats> {
-        Some(super::LinkStats { dropped: 0, errors: self.shared.bad_requests.load(Ordering::Relaxed) })
+    fn link_stats(&self) -> Option<LinkStats> {
+        Some(LinkStats { dropped: 0, errors: self.shared.bad_requests.load(Ordering::Relaxed) })
     }
 
     fn emit(&mut self, t: &Tick<'_>) {

@@ -57,10 +57,11 @@ use latmon_core::summary::ProbeState;
 use latmon_core::text::push_clean;
 use prost::Message as _;
 
+use super::link::{LinkStats, Sink};
 use super::prom_pb as pb;
-use super::{LinkStats, Sink, Tick};
 use crate::bpf::limits::HIST_MAX_LOG2;
 use crate::promhist::{self, SPAN};
+use latmon_core::session::Tick;
 
 /// The SINK prefix.
 pub const SCHEME: &str = "prom://";
@@ -431,7 +432,7 @@ pub fn open(word: &str) -> Result<Prom, String> {
     let slot = Arc::new(Mutex::new(Snapshot::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let (sl, st, n) = (Arc::clone(&slot), Arc::clone(&stop), name.clone());
-    let thread = super::spawn_blocked("latmon-prom", move || serve(&listener, &sl, &st, &n))
+    let thread = super::link::spawn_blocked("latmon-prom", move || serve(&listener, &sl, &st, &n))
         .map_err(|e| format!("output {name}: {e}"))?;
     Ok(Prom {
         name,
