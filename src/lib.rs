@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 //! latmon: an eBPF latency monitor for real-time Linux robot controllers.
 //!
-//! Pure models (`config`, `tpformat`, `modbus_map`, `promhist`) carry their
+//! Pure models (`config`, `tpformat`, `modbus_map`, `sinks::prom::hist`) carry their
 //! unit tests and do no I/O; so do those shared with the technician's tools,
 //! in crates/latmon-core (`latmon_core::{hist, ident, summary, table, wire,
 //! ...}`), which this crate's files import from there. `probes` (BPF) and
@@ -18,6 +18,5 @@ pub mod modbus_map;
 pub mod privs;
 pub mod probes;
 pub mod procfs;
-pub mod promhist;
 pub mod sinks;
 pub mod tpformat;

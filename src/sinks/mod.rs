@@ -16,7 +16,6 @@ pub mod link;
 pub mod modbus;
 pub mod net;
 pub mod prom;
-pub mod prom_pb;
 pub mod queue;
 pub mod serial;
 pub mod spec;
