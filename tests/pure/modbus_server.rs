@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latmon::modbus_map::{off, reg, status, BLOCK_WORDS, HEADER_WORDS, MAGIC};
+use latmon::sinks::modbus::map::{off, reg, status, BLOCK_WORDS, HEADER_WORDS, MAGIC};
 use latmon::sinks::{self, Sink};
 use latmon_core::hist::Hist;
 use latmon_core::ident::Family;
