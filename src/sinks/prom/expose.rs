@@ -38,12 +38,16 @@ pub(super) enum Labels<'a> {
     /// `cause_kind` (task, irq, ...) and `cause` (`hog`, `other tasks`,
     /// `irq 36 virtio1`, `softirq NET_RX`, `other`).
     Cause(&'a Line, usize),
+    /// The same of a cycle line's missed time (`miss_causes`).
+    MissCause(&'a Line, usize),
 }
 
-/// A cause's label words: (rank, kind, label).
-pub(super) fn cause_labels(l: &Line, rank: usize) -> (String, &'static str, &str) {
-    let kind = l.causes.causes.get(rank).map_or("", |c| c.id.word());
-    let label = l.cause_labels.get(rank).map_or("", String::as_str);
+/// A cause's label words: (rank, kind, label); of the missed time's
+/// causes when `miss`, else of the alerted time's.
+pub(super) fn cause_labels(l: &Line, rank: usize, miss: bool) -> (String, &'static str, &str) {
+    let (causes, labels) = if miss { (&l.miss_causes, &l.miss_cause_labels) } else { (&l.causes, &l.cause_labels) };
+    let kind = causes.causes.get(rank).map_or("", |c| c.id.word());
+    let label = labels.get(rank).map_or("", String::as_str);
     ((rank + 1).to_string(), kind, label)
 }
 
@@ -214,6 +218,30 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         for l in s.lines().iter().filter(|l| l.has_causes) {
             for (rank, c) in l.causes.causes.iter().take(TOP_CAUSES).enumerate() {
                 out.sample(Labels::Cause(l, rank), l.causes.share(c.ns));
+            }
+        }
+    }
+    if s.lines().iter().any(|l| l.misses.is_some()) {
+        out.family(
+            "latmon_cycle_misses_total",
+            Counter,
+            "Cycles of the loop done after their deadline (release + deadline), since the cycle probe started.",
+        );
+        for l in s.lines() {
+            if let Some(n) = l.misses {
+                out.sample(Labels::Line(l), n as f64);
+            }
+        }
+    }
+    if s.lines().iter().any(|l| l.has_miss_causes) {
+        out.family(
+            "latmon_cycle_miss_cause_ratio",
+            Gauge,
+            "Share (0..1) of the last interval's missed time (its missed cycles' release-to-done time) spent on each of its largest causes (rank 1 the largest).",
+        );
+        for l in s.lines().iter().filter(|l| l.has_miss_causes) {
+            for (rank, c) in l.miss_causes.causes.iter().take(TOP_CAUSES).enumerate() {
+                out.sample(Labels::MissCause(l, rank), l.miss_causes.share(c.ns));
             }
         }
     }

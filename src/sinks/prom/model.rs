@@ -49,6 +49,15 @@ pub struct Line {
     /// The `cause` label of each of `causes`' first [`TOP_CAUSES`] (see
     /// [`Line::label_causes`]).
     pub cause_labels: Vec<String>,
+    /// cycle: misses since the probe started (None: not a cycle probe).
+    pub misses: Option<u64>,
+    /// cycle: the last interval's missed time by cause
+    /// (`has_miss_causes`), and the `cause` label of each of the first
+    /// [`TOP_CAUSES`] (task names admitted as for `causes`, from the same
+    /// per-line set).
+    pub miss_causes: CauseSummary,
+    pub has_miss_causes: bool,
+    pub miss_cause_labels: Vec<String>,
 }
 
 impl Line {
@@ -67,6 +76,8 @@ impl Line {
             (true, false, 0, 0, 0.0);
         self.folded = None;
         self.has_causes = false;
+        self.misses = None;
+        self.has_miss_causes = false;
     }
 
     /// Add probe `i`'s state: its histogram merged, counters and rates
@@ -88,6 +99,13 @@ impl Line {
         if let Some(c) = rp.and_then(|p| p.alert_causes.as_ref()) {
             self.causes.copy_from(c);
             self.has_causes = true;
+        }
+        if let Some(c) = rp.and_then(|p| p.cycle.as_ref()) {
+            self.misses = Some(self.misses.unwrap_or(0) + c.total_misses);
+        }
+        if let Some(c) = rp.and_then(|p| p.miss_causes.as_ref()) {
+            self.miss_causes.copy_from(c);
+            self.has_miss_causes = true;
         }
     }
 }
@@ -111,21 +129,32 @@ impl Line {
             }
         };
         let admitted = &mut names[k].1;
-        self.cause_labels.resize_with(self.causes.causes.len().min(TOP_CAUSES), String::new);
-        for (c, label) in self.causes.causes.iter().zip(self.cause_labels.iter_mut()) {
-            label.clear();
-            if !matches!(c.id, CauseId::Task { .. }) {
-                c.label_into(label);
-                continue;
-            }
-            push_clean(label, if c.name.is_empty() { "?" } else { &c.name });
-            if !admitted.iter().any(|a| a.as_str() == label.as_str()) {
-                if admitted.len() < TASK_NAMES_MAX {
-                    admitted.push(label.clone());
-                } else {
-                    label.clear();
-                    label.push_str(OTHER_TASKS);
-                }
+        if self.has_causes {
+            label_top(&self.causes, &mut self.cause_labels, admitted);
+        }
+        if self.has_miss_causes {
+            label_top(&self.miss_causes, &mut self.miss_cause_labels, admitted);
+        }
+    }
+}
+
+/// The `cause` labels of `causes`' first [`TOP_CAUSES`] into `labels`,
+/// task names admitted into `admitted` (see [`Line::label_causes`]).
+fn label_top(causes: &CauseSummary, labels: &mut Vec<String>, admitted: &mut Vec<String>) {
+    labels.resize_with(causes.causes.len().min(TOP_CAUSES), String::new);
+    for (c, label) in causes.causes.iter().zip(labels.iter_mut()) {
+        label.clear();
+        if !matches!(c.id, CauseId::Task { .. }) {
+            c.label_into(label);
+            continue;
+        }
+        push_clean(label, if c.name.is_empty() { "?" } else { &c.name });
+        if !admitted.iter().any(|a| a.as_str() == label.as_str()) {
+            if admitted.len() < TASK_NAMES_MAX {
+                admitted.push(label.clone());
+            } else {
+                label.clear();
+                label.push_str(OTHER_TASKS);
             }
         }
     }
@@ -243,7 +272,7 @@ impl Snapshot {
             let at = if folded { g.folded_line[fam] } else { g.line[i] };
             self.lines[at].add(t, i);
         }
-        for l in self.lines[..self.n].iter_mut().filter(|l| l.has_causes) {
+        for l in self.lines[..self.n].iter_mut().filter(|l| l.has_causes || l.has_miss_causes) {
             l.label_causes(&mut g.task_names);
         }
     }

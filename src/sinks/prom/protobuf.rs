@@ -30,8 +30,8 @@ fn labels_pb(labels: Labels<'_>) -> Vec<pb::LabelPair> {
         Labels::None => Vec::new(),
         Labels::Line(l) => vec![pair("probe", &l.probe), pair("kind", &l.kind), pair("attach", &l.attach)],
         Labels::Output(o) => vec![pair("output", o)],
-        Labels::Cause(l, rank) => {
-            let (rank, kind, label) = cause_labels(l, rank);
+        Labels::Cause(l, rank) | Labels::MissCause(l, rank) => {
+            let (rank, kind, label) = cause_labels(l, rank, matches!(labels, Labels::MissCause(..)));
             vec![
                 pair("probe", &l.probe),
                 pair("kind", &l.kind),

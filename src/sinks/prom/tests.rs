@@ -182,6 +182,67 @@ fn alerted_time_and_its_top_causes_per_line() {
     assert_eq!(m.gauge.as_ref().and_then(|g| g.value), Some(0.9));
 }
 
+/// A cycle line: its misses since start as a counter and the interval's
+/// missed time by cause (labels escaped), in text and protobuf alike;
+/// other lines have neither.
+#[test]
+fn a_cycle_lines_misses_and_the_causes_of_its_missed_time() {
+    use latmon_core::causes::TopCause;
+    use latmon_core::cycle::CycleCounts;
+    let (session, mut report, totals) = tick_of(&["cycle", "timer"], 1_000);
+    report.probes[0].cycle = Some(CycleCounts { misses: 2, total_misses: 17, ..Default::default() });
+    let mut miss = CauseSummary::default();
+    miss.begin_misses();
+    miss.add_miss(1_000_000, &[]);
+    miss.causes = vec![
+        TopCause { id: CauseId::Running, name: String::new(), ns: 700_000 },
+        TopCause { id: CauseId::Task { pid: 9 }, name: "lo\\g\"er".into(), ns: 200_000 },
+        TopCause { id: CauseId::Blocked { on: 1 }, name: "fdatasync".into(), ns: 50_000 },
+        TopCause { id: CauseId::Other, name: String::new(), ns: 50_000 },
+    ];
+    report.probes[0].miss_causes = Some(miss);
+    let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0] };
+    let mut text = String::new();
+    render(&mut text, &t);
+    let l = "probe=\"cycle\",kind=\"cycle\",attach=\"tp_btf\"";
+    for want in [
+        "# TYPE latmon_cycle_misses_total counter\n".to_string(),
+        format!("latmon_cycle_misses_total{{{l}}} 17\n"),
+        "# TYPE latmon_cycle_miss_cause_ratio gauge\n".to_string(),
+        format!("latmon_cycle_miss_cause_ratio{{{l},rank=\"1\",cause_kind=\"running\",cause=\"running\"}} 0.7\n"),
+        format!("latmon_cycle_miss_cause_ratio{{{l},rank=\"2\",cause_kind=\"task\",cause=\"lo\\\\g\\\"er\"}} 0.2\n"),
+        format!(
+            "latmon_cycle_miss_cause_ratio{{{l},rank=\"3\",cause_kind=\"blocked\",cause=\"blocked io fdatasync\"}} 0.05\n"
+        ),
+    ] {
+        assert!(text.contains(&want), "{want} in {text}");
+    }
+    assert_eq!(text.matches("latmon_cycle_miss_cause_ratio{").count(), 3, "the top 3 only: {text}");
+    assert!(!text.contains("latmon_cycle_misses_total{probe=\"timer\""), "not a cycle probe: {text}");
+    assert!(!text.contains("latmon_probe_alerted_cause_ratio"), "missed time is not alerted time: {text}");
+    let mut pb_out = Vec::new();
+    let map = promhist::Map::new();
+    let mut counts = [0u64; SPAN];
+    render_protobuf(&mut pb_out, &snapshot(&t, SERIES_PER_FAMILY), &map, &mut counts);
+    let mut buf = &pb_out[..];
+    let (mut misses, mut ratio) = (None, None);
+    while !buf.is_empty() {
+        let f = pb::MetricFamily::decode_length_delimited(&mut buf).unwrap();
+        match f.name.as_deref() {
+            Some("latmon_cycle_misses_total") => misses = Some(f),
+            Some("latmon_cycle_miss_cause_ratio") => ratio = Some(f),
+            _ => {}
+        }
+    }
+    let misses = misses.expect("the misses family in protobuf");
+    assert_eq!(misses.r#type, Some(pb::MetricType::Counter as i32));
+    assert_eq!(misses.metric[0].counter.as_ref().and_then(|c| c.value), Some(17.0));
+    let ratio = ratio.expect("the ratio family in protobuf");
+    let m = &ratio.metric[1];
+    let label = |k: &str| m.label.iter().find(|p| p.name.as_deref() == Some(k)).and_then(|p| p.value.clone());
+    assert_eq!((label("cause_kind").as_deref(), label("cause").as_deref()), (Some("task"), Some("lo\\g\"er")));
+}
+
 /// A task renaming itself every interval (or a fork storm) cannot
 /// grow the fleet's series: task labels carry no pid, and past
 /// TASK_NAMES_MAX names per line the rest read `other tasks`.

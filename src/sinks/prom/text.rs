@@ -48,8 +48,8 @@ impl Text<'_> {
             Labels::Output(o) => {
                 let _ = write!(s, "{{output=\"{}\"}}", Esc(o));
             }
-            Labels::Cause(l, rank) => {
-                let (rank, kind, label) = cause_labels(l, rank);
+            Labels::Cause(l, rank) | Labels::MissCause(l, rank) => {
+                let (rank, kind, label) = cause_labels(l, rank, matches!(labels, Labels::MissCause(..)));
                 let _ = write!(
                     s,
                     "{{probe=\"{}\",kind=\"{}\",attach=\"{}\",rank=\"{rank}\",cause_kind=\"{kind}\",cause=\"{}\"}}",
