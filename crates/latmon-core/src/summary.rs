@@ -484,6 +484,12 @@ pub fn render_hist_into(s: &mut String, p: &ProbeReport, cost_measured: bool) {
         c.render_into(s, 3);
         s.push('\n');
     }
+    if let Some(c) = p.miss_causes.as_ref().filter(|c| c.alerts > 0) {
+        // A cycle probe's missed time by cause, likewise.
+        s.push_str("  ");
+        c.render_misses_into(s, 3);
+        s.push('\n');
+    }
     if p.count == 0 {
         let _ = writeln!(s, "  (no events)");
         return;
