@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 //! latmon: an eBPF latency monitor for real-time Linux robot controllers.
 //!
-//! Pure models (`config`, `tpformat`, `modbus_map`, `promhist`) carry their
+//! Pure models (`config`, `tpformat`, the outputs' models
+//! `sinks::modbus::map` and `sinks::prom::hist`) carry their
 //! unit tests and do no I/O; so do those shared with the technician's tools,
 //! in crates/latmon-core (`latmon_core::{hist, ident, summary, table, wire,
 //! ...}`), which this crate's files import from there. `probes` (BPF) and
@@ -14,10 +15,8 @@ pub mod check;
 pub mod config;
 pub mod cost;
 pub mod hygiene;
-pub mod modbus_map;
 pub mod privs;
 pub mod probes;
 pub mod procfs;
-pub mod promhist;
 pub mod sinks;
 pub mod tpformat;

@@ -5,12 +5,26 @@
 use std::os::fd::RawFd;
 use std::os::unix::fs::FileExt;
 
+use latmon_core::causes::CauseSummary;
+use latmon_core::cycle::CycleEvent;
 use latmon_core::session::Tick;
-use latmon_core::summary::ProbeState;
+use latmon_core::summary::{AlertRecord, ProbeState};
 
 use super::{monotonic_ns, Agent};
 use crate::cost::{self, Cost};
 use crate::sinks::Sink;
+
+/// A cycle probe's interval of missed time: the parts of its miss records
+/// drained this interval, summed by cause (core causes.rs).
+fn miss_causes(out: &mut CauseSummary, probe: &str, records: &[AlertRecord]) {
+    out.begin_misses();
+    let misses =
+        records.iter().filter(|a| a.probe == probe && a.cycle.as_ref().is_some_and(|c| c.event == CycleEvent::Miss));
+    for a in misses {
+        out.add_miss(a.latency_ns, a.anatomy.as_ref().map_or(&[][..], |an| &an.causes));
+    }
+    out.end_misses();
+}
 
 impl Agent {
     /// One interval: read every probe, measure cost, apply the budget, and
@@ -54,6 +68,12 @@ impl Agent {
                     r.probes[i].alert_causes = None;
                     r.probes[i].cycle = None;
                 }
+            }
+            if r.probes[i].cycle.is_some() {
+                let m = r.probes[i].miss_causes.get_or_insert_with(Default::default);
+                miss_causes(m, &s.info.name, &r.alert_records);
+            } else {
+                r.probes[i].miss_causes = None;
             }
             r.probes[i].fill(&s.info, &s.prev, &s.cur);
             r.probes[i].state = s.state;
@@ -202,4 +222,60 @@ impl Agent {
 
 fn round4(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use latmon_core::anatomy::{Anatomy, Cause, CauseKind};
+    use latmon_core::causes::CauseId;
+    use latmon_core::cycle::CycleMark;
+
+    use super::*;
+
+    fn rec(probe: &str, event: Option<CycleEvent>, latency_ns: u64, running_ns: u64) -> AlertRecord {
+        AlertRecord {
+            probe: probe.into(),
+            pid: 1,
+            tid: 1,
+            comm: "loop".into(),
+            cpu: 0,
+            latency_ns,
+            time_ns: 0,
+            anatomy: Some(Anatomy {
+                cpu_woken: 0,
+                cpu_ran: 0,
+                causes: vec![
+                    Cause { kind: CauseKind::Running, ns: running_ns },
+                    Cause { kind: CauseKind::Other, ns: latency_ns - running_ns },
+                ],
+            }),
+            cycle: event.map(|event| CycleMark {
+                event,
+                release_ns: 0,
+                deadline_ns: 1_000_000,
+                done_ns: None,
+                doing: None,
+                migrations: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn only_the_probes_own_misses_count_in_its_missed_time() {
+        let records = [
+            rec("loop", Some(CycleEvent::Miss), 1_500_000, 1_200_000),
+            rec("loop", Some(CycleEvent::Overrun), 1_000_000, 1_000_000),
+            rec("loop", Some(CycleEvent::Response), 900_000, 900_000),
+            rec("other", Some(CycleEvent::Miss), 2_000_000, 2_000_000),
+            rec("loop", None, 3_000_000, 3_000_000),
+            rec("loop", Some(CycleEvent::Miss), 1_100_000, 100_000),
+        ];
+        let mut c = CauseSummary::default();
+        miss_causes(&mut c, "loop", &records);
+        assert_eq!((c.alerts, c.alerted_ns), (2, 2_600_000));
+        let got: Vec<(CauseId, u64)> = c.causes.iter().map(|x| (x.id, x.ns)).collect();
+        assert_eq!(got, [(CauseId::Other, 1_300_000), (CauseId::Running, 1_300_000)]);
+        miss_causes(&mut c, "loop", &records[1..5]);
+        assert_eq!((c.alerts, c.total_alerts, c.causes.len()), (0, 2, 0));
+    }
 }

@@ -9,7 +9,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapHandle, MapType, OpenObject};
 use serde::Serialize;
 
-use super::{clear_libbpf_warning, libbpf_error, Owned};
+use super::common::{clear_libbpf_warning, libbpf_error, Owned};
 use crate::bpf::features::{FeaturesSkel, FeaturesSkelBuilder};
 
 /// What `latmon check` tries: an attach mechanism, or BPF ring buffers.
@@ -91,7 +91,7 @@ fn try_prog(kind: Mechanism) -> Result<(), String> {
     let want = format!("feat_{kind}");
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<FeaturesSkel<'static>, String> {
         let mut open = FeaturesSkelBuilder::default()
-            .open_opts(super::open_opts(), storage)
+            .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
         for mut prog in open.open_object_mut().progs_mut() {
             let on = prog.name().to_string_lossy() == want;
@@ -136,7 +136,7 @@ pub(crate) fn percpu_lookup() -> bool {
 
 /// Whether this kernel has BPF ring buffers (creates and drops one).
 pub(crate) fn try_ringbuf() -> Result<(), String> {
-    let mut opts = super::zeroed_opts::<libbpf_rs::libbpf_sys::bpf_map_create_opts>();
+    let mut opts = super::common::zeroed_opts::<libbpf_rs::libbpf_sys::bpf_map_create_opts>();
     opts.sz = size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _;
     MapHandle::create(MapType::RingBuf, Some("latmon_feat"), 0, 0, 4096, &opts)
         .map(drop)

@@ -37,14 +37,14 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::rc::Rc;
 
 use latmon_core::hist::Hist;
-use latmon_core::ident::Mechanism;
+use latmon_core::ident::{BtfMode, Mechanism};
 use latmon_core::summary::{AlertRecord, ProbeInfo};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{KprobeOpts, Link, MapMut, OpenObject, ProgramMut, UprobeOpts};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
-use super::{
-    clear_libbpf_warning, ladder, libbpf_error, set_comm, threshold_ns, BtfMode, Owned, PerCpuHist, Probe, ProbeError,
+use super::common::{
+    clear_libbpf_warning, ladder, libbpf_error, set_comm, threshold_ns, Owned, PerCpuHist, Probe, ProbeError,
 };
 use crate::bpf::func::{FuncSkel, FuncSkelBuilder, OpenFuncSkel};
 use crate::bpf::func_nobtf::{FuncNobtfSkel, FuncNobtfSkelBuilder, OpenFuncNobtfSkel};
@@ -113,8 +113,9 @@ fn open_core(
     cfg: &SetConfig<'_>,
     fentry_probe_id: u32,
 ) -> Result<OpenFuncSkel<'static>, String> {
-    let mut open =
-        FuncSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open func", &e))?;
+    let mut open = FuncSkelBuilder::default()
+        .open_opts(super::common::open_opts(), storage)
+        .map_err(|e| libbpf_error("open func", &e))?;
     let ro = open.maps.rodata_data.as_deref_mut().ok_or("func object has no rodata")?;
     let ro = Rodata {
         nr_probes: &mut ro.nr_probes,
@@ -135,7 +136,7 @@ fn open_nobtf(
     cfg: &SetConfig<'_>,
 ) -> Result<OpenFuncNobtfSkel<'static>, String> {
     let mut open = FuncNobtfSkelBuilder::default()
-        .open_opts(super::open_opts(), storage)
+        .open_opts(super::common::open_opts(), storage)
         .map_err(|e| libbpf_error("open func", &e))?;
     let ro = open.maps.rodata_data.as_deref_mut().ok_or("func object has no rodata")?;
     let ro = Rodata {
@@ -282,7 +283,7 @@ pub fn open_set(specs: &[&ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>>
 /// The build the set runs: CO-RE where kernel types are available (the
 /// kernel's BTF or btf_path), the no-BTF build otherwise.
 pub fn btf_mode() -> BtfMode {
-    if super::kernel_btf_present() {
+    if super::common::kernel_btf_present() {
         BtfMode::CoRe
     } else {
         BtfMode::NoBtf
@@ -306,7 +307,10 @@ fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, String> {
     let skel = match btf_mode {
         BtfMode::CoRe => load_build(|storage| open_core(storage, &cfg, 0), &wanted)?,
         BtfMode::NoBtf => {
-            log::info!("func: {}: kfunc/ufunc probes run the no-BTF build (kprobe, uprobe)", super::no_btf_reason());
+            log::info!(
+                "func: {}: kfunc/ufunc probes run the no-BTF build (kprobe, uprobe)",
+                super::common::no_btf_reason()
+            );
             load_build(|storage| open_nobtf(storage, &cfg), &wanted)?
         }
     };
@@ -375,7 +379,7 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
         Mechanism::Kprobe => "kprobe/kretprobe, nested calls paired in order",
         _ => "fentry/fexit, nested calls paired in order",
     };
-    let mode = pairing.to_string() + &super::alert_mode(threshold_ns(spec), set.use_ringbuf);
+    let mode = pairing.to_string() + &super::common::alert_mode(threshold_ns(spec), set.use_ringbuf);
     Ok(Func {
         info: ProbeInfo {
             name: probe,

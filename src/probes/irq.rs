@@ -25,11 +25,11 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapMut, OpenObject};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
-use super::series::{Family as FamilyProbe, Role, Slot, Source};
-use super::{
+use super::common::{
     attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, threshold_ns, tracefs_format, Owned, PerCpuHist,
     Probe, ProbeError,
 };
+use super::series::{Family as FamilyProbe, Role, Slot, Source};
 use crate::bpf::irq::{IrqSkel, IrqSkelBuilder};
 use crate::bpf::irq_nobtf::{IrqNobtfSkel, IrqNobtfSkelBuilder};
 use crate::bpf::limits::{IRQ_KIND_HANDLER, IRQ_KIND_THREAD, IRQ_KIND_THREAD_HARDIRQ, IRQ_KIND_THREAD_WAKEUP};
@@ -273,7 +273,7 @@ pub fn open(spec: &ProbeSpec, family: Family, threads: ThreadPath) -> Result<Box
             why: "interrupts belong to no task: comm= and pid= do not apply".into(),
         });
     }
-    let core = super::kernel_btf_present();
+    let core = super::common::kernel_btf_present();
     let threads = family == Family::Irq
         && core
         && match threads {
@@ -285,20 +285,20 @@ pub fn open(spec: &ProbeSpec, family: Family, threads: ThreadPath) -> Result<Box
     let ringbuf = want_ringbuf();
     let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
         Mechanism::Tracepoint => load_tp(spec, family, ringbuf),
-        _ if !core => Err(super::needs_btf(kind)),
+        _ if !core => Err(super::common::needs_btf(kind)),
         _ => load_core(spec, family, mech, threads, ringbuf),
     })?;
     let mode = match family {
         Family::Irq if threads && mech == Mechanism::TpBtf => "per-cpu stamp, irq threads".to_string(),
-        _ if mech == Mechanism::Tracepoint => format!("per-cpu stamp, {}", super::TP_LAYOUT),
+        _ if mech == Mechanism::Tracepoint => format!("per-cpu stamp, {}", super::common::TP_LAYOUT),
         _ => "per-cpu stamp".to_string(),
-    } + &super::alert_mode(threshold_ns(spec), ringbuf);
+    } + &super::common::alert_mode(threshold_ns(spec), ringbuf);
     let info = ProbeInfo {
         name: probe,
         kind,
         attach: mech,
         mode,
-        btf_mode: super::tp_family_build(mech),
+        btf_mode: super::common::tp_family_build(mech),
         wait: Default::default(),
     };
     let source = Irqs {
@@ -359,7 +359,7 @@ fn loaded<S: Skel<'static> + 'static>(
     })?;
     let irq_hist = MapHandle::try_from(m.irq_hist).map_err(|e| libbpf_error("irq_hist", &e))?;
     let lost = m.lost.ok_or("no .bss")?;
-    let progs = super::loaded_prog_fds(skel.object());
+    let progs = super::common::loaded_prog_fds(skel.object());
     Ok(Loaded { alerts, alert_ids, reader, irq_hist, lost, progs, links, skel: Box::new(skel) })
 }
 
@@ -372,13 +372,14 @@ fn load_core(
 ) -> Result<Loaded, String> {
     let wanted = programs(family, mech, threads);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
-        let mut open =
-            IrqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open = IrqSkelBuilder::default()
+            .open_opts(super::common::open_opts(), storage)
+            .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
-        super::autoload_only(open.open_object_mut(), &wanted);
+        super::common::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let maps: for<'a> fn(&'a IrqSkel<'static>) -> Maps<'a> = |s| Maps {
@@ -401,7 +402,7 @@ fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, St
     let wanted = programs(family, Mechanism::Tracepoint, false);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
         let mut open = IrqNobtfSkelBuilder::default()
-            .open_opts(super::open_opts(), storage)
+            .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.threshold_ns = threshold_ns(spec);
@@ -419,7 +420,7 @@ fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, St
                 log::info!("softirq: record layout from tracefs: softirq_entry vec{e}, softirq_exit vec{x}");
             }
         }
-        super::autoload_only(open.open_object_mut(), &wanted);
+        super::common::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let maps: for<'a> fn(&'a IrqNobtfSkel<'static>) -> Maps<'a> = |s| Maps {

@@ -24,7 +24,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapMut, OpenObject};
 
 use super::alerts::{decode_alert_anat, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts, DecodeAlert};
-use super::{
+use super::common::{
     ladder, ladder_for, libbpf_error, set_comm, set_tp_field, threshold_ns, tracefs_format, Owned, PerCpuHist, Probe,
     ProbeError,
 };
@@ -41,7 +41,7 @@ fn mode(mech: Mechanism) -> String {
     match mech {
         Mechanism::TpBtf => "task-storage".into(),
         Mechanism::RawTp => "pid-hash".into(),
-        _ => format!("pid-hash, {}", super::TP_LAYOUT),
+        _ => format!("pid-hash, {}", super::common::TP_LAYOUT),
     }
 }
 
@@ -105,14 +105,14 @@ fn loaded<S: Skel<'static> + 'static>(
 
 pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
     let probe = spec.name.clone();
-    let core = super::kernel_btf_present();
+    let core = super::common::kernel_btf_present();
     let ringbuf = want_ringbuf();
     let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
         Mechanism::Tracepoint => load_tp(spec, ringbuf),
-        _ if !core => Err(super::needs_btf(Family::Runq)),
+        _ if !core => Err(super::common::needs_btf(Family::Runq)),
         _ => load_core(spec, mech, ringbuf),
     })?;
-    let mut mode = mode(mech) + &super::alert_mode(threshold_ns(spec), ringbuf);
+    let mut mode = mode(mech) + &super::common::alert_mode(threshold_ns(spec), ringbuf);
     if super::alerts::anatomy_wanted(spec) {
         mode += ", anatomy";
     }
@@ -122,7 +122,7 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
             kind: Family::Runq,
             attach: mech,
             mode,
-            btf_mode: super::tp_family_build(mech),
+            btf_mode: super::common::tp_family_build(mech),
             wait: Default::default(),
         },
         l,
@@ -145,8 +145,9 @@ fn attach_progs(obj: &libbpf_rs::Object, mech: Mechanism, anatomy: bool) -> Resu
 fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded, String> {
     let anatomy = super::alerts::anatomy_wanted(spec);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
-        let mut open =
-            RunqSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open = RunqSkelBuilder::default()
+            .open_opts(super::common::open_opts(), storage)
+            .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_tgid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
@@ -183,7 +184,7 @@ fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
     };
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
         let mut open = RunqNobtfSkelBuilder::default()
-            .open_opts(super::open_opts(), storage)
+            .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_tgid = spec.pid.unwrap_or(0);

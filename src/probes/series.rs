@@ -30,7 +30,7 @@ use latmon_core::hist::Hist;
 use latmon_core::ident::Wait;
 use latmon_core::summary::{AlertRecord, ProbeInfo};
 
-use super::{Probe, ProbeError};
+use super::common::{Probe, ProbeError};
 
 /// How a slot is reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,11 +23,11 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapMut, OpenObject};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
-use super::series::{Family, Role, Slot, Source};
-use super::{
+use super::common::{
     attach_in_order, ladder, ladder_for, libbpf_error, set_comm, set_tp_field, threshold_ns, tracefs_format, Owned,
     PerCpuHist, Probe, ProbeError,
 };
+use super::series::{Family, Role, Slot, Source};
 use crate::bpf::limits::{SYSCALL_FUTEX_WAIT, SYSCALL_IDS, SYSCALL_SLOTS};
 use crate::bpf::syscall::{SyscallSkel, SyscallSkelBuilder};
 use crate::bpf::syscall_nobtf::{SyscallNobtfSkel, SyscallNobtfSkelBuilder};
@@ -156,7 +156,7 @@ fn mode(mech: Mechanism) -> String {
     match mech {
         Mechanism::TpBtf => "per-cpu stamp, task-storage park".into(),
         Mechanism::RawTp => "per-cpu stamp, tid-hash park".into(),
-        _ => format!("per-cpu stamp, tid-hash park, {}", super::TP_LAYOUT),
+        _ => format!("per-cpu stamp, tid-hash park, {}", super::common::TP_LAYOUT),
     }
 }
 
@@ -230,20 +230,20 @@ pub fn open(spec: &ProbeSpec, only: Option<&str>) -> Result<Box<dyn Probe>, Prob
             }
         },
     };
-    let core = super::kernel_btf_present();
+    let core = super::common::kernel_btf_present();
     let ringbuf = want_ringbuf();
     let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
         Mechanism::Tracepoint => load_tp(spec, filter_id, ringbuf),
-        _ if !core => Err(super::needs_btf(ident::Family::Syscall)),
+        _ if !core => Err(super::common::needs_btf(ident::Family::Syscall)),
         _ => load_core(spec, filter_id, mech, ringbuf),
     })?;
-    let mode = mode(mech) + &super::alert_mode(threshold_ns(spec), ringbuf);
+    let mode = mode(mech) + &super::common::alert_mode(threshold_ns(spec), ringbuf);
     let info = ProbeInfo {
         name: probe,
         kind: ident::Family::Syscall,
         attach: mech,
         mode,
-        btf_mode: super::tp_family_build(mech),
+        btf_mode: super::common::tp_family_build(mech),
         wait: Default::default(),
     };
     let source = Syscalls {
@@ -289,7 +289,7 @@ fn loaded<S: Skel<'static> + 'static>(
     let alerts =
         Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode_alert)?;
     let slot_ids = m.slot_ids.ok_or("no .bss")?;
-    let progs = super::loaded_prog_fds(skel.object());
+    let progs = super::common::loaded_prog_fds(skel.object());
     Ok(Loaded { alerts, reader, slot_ids, progs, links, skel: Box::new(skel) })
 }
 
@@ -309,7 +309,7 @@ fn load_core(spec: &ProbeSpec, filter_id: i32, mech: Mechanism, ringbuf: bool) -
     let wanted = programs(mech);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open = SyscallSkelBuilder::default()
-            .open_opts(super::open_opts(), storage)
+            .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_id = filter_id;
@@ -320,7 +320,7 @@ fn load_core(spec: &ProbeSpec, filter_id: i32, mech: Mechanism, ringbuf: bool) -
         (ro.futex_nr, ro.futex_time64_nr) = futex_numbers();
         quiet_waits(&mut ro.quiet_id, spec, filter_id);
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
-        super::autoload_only(open.open_object_mut(), wanted);
+        super::common::autoload_only(open.open_object_mut(), wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let links = attach_in_order(skel.object(), wanted)?;
@@ -339,7 +339,7 @@ fn load_tp(spec: &ProbeSpec, filter_id: i32, ringbuf: bool) -> Result<Loaded, St
     let wanted = programs(Mechanism::Tracepoint);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
         let mut open = SyscallNobtfSkelBuilder::default()
-            .open_opts(super::open_opts(), storage)
+            .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_id = filter_id;
@@ -351,7 +351,7 @@ fn load_tp(spec: &ProbeSpec, filter_id: i32, ringbuf: bool) -> Result<Loaded, St
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         let id = set_tp_field(&mut ro.enter_id, &enter, "id", LONG_SIZES)?;
         log::info!("syscall: record layout from tracefs: sys_enter id{id}");
-        super::autoload_only(open.open_object_mut(), wanted);
+        super::common::autoload_only(open.open_object_mut(), wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let links = attach_in_order(skel.object(), wanted)?;

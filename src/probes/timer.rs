@@ -19,8 +19,10 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
 use super::alerts::{decode_alert_anat, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
+use super::common::{
+    attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, PerCpuHist, Probe, ProbeError,
+};
 use super::series::{Family, Role, Slot, Source};
-use super::{attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, PerCpuHist, Probe, ProbeError};
 use libbpf_rs::UprobeOpts;
 
 use latmon_core::causes::CauseSummary;
@@ -102,14 +104,14 @@ impl Probe for Timer {
     }
 
     fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
-        super::loaded_prog_fds(self.t._skel.object())
+        super::common::loaded_prog_fds(self.t._skel.object())
     }
 }
 
 /// `chain`: the end-to-end line plus its stages.
 impl Source for Timers {
     fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
-        super::loaded_prog_fds(self._skel.object())
+        super::common::loaded_prog_fds(self._skel.object())
     }
 
     fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
@@ -165,10 +167,10 @@ impl Timers {
 
 pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError> {
     let probe = spec.name.clone();
-    if !super::kernel_btf_present() {
+    if !super::common::kernel_btf_present() {
         return Err(ProbeError::KernelFeature {
             probe,
-            what: format!("{}; timer needs tp_btf", super::no_btf_reason()),
+            what: format!("{}; timer needs tp_btf", super::common::no_btf_reason()),
         });
     }
     if let Some(f) = response_of(spec) {
@@ -192,7 +194,7 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
     let mut mode = match response {
         Some(f) => format!("task-storage, response: uretprobe {}:{}", f.binary, f.symbol),
         None => "task-storage".into(),
-    } + &super::alert_mode(threshold_ns(spec), ringbuf);
+    } + &super::common::alert_mode(threshold_ns(spec), ringbuf);
     if super::alerts::anatomy_wanted(spec) {
         mode += ", anatomy";
     }
@@ -237,8 +239,9 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> 
         wanted.push("chain_response");
     }
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
-        let mut open =
-            TimerSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let mut open = TimerSkelBuilder::default()
+            .open_opts(super::common::open_opts(), storage)
+            .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
         ro.filter_pid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
@@ -249,7 +252,7 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> 
         ro.anatomy = anatomy;
         ro.tally_causes = super::alerts::causes_wanted(spec);
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
-        super::autoload_only(open.open_object_mut(), &wanted);
+        super::common::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let Some(f) = response else {

@@ -22,7 +22,7 @@ pub enum Pop {
 }
 
 /// The largest capacity of any output's queue (bytes).
-pub const MAX_QUEUE_BYTES: usize = super::QUEUE_BYTES;
+pub const MAX_QUEUE_BYTES: usize = super::link::QUEUE_BYTES;
 /// Records a queue holds at most (a record is at least 16 bytes on average).
 pub const MAX_RECORDS: usize = MAX_QUEUE_BYTES / 16;
 

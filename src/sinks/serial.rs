@@ -57,7 +57,7 @@ pub fn watch_requests(port: &TTYPort, q: Arc<Queue>, name: &str) {
     let Ok(mut rx) = port.try_clone_native() else { return };
     let (name, thread) = (name.to_string(), format!("latmon-rx {name}"));
     let label = name.clone();
-    let spawned = super::spawn_blocked(&thread, move || {
+    let spawned = super::link::spawn_blocked(&thread, move || {
         let mut dec = FrameDecoder::new();
         let mut buf = [0u8; 256];
         while q.deadline().is_none() {

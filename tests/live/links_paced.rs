@@ -377,7 +377,7 @@ fn default_config_fits_a_slow_line(baud: u32, budget: u64) {
     // Intervals folded (counts kept, that interval's resolution lost) are
     // reported, not asserted: in a 75 s run they are mostly the start-up
     // debt (the table rows of ~120 series born in the first seconds)
-    // being repaid; the unit model (sinks::budget) bounds them.
+    // being repaid; the unit model (sinks::frames::budget) bounds them.
     eprintln!("FIGURES {baud} baud: {} of {} intervals folded", u(link, "intervals_folded"), p.secs);
     assert!(c.keyframe_entries > 0, "{c:?}");
     assert_eq!(c.inexact_entries, 0, "a clean line loses nothing: {c:?}");

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use latmon::modbus_map::{off, reg, status, BLOCK_WORDS, HEADER_WORDS, MAGIC};
+use latmon::sinks::modbus::map::{off, reg, status, BLOCK_WORDS, HEADER_WORDS, MAGIC};
 use latmon::sinks::{self, Sink};
 use latmon_core::hist::Hist;
 use latmon_core::ident::Family;
@@ -419,4 +419,79 @@ fn bind_address_defaults_to_loopback() {
     assert_eq!(read_regs(&mut c, 1, false, 0, 1), Ok(vec![MAGIC]));
     drop(sink);
     assert!(sinks::open("modbus-tcp://:1,format=json", None).is_err());
+}
+
+/// mbpoll's 32-bit input registers (high word first) from `reg`: `count`
+/// values by address, or mbpoll's complaint.
+fn mbpoll_u32s(port: u16, reg: u16, count: u16) -> Result<std::collections::BTreeMap<u32, u64>, String> {
+    let out = std::process::Command::new("mbpoll")
+        .args(["-m", "tcp", "-p", &port.to_string(), "-t", "3:int", "-B", "-0", "-1"])
+        .args(["-r", &reg.to_string(), "-c", &count.to_string(), "127.0.0.1"])
+        .output()
+        .expect("mbpoll (apt-get install mbpoll)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let vals: std::collections::BTreeMap<u32, u64> = text
+        .lines()
+        .filter_map(|l| {
+            let (i, v) = l.trim().strip_prefix('[')?.split_once("]:")?;
+            Some((i.parse().ok()?, v.split_whitespace().next()?.parse::<i64>().ok()? as u32 as u64))
+        })
+        .collect();
+    if vals.is_empty() {
+        return Err(format!("mbpoll -r {reg}: {text} {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(vals)
+}
+
+/// A cycle probe's misses and the top cause of its missed time, read by
+/// mbpoll (a client nobody here wrote) from its extension block: found
+/// through header register 31, at a fixed address whatever the probe
+/// count, the probe blocks where they were.
+#[test]
+fn a_cycle_probes_extension_block_read_by_mbpoll() {
+    use latmon::sinks::modbus::map::{ext, EXT_BASE, EXT_WORDS};
+    use latmon_core::anatomy::{Anatomy, BlockedOn, Cause, CauseKind, Policy};
+    use latmon_core::causes::CauseSummary;
+    use latmon_core::cycle::CycleCounts;
+    let mut cycle = common::runq_probe(1);
+    (cycle.name, cycle.kind) = ("loop".into(), Family::Cycle);
+    let s = Session { probes: vec![common::runq_probe(0), cycle], failed: Vec::new(), ..session() };
+    let mut r = report(4, &s);
+    r.probes[1].cycle = Some(CycleCounts { misses: 2, total_misses: 70_001, ..Default::default() });
+    // Two misses as their records give them: the hog (thread 31337) took
+    // 2.4 ms of the 3.1 ms missed.
+    let hog = CauseKind::Task { comm: "hog".into(), pid: 31_337, policy: Policy::Fifo, prio: 90 };
+    let parts = |v: &[(CauseKind, u64)]| Anatomy {
+        cpu_woken: 0,
+        cpu_ran: 0,
+        causes: v.iter().map(|(kind, ns)| Cause { kind: kind.clone(), ns: *ns }).collect(),
+    };
+    let mut m = CauseSummary::default();
+    m.begin_misses();
+    let a = parts(&[(CauseKind::Running, 500_000), (hog.clone(), 1_400_000)]);
+    m.add_miss(1_900_000, &a.causes);
+    let b =
+        parts(&[(hog, 1_000_000), (CauseKind::Blocked { on: BlockedOn::Io, syscall: "fdatasync".into() }, 200_000)]);
+    m.add_miss(1_200_000, &b.causes);
+    m.end_misses();
+    r.probes[1].miss_causes = Some(m);
+    let p = port();
+    let mut sink = sinks::open(&format!("modbus-tcp://127.0.0.1:{p}"), None).unwrap();
+    sink.emit(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] });
+    let first = common::mbpoll_input_register(p, reg::EXT_FIRST) as u16;
+    assert_eq!(first, EXT_BASE);
+    let at = first + EXT_WORDS;
+    let v = mbpoll_u32s(p, at, EXT_WORDS / 2).unwrap();
+    let get = |off: u16| v[&u32::from(at + off)];
+    assert_eq!((get(ext::TOTAL_MISSES), get(ext::MISSES)), (70_001, 2));
+    assert_eq!(get(ext::CAUSE_KIND), 1 << 16 | 7741, "a task (kind 1), 77.41 % of the missed time");
+    assert_eq!((get(ext::CAUSE_ID), get(ext::MISSED_US)), (31_337, 3_100));
+    // Block 0's extension (a runq probe) reads 0; past the last one is
+    // outside the map; block 1 is where it always was.
+    assert!(mbpoll_u32s(p, first, EXT_WORDS / 2).unwrap().values().all(|&x| x == 0));
+    assert!(mbpoll_u32s(p, first + 2 * EXT_WORDS, 1).is_err());
+    let block1 = HEADER_WORDS + BLOCK_WORDS;
+    assert_eq!(common::mbpoll_input_register(p, block1 + off::INDEX), 1);
+    assert_eq!(common::mbpoll_input_register(p, block1 + off::KIND), 9, "cycle");
+    sink.close(Duration::from_secs(1));
 }

@@ -126,3 +126,70 @@ fn a_folded_family_and_link_counters_pass_promtool_check_metrics() {
     let lines = text.lines().filter(|l| l.starts_with("latmon_latency_seconds_count{")).count();
     assert_eq!(lines, 18, "family line + 16 series + folded");
 }
+
+/// A cycle probe's misses and the causes of its missed time, with what a
+/// board may name its tasks (quotes, backslashes), pass `promtool check
+/// metrics`: counter and gauge families well formed, labels escaped.
+#[test]
+fn a_cycle_probes_misses_and_their_causes_pass_promtool_check_metrics() {
+    use latmon_core::anatomy::{BlockedOn, Cause, CauseKind, Policy};
+    use latmon_core::causes::CauseSummary;
+    use latmon_core::cycle::CycleCounts;
+    let info = ProbeInfo {
+        name: "ctl\"loop\\1".into(),
+        kind: Family::Cycle,
+        attach: Mechanism::TpBtf,
+        mode: String::new(),
+        btf_mode: BtfMode::CoRe,
+        wait: Default::default(),
+    };
+    let mut h = Hist::default();
+    for v in 0..1000u64 {
+        h.record(900_000 + v * 1_000);
+    }
+    let mut report =
+        IntervalReport { seq: 3, probes: vec![ProbeReport::new(&info, &Hist::default(), &h)], ..Default::default() };
+    report.probes[0].cycle = Some(CycleCounts {
+        period_ns: 1_000_000,
+        cycles: 1000,
+        total_cycles: 3000,
+        misses: 2,
+        total_misses: 5,
+        ..Default::default()
+    });
+    let mut miss = CauseSummary::default();
+    miss.begin_misses();
+    let hog = CauseKind::Task { comm: "h\"o\\g".into(), pid: 4242, policy: Policy::Fifo, prio: 90 };
+    miss.add_miss(
+        1_620_000,
+        &[
+            Cause { kind: CauseKind::Running, ns: 1_200_000 },
+            Cause { kind: hog.clone(), ns: 300_000 },
+            Cause { kind: CauseKind::Blocked { on: BlockedOn::Io, syscall: "fdatasync".into() }, ns: 120_000 },
+        ],
+    );
+    miss.add_miss(1_100_000, &[Cause { kind: hog, ns: 1_000_000 }, Cause { kind: CauseKind::Other, ns: 100_000 }]);
+    miss.end_misses();
+    report.probes[0].miss_causes = Some(miss);
+    let session = Session {
+        board: "b".into(),
+        kernel: "6.18".into(),
+        boot_id: 7,
+        start_ns: 0,
+        interval_ns: 1,
+        probes: vec![info],
+        failed: Vec::new(),
+    };
+    let totals = [h];
+    let snap = snapshot(&Tick { session: &session, report: &report, totals: &totals, read_errors: &[0] }, 16);
+    let mut text = String::new();
+    render_text(&mut text, &snap);
+    let l = r#"probe="ctl\"loop\\1",kind="cycle",attach="tp_btf""#;
+    assert!(text.contains(&format!("latmon_cycle_misses_total{{{l}}} 5\n")), "{text}");
+    // The hog's 1.3 ms of the 2.72 ms missed (its two parts merged by thread id).
+    let share = 1_300_000f64 / 2_720_000f64;
+    let want =
+        format!("latmon_cycle_miss_cause_ratio{{{l},rank=\"1\",cause_kind=\"task\",cause=\"h\\\"o\\\\g\"}} {share}\n");
+    assert!(text.contains(&want), "{want} in {text}");
+    promtool_check_metrics(&text);
+}

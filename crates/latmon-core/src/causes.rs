@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 
 use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
 
-use crate::anatomy::SOFTIRQ_NAMES;
+use crate::anatomy::{BlockedOn, Cause, CauseKind, SOFTIRQ_NAMES};
 use crate::bpf::limits::{
     CAUSE_IRQ, CAUSE_IRQ_REST, CAUSE_OTHER, CAUSE_SLOTS, CAUSE_SOFTIRQ, CAUSE_TASK, CAUSE_TASK_REST,
     CAUSE_TIMER_IRQ_DELAY,
@@ -38,9 +38,24 @@ pub enum CauseId {
     /// The remainder (scheduler, unaccounted; all of an alert without an
     /// anatomy).
     Other,
+    /// cycle: the loop's own time on a CPU (a missed cycle's part; no
+    /// kernel tally has it).
+    Running,
+    /// cycle: a voluntary sleep inside the cycle, by what it slept on
+    /// (`BlockedOn::code`).
+    Blocked { on: u32 },
+    /// cycle: page faults taken in the cycle (their timed part).
+    PageFaults,
     /// A kind this build does not know.
     Unknown { kind: u32, id: u32 },
 }
+
+/// Kind numbers of the cycle's execution parts, as the wire's cause kinds
+/// (wire/messages.rs `cause_kind`): after bpf/latmon.h's LATMON_CAUSE_*,
+/// which no kernel tally uses for them.
+pub const CAUSE_RUNNING: usize = 8;
+pub const CAUSE_BLOCKED: usize = 9;
+pub const CAUSE_PAGE_FAULTS: usize = 10;
 
 impl CauseId {
     /// From a kernel key; None for 0 (an entry never used).
@@ -55,6 +70,9 @@ impl CauseId {
             CAUSE_SOFTIRQ => CauseId::Softirq { vector: id },
             CAUSE_TIMER_IRQ_DELAY => CauseId::TimerIrqDelay,
             CAUSE_OTHER => CauseId::Other,
+            CAUSE_RUNNING => CauseId::Running,
+            CAUSE_BLOCKED => CauseId::Blocked { on: id },
+            CAUSE_PAGE_FAULTS => CauseId::PageFaults,
             _ => CauseId::Unknown { kind: kind as u32, id },
         })
     }
@@ -69,14 +87,19 @@ impl CauseId {
             CauseId::Softirq { .. } => CAUSE_SOFTIRQ,
             CauseId::TimerIrqDelay => CAUSE_TIMER_IRQ_DELAY,
             CauseId::Other => CAUSE_OTHER,
+            CauseId::Running => CAUSE_RUNNING,
+            CauseId::Blocked { .. } => CAUSE_BLOCKED,
+            CauseId::PageFaults => CAUSE_PAGE_FAULTS,
             CauseId::Unknown { kind, .. } => kind.min(u32::from(u16::MAX)) as usize,
         }) as u16
     }
 
-    /// The id within the kind: thread id, IRQ number, vector; else 0.
+    /// The id within the kind: thread id, IRQ number, vector, what a
+    /// blocked cycle slept on; else 0.
     pub fn id(self) -> u32 {
         match self {
             CauseId::Task { pid } => pid,
+            CauseId::Blocked { on } => on,
             CauseId::Irq { irq } => irq,
             CauseId::Softirq { vector } => vector,
             CauseId::Unknown { id, .. } => id,
@@ -92,6 +115,9 @@ impl CauseId {
             CauseId::Softirq { .. } => "softirq",
             CauseId::TimerIrqDelay => "timer_irq_delay",
             CauseId::Other => "other",
+            CauseId::Running => "running",
+            CauseId::Blocked { .. } => "blocked",
+            CauseId::PageFaults => "page_faults",
             CauseId::Unknown { .. } => "unknown",
         }
     }
@@ -229,6 +255,19 @@ impl CauseSummary {
     pub fn render_line_into(&self, s: &mut String, max: usize, width: usize) {
         let start = s.len();
         let _ = write!(s, "{} in {} alerts:", Ns(self.alerted_ns), self.alerts);
+        self.causes_into(s, start, max, width);
+    }
+
+    /// A cycle probe's missed time, as [`render_into`](Self::render_into)
+    /// says alerted time: `missed 2.72ms in 2 misses: 47.8% hog[4242], ...`.
+    pub fn render_misses_into(&self, s: &mut String, max: usize) {
+        let start = s.len();
+        let _ = write!(s, "missed {} in {} misses:", Ns(self.alerted_ns), self.alerts);
+        self.causes_into(s, start, max, usize::MAX);
+    }
+
+    /// The causes after a line's head (which starts at `start`).
+    fn causes_into(&self, s: &mut String, start: usize, max: usize, width: usize) {
         let shown = self.causes.len().min(max);
         for (i, c) in self.causes.iter().take(max).enumerate() {
             let before = s.len();
@@ -245,6 +284,92 @@ impl CauseSummary {
             let _ = write!(s, "; folded {:.1}% ({} parts)", self.share(self.folded_ns) * 100.0, self.folded_parts);
             keep_piece(s, start, before, width, false, "; ~");
         }
+    }
+}
+
+/// Distinct causes a cycle probe's missed time is summed by per interval;
+/// the rest is folded (`folded_ns`, `folded_parts`). As the kernel's
+/// tables for alerts.
+pub const MISS_CAUSES_MAX: usize = CAUSE_SLOTS;
+
+impl CauseSummary {
+    /// Start an interval of a cycle probe's missed time: the interval's
+    /// sums cleared, the totals kept, the cause list's buffers kept.
+    pub fn begin_misses(&mut self) {
+        (self.alerts, self.alerted_ns, self.folded_ns, self.folded_parts) = (0, 0, 0, 0);
+        self.causes.clear();
+    }
+
+    /// Add one missed cycle (its record's release -> done time and the
+    /// parts that sum to it) to the interval: each part to its cause by
+    /// identity (a task by thread id, an IRQ by number, a sleep by what it
+    /// slept on), at most [`MISS_CAUSES_MAX`] causes, the rest folded. A
+    /// record without parts counts as `other`. Keep the list sorted with
+    /// [`end_misses`](Self::end_misses).
+    pub fn add_miss(&mut self, latency_ns: u64, parts: &[Cause]) {
+        self.alerts += 1;
+        self.alerted_ns = self.alerted_ns.saturating_add(latency_ns);
+        self.total_alerts += 1;
+        self.total_alerted_ns = self.total_alerted_ns.saturating_add(latency_ns);
+        if parts.is_empty() {
+            self.add_part(CauseId::Other, "", latency_ns);
+        }
+        for p in parts {
+            let (id, name) = match &p.kind {
+                CauseKind::Task { comm, pid, .. } => (CauseId::Task { pid: *pid }, comm.as_str()),
+                CauseKind::TaskRest => (CauseId::TaskRest, ""),
+                CauseKind::Irq { irq, name } => (CauseId::Irq { irq: *irq }, name.as_str()),
+                CauseKind::IrqRest => (CauseId::IrqRest, ""),
+                CauseKind::Softirq { vector } => (CauseId::Softirq { vector: *vector }, ""),
+                CauseKind::TimerIrqDelay => (CauseId::TimerIrqDelay, ""),
+                CauseKind::Running => (CauseId::Running, ""),
+                CauseKind::Blocked { on, syscall } => (CauseId::Blocked { on: on.code() }, syscall.as_str()),
+                CauseKind::PageFaults { .. } => (CauseId::PageFaults, ""),
+                CauseKind::Unknown { code } => (CauseId::Unknown { kind: u32::from(*code), id: 0 }, ""),
+                CauseKind::Other => (CauseId::Other, ""),
+            };
+            self.add_part(id, name, p.ns);
+        }
+    }
+
+    fn add_part(&mut self, id: CauseId, name: &str, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        if let Some(c) = self.causes.iter_mut().find(|c| c.id == id) {
+            c.ns = c.ns.saturating_add(ns);
+            if c.name.is_empty() && !name.is_empty() {
+                c.name.push_str(name);
+            }
+        } else if self.causes.len() < MISS_CAUSES_MAX {
+            self.causes.push(TopCause { id, name: name.to_string(), ns });
+        } else {
+            self.folded_ns = self.folded_ns.saturating_add(ns);
+            self.folded_parts += 1;
+        }
+    }
+
+    /// The interval's causes largest first (ties: by id).
+    pub fn end_misses(&mut self) {
+        self.causes.sort_unstable_by(|a, b| b.ns.cmp(&a.ns).then(a.id.cmp(&b.id)));
+    }
+}
+
+/// A cycle probe's [`CauseSummary`] of missed time, in JSON (`miss_causes`):
+/// `misses` (the interval's missed cycles that sent a record) and
+/// `missed_ns` (their release -> done times summed) instead of alerts.
+pub struct MissCausesJson<'a>(pub &'a CauseSummary);
+
+impl Serialize for MissCausesJson<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let c = self.0;
+        let mut st = ser.serialize_struct("MissCauses", 5)?;
+        st.serialize_field("misses", &c.alerts)?;
+        st.serialize_field("missed_ns", &c.alerted_ns)?;
+        st.serialize_field("causes", &Causes(c))?;
+        st.serialize_field("folded_ns", &c.folded_ns)?;
+        st.serialize_field("folded_parts", &c.folded_parts)?;
+        st.end()
     }
 }
 
@@ -272,6 +397,16 @@ impl TopCause {
             }
             CauseId::TimerIrqDelay => s.push_str("timer irq delay"),
             CauseId::Other => s.push_str("other"),
+            CauseId::Running => s.push_str("running"),
+            CauseId::Blocked { on } => {
+                s.push_str("blocked ");
+                s.push_str(BlockedOn::from_code(on).word());
+                if !self.name.is_empty() {
+                    s.push(' ');
+                    push_clean(s, &self.name);
+                }
+            }
+            CauseId::PageFaults => s.push_str("page faults"),
             CauseId::Unknown { kind, id } => {
                 let _ = write!(s, "cause#{kind}:{id}");
             }
@@ -320,7 +455,11 @@ impl Serialize for Shared<'_> {
                 m.serialize_entry("code", &kind)?;
                 m.serialize_entry("id", &id)?;
             }
-            CauseId::TimerIrqDelay | CauseId::Other => {}
+            CauseId::Blocked { on } => {
+                m.serialize_entry("on", BlockedOn::from_code(on).word())?;
+                m.serialize_entry("syscall", &c.name)?;
+            }
+            CauseId::TimerIrqDelay | CauseId::Other | CauseId::Running | CauseId::PageFaults => {}
         }
         m.serialize_entry("ns", &c.ns)?;
         m.serialize_entry("share", &round4(self.1))?;
@@ -478,5 +617,56 @@ mod tests {
         }
         // The wire's WireCause kinds are the same numbers.
         assert_eq!((CAUSE_TASK, CAUSE_IRQ, CAUSE_SOFTIRQ, CAUSE_OTHER), (1, 3, 5, 7));
+    }
+
+    #[test]
+    fn a_cycles_missed_time_sums_its_records_parts_by_cause_and_folds_past_the_bound() {
+        use crate::anatomy::{BlockedOn, Cause, CauseKind, Policy};
+        let task = |pid: u32, ns: u64| Cause {
+            kind: CauseKind::Task { comm: format!("t{pid}"), pid, policy: Policy::Fifo, prio: 50 },
+            ns,
+        };
+        let io = Cause { kind: CauseKind::Blocked { on: BlockedOn::Io, syscall: "fdatasync".into() }, ns: 300 };
+        let mut c = CauseSummary::default();
+        c.begin_misses();
+        c.add_miss(1_000, &[Cause { kind: CauseKind::Running, ns: 600 }, io.clone(), task(7, 100)]);
+        c.add_miss(500, &[Cause { kind: CauseKind::Running, ns: 200 }, io, task(7, 0), task(8, 0)]);
+        c.add_miss(50, &[]);
+        c.end_misses();
+        assert_eq!((c.alerts, c.alerted_ns, c.total_alerts), (3, 1_550, 3));
+        let got: Vec<(CauseId, &str, u64)> = c.causes.iter().map(|x| (x.id, x.name.as_str(), x.ns)).collect();
+        assert_eq!(
+            got,
+            [
+                (CauseId::Running, "", 800),
+                (CauseId::Blocked { on: 1 }, "fdatasync", 600),
+                (CauseId::Task { pid: 7 }, "t7", 100),
+                (CauseId::Other, "", 50),
+            ]
+        );
+        // Parts sum to the missed time (nothing lost uncounted).
+        assert_eq!(c.causes.iter().map(|x| x.ns).sum::<u64>() + c.folded_ns, c.alerted_ns);
+        let v = serde_json::to_value(MissCausesJson(&c)).unwrap();
+        assert_eq!((v["misses"].as_u64(), v["missed_ns"].as_u64()), (Some(3), Some(1_550)));
+        assert_eq!(v["causes"][1]["kind"], "blocked");
+        assert_eq!(
+            (v["causes"][1]["on"].as_str(), v["causes"][1]["syscall"].as_str()),
+            (Some("io"), Some("fdatasync"))
+        );
+        let mut line = String::new();
+        c.causes[1].label_into(&mut line);
+        assert_eq!(line, "blocked io fdatasync");
+        line.clear();
+        c.render_misses_into(&mut line, 2);
+        assert_eq!(line, "missed 1.55us in 3 misses: 51.6% running, 38.7% blocked io fdatasync");
+        // A new interval keeps the totals only; more causes than the bound fold.
+        c.begin_misses();
+        let many: Vec<Cause> = (0..MISS_CAUSES_MAX as u32 + 3).map(|p| task(100 + p, 10)).collect();
+        c.add_miss(many.len() as u64 * 10, &many);
+        c.end_misses();
+        assert_eq!((c.alerts, c.total_alerts, c.causes.len()), (1, 4, MISS_CAUSES_MAX));
+        assert_eq!((c.folded_ns, c.folded_parts), (30, 3));
+        assert_eq!(CauseId::from_key((CAUSE_BLOCKED as u64) << 32 | 1), Some(CauseId::Blocked { on: 1 }));
+        assert_eq!((CauseId::Running.code(), CauseId::PageFaults.word()), (8, "page_faults"));
     }
 }

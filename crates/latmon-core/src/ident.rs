@@ -251,7 +251,7 @@ mod tests {
     #[test]
     fn output_words_are_the_documented_ones() {
         // docs/probes.md and docs/modbus-map.md name these; outputs must not drift.
-        // (The Modbus codes: src/modbus_map.rs's `codes` test.)
+        // (The Modbus codes: src/sinks/modbus/map.rs's `codes` test.)
         let fams: Vec<_> = Family::ALL.iter().map(|f| f.as_str()).collect();
         assert_eq!(fams, ["runq", "syscall", "irq", "softirq", "timer", "kfunc", "ufunc", "chain", "cycle"]);
         let mechs: Vec<_> = Mechanism::ALL.iter().map(|m| m.as_str()).collect();

@@ -3,7 +3,7 @@
 //! live terminal screen) and `latmon decode` (JSON lines). Rendering and
 //! JSON shaping are pure functions with unit tests; `run_view` /
 //! `run_decode` are the loops, over a [`ByteSource`] and a writer the
-//! binary passes in (src/sinks/source.rs on the board,
+//! binary passes in (src/board_view/source.rs on the board,
 //! crates/latmon-view/src/source.rs on a laptop).
 
 use std::collections::VecDeque;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 //! What every output renders from: the agent run's fixed facts
 //! ([`Session`]) and one interval ([`Tick`]). Apart from `sinks` so that
-//! pure renderers (src/modbus_map.rs) need nothing of the I/O side. Pure.
+//! pure renderers (src/sinks/modbus/map.rs) need nothing of the I/O side. Pure.
 
 use crate::hist::Hist;
 use crate::summary::{FailedProbe, IntervalReport, ProbeInfo};

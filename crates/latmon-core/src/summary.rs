@@ -139,6 +139,11 @@ pub struct ProbeReport {
     /// probes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cycle: Option<crate::cycle::CycleCounts>,
+    /// cycle: what the interval's missed cycles spent their time on (their
+    /// records' parts summed by cause; a miss whose record was refused is
+    /// in `cycle.misses`, not here); absent for other probes.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "miss_causes_json")]
+    pub miss_causes: Option<crate::causes::CauseSummary>,
     /// Text outputs show this probe's histogram under the table (the
     /// spec's `hist=true`, inherited by a family's series). A display
     /// choice, not a measurement: not in JSON, not on the wire.
@@ -296,6 +301,7 @@ impl ProbeReport {
             events_per_s: 0,
             bpf_cpu_percent: 0.0,
             alert_causes: None,
+            miss_causes: None,
             cycle: None,
             hist: false,
         }
@@ -363,6 +369,14 @@ const BAR_WIDTH: usize = 40;
 
 /// Interval buckets folded into power-of-two rows `[2^k, 2^(k+1))`
 /// (`(lo, hi inclusive, count)`), without allocating.
+/// `miss_causes` in JSON: with the words of misses, not alerts.
+fn miss_causes_json<S: serde::Serializer>(v: &Option<crate::causes::CauseSummary>, ser: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(c) => crate::causes::MissCausesJson(c).serialize(ser),
+        None => ser.serialize_none(),
+    }
+}
+
 fn rows(buckets: &[[u64; 3]]) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
     let mut it = buckets.iter().peekable();
     std::iter::from_fn(move || {
@@ -468,6 +482,12 @@ pub fn render_hist_into(s: &mut String, p: &ProbeReport, cost_measured: bool) {
         // The interval's late time by cause: what a dashboard shows.
         s.push_str("  ");
         c.render_into(s, 3);
+        s.push('\n');
+    }
+    if let Some(c) = p.miss_causes.as_ref().filter(|c| c.alerts > 0) {
+        // A cycle probe's missed time by cause, likewise.
+        s.push_str("  ");
+        c.render_misses_into(s, 3);
         s.push('\n');
     }
     if p.count == 0 {

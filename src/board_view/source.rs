@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use serialport::TTYPort;
 
-use super::serial;
-use super::spec::{Endpoint, LinkSpec};
-use super::REOPEN_PERIOD;
+use crate::sinks::link::REOPEN_PERIOD;
+use crate::sinks::serial;
+use crate::sinks::spec::{Endpoint, LinkSpec};
 
 /// How long one read waits before reporting `Idle` (views redraw then).
 pub const READ_WAIT: Duration = Duration::from_millis(250);
@@ -27,7 +27,7 @@ enum Kind {
     File(File),
     Tcp(String, Option<TcpStream>),
     Unix(String, Option<UnixStream>),
-    Serial(super::spec::SerialSpec, Option<TTYPort>),
+    Serial(crate::sinks::spec::SerialSpec, Option<TTYPort>),
     Udp(UdpSocket),
 }
 

@@ -7,7 +7,9 @@
 //! Layout: a header block of [`HEADER_WORDS`] registers at address 0, then
 //! one block of [`BLOCK_WORDS`] registers per configured probe, in config
 //! order, attached or not (a probe that failed keeps its block with
-//! state 0: PLC addressing does not depend on which probes attached).
+//! state 0: PLC addressing does not depend on which probes attached), and
+//! at the fixed address [`EXT_BASE`] one extension block of [`EXT_WORDS`]
+//! per probe block (registers added within the map version).
 //! Registers are big-endian (Modbus); 32- and 64-bit values are high word
 //! first (the SunSpec convention) and start at even addresses.
 
@@ -27,8 +29,17 @@ pub const HEADER_WORDS: u16 = 32;
 pub const BLOCK_WORDS: u16 = 40;
 /// Probe names are kept in this many bytes (2 per register, NUL padded).
 pub const NAME_BYTES: usize = 16;
-/// At most this many probe blocks fit the 65536-register address space.
-pub const MAX_BLOCKS: usize = (65_536 - HEADER_WORDS as usize) / BLOCK_WORDS as usize;
+/// Address of extension block 0 ([`reg::EXT_FIRST`] says so): each probe
+/// block's registers added within map version 1 (a block has no reserved
+/// word), at a fixed address so that no block moves as families add
+/// series.
+pub const EXT_BASE: u16 = 0xC000;
+/// Size of each extension block in registers.
+pub const EXT_WORDS: u16 = 10;
+/// At most this many probe blocks fit below the extension blocks (whose
+/// table then fits the 65536-register address space: 1228 of each).
+pub const MAX_BLOCKS: usize = (EXT_BASE as usize - HEADER_WORDS as usize) / BLOCK_WORDS as usize;
+const _: () = assert!(EXT_BASE as usize + MAX_BLOCKS * EXT_WORDS as usize <= 65_536);
 
 /// Header registers (addresses).
 pub mod reg {
@@ -68,6 +79,29 @@ pub mod reg {
     pub const CAUSE_ALERTED_US: u16 = 28;
     /// u16, 0.01 % (10000 = all of it)
     pub const CAUSE_SHARE: u16 = 30;
+    /// The address of extension block 0 ([`super::EXT_BASE`]; was
+    /// reserved: 0 in a latmon without extension blocks).
+    pub const EXT_FIRST: u16 = 31;
+}
+
+/// Offsets inside extension block N (at `EXT_BASE + EXT_WORDS * N`, the
+/// probe of probe block N): a `cycle` probe's misses and the top cause of
+/// the interval's missed time; all 0 for other probes.
+pub mod ext {
+    /// u32: misses since start.
+    pub const TOTAL_MISSES: u16 = 0;
+    /// u32: misses in the interval.
+    pub const MISSES: u16 = 2;
+    /// u16: the largest cause's kind (`CauseId::code`: 1 task .. 7 other,
+    /// 8 running, 9 blocked, 10 page_faults; 0 none).
+    pub const CAUSE_KIND: u16 = 4;
+    /// u16, 0.01 %: its share of the interval's missed time.
+    pub const CAUSE_SHARE: u16 = 5;
+    /// u32: its id (thread id, IRQ number, vector, what it slept on).
+    pub const CAUSE_ID: u16 = 6;
+    /// u32, µs: the interval's missed time (its miss records'
+    /// release -> done summed).
+    pub const MISSED_US: u16 = 8;
 }
 
 /// [`reg::CAUSE_BLOCK`] when no probe alerted in the interval.
@@ -161,6 +195,8 @@ impl std::error::Error for MapError {}
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Image {
     words: Vec<u16>,
+    /// The extension blocks, from [`EXT_BASE`].
+    ext: Vec<u16>,
 }
 
 /// µs rounded up (a non-zero latency never reads 0), saturating at u32::MAX.
@@ -185,16 +221,24 @@ impl Image {
         let len = HEADER_WORDS as usize + blocks * BLOCK_WORDS as usize;
         self.words.clear();
         self.words.resize(len, 0);
+        self.ext.clear();
+        self.ext.resize(blocks * EXT_WORDS as usize, 0);
         self.put16(reg::MAGIC, MAGIC);
         self.put16(reg::VERSION, MAP_VERSION);
         self.put16(reg::PROBE_COUNT, blocks as u16);
         self.put16(reg::BLOCK_SIZE, BLOCK_WORDS);
         self.put16(reg::FIRST_BLOCK, HEADER_WORDS);
+        self.put16(reg::EXT_FIRST, EXT_BASE);
     }
 
-    /// The registers, address 0 first.
+    /// The registers, address 0 first (header and probe blocks).
     pub fn words(&self) -> &[u16] {
         &self.words
+    }
+
+    /// The extension blocks' registers, [`EXT_BASE`] first.
+    pub fn ext_words(&self) -> &[u16] {
+        &self.ext
     }
 
     /// Registers `addr .. addr + count`, or why not.
@@ -203,7 +247,11 @@ impl Image {
             return Err(MapError::ZeroCount);
         }
         let (a, end) = (addr as usize, addr as usize + count as usize);
-        self.words.get(a..end).ok_or(MapError::OutOfRange { addr, count, len: self.words.len() })
+        let got = match addr.checked_sub(EXT_BASE) {
+            Some(e) => self.ext.get(e as usize..e as usize + count as usize),
+            None => self.words.get(a..end),
+        };
+        got.ok_or(MapError::OutOfRange { addr, count, len: self.words.len() })
     }
 
     fn put16(&mut self, at: u16, v: u16) {
@@ -215,6 +263,35 @@ impl Image {
     fn put32(&mut self, at: u16, v: u32) {
         self.put16(at, (v >> 16) as u16);
         self.put16(at.wrapping_add(1), v as u16);
+    }
+
+    fn ext_put16(&mut self, at: usize, v: u16) {
+        if let Some(w) = self.ext.get_mut(at) {
+            *w = v;
+        }
+    }
+
+    fn ext_put32(&mut self, at: usize, v: u32) {
+        self.ext_put16(at, (v >> 16) as u16);
+        self.ext_put16(at + 1, v as u16);
+    }
+
+    /// Extension block `pos`: a cycle probe's misses and the top cause of
+    /// its missed time (other probes' stay 0).
+    fn put_ext(&mut self, pos: usize, p: &ProbeReport) {
+        let base = pos * EXT_WORDS as usize;
+        if let Some(c) = &p.cycle {
+            self.ext_put32(base + ext::TOTAL_MISSES as usize, sat32(c.total_misses));
+            self.ext_put32(base + ext::MISSES as usize, sat32(c.misses));
+        }
+        if let Some(m) = &p.miss_causes {
+            self.ext_put32(base + ext::MISSED_US as usize, us_ceil(m.alerted_ns));
+            if let Some(top) = m.top() {
+                self.ext_put16(base + ext::CAUSE_KIND as usize, top.id.code());
+                self.ext_put16(base + ext::CAUSE_SHARE as usize, m.share_basis_points(top.ns));
+                self.ext_put32(base + ext::CAUSE_ID as usize, top.id.id());
+            }
+        }
     }
 
     fn put64(&mut self, at: u16, v: u64) {
@@ -282,6 +359,7 @@ impl Image {
             self.put_name(base, &info.name);
             if let Some(p) = t.report.probes.get(attached) {
                 self.put_probe(base, p);
+                self.put_ext(pos, p);
                 if let Some(c) = p.alert_causes.as_ref().filter(|c| c.alerted_ns > 0) {
                     if worst.is_none_or(|(_, w)| c.alerted_ns > w.alerted_ns) {
                         worst = Some((pos as u16, c));
@@ -481,7 +559,8 @@ mod tests {
         img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
         let w = img.words();
         assert_eq!(w[reg::CAUSE_BLOCK as usize], NO_BLOCK, "no alerts: no block");
-        assert!(w[reg::CAUSE_KIND as usize..32].iter().all(|&x| x == 0));
+        assert!(w[reg::CAUSE_KIND as usize..reg::EXT_FIRST as usize].iter().all(|&x| x == 0));
+        assert_eq!(w[reg::EXT_FIRST as usize], EXT_BASE);
         let causes = |alerted_ns: u64, id: CauseId, ns: u64| CauseSummary {
             alerts: 3,
             alerted_ns,
@@ -499,7 +578,7 @@ mod tests {
         assert_eq!(u32_at(w, reg::CAUSE_ID), 70_000);
         assert_eq!(u32_at(w, reg::CAUSE_ALERTED_US), 4_001, "rounded up");
         assert_eq!(w[reg::CAUSE_SHARE as usize], 8_999, "89.99 %: rounded down");
-        assert_eq!(w[31], 0, "still reserved");
+        assert_eq!(w[31], EXT_BASE, "the extension blocks' address (reserved before them)");
         // The header's other registers are where they were.
         assert_eq!(u32_at(w, reg::MISSED), 0);
         assert_eq!(&w[..2], &[MAGIC, MAP_VERSION]);
@@ -558,5 +637,40 @@ mod tests {
         assert_eq!(us_ceil(1_000), 1);
         assert_eq!(us_ceil(u64::MAX), u32::MAX);
         assert!(MAX_BLOCKS * BLOCK_WORDS as usize + HEADER_WORDS as usize <= 65_536);
+    }
+
+    #[test]
+    fn a_cycle_probes_misses_and_top_cause_in_its_extension_block() {
+        use latmon_core::causes::{CauseId, CauseSummary, TopCause};
+        use latmon_core::cycle::CycleCounts;
+        let s = session(Vec::new());
+        let mut r = report(3);
+        r.probes[1].cycle = Some(CycleCounts { misses: 3, total_misses: 5_000_000_123, ..Default::default() });
+        r.probes[1].miss_causes = Some(CauseSummary {
+            alerts: 3,
+            alerted_ns: 4_000_001,
+            causes: vec![
+                TopCause { id: CauseId::Blocked { on: 1 }, name: "fdatasync".into(), ns: 3_000_000 },
+                TopCause { id: CauseId::Running, name: String::new(), ns: 1_000_001 },
+            ],
+            ..Default::default()
+        });
+        let mut img = Image::default();
+        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
+        let e = img.ext_words();
+        assert_eq!(e.len(), 2 * EXT_WORDS as usize, "one extension block per probe block");
+        assert!(e[..EXT_WORDS as usize].iter().all(|&x| x == 0), "not a cycle probe: zeros");
+        let b = EXT_WORDS;
+        assert_eq!(u32_at(e, b + ext::TOTAL_MISSES), u32::MAX, "saturates");
+        assert_eq!(u32_at(e, b + ext::MISSES), 3);
+        assert_eq!((e[(b + ext::CAUSE_KIND) as usize], e[(b + ext::CAUSE_SHARE) as usize]), (9, 7499));
+        assert_eq!(u32_at(e, b + ext::CAUSE_ID), 1, "blocked on io");
+        assert_eq!(u32_at(e, b + ext::MISSED_US), 4_001);
+        // Served at EXT_BASE + N * EXT_WORDS; the gap below it and past the
+        // last extension block are outside the map; no block moved.
+        assert_eq!(img.read(EXT_BASE + b, EXT_WORDS).unwrap(), &e[b as usize..]);
+        assert!(img.read(EXT_BASE + 2 * b, 1).is_err());
+        assert!(img.read(EXT_BASE - 1, 2).is_err());
+        assert_eq!(img.words().len(), HEADER_WORDS as usize + 2 * BLOCK_WORDS as usize);
     }
 }

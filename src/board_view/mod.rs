@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: MIT
 //! `latmon view` and `latmon decode` on the board: latmon-core's screen,
 //! JSON lines and loops (crates/latmon-core/src/receiver.rs) over the SOURCE
-//! words of src/sinks/source.rs, writing to this process's stdout/stderr.
+//! words of [`source`] (the reading side of the SINK words), writing to
+//! this process's stdout/stderr.
+
+pub mod source;
 
 use std::io::{self, IsTerminal};
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use latmon_core::wire::LinkStats;
-
-use crate::sinks::source;
 
 /// `latmon decode SOURCE`: a JSON line per frame on stdout until the
 /// source ends (or `duration` passes); link statistics on stderr.
