@@ -11,10 +11,10 @@ import re
 
 def loop_rows(workload):
     """The fixture's account, as run.sh reports it: (its line's fields,
-    [(release, wake, done) of each cycle slower than the deadline - 50 us])."""
+    [(release, response) of each cycle slower than the deadline - 50 us])."""
     m = re.search(r"^lm_cycle (\d+) (\d+): done misses=(\d+) rows (\d+) deadline-us (\d+)$", workload, re.M)
     line = {k: int(v) for k, v in zip(("cycles", "period_us", "period_misses", "rows", "deadline_us"), m.groups())} if m else {}
-    slow = [tuple(int(x) for x in r) for r in re.findall(r"^lm_cycle-slow (\d+) (\d+) (\d+)$", workload, re.M)]
+    slow = [tuple(int(x) for x in r) for r in re.findall(r"^lm_cycle-slow (\d+) (\d+)$", workload, re.M)]
     return line, slow
 
 
@@ -34,8 +34,8 @@ def misses_name_irq_thread(s, frames, want, tpid, accounted):
                  f"the fixture ran and reported its cycles: {line or 'no lm_cycle line in the workload'}"):
         return
     deadline = line["deadline_us"] * 1000
-    truth = {rel for rel, _, done in slow if done - rel > deadline}
-    near = {rel for rel, _, _ in slow}
+    truth = {rel for rel, response in slow if response > deadline}
+    near = {rel for rel, _ in slow}
     # The loop's done is its clock read before the next clock_nanosleep,
     # the probe's is that sleep: the probe's response is a little longer,
     # so a cycle within 50 us under the deadline may count as a miss.

@@ -183,7 +183,7 @@ run_config() {
     LM_CYCLE_PRIO=10 taskset 1 lm_cycle 4000 1000 1000000 4000 0 /tmp/lm_cycle.io > /tmp/cycle.rows 2>&1
     dl=\$(sed -n 's/.*"cycle,.*deadline=\([0-9]*\)us.*/\1/p' \$cfg)
     echo "lm_cycle 4000 1000: \$(tail -n 1 /tmp/cycle.rows) rows \$(grep -c '^[0-9]* n ' /tmp/cycle.rows) deadline-us \$dl" >> /tmp/work.out
-    awk -v d="\$dl" '\$2 == "n" && \$5 - \$3 > (d - 50) * 1000 { print "lm_cycle-slow", \$3, \$4, \$5 }' /tmp/cycle.rows >> /tmp/work.out
+    awk -v d="\$dl" '\$2 == "n" && \$5 - \$3 > (d - 50) * 1000 { print "lm_cycle-slow", \$3, \$5 - \$3 }' /tmp/cycle.rows >> /tmp/work.out
   else
     for i in \$(seq 300); do sleep 0.01; done
   fi
