@@ -160,7 +160,8 @@ pub fn decode_prefix(src: &[u8], n: usize) -> Result<Vec<u8>, Error> {
     let mut lit = vec![PROB_INIT; 0x300 << (lc + lp)];
     let mut is_match = [PROB_INIT; 12 << 4];
     let mut is_rep0_long = [PROB_INIT; 12 << 4];
-    let (mut is_rep, mut is_rep_g0, mut is_rep_g1, mut is_rep_g2) = ([PROB_INIT; 12], [PROB_INIT; 12], [PROB_INIT; 12], [PROB_INIT; 12]);
+    let (mut is_rep, mut is_rep_g0, mut is_rep_g1, mut is_rep_g2) =
+        ([PROB_INIT; 12], [PROB_INIT; 12], [PROB_INIT; 12], [PROB_INIT; 12]);
     let mut pos_slot = [[PROB_INIT; 64]; 4];
     // Distances of slots 4..14: reverse trees of 1..5 bits side by side.
     let mut pos_special = [PROB_INIT; 1 + 128 - 14];

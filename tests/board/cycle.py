@@ -12,8 +12,11 @@ import re
 def loop_rows(workload):
     """The fixture's account, as run.sh reports it: (its line's fields,
     [(release, response) of each cycle slower than the deadline - 50 us])."""
-    m = re.search(r"^lm_cycle (\d+) (\d+): done misses=(\d+) rows (\d+) deadline-us (\d+)$", workload, re.M)
-    line = {k: int(v) for k, v in zip(("cycles", "period_us", "period_misses", "rows", "deadline_us"), m.groups())} if m else {}
+    m = re.search(r"^lm_cycle (\d+) (\d+): done misses=(\d+) rows (\d+) deadline-us (\d+) first-release (\d+) "
+                  r"last-release (\d+)$",
+                  workload, re.M)
+    keys = ("cycles", "period_us", "period_misses", "rows", "deadline_us", "first_release", "last_release")
+    line = {k: int(v) for k, v in zip(keys, m.groups())} if m else {}
     slow = [tuple(int(x) for x in r) for r in re.findall(r"^lm_cycle-slow (\d+) (\d+)$", workload, re.M)]
     return line, slow
 
@@ -54,11 +57,20 @@ def misses_name_irq_thread(s, frames, want, tpid, accounted):
     s.say(misses and len(misses) <= alerts <= len(recs) + dropped + shed and all(r["comm"] == "lm_cycle" for r in recs),
           f"{name}: {alerts} misses = {len(misses)} miss records of {sorted({r['comm'] for r in recs})} over the UART "
           f"(+ {len(recs) - len(misses)} overrun records) + {dropped} counted drops + {shed} shed by the link")
-    unmatched = [r for r in misses if r["time_ns"] - r["latency_ns"] not in near]
-    s.say(misses and not unmatched,
-          f"every miss record's release (time_ns - latency_ns) is the release of one of the loop's own slow cycles "
-          f"({len(misses) - len(unmatched)} of {len(misses)}; unmatched releases "
-          f"{[r['time_ns'] - r['latency_ns'] for r in unmatched[:5]]})")
+    # The loop's releases are a grid (it skips a missed release to the
+    # next period boundary): a record's release off it is not one of the
+    # loop's cycles. On it, most are cycles the loop timed slow itself;
+    # the rest were late between the loop's own clock read and its next
+    # sleep (seen: preempted there for 1.5 ms, the next sleep armed in the
+    # past), which only the probe sees.
+    period, first, last = line["period_us"] * 1000, line["first_release"], line["last_release"]
+    releases = [r["time_ns"] - r["latency_ns"] for r in misses]
+    off = [x for x in releases if not (first <= x <= last and (x - first) % period == 0)]
+    slow_too = sum(1 for x in releases if x in near)
+    s.say(misses and not off and slow_too * 10 >= len(misses) * 9,
+          f"every miss record's release (time_ns - latency_ns) is one of the loop's (its grid of {line['period_us']} us "
+          f"from {first}; off it: {off[:5]}), {slow_too} of {len(misses)} releases of cycles the loop itself timed over "
+          f"the deadline - 50 us (at least 90 %)")
     unsummed = [r for r in misses if sum(c["ns"] for c in r["causes"]) != r["latency_ns"]]
     s.say(misses and not unsummed,
           f"every miss record's parts sum to its latency_ns exactly ({len(unsummed)} of {len(misses)} do not)")

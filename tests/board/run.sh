@@ -182,7 +182,7 @@ run_config() {
     usleep 300000
     LM_CYCLE_PRIO=10 taskset 1 lm_cycle 4000 1000 1000000 4000 0 /tmp/lm_cycle.io > /tmp/cycle.rows 2>&1
     dl=\$(sed -n 's/.*"cycle,.*deadline=\([0-9]*\)us.*/\1/p' \$cfg)
-    echo "lm_cycle 4000 1000: \$(tail -n 1 /tmp/cycle.rows) rows \$(grep -c '^[0-9]* n ' /tmp/cycle.rows) deadline-us \$dl" >> /tmp/work.out
+    echo "lm_cycle 4000 1000: \$(tail -n 1 /tmp/cycle.rows) rows \$(grep -c '^[0-9]* n ' /tmp/cycle.rows) deadline-us \$dl first-release \$(head -n 1 /tmp/cycle.rows | cut -d' ' -f3) last-release \$(tail -n 2 /tmp/cycle.rows | head -n 1 | cut -d' ' -f3)" >> /tmp/work.out
     awk -v d="\$dl" '\$2 == "n" && \$5 - \$3 > (d - 50) * 1000 { print "lm_cycle-slow", \$3, \$5 - \$3 }' /tmp/cycle.rows >> /tmp/work.out
   else
     for i in \$(seq 300); do sleep 0.01; done

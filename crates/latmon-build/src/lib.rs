@@ -118,8 +118,8 @@ impl Pack {
     /// name), and `obj` joins the pack.
     pub fn embed(&mut self, skel: &Path, obj: &Path) {
         let name = obj.file_name().unwrap().to_string_lossy().into_owned();
-        let text = skel::embed_object(&read_text(skel), &name)
-            .unwrap_or_else(|e| panic!("latmon: {}: {e}", skel.display()));
+        let text =
+            skel::embed_object(&read_text(skel), &name).unwrap_or_else(|e| panic!("latmon: {}: {e}", skel.display()));
         write(skel, text);
         self.objects.push((name, read(obj)));
     }
@@ -140,7 +140,10 @@ impl Pack {
         let xz = std::env::var("XZ").unwrap_or_else(|_| "xz".into());
         // A 4 MiB dictionary covers the whole pack (the default of -9e,
         // 64 MiB, only costs the compressor memory).
-        let packed = match Command::new(&xz).args(["--format=lzma", "--lzma1=preset=9e,dict=4MiB", "-c"]).arg(&raw_path).output()
+        let packed = match Command::new(&xz)
+            .args(["--format=lzma", "--lzma1=preset=9e,dict=4MiB", "-c"])
+            .arg(&raw_path)
+            .output()
         {
             Ok(o) if o.status.success() && !o.stdout.is_empty() => Some(o.stdout),
             other => {

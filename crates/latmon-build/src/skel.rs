@@ -47,8 +47,7 @@ pub fn share_types(skel: &str, shared: &str, structs: &[String]) -> Result<Strin
 pub fn embed_object(skel: &str, object: &str) -> Result<String, Error> {
     let start = skel.find("static DATA: [u8; ").ok_or(Error::Skeleton("`static DATA: [u8; N]`"))?;
     let end = start + skel[start..].find("];").ok_or(Error::Skeleton("the end of DATA"))? + 2;
-    let embedded =
-        format!("pub(crate) static DATA: crate::bpf::Embedded = crate::bpf::Embedded::packed({object:?});");
+    let embedded = format!("pub(crate) static DATA: crate::bpf::Embedded = crate::bpf::Embedded::packed({object:?});");
     Ok(format!("{}{}{}", &skel[..start], embedded, &skel[end..]))
 }
 
