@@ -3,7 +3,7 @@
 #![allow(clippy::all, missing_docs, non_camel_case_types, non_snake_case, dead_code)]
 
 /// Every BPF object of the build in one stream (crates/latmon-build
-/// `Pack`): LZMA (src/lzma.rs) - the objects were a third of the binary
+/// `Pack`): LZMA (latmon_build::lzma) - the objects were a third of the binary
 /// deflated one by one - or, where the build had no xz, as they are.
 pub struct Pack {
     pub bytes: &'static [u8],
@@ -42,7 +42,7 @@ impl std::ops::Deref for Embedded {
         if !PACK.lzma {
             return &PACK.bytes[at..at + len];
         }
-        self.unpacked.get_or_init(|| match crate::lzma::decode_prefix(PACK.bytes, at + len) {
+        self.unpacked.get_or_init(|| match latmon_build::lzma::decode_prefix(PACK.bytes, at + len) {
             Ok(v) if v.len() == at + len => v[at..].to_vec(),
             other => panic!("the embedded BPF objects do not decode: {:?}", other.map(|v| v.len())),
         })
@@ -105,7 +105,7 @@ mod tests {
         // LZMA where the build had xz: well under half of deflating each
         // object (113 KB for 685 KB of objects, 2026-12).
         assert!(pack.lzma && pack.bytes.len() * 10 < raw.len(), "{} -> {} bytes", raw.len(), pack.bytes.len());
-        assert_eq!(crate::lzma::decode_prefix(pack.bytes, usize::MAX).unwrap(), raw);
+        assert_eq!(latmon_build::lzma::decode_prefix(pack.bytes, usize::MAX).unwrap(), raw);
     }
 
     #[test]

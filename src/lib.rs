@@ -14,7 +14,6 @@ pub mod check;
 pub mod config;
 pub mod cost;
 pub mod hygiene;
-pub mod lzma;
 pub mod modbus_map;
 pub mod privs;
 pub mod probes;

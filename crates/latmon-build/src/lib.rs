@@ -6,7 +6,8 @@
 //! - [`finish_object`]: clang's branch labels and the BTF line info out of
 //!   the object (neither is used to load it; together ~30 % of it);
 //! - [`Pack`]: the skeletons take their objects from one LZMA stream of
-//!   them all;
+//!   them all, which [`lzma`] decodes (the one part the binary links:
+//!   latmon calls it at an object's first use);
 //! - [`share_types`]: every family's skeleton re-exports the structs of
 //!   bpf/latmon.h from the types-only `shared` skeleton;
 //! - [`elf::core_relo_bytes`]: what must be 0 in a no-BTF object.
@@ -21,6 +22,7 @@ use std::process::Command;
 
 pub mod elf;
 mod error;
+pub mod lzma;
 pub mod skel;
 
 pub use error::Error;
@@ -96,7 +98,7 @@ pub fn finish_object(obj: &Path) {
 
 /// The BPF objects of one build, embedded as one LZMA stream (`xz
 /// --format=lzma`, a host tool like gzip: Debian's xz-utils, Yocto's
-/// HOSTTOOLS) that src/lzma.rs decodes at first use of an object: LZMA's
+/// HOSTTOOLS) that [`lzma`] decodes at first use of an object: LZMA's
 /// window spans the whole pack, so the objects' shared parts (BTF types,
 /// each family's CO-RE and no-BTF builds, the tp_btf and raw_tp copies of
 /// its programs) are stored once - 50 KB where deflating each object made

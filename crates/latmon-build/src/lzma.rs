@@ -2,7 +2,7 @@
 //! A decoder of LZMA streams (`xz --format=lzma`: the .lzma header, then
 //! LZMA1 data), as the algorithm's specification (LZMA SDK, LzmaSpec)
 //! gives it, for the one stream build.rs packs the BPF objects into
-//! (crate::bpf::Pack). LZMA finds the objects' shared parts (BTF types,
+//! (latmon's `bpf::PACK`, written by [`crate::Pack`]). LZMA finds the objects' shared parts (BTF types,
 //! each family's CO-RE and no-BTF builds, the tp_btf and raw_tp copies of
 //! a program) across the whole pack, which deflate's 32 KiB window cannot:
 //! 50 KB for what deflate made 113 KB of, for ~3 KB of code here.
@@ -167,7 +167,7 @@ pub fn decode_prefix(src: &[u8], n: usize) -> Result<Vec<u8>, Error> {
     let mut pos_special = [PROB_INIT; 1 + 128 - 14];
     let mut align = [PROB_INIT; 16];
     let (mut len_dec, mut rep_len_dec) = (LenDecoder::new(), LenDecoder::new());
-    // The pack's size where the caller passes it (crate::bpf::Pack); a
+    // The pack's size where the caller passes it (latmon's bpf::PACK); a
     // larger n (the whole stream) grows as it decodes.
     let mut out: Vec<u8> = Vec::with_capacity(n.min(PREALLOCATE_MAX));
     let (mut state, mut rep) = (0usize, [0u32; 4]);
