@@ -11,14 +11,16 @@ import re
 
 def loop_rows(workload):
     """The fixture's account, as run.sh reports it: (its line's fields,
-    [(release, response) of each cycle slower than the deadline - 50 us])."""
+    [(release, response) of each cycle slower than the deadline - 100 us],
+    the loop's responses in 100 us buckets)."""
     m = re.search(r"^lm_cycle (\d+) (\d+): done misses=(\d+) rows (\d+) deadline-us (\d+) first-release (\d+) "
                   r"last-release (\d+)$",
                   workload, re.M)
     keys = ("cycles", "period_us", "period_misses", "rows", "deadline_us", "first_release", "last_release")
     line = {k: int(v) for k, v in zip(keys, m.groups())} if m else {}
     slow = [tuple(int(x) for x in r) for r in re.findall(r"^lm_cycle-slow (\d+) (\d+)$", workload, re.M)]
-    return line, slow
+    hist = re.search(r"^lm_cycle-hist100us ([\d ]+)$", workload, re.M)
+    return line, slow, [int(x) for x in hist.group(1).split()] if hist else []
 
 
 def misses_name_irq_thread(s, frames, want, tpid, accounted):
@@ -32,7 +34,8 @@ def misses_name_irq_thread(s, frames, want, tpid, accounted):
     plan = s.plan.get(name, {})
     s.say(plan.get("ok") and plan.get("attach") == "tp_btf",
           f"latmon check: {name} loads via {plan.get('attach')} ({plan.get('mode') or plan.get('error')})")
-    line, slow = loop_rows(s.workload)
+    line, slow, hist = loop_rows(s.workload)
+    print(f"  observed: [{s.name}] the loop's responses in 100 us steps from 0 (the last: 2 ms and up): {hist}")
     if not s.say(line and line["rows"] == line["cycles"],
                  f"the fixture ran and reported its cycles: {line or 'no lm_cycle line in the workload'}"):
         return
@@ -41,14 +44,14 @@ def misses_name_irq_thread(s, frames, want, tpid, accounted):
     near = {rel for rel, _ in slow}
     # The loop's done is its clock read before the next clock_nanosleep,
     # the probe's is that sleep: the probe's response is a little longer,
-    # so a cycle within 50 us under the deadline may count as a miss.
+    # so a cycle within 100 us under the deadline may count as a miss.
     n, alerts = s.total(name), s.last.get(name, {}).get("total_alerts", 0)
     s.say(line["cycles"] - 10 <= n <= line["cycles"],
           f"{name} counted {n} cycles of the loop's {line['cycles']} (its last has no next sleep; under TCG a few "
           f"cycles whose wakeup went unseen are recovered, not counted)")
     s.say(truth and len(truth) * 95 // 100 - 2 <= alerts <= len(near) + 2,
           f"{name} counted {alerts} misses; the loop's own clock: {len(truth)} cycles over the {line['deadline_us']} us "
-          f"deadline, {len(near)} within 50 us of it or over")
+          f"deadline, {len(near)} within 100 us of it or over")
     recs = [f for f in frames if f.get("type") == "alert" and f.get("probe") == name]
     misses = [r for r in recs if r.get("causes")]
     _, dropped, shed = accounted(name)
@@ -62,15 +65,15 @@ def misses_name_irq_thread(s, frames, want, tpid, accounted):
     # loop's cycles. On it, most are cycles the loop timed slow itself;
     # the rest were late between the loop's own clock read and its next
     # sleep (seen: preempted there for 1.5 ms, the next sleep armed in the
-    # past), which only the probe sees.
+    # past), which only the probe sees: at most 10 % of them, or 2.
     period, first, last = line["period_us"] * 1000, line["first_release"], line["last_release"]
     releases = [r["time_ns"] - r["latency_ns"] for r in misses]
     off = [x for x in releases if not (first <= x <= last and (x - first) % period == 0)]
     slow_too = sum(1 for x in releases if x in near)
-    s.say(misses and not off and slow_too * 10 >= len(misses) * 9,
+    s.say(misses and not off and len(misses) - slow_too <= max(2, len(misses) // 10),
           f"every miss record's release (time_ns - latency_ns) is one of the loop's (its grid of {line['period_us']} us "
           f"from {first}; off it: {off[:5]}), {slow_too} of {len(misses)} releases of cycles the loop itself timed over "
-          f"the deadline - 50 us (at least 90 %)")
+          f"the deadline - 100 us (all but 10 % or 2 at most)")
     unsummed = [r for r in misses if sum(c["ns"] for c in r["causes"]) != r["latency_ns"]]
     s.say(misses and not unsummed,
           f"every miss record's parts sum to its latency_ns exactly ({len(unsummed)} of {len(misses)} do not)")
