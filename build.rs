@@ -80,24 +80,34 @@ fn main() {
     sources.sort_by_key(|s| !s.ends_with(SHARED_SOURCE));
     assert!(sources[0].ends_with(SHARED_SOURCE), "latmon: bpf/{SHARED_SOURCE} missing");
     let mut shared = None;
+    let mut pack = latmon_build::Pack::default();
     for src in &sources {
         let stem = src.file_name().unwrap().to_string_lossy().replace(".bpf.c", "");
-        let (_, skel) = build_skel(&clang, src, &out, &stem, &core_args);
+        let (_, skel) = build_skel(&clang, src, &out, &stem, &core_args, &mut pack);
         match &shared {
             None => shared = Some(fs::read_to_string(&skel).expect("read the shared skeleton")),
             Some(shared) => latmon_build::share_types(&skel, shared, &structs),
         }
         if latmon_build::wants_no_btf_build(&fs::read_to_string(src).expect("read BPF source")) {
-            let (obj, skel) = build_skel(&clang, src, &out, &format!("{stem}_nobtf"), &no_btf_args);
+            let (obj, skel) = build_skel(&clang, src, &out, &format!("{stem}_nobtf"), &no_btf_args, &mut pack);
             latmon_build::share_types(&skel, shared.as_ref().unwrap(), &structs);
             latmon_build::assert_no_core_relos(&obj, src);
         }
     }
+    pack.write(&out);
 }
 
 /// Compile `src` into OUT_DIR/`name`.bpf.o (kept for the tests) and its
-/// skeleton `name`.skel.rs (skeleton and types are named after `name`).
-fn build_skel(clang: &str, src: &Path, out: &Path, name: &str, args: &[String]) -> (PathBuf, PathBuf) {
+/// skeleton `name`.skel.rs (skeleton and types are named after `name`),
+/// which takes the object from `pack`.
+fn build_skel(
+    clang: &str,
+    src: &Path,
+    out: &Path,
+    name: &str,
+    args: &[String],
+    pack: &mut latmon_build::Pack,
+) -> (PathBuf, PathBuf) {
     let (obj, skel) = (out.join(format!("{name}.bpf.o")), out.join(format!("{name}.skel.rs")));
     let mut builder = SkeletonBuilder::new();
     builder.source(src).obj(&obj).clang(clang).clang_args(args);
@@ -108,6 +118,6 @@ fn build_skel(clang: &str, src: &Path, out: &Path, name: &str, args: &[String]) 
     if let Err(e) = builder.generate(&skel) {
         panic!("latmon: skeleton of {} as {name}: {e:#}", src.display());
     }
-    latmon_build::embed_deflated(&skel, &obj);
+    pack.embed(&skel, &obj);
     (obj, skel)
 }

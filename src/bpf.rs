@@ -2,23 +2,30 @@
 //! Generated skeletons (build.rs -> OUT_DIR) and the limits of bpf/latmon.h.
 #![allow(clippy::all, missing_docs, non_camel_case_types, non_snake_case, dead_code)]
 
-/// A skeleton's BPF object as the binary holds it (build.rs
-/// `embed_deflated`): a zlib stream inflated at first use - the objects
-/// were a third of the binary - or, where the build had no gzip, as it is.
+/// Every BPF object of the build in one stream (crates/latmon-build
+/// `Pack`): LZMA (latmon_build::lzma) - the objects were a third of the binary
+/// deflated one by one - or, where the build had no xz, as they are.
+pub struct Pack {
+    pub bytes: &'static [u8],
+    pub lzma: bool,
+    /// What `bytes` decode to.
+    pub len: usize,
+    /// (file name, offset, length) of each object in the decoded stream.
+    pub objects: &'static [(&'static str, usize, usize)],
+}
+
+include!(concat!(env!("OUT_DIR"), "/bpf-pack.rs"));
+
+/// A skeleton's BPF object: its part of the [`PACK`], decoded at first
+/// use (the stream up to its end; only the object is kept).
 pub struct Embedded {
-    bytes: &'static [u8],
-    /// The object's size when `bytes` is deflated; None: `bytes` is it.
-    len: Option<usize>,
-    inflated: std::sync::OnceLock<Vec<u8>>,
+    name: &'static str,
+    unpacked: std::sync::OnceLock<Vec<u8>>,
 }
 
 impl Embedded {
-    pub const fn deflated(bytes: &'static [u8], len: usize) -> Self {
-        Embedded { bytes, len: Some(len), inflated: std::sync::OnceLock::new() }
-    }
-
-    pub const fn plain(bytes: &'static [u8]) -> Self {
-        Embedded { bytes, len: None, inflated: std::sync::OnceLock::new() }
+    pub const fn packed(name: &'static str) -> Self {
+        Embedded { name, unpacked: std::sync::OnceLock::new() }
     }
 }
 
@@ -26,34 +33,19 @@ impl std::ops::Deref for Embedded {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        let Some(len) = self.len else { return self.bytes };
-        self.inflated.get_or_init(|| {
-            // The build wrote both: a mismatch is a broken build, not input.
-            inflate(self.bytes, len).unwrap_or_else(|rc| panic!("embedded BPF object does not inflate (zlib {rc})"))
+        // The build wrote the pack, its table and the skeletons together:
+        // a missing or undecodable object is a broken build, not input.
+        let (at, len) = match PACK.objects.iter().find(|o| o.0 == self.name) {
+            Some(&(_, at, len)) if at + len <= PACK.len => (at, len),
+            _ => panic!("BPF object {} is not in the embedded pack", self.name),
+        };
+        if !PACK.lzma {
+            return &PACK.bytes[at..at + len];
+        }
+        self.unpacked.get_or_init(|| match latmon_build::lzma::decode_prefix(PACK.bytes, at + len) {
+            Ok(v) if v.len() == at + len => v[at..].to_vec(),
+            other => panic!("the embedded BPF objects do not decode: {:?}", other.map(|v| v.len())),
         })
-    }
-}
-
-// zlib, linked statically by libbpf-sys (libelf needs it).
-extern "C" {
-    fn uncompress(
-        dest: *mut u8,
-        dest_len: *mut std::ffi::c_ulong,
-        src: *const u8,
-        src_len: std::ffi::c_ulong,
-    ) -> std::ffi::c_int;
-}
-
-/// A zlib stream that inflates to exactly `len` bytes, or zlib's error.
-fn inflate(z: &[u8], len: usize) -> Result<Vec<u8>, i32> {
-    let mut out = vec![0u8; len];
-    let mut out_len = len as std::ffi::c_ulong;
-    // SAFETY: out has out_len writable bytes; z is read for its length.
-    let rc = unsafe { uncompress(out.as_mut_ptr(), &mut out_len, z.as_ptr(), z.len() as std::ffi::c_ulong) };
-    match rc {
-        0 if out_len as usize == len => Ok(out),
-        0 => Err(-100),
-        rc => Err(rc),
     }
 }
 
@@ -93,18 +85,27 @@ mod tests {
     const FUNC_NOBTF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/func_nobtf.bpf.o"));
 
     #[test]
-    fn embedded_objects_inflate_to_what_clang_built() {
+    fn embedded_objects_unpack_to_what_clang_built() {
         const TIMER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/timer.bpf.o"));
         let objects: [(&[u8], &[u8]); 3] =
             [(&super::func::DATA, FUNC), (&super::func_nobtf::DATA, FUNC_NOBTF), (&super::timer::DATA, TIMER)];
         for (embedded, built) in objects {
             assert_eq!(embedded, built);
         }
-        // Deflated where the build had gzip: much smaller than the object.
-        let z = include_bytes!(concat!(env!("OUT_DIR"), "/timer.bpf.o.z"));
-        assert!(z.len() * 2 < TIMER.len(), "{} -> {} bytes", TIMER.len(), z.len());
-        assert!(super::inflate(b"not zlib", 10).is_err());
-        assert!(super::inflate(z, TIMER.len() + 1).is_err(), "a size that does not match is an error");
+        // Every object of the pack, in the pack's order, is what clang
+        // built (and build.rs post-processed).
+        let pack = &super::PACK;
+        let raw = include_bytes!(concat!(env!("OUT_DIR"), "/bpf-pack.raw"));
+        assert_eq!(pack.len, raw.len());
+        assert!(pack.objects.len() >= 13, "{:?}", pack.objects);
+        let dir = std::path::Path::new(env!("OUT_DIR"));
+        for &(name, at, len) in pack.objects {
+            assert_eq!(&raw[at..at + len], std::fs::read(dir.join(name)).unwrap(), "{name}");
+        }
+        // LZMA where the build had xz: well under half of deflating each
+        // object (113 KB for 685 KB of objects, 2026-12).
+        assert!(pack.lzma && pack.bytes.len() * 10 < raw.len(), "{} -> {} bytes", raw.len(), pack.bytes.len());
+        assert_eq!(latmon_build::lzma::decode_prefix(pack.bytes, usize::MAX).unwrap(), raw);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 //! latmon command line. Everything else lives in the library.
 
+#[cfg(all(panic = "abort", target_env = "musl"))]
+mod no_unwinder;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -36,7 +36,8 @@ rx_tty="" rx_driver="" rx_n=200 rx_gap_ms=20
 case "$board" in
   rt-arm64) arch=aarch64; uart=/dev/ttyAMA1; console=ttyAMA0
     # anatomy: a control loop pinned with the console UART's IRQ thread
-    # (lm-target cycle; tests/board/rt-arm64-anatomy.toml).
+    # (lm_cycle; tests/board/rt-arm64-anatomy.toml): runq's anatomy and
+    # the cycle family's misses.
     configs=(main=board-configs/qemu-arm64-rt.toml anatomy=tests/board/rt-arm64-anatomy.toml)
     target_cc=aarch64-linux-gnu-gcc
     # Only the arch timer (IRQF_TIMER, never threaded) fires on its own on
@@ -86,6 +87,8 @@ if [ -n "$target_cc" ]; then
   command -v "$target_cc" >/dev/null || { echo "board $board: FAIL: $target_cc missing (scripts/install-deps.sh)" >&2; exit 1; }
   # -marm: arm uprobes cannot probe Thumb code (Debian's armhf default).
   "$target_cc" -static -g -O0 -pthread -Wall ${target_cflags:-} -o "$root/bin/lm-target" tests/fixtures/lm_target.c
+  # The cycle family's control loop (absolute clock_nanosleep releases).
+  "$target_cc" -static -O2 -Wall ${target_cflags:-} -o "$root/bin/lm_cycle" tests/fixtures/lm_cycle.c
 fi
 cat > "$root/init" <<INIT
 #!/bin/busybox sh
@@ -168,12 +171,21 @@ run_config() {
   fi
   s0=\$(date +%s)
   if [ "\$name" = anatomy ]; then
-    # The control loop, pinned with the IRQ thread: 1000 periods of 4 ms,
-    # 2 ms of work each (SCHED_FIFO 10, tests/fixtures/lm_target.c), for
-    # the 4 s the host feeds bytes. It starts 0.3 s after rx-go: the
-    # console interrupts of the rx-go line itself are over by then.
+    # The control loop, pinned with the IRQ thread: 4000 cycles of 1 ms,
+    # 100 us of work each, no injected miss (SCHED_FIFO 10,
+    # tests/fixtures/lm_cycle.c), for the 4 s the host feeds bytes. It
+    # starts 0.3 s after rx-go: the console interrupts of the rx-go line
+    # itself are over by then. Its own rows stay in the guest: the
+    # workload reports their count, every cycle whose response (done -
+    # release) came within 100 us of the cycle probe's deadline or passed
+    # it (the ground truth of its misses, tests/board/cycle.py), and a
+    # histogram of the responses in 100 us steps (the last: 2 ms and up).
     usleep 300000
-    echo "lm-target cycle 1000 4000 2000: \$(taskset 1 lm-target cycle 1000 4000 2000 2>&1 | sed 's/ self_ns=.*//')" >> /tmp/work.out
+    LM_CYCLE_PRIO=10 taskset 1 lm_cycle 4000 1000 1000000 4000 0 /tmp/lm_cycle.io > /tmp/cycle.rows 2>&1
+    dl=\$(sed -n 's/.*"cycle,.*deadline=\([0-9]*\)us.*/\1/p' \$cfg)
+    echo "lm_cycle 4000 1000: \$(tail -n 1 /tmp/cycle.rows) rows \$(grep -c '^[0-9]* n ' /tmp/cycle.rows) deadline-us \$dl first-release \$(head -n 1 /tmp/cycle.rows | cut -d' ' -f3) last-release \$(tail -n 2 /tmp/cycle.rows | head -n 1 | cut -d' ' -f3)" >> /tmp/work.out
+    awk -v d="\$dl" '\$2 == "n" && \$5 - \$3 > (d - 100) * 1000 { print "lm_cycle-slow", \$3, \$5 - \$3 }' /tmp/cycle.rows >> /tmp/work.out
+    awk '\$2 == "n" { b = int((\$5 - \$3) / 100000); if (b > 20) b = 20; h[b]++ } END { s = "lm_cycle-hist100us"; for (i = 0; i <= 20; i++) s = s " " (h[i] + 0); print s }' /tmp/cycle.rows >> /tmp/work.out
   else
     for i in \$(seq 300); do sleep 0.01; done
   fi

@@ -13,6 +13,8 @@ import json
 import re
 import sys
 
+import cycle
+
 # argv: BOARD CONSOLE_LOG FRAMES_JSONL LINK_STATS END START [QEMU_S]
 # The console holds the script's markers, latmon check and logs; FRAMES_JSONL
 # is `latmon decode` of the link UART (one latmon session per config, in
@@ -329,7 +331,8 @@ def anatomy_irq_thread(s):
     the loop or holds the CPU when it wakes: runq's alert records must name
     it as a `task` cause, `irq/N-NAME` (the kernel's thread name, 15
     characters), with its FIFO policy and time, the parts summing to the
-    latency."""
+    latency. Returns (the thread's comm, its pid) once found, for the
+    cycle family's checks of the same loop (tests/board/cycle.py)."""
     w = s.workload
 
     def part(name):
@@ -342,7 +345,7 @@ def anatomy_irq_thread(s):
     m = re.search(r"^anatomy-irq (\d+) thread (\S+) pid (\d+) rt_priority-policy (\d+) (\d+) "
                   r"irq-affinity (\S+) thread-affinity (\S+)", w, re.M)
     if not s.say(m, "the guest found the console UART's IRQ thread and reported its pinning"):
-        return
+        return None
     irq, comm, tpid = int(m.group(1)), m.group(2), int(m.group(3))
     rt_prio, policy, irq_aff, thread_aff = int(m.group(4)), int(m.group(5)), m.group(6), m.group(7)
     s.say(policy == 1 and rt_prio == 50 and int(irq_aff, 16) == 1 and int(thread_aff, 16) == 1,
@@ -363,9 +366,9 @@ def anatomy_irq_thread(s):
     s.say(deltas.get(irq, 0) >= max(sent // 2, 1) and comm[:15] == want,
           f"/proc/interrupts: IRQ {irq} ({name}) fired {deltas.get(irq, 0)} times during the feed; its thread "
           f"{comm} has the task comm {want}")
-    loop = re.search(r"^lm-target cycle (\d+) .*?calls=(\d+)", w, re.M)
+    loop = re.search(r"^lm_cycle (\d+) .*? rows (\d+) ", w, re.M)
     s.say(loop and loop.group(1) == loop.group(2),
-          f"the control loop ran its periods: {loop.group(0) if loop else 'no lm-target line'}")
+          f"the control loop ran its periods: {loop.group(0) if loop else 'no lm_cycle line'}")
     recs = [f for f in frames if f.get("type") == "alert" and f.get("probe") == "runq-loop"]
     p = s.last.get("runq-loop", {})
     alerts, dropped = p.get("total_alerts", 0), dropped_of(frames, "runq-loop", p)
@@ -376,9 +379,9 @@ def anatomy_irq_thread(s):
     # Status `dropped`, revision 6, the bucket's refusals never reached
     # the UART: 462 of 896 alerts in one boot were unaccounted for.)
     shed = shed_of(frames, "runq-loop")
-    s.say(recs and alerts == len(recs) + dropped + shed and all(r["comm"] == "lm-target" for r in recs),
+    s.say(recs and alerts == len(recs) + dropped + shed and all(r["comm"] == "lm_cycle" for r in recs),
           f"runq-loop: {alerts} of {s.total('runq-loop')} waits above 100 us = {len(recs)} alert records of "
-          f"lm-target over the UART + {dropped} dropped before it (token bucket) + {shed} shed by the link")
+          f"lm_cycle over the UART + {dropped} dropped before it (token bucket) + {shed} shed by the link")
     unsummed = [r for r in recs if "causes" not in r or sum(c["ns"] for c in r["causes"]) != r["latency_ns"]]
     s.say(recs and not unsummed,
           f"every runq-loop record carries its anatomy, parts summing to latency_ns exactly "
@@ -394,6 +397,7 @@ def anatomy_irq_thread(s):
           f"{len(named)} of {len(recs)} runq-loop records name the IRQ thread {want} as a task cause "
           f"(pid {tpid}, fifo {rt_prio}); its ns min/median/max "
           f"{ns[0] if ns else 0}/{ns[len(ns) // 2] if ns else 0}/{ns[-1] if ns else 0}; largest cause in {largest}")
+    return want, tpid
 
 
 if not expect("=== done" in text, "the board ran the script to the end and reported over its UART"):
@@ -532,7 +536,12 @@ if board in ("rt-arm64", "rt-amd64"):
         an = Section("anatomy", 1)
         if an.ran_to_the_end():
             an.say(an.check_rc == 0 and an.run_rc == 0, f"latmon check exit {an.check_rc}, run exit {an.run_rc}")
-            anatomy_irq_thread(an)
+            thread = anatomy_irq_thread(an)
+            if thread:
+                def accounted(name):
+                    p = an.last.get(name, {})
+                    return p.get("total_alerts", 0), dropped_of(frames, name, p), shed_of(frames, name)
+                cycle.misses_name_irq_thread(an, frames, *thread, accounted)
 elif board == "armmp":
     a = Section("nobtf")
     if a.ran_to_the_end():
@@ -556,7 +565,8 @@ elif board == "armmp":
               and re.search(r"id@\d+\(4\)", lay.get("syscall", "")),
               f"record layouts read from the board's tracefs (32-bit: 4-byte long prev_state and id): "
               f"runq: {lay.get('runq')}; syscall: {lay.get('syscall')}; irq: {lay.get('irq')}; softirq: {lay.get('softirq')}")
-        a.say(a.check_rc == 0, f"latmon check exits {a.check_rc}: every configured probe runs without BTF")
+        # The cycle family needs tp_btf: refused, the others run.
+        cycle.refused_without_btf(a, a.run_err, ("runq", "runq-sleep", "irq", "softirq", "kfunc-sleep", "ufunc-work"))
         a.say(a.run_rc == 0, "latmon run exited 0 on SIGINT")
         a.say(a.last.get("runq", {}).get("attach") == "tracepoint" and a.total("runq") > 0 and a.drops("runq") == 0,
               f"runq counted {a.total('runq')} run-queue events via tracepoint (no BTF), p50 {ms(a.p50_ns('runq'))}, "

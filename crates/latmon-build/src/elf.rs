@@ -81,10 +81,10 @@ pub fn core_relo_bytes(obj: &[u8]) -> Result<u32, Error> {
 /// libbpf passes line info to the kernel only for verifier messages and
 /// `bpftool prog dump` source interleaving; loading, CO-RE relocation
 /// (`.BTF.ext` core_relo) and func_info do not use it. It is ~20 % of a
-/// CO-RE object, and the board binary embeds them all (the 1.5 MiB goal,
+/// CO-RE object, and the board binary embeds them all (the 1.5 MiB limit,
 /// scripts/build-static.sh). The header's line_info_len becomes 0 (libbpf
 /// then reads none) and the bytes are zeroed in place, so no offset moves
-/// and the deflated object shrinks. An object without `.BTF` or
+/// and the packed object shrinks. An object without `.BTF` or
 /// `.BTF.ext` is left as it is.
 pub fn drop_line_info(d: &mut [u8]) -> Result<(), Error> {
     let (Some((btf_off, btf_size)), Some((ext_off, ext_size))) = (section(d, ".BTF")?, section(d, ".BTF.ext")?) else {

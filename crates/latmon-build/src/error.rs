@@ -13,8 +13,6 @@ pub enum Error {
     Truncated(&'static str),
     /// A `.BTF` or `.BTF.ext` section without the BTF magic.
     BadMagic(&'static str),
-    /// gzip's output is not a deflate member of the object.
-    Gzip(String),
     /// A skeleton without what libbpf-cargo generates (named).
     Skeleton(&'static str),
     /// The shared skeleton has no Rust type for this struct of latmon.h.
@@ -29,7 +27,6 @@ impl fmt::Display for Error {
             Error::NotElf64Le => f.write_str("not an ELF64 little-endian object"),
             Error::Truncated(what) => write!(f, "truncated: {what}"),
             Error::BadMagic(section) => write!(f, "{section} magic"),
-            Error::Gzip(why) => f.write_str(why),
             Error::Skeleton(what) => write!(f, "the skeleton has no {what}"),
             Error::NotShared(name) => write!(f, "the shared skeleton has no struct {name}"),
             Error::Differs(name) => write!(f, "struct {name} differs from the shared one"),

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 //! Edits to the skeletons libbpf-cargo generates (text in, text out): one
 //! Rust type per struct of bpf/latmon.h for every family, and the object
-//! embedded deflated.
+//! taken from the pack of all of them.
 
 use std::fmt::Write as _;
 use std::ops::Range;
@@ -42,20 +42,12 @@ pub fn share_types(skel: &str, shared: &str, structs: &[String]) -> Result<Strin
 }
 
 /// The skeleton's `static DATA: [u8; N] = [..];` (a third of the binary
-/// for all of them) as `crate::bpf::Embedded`: `OUT_DIR/<object>.z`
-/// inflated at first use when `deflated_len` is the object's length, else
-/// `OUT_DIR/<object>` as it is.
-pub fn embed_object(skel: &str, object: &str, deflated_len: Option<usize>) -> Result<String, Error> {
+/// for all of them) as `crate::bpf::Embedded`: the object named `object`
+/// in the pack of all of them ([`crate::Pack`]), unpacked at first use.
+pub fn embed_object(skel: &str, object: &str) -> Result<String, Error> {
     let start = skel.find("static DATA: [u8; ").ok_or(Error::Skeleton("`static DATA: [u8; N]`"))?;
     let end = start + skel[start..].find("];").ok_or(Error::Skeleton("the end of DATA"))? + 2;
-    let embedded = match deflated_len {
-        Some(n) => format!(
-            "pub(crate) static DATA: crate::bpf::Embedded = crate::bpf::Embedded::deflated(include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{object}.z\")), {n});"
-        ),
-        None => format!(
-            "pub(crate) static DATA: crate::bpf::Embedded = crate::bpf::Embedded::plain(include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{object}\")));"
-        ),
-    };
+    let embedded = format!("pub(crate) static DATA: crate::bpf::Embedded = crate::bpf::Embedded::packed({object:?});");
     Ok(format!("{}{}{}", &skel[..start], embedded, &skel[end..]))
 }
 
@@ -171,14 +163,15 @@ static DATA: [u8; 3] = [
     }
 
     #[test]
-    fn the_object_is_embedded_deflated_or_as_it_is() {
-        let deflated = embed_object(FAMILY, "timer.bpf.o", Some(3)).unwrap();
-        assert!(deflated.ends_with(
-            "pub(crate) static DATA: crate::bpf::Embedded = crate::bpf::Embedded::deflated(include_bytes!(concat!(env!(\"OUT_DIR\"), \"/timer.bpf.o.z\")), 3);\n"
-        ), "{deflated}");
-        let plain = embed_object(FAMILY, "timer.bpf.o", None).unwrap();
-        assert!(plain.contains("Embedded::plain(include_bytes!(concat!(env!(\"OUT_DIR\"), \"/timer.bpf.o\")));\n"));
-        assert!(!plain.contains("[u8; 3]"));
-        assert_eq!(embed_object("", "x", None), Err(Error::Skeleton("`static DATA: [u8; N]`")));
+    fn the_object_is_embedded_from_the_pack_by_name() {
+        let packed = embed_object(FAMILY, "timer.bpf.o").unwrap();
+        assert!(
+            packed.ends_with(
+                "pub(crate) static DATA: crate::bpf::Embedded = crate::bpf::Embedded::packed(\"timer.bpf.o\");\n"
+            ),
+            "{packed}"
+        );
+        assert!(!packed.contains("[u8; 3]"));
+        assert_eq!(embed_object("", "x"), Err(Error::Skeleton("`static DATA: [u8; N]`")));
     }
 }
