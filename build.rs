@@ -14,6 +14,7 @@ use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use latmon_build::Pack;
 use libbpf_cargo::util::CargoWarningFormatter;
 use libbpf_cargo::SkeletonBuilder;
 use tracing_subscriber::filter::{LevelFilter, Targets};
@@ -80,7 +81,7 @@ fn main() {
     sources.sort_by_key(|s| !s.ends_with(SHARED_SOURCE));
     assert!(sources[0].ends_with(SHARED_SOURCE), "latmon: bpf/{SHARED_SOURCE} missing");
     let mut shared = None;
-    let mut pack = latmon_build::Pack::default();
+    let mut pack = Pack::default();
     for src in &sources {
         let stem = src.file_name().unwrap().to_string_lossy().replace(".bpf.c", "");
         let (_, skel) = build_skel(&clang, src, &out, &stem, &core_args, &mut pack);
@@ -100,14 +101,7 @@ fn main() {
 /// Compile `src` into OUT_DIR/`name`.bpf.o (kept for the tests) and its
 /// skeleton `name`.skel.rs (skeleton and types are named after `name`),
 /// which takes the object from `pack`.
-fn build_skel(
-    clang: &str,
-    src: &Path,
-    out: &Path,
-    name: &str,
-    args: &[String],
-    pack: &mut latmon_build::Pack,
-) -> (PathBuf, PathBuf) {
+fn build_skel(clang: &str, src: &Path, out: &Path, name: &str, args: &[String], pack: &mut Pack) -> (PathBuf, PathBuf) {
     let (obj, skel) = (out.join(format!("{name}.bpf.o")), out.join(format!("{name}.skel.rs")));
     let mut builder = SkeletonBuilder::new();
     builder.source(src).obj(&obj).clang(clang).clang_args(args);

@@ -12,7 +12,6 @@
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Serialize, Serializer};
 
-use super::messages::{Causes, CAUSE_NAME_BYTES};
 use crate::anatomy::BlockedOn;
 use crate::cycle::{CycleEvent, CycleMark, Doing};
 use crate::text::truncate;
@@ -85,7 +84,7 @@ pub fn to_wire(m: &CycleMark) -> WireCycle {
         done_ns: m.done_ns,
         doing,
         doing_id,
-        doing_name: truncate(name, CAUSE_NAME_BYTES).into(),
+        doing_name: truncate(name, super::MAX_ALERT_NAME_LEN).into(),
         migrations: m.migrations,
     }
 }
@@ -140,37 +139,8 @@ impl Serialize for CycleOut<'_> {
         t.serialize_element(&m.done_ns)?;
         t.serialize_element(&doing)?;
         t.serialize_element(&id)?;
-        t.serialize_element(truncate(name, CAUSE_NAME_BYTES))?;
+        t.serialize_element(truncate(name, super::MAX_ALERT_NAME_LEN))?;
         t.serialize_element(&m.migrations)?;
-        t.end()
-    }
-}
-
-/// The fields of an Alert after `time_ns`: the anatomy (revision 5) and
-/// the cycle half (revision 8). Nothing without causes or cycle (an
-/// alert keeps its revision 0 bytes), the anatomy alone without a cycle
-/// (revision 5 bytes), else both.
-pub(crate) struct Trailing<'a> {
-    pub(crate) cpu_woken: u32,
-    pub(crate) cpu_ran: u32,
-    pub(crate) causes: Causes<'a>,
-    pub(crate) cycle: Option<CycleOut<'a>>,
-}
-
-impl Serialize for Trailing<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let n = match (self.cycle.is_some(), self.causes.is_empty()) {
-            (true, _) => 4,
-            (false, false) => 3,
-            (false, true) => return s.serialize_tuple(0)?.end(),
-        };
-        let mut t = s.serialize_tuple(n)?;
-        t.serialize_element(&self.cpu_woken)?;
-        t.serialize_element(&self.cpu_ran)?;
-        t.serialize_element(&self.causes)?;
-        if let Some(c) = &self.cycle {
-            t.serialize_element(c)?;
-        }
         t.end()
     }
 }

@@ -8,7 +8,7 @@ use std::ops::Range;
 use serde::ser::SerializeSeq;
 use serde::{Serialize, Serializer};
 
-use super::cycle::{CycleOut, Trailing};
+use super::cycle::CycleOut;
 use super::*;
 use crate::anatomy::Anatomy;
 use crate::hist::{Hist, BUCKETS};

@@ -7,7 +7,7 @@ use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::ser::{SerializeSeq, SerializeTuple};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::cycle::{Trailing, WireCycle};
+use super::cycle::{CycleOut, WireCycle};
 use crate::anatomy::{Cause, CauseKind};
 use crate::bpf::limits::{HIST_MAX_LOG2, HIST_SUB_BITS};
 use crate::hist::{Hist, BUCKETS};
@@ -650,5 +650,34 @@ impl<'de> Visitor<'de> for BucketsSeed {
             next = i + 1;
         }
         Ok(v)
+    }
+}
+
+/// The fields of an Alert after `time_ns`: the anatomy (revision 5) and
+/// the cycle half (revision 8). Nothing without causes or cycle (an
+/// alert keeps its revision 0 bytes), the anatomy alone without a cycle
+/// (revision 5 bytes), else both.
+pub(crate) struct Trailing<'a> {
+    pub(crate) cpu_woken: u32,
+    pub(crate) cpu_ran: u32,
+    pub(crate) causes: Causes<'a>,
+    pub(crate) cycle: Option<CycleOut<'a>>,
+}
+
+impl Serialize for Trailing<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let n = match (self.cycle.is_some(), self.causes.is_empty()) {
+            (true, _) => 4,
+            (false, false) => 3,
+            (false, true) => return s.serialize_tuple(0)?.end(),
+        };
+        let mut t = s.serialize_tuple(n)?;
+        t.serialize_element(&self.cpu_woken)?;
+        t.serialize_element(&self.cpu_ran)?;
+        t.serialize_element(&self.causes)?;
+        if let Some(c) = &self.cycle {
+            t.serialize_element(c)?;
+        }
+        t.end()
     }
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 //! The report's charts: inline SVG drawn with plotters' SVG backend from
-//! what [`Capture`] kept (histograms, percentile and health envelopes,
+//! what the [`Capture`](super::Capture) kept (histograms, percentile and health envelopes,
 //! the alert and miss timelines). Chart text takes [`plain`]: the
 //! backend HTML-escapes what it draws itself.
 
@@ -10,7 +10,7 @@ use latmon_core::text::fmt_ns;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::{plain, Capture, Series, MAX_ALERT_PROBES};
+use super::model::{hv, plain, Envelope, Series, MAX_ALERT_PROBES};
 
 /// Minor grid lines between two labels: plotters' default (10) is ~130
 /// SVG lines, most of a small chart's bytes, times every probe.
@@ -201,18 +201,18 @@ pub(super) fn pct_svg(name: &str, s: &Series, (t0, t1): (f64, f64)) -> Result<St
 
 /// The alerts as points: time, latency; one colour per probe. Each point
 /// the worst of the records its bucket covers.
-pub(super) fn alerts_svg(c: &Capture, (t0, t1): (f64, f64)) -> Result<String> {
+pub(super) fn alerts_svg(marks: &[(String, Envelope<1>)], seen: u64, (t0, t1): (f64, f64)) -> Result<String> {
     let (div, axis) = time_axis(t1 - t0);
-    let all = || c.alert_marks.iter().flat_map(|(_, e)| e.buckets());
+    let all = || marks.iter().flat_map(|(_, e)| e.buckets());
     let lo = all().map(|b| b.lo[0].max(1.0)).fold(f64::INFINITY, f64::min);
     let lo = if lo.is_finite() { lo } else { 1.0 };
     let hi = all().map(|b| b.hi[0].max(1.0)).fold(lo * 1.5, f64::max);
-    let per = c.alert_marks.iter().map(|(_, e)| e.per()).max().unwrap_or(1);
+    let per = marks.iter().map(|(_, e)| e.per()).max().unwrap_or(1);
     let note =
         if per > 1 { format!(" (each point the worst of up to {per} records of its probe)") } else { String::new() };
     svg(1000, 300, |root| {
         let mut ch = e(ChartBuilder::on(root)
-            .caption(format!("alerts: {} records{note}", c.alerts_seen), FONT)
+            .caption(format!("alerts: {seen} records{note}"), FONT)
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(60)
@@ -226,7 +226,7 @@ pub(super) fn alerts_svg(c: &Capture, (t0, t1): (f64, f64)) -> Result<String> {
             .label_style(FONT)
             .draw())?;
         let mut keys = Vec::new();
-        for (k, (n, env)) in c.alert_marks.iter().enumerate() {
+        for (k, (n, env)) in marks.iter().enumerate() {
             let colour = if k == MAX_ALERT_PROBES { RGBAColor(90, 90, 90, 1.0) } else { Palette99::pick(k).to_rgba() };
             let label = if k == MAX_ALERT_PROBES { "other probes".to_string() } else { short(&plain(n), 24) };
             e(ch.draw_series(
@@ -244,13 +244,18 @@ pub(super) type HealthLine<'a> = (&'a str, RGBColor, usize);
 
 /// One line chart of the health samples: each line the max of its bucket
 /// (counters are cumulative, so that is the bucket's last value).
-pub(super) fn health_svg(c: &Capture, title: &str, lines: &[HealthLine]) -> Result<String> {
-    let (t0, t1) = c.span.unwrap_or((0.0, 1.0));
+pub(super) fn health_svg(
+    health: &Envelope<{ hv::N }>,
+    span: Option<(f64, f64)>,
+    title: &str,
+    lines: &[HealthLine],
+) -> Result<String> {
+    let (t0, t1) = span.unwrap_or((0.0, 1.0));
     let (div, axis) = time_axis(t1 - t0);
-    let bs = c.health.buckets();
+    let bs = health.buckets();
     let top = bs.iter().flat_map(|b| lines.iter().map(|l| b.hi[l.2])).filter(|v| v.is_finite()).fold(0.0, f64::max);
     let top = if top <= 0.0 { 1.0 } else { top * 1.15 };
-    let title = format!("{title}{}", per_note(c.health.per(), "summaries"));
+    let title = format!("{title}{}", per_note(health.per(), "summaries"));
     svg(1000, 240, |root| {
         let mut ch = e(ChartBuilder::on(root)
             .caption(title, FONT)

@@ -21,7 +21,7 @@ use latmon_core::text::fmt_ns;
 use plotters::prelude::*;
 
 use super::charts::{e, legend, svg, time_axis, Key, Mark, FONT, LEGEND_WIDE, LIGHT_LINES};
-use super::{esc, plain, Envelope, Worst};
+use super::model::{esc, plain, Envelope, Worst};
 
 /// Cycle probes drawn apart.
 pub const MAX_MISS_PROBES: usize = 8;
