@@ -28,7 +28,7 @@ pub mod fixed;
 mod frame;
 #[cfg(feature = "std")]
 mod messages;
-// Feature "testkit": the latmon crate's tests (src/sinks/budget.rs) reuse
+// Feature "testkit": the latmon crate's tests (src/sinks/frames/budget/) reuse
 // `model_hist`; its other helpers serve only this crate's tests.
 #[cfg(all(any(test, feature = "testkit"), feature = "std"))]
 #[cfg_attr(not(test), allow(dead_code, unused_imports))]

@@ -130,7 +130,7 @@ pub fn stretch(mut input: impl Read, secs: u64, out: &mut impl Write) -> Result<
                     if seq == 1 {
                         enc.summary(h, &acc, &mut sink).map_err(e)?;
                     } else {
-                        // As a budgeted link sends it (src/sinks/budget.rs):
+                        // As a budgeted link sends it (src/sinks/frames/budget/):
                         // the interval's deltas, and one probe's cumulative
                         // keyframe in turn.
                         let link = LinkHeader { merge: 0, base_seq: seq - 1 };
