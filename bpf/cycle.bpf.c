@@ -2,7 +2,8 @@
 /*
  * cycle: the cycles of a periodic thread, passively. A cycle runs from a
  * release (the intended expiry of the timer sleep the thread went into:
- * clock_nanosleep, nanosleep) to done (its next timer sleep). Per cycle:
+ * clock_nanosleep, nanosleep, or the read() of a periodic timerfd) to
+ * done (its next such sleep; bpf/cycle_sources.bpf.h). Per cycle:
  * response (release -> done), wakeup (release -> running), exec (running
  * -> done), and when done is after release + deadline, a miss record
  * whose parts sum to the response exactly.
@@ -39,7 +40,8 @@
  * the first timer sleep of a thread that passes the filter (comm=, or
  * pid= the thread id). tp_btf only (trusted task pointers); the syscall
  * entries are classic tracepoints (syscall events have no raw form),
- * which fire only for those two syscalls.
+ * which fire only for their own syscalls (read's for every read: its
+ * program compares the thread id first).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -79,6 +81,7 @@ struct cycle_thread {
 	__u64 faults;		      /* min_flt + maj_flt at the release */
 	__u64 wake_ns;		      /* the release's wakeup */
 	__u64 key;		      /* the task's address: its anatomy key */
+	__u64 tfd;		      /* its timerfd's context, 0: none seen */
 	__u32 phase;
 	__u32 started; /* ran since the release */
 	__u32 anat;    /* slot held: CPU + 1, 0: none */
@@ -372,9 +375,37 @@ static __always_inline void run_start(struct cycle_thread *t, __u64 now)
 	record_series(LATMON_CS_WAKEUP, now > t->release_ns ? now - t->release_ns : 0, false);
 }
 
+/* Task p (thread tid) enters the watched threads if it passes the filter
+ * (comm=, or pid= the thread id). NULL: not wanted, or no room. */
+static __always_inline struct cycle_thread *thread_enter(struct task_struct *p, __u32 tid)
+{
+	struct cycle_thread *t, *z;
+	__u32 zero = 0;
+
+	if (cfg.filter_tid ? tid != cfg.filter_tid : !comm_wanted(p))
+		return NULL;
+	z = bpf_map_lookup_elem(&cycle_zero, &zero);
+	if (!z)
+		return NULL;
+	if (bpf_map_update_elem(&cycle_threads, &tid, z, BPF_NOEXIST)) {
+		count_drop(); /* CYCLE_THREADS watched already */
+		return NULL;
+	}
+	if (__sync_fetch_and_add(&cycle_live, 1) == 0)
+		watched_one = tid;
+	else
+		watched_many = 1;
+	t = bpf_map_lookup_elem(&cycle_threads, &tid);
+	if (t)
+		t->key = (__u64)p;
+	return t;
+}
+
 /* The current thread goes into a timer sleep that ends at `release`
- * (0: unknown). */
-static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now)
+ * (0: unknown). `blocks`: it sleeps until the timer fires even if
+ * `release` has passed (a timerfd whose expiry is due but not yet run);
+ * else a release at or before now is released at once. */
+static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now, bool blocks)
 {
 	struct task_struct *cur = bpf_get_current_task_btf();
 	__u32 tid = cur->pid;
@@ -383,25 +414,9 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now)
 	__u32 zero = 0;
 
 	if (!t) {
-		struct cycle_thread *z;
-
-		if (cfg.filter_tid ? tid != cfg.filter_tid : !comm_wanted(cur))
-			return;
-		z = bpf_map_lookup_elem(&cycle_zero, &zero);
-		if (!z)
-			return;
-		if (bpf_map_update_elem(&cycle_threads, &tid, z, BPF_NOEXIST)) {
-			count_drop(); /* CYCLE_THREADS watched already */
-			return;
-		}
-		if (__sync_fetch_and_add(&cycle_live, 1) == 0)
-			watched_one = tid;
-		else
-			watched_many = 1;
-		t = bpf_map_lookup_elem(&cycle_threads, &tid);
+		t = thread_enter(cur, tid);
 		if (!t)
 			return;
-		t->key = (__u64)cur;
 	}
 	/* It runs (it makes this syscall), yet the events say otherwise: a
 	 * wakeup or switch-in no program saw. The cycle still counts, with
@@ -436,7 +451,7 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now)
 		period_step(&t->st, cfg.period_ns, release - t->release_ns);
 	t->release_ns = release;
 	t->phase = P_SLEEP;
-	if (release <= now) {
+	if (release <= now && !blocks) {
 		/* Armed in the past: released at once, still running. */
 		release_init(t, cur, bpf_get_smp_processor_id(), now);
 		run_start(t, now);
@@ -445,59 +460,7 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now)
 	}
 }
 
-SEC("tracepoint/syscalls/sys_enter_clock_nanosleep")
-int cycle_clock_nanosleep(struct sys_enter_rec *ctx)
-{
-	__u64 now = bpf_ktime_get_ns();
-
-	timer_sleep(ctx, clock_nanosleep_release(ctx, now), now);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_enter_nanosleep")
-int cycle_nanosleep(struct sys_enter_rec *ctx)
-{
-	__u64 now = bpf_ktime_get_ns();
-	__u64 req = timespec_ns((const struct __kernel_timespec *)ctx->args[0]);
-
-	timer_sleep(ctx, req ? now + req : 0, now);
-	return 0;
-}
-
-/* The current thread returns from a timer sleep. Still asleep by the
- * events: its release's wakeup and switch-in were not seen; it runs, so
- * it was released (ret 0), no later than now. */
-static __always_inline void sleep_exit(struct sys_exit_rec *ctx)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct cycle_thread *t = thread_of(tid);
-	__u64 now;
-
-	if (!t || t->phase != P_SLEEP || !t->release_ns || ctx->ret != 0)
-		return;
-	now = bpf_ktime_get_ns();
-	if (now < t->release_ns)
-		return;
-	release_init(t, bpf_get_current_task_btf(), bpf_get_smp_processor_id(), now);
-	run_start(t, now);
-	t->phase = P_RUN;
-	t->st.unseen++;
-	slot_hold(t, tid, bpf_get_smp_processor_id(), now);
-}
-
-SEC("tracepoint/syscalls/sys_exit_clock_nanosleep")
-int cycle_clock_nanosleep_exit(struct sys_exit_rec *ctx)
-{
-	sleep_exit(ctx);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_nanosleep")
-int cycle_nanosleep_exit(struct sys_exit_rec *ctx)
-{
-	sleep_exit(ctx);
-	return 0;
-}
+#include "cycle_sources.bpf.h"
 
 /* The overrun check: this CPU's watched cycle is past its deadline. */
 static __always_inline void overrun_check(void *ctx)
@@ -687,6 +650,7 @@ int BPF_PROG(cycle_hrtimer_expire, struct hrtimer *timer)
 {
 	if (cycle_live > 0)
 		clock_offsets_from(timer);
+	timerfd_expiry(timer);
 	overrun_check(ctx);
 	return 0;
 }

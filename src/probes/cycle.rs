@@ -43,7 +43,7 @@ pub const MUTATE_ENV: &str = "LATMON_CYCLE_MUTATE";
 
 /// Programs in attach order: the interrupt exits before their entries,
 /// the consumers (switch) before the producers (wakeup, the sleeps).
-const PROGRAMS: [&str; 10] = [
+const PROGRAMS: [&str; 11] = [
     "cycle_irq_exit",
     "cycle_softirq_exit",
     "cycle_irq_entry",
@@ -54,6 +54,7 @@ const PROGRAMS: [&str; 10] = [
     "cycle_clock_nanosleep_exit",
     "cycle_nanosleep_exit",
     "cycle_clock_nanosleep",
+    "cycle_read",
 ];
 /// Attached after PROGRAMS.
 const NANOSLEEP: &str = "cycle_nanosleep";

@@ -261,6 +261,42 @@ fn a_realtime_loops_period_and_misses_are_found() {
     assert!(misses.abs_diff(fixture) <= 2, "misses {misses} vs the fixture's {fixture}");
 }
 
+/// A loop that blocks in read() on a periodic CLOCK_MONOTONIC timerfd
+/// (no sleep syscall): its releases are the timer's expiries (the reader
+/// found on the timerfd's wait queue at the expiry, done at its next read
+/// of it), so its cycles, period and misses are found as a sleeping
+/// loop's, and each miss's record carries the fixture's release.
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn a_timerfd_loops_period_and_misses_are_found() {
+    let _s = serial();
+    let (rows, lines) = run(1_500, &[], &["timerfd"]);
+    let p = last_probe(&lines, "cycle").expect("no cycle line");
+    let c = &p["cycle"];
+    let cycles = c["total_cycles"].as_u64().unwrap();
+    let period = c["period_ns"].as_u64().unwrap_or(0);
+    let misses = c["total_misses"].as_u64().unwrap();
+    let unseen = c["total_unseen"].as_u64().unwrap_or(0);
+    let judged: Vec<&Row> = rows[SETTLE..].iter().filter(|r| r.missed()).collect();
+    let fixture = judged.len() as u64;
+    let released: std::collections::HashSet<u64> = lines
+        .iter()
+        .flat_map(|l| l["alert_records"].as_array().into_iter().flatten())
+        .filter(|r| r["probe"] == "cycle" && r["event"] == "miss")
+        .filter_map(|r| r["release_ns"].as_u64())
+        .collect();
+    let matched = judged.iter().filter(|r| released.contains(&r.release)).count();
+    eprintln!(
+        "timerfd loop: cycles {cycles} ({unseen} unseen), period_ns {period}, misses {misses} (fixture {fixture}), {matched} records \
+         at the fixture's release"
+    );
+    assert!(cycles >= rows.len() as u64 - 2, "cycles {cycles} of the fixture's {}", rows.len());
+    assert!(period.abs_diff(PERIOD_NS) * 100 <= PERIOD_NS, "period_ns {period}");
+    assert!(fixture > 0, "the fixture injected no miss");
+    assert!(misses.abs_diff(fixture) <= 2, "misses {misses} vs the fixture's {fixture}");
+    assert!(matched as u64 * 100 >= fixture * 95, "{matched} of {fixture} misses have a record at their release");
+}
+
 /// The loop's records over a frames link (wire revision 8): `latmon
 /// decode` of a `file:` frames output written beside the JSON output
 /// gives every miss and overrun record, field for field, as the agent's

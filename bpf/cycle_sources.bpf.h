@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR MIT) */
+/*
+ * cycle (bpf/cycle.bpf.c): the programs of the release sources, each
+ * ending a cycle (done) and telling the next release: the timer sleeps
+ * (clock_nanosleep, nanosleep; their returns catch unseen releases), and
+ * a periodic CLOCK_MONOTONIC timerfd, the loop that blocks in read() on it.
+ *
+ * The timer's expiry (hrtimer_expire_entry, the timer's function being
+ * timerfd_tmrproc) names its reader: the task of the first waiters on the
+ * timerfd's wait queue that a blocking read() queued (their wake function
+ * is autoremove_wake_function; epoll's and poll's entries are not tasks).
+ * That reader is entered (the filter decides), learns which timerfd is its
+ * loop's, and its release is this expiry. Done is its next read() of that
+ * timerfd (sys_enter_read, the fd looked up in its file table); the next
+ * release is read from the timer there: its expiry if still queued, else
+ * (the loop overran and the read returns at once) the latest expiry that
+ * passed, as `now` rounded down to the timer's interval.
+ *
+ * sys_enter_read runs for every read on the machine: it compares the
+ * thread id with the watched one before anything else, like the switch
+ * and wakeup programs. Addresses of the two static functions come from
+ * kallsyms (typeless __ksym: text symbols are there; data symbols are not
+ * on kernels without CONFIG_KALLSYMS_ALL, so no timerfd_fops compare).
+ */
+#ifndef __CYCLE_SOURCES_BPF_H
+#define __CYCLE_SOURCES_BPF_H
+
+SEC("tracepoint/syscalls/sys_enter_clock_nanosleep")
+int cycle_clock_nanosleep(struct sys_enter_rec *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	timer_sleep(ctx, clock_nanosleep_release(ctx, now), now, false);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_nanosleep")
+int cycle_nanosleep(struct sys_enter_rec *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 req = timespec_ns((const struct __kernel_timespec *)ctx->args[0]);
+
+	timer_sleep(ctx, req ? now + req : 0, now, false);
+	return 0;
+}
+
+/* The current thread returns from a timer sleep. Still asleep by the
+ * events: its release's wakeup and switch-in were not seen; it runs, so
+ * it was released (ret 0), no later than now. */
+static __always_inline void sleep_exit(struct sys_exit_rec *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cycle_thread *t = thread_of(tid);
+	__u64 now;
+
+	if (!t || t->phase != P_SLEEP || !t->release_ns || ctx->ret != 0)
+		return;
+	now = bpf_ktime_get_ns();
+	if (now < t->release_ns)
+		return;
+	release_init(t, bpf_get_current_task_btf(), bpf_get_smp_processor_id(), now);
+	run_start(t, now);
+	t->phase = P_RUN;
+	t->st.unseen++;
+	slot_hold(t, tid, bpf_get_smp_processor_id(), now);
+}
+
+SEC("tracepoint/syscalls/sys_exit_clock_nanosleep")
+int cycle_clock_nanosleep_exit(struct sys_exit_rec *ctx)
+{
+	sleep_exit(ctx);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_nanosleep")
+int cycle_nanosleep_exit(struct sys_exit_rec *ctx)
+{
+	sleep_exit(ctx);
+	return 0;
+}
+
+/* ---- timerfd --------------------------------------------------------- */
+
+extern const void timerfd_tmrproc __ksym __weak;
+extern const void autoremove_wake_function __ksym __weak;
+
+#define HRTIMER_STATE_ENQUEUED 0x01 /* include/linux/hrtimer.h */
+/* Wait queue entries looked at per expiry: a loop's own blocking read is
+ * nearly always alone on its timerfd. */
+#define TFD_WAITERS 2
+
+/* The timerfd's timer, at `c` (struct timerfd_ctx, read with probe reads:
+ * container_of on a trusted pointer is refused). */
+static __always_inline __u64 tfd_expires(struct timerfd_ctx *c) { return BPF_CORE_READ(c, t.tmr._softexpires); }
+
+/* hrtimer_expire_entry: if `timer` is a CLOCK_MONOTONIC timerfd's, its
+ * blocked reader's release is now (the timer's expiry). */
+static __always_inline void timerfd_expiry(struct hrtimer *timer)
+{
+	struct timerfd_ctx *c;
+	struct list_head *head, *pos;
+
+	if (!&timerfd_tmrproc || (__u64)timer->function != (__u64)&timerfd_tmrproc)
+		return;
+	c = (struct timerfd_ctx *)((__u64)timer - bpf_core_field_offset(struct timerfd_ctx, t.tmr));
+	if (BPF_CORE_READ(c, clockid) != CLOCK_MONOTONIC)
+		return;
+	head = &c->wqh.head;
+	pos = BPF_CORE_READ(c, wqh.head.next);
+	for (int i = 0; i < TFD_WAITERS && pos && pos != head; i++) {
+		struct wait_queue_entry *e =
+			(struct wait_queue_entry *)((__u64)pos - bpf_core_field_offset(struct wait_queue_entry, entry));
+		struct task_struct *p;
+		struct cycle_thread *t;
+		__u32 tid;
+
+		pos = BPF_CORE_READ(e, entry.next);
+		if ((__u64)BPF_CORE_READ(e, func) != (__u64)&autoremove_wake_function)
+			continue;
+		p = BPF_CORE_READ(e, private);
+		if (!p)
+			continue;
+		tid = BPF_CORE_READ(p, pid);
+		t = bpf_map_lookup_elem(&cycle_threads, &tid);
+		if (!t)
+			t = thread_enter(p, tid);
+		if (!t)
+			continue;
+		t->tfd = (__u64)c;
+		if (t->phase == P_NONE) {
+			/* Its first release: the wakeup that follows starts it. */
+			t->release_ns = tfd_expires(c);
+			t->phase = P_SLEEP;
+		}
+	}
+}
+
+/* The file of descriptor `fd` of the current task (NULL: none). */
+static __always_inline struct file *fd_file(struct task_struct *cur, __u64 fd)
+{
+	struct fdtable *fdt = BPF_CORE_READ(cur, files, fdt);
+	struct file **fds;
+	struct file *f = NULL;
+
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]))
+		return NULL;
+	return f;
+}
+
+SEC("tracepoint/syscalls/sys_enter_read")
+int cycle_read(struct sys_enter_rec *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cycle_thread *t = thread_of(tid);
+	struct timerfd_ctx *c;
+	struct file *f;
+	__u64 now, exp, iv, release = 0;
+	bool blocks = false;
+
+	if (!t || !t->tfd)
+		return 0;
+	f = fd_file(bpf_get_current_task_btf(), ctx->args[0]);
+	if (!f || (__u64)BPF_CORE_READ(f, private_data) != t->tfd)
+		return 0;
+	c = (struct timerfd_ctx *)t->tfd;
+	now = bpf_ktime_get_ns();
+	exp = tfd_expires(c);
+	iv = BPF_CORE_READ(c, tintv);
+	if (BPF_CORE_READ(c, ticks)) {
+		/* Expired while the loop ran: the read returns at once, the
+		 * cycle released at the latest expiry passed. */
+		release = exp;
+		if (iv > 0 && now > exp)
+			release = exp + (now - exp) / iv * iv;
+	} else if (BPF_CORE_READ(c, t.tmr.state) & HRTIMER_STATE_ENQUEUED) {
+		/* Queued: the read blocks until it fires, even if its expiry
+		 * is due and not yet run (soft expiry on PREEMPT_RT). */
+		release = exp;
+		blocks = true;
+	} else if (iv > 0 && now >= exp) {
+		/* Neither queued nor expired: its expiry runs now on another
+		 * CPU (a timer is off its queue while its function runs),
+		 * whose wakeup the read waits for. */
+		release = exp + (now - exp) / iv * iv;
+		blocks = true;
+	}
+	timer_sleep(ctx, release, now, blocks);
+	return 0;
+}
+
+#endif /* __CYCLE_SOURCES_BPF_H */
