@@ -10,6 +10,9 @@
 #            programs follow one thread, and every switch, wakeup, IRQ and
 #            hrtimer expiry on the machine runs them
 #   idle     `cycle,comm=nosuchtask`: the same programs, no thread watched
+#   timerfd  `cycle,comm=lm_cycle,timerfd=true`: watched, plus the read()
+#            program that follows timerfd loops (the ping-pong reads a pipe
+#            at every hand-over, so it pays that program per switch)
 #   runq     `runq` (the default per-switch probe), for scale
 # Per agent: the BPF ns of all its programs over the ping-pong divided by
 # the context switches in that time (the runs of its sched_switch program),
@@ -62,6 +65,7 @@ for r in $(seq "$rounds"); do
   echo "{\"name\": \"none\", \"pp_ns\": $("$tmp/pingpong" "$n"), \"bpf_ns\": 0, \"switches\": 0}"
   one watched cycle,comm=lm_cycle
   one idle cycle,comm=nosuchtask
+  one timerfd cycle,comm=lm_cycle,timerfd=true
   one runq runq
 done >"$tmp/rounds"
 python3 - "$tmp/rounds" "$rounds" "$n" <<'PY'
@@ -74,7 +78,7 @@ none = med("none", lambda r: r["pp_ns"])
 print(f"{rounds} rounds of {n} ping-pong round trips, medians")
 print(f"{'agent':>8} {'BPF ns/switch':>14} {'switches/rt':>12} {'rt ns':>8} {'rt vs none':>11}")
 print(f"{'none':>8} {'-':>14} {'-':>12} {none:8.0f} {1:11.3f}")
-for name in ("watched", "idle", "runq"):
+for name in ("watched", "idle", "timerfd", "runq"):
     per = med(name, lambda r: r["bpf_ns"] / max(r["switches"], 1))
     sw = med(name, lambda r: r["switches"] / n)
     rt = med(name, lambda r: r["pp_ns"])
@@ -82,7 +86,7 @@ for name in ("watched", "idle", "runq"):
 w = med("watched", lambda r: r["bpf_ns"] / max(r["switches"], 1))
 q = med("runq", lambda r: r["bpf_ns"] / max(r["switches"], 1))
 print(f"cycle watching one loop: {w:.1f} ns per switch machine-wide (target <= 40), {w / q:.2f}x runq's")
-for name in ("watched", "idle", "runq"):
+for name in ("watched", "idle", "timerfd", "runq"):
     print(f"  {name} rounds (ns/switch): " + " ".join(
         f"{r['bpf_ns'] / max(r['switches'], 1):.1f}" for r in rows if r["name"] == name))
     last = [r for r in rows if r["name"] == name][-1]

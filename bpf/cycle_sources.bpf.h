@@ -100,7 +100,9 @@ static __always_inline void timerfd_expiry(struct hrtimer *timer)
 	struct timerfd_ctx *c;
 	struct list_head *head, *pos;
 
-	if (!&timerfd_tmrproc || (__u64)timer->function != (__u64)&timerfd_tmrproc)
+	/* Without timerfd=true cycle_read is not attached: a reader found
+	 * here would never be done. */
+	if (!cfg.timerfd || !&timerfd_tmrproc || (__u64)timer->function != (__u64)&timerfd_tmrproc)
 		return;
 	c = (struct timerfd_ctx *)((__u64)timer - bpf_core_field_offset(struct timerfd_ctx, t.tmr));
 	if (BPF_CORE_READ(c, clockid) != CLOCK_MONOTONIC)

@@ -280,6 +280,8 @@ struct latmon_cycle_config {
 	__u64 threshold_ns; /* threshold=, 0: none */
 	__u32 filter_tid;   /* pid=TID, 0: any */
 	__u32 mutate;	    /* tests only: 1 charges execution to the wrong task */
+	__u32 timerfd;	    /* timerfd=true: follow loops reading a timerfd */
+	__u32 pad;
 	char filter_comm[LATMON_COMM_LEN];
 };
 

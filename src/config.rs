@@ -102,10 +102,13 @@ pub enum ProbeKind {
     },
     /// The cycles of a periodic thread (release -> done); `period=`
     /// overrides the detected period, `deadline=` (default: the period)
-    /// is what a miss is late against.
+    /// is what a miss is late against; `timerfd=true` also follows a
+    /// loop that blocks in read() on a periodic timerfd (opt-in: it adds
+    /// a program to every read() on the machine, docs/probes.md "cycle").
     Cycle {
         period: Option<Duration>,
         deadline: Option<Duration>,
+        timerfd: bool,
     },
 }
 
@@ -210,7 +213,7 @@ impl ProbeSpec {
             Family::Irq => no_arg(ProbeKind::Irq)?,
             Family::Softirq => no_arg(ProbeKind::Softirq)?,
             Family::Chain => no_arg(ProbeKind::Chain { response: None })?,
-            Family::Cycle => no_arg(ProbeKind::Cycle { period: None, deadline: None })?,
+            Family::Cycle => no_arg(ProbeKind::Cycle { period: None, deadline: None, timerfd: false })?,
             Family::Syscall => match arg {
                 None => ProbeKind::Syscall(None),
                 Some(n) if valid_ident(n) => ProbeKind::Syscall(Some(n.to_string())),
@@ -279,7 +282,7 @@ impl ProbeSpec {
                     *response = Some(f);
                 }
                 "period" | "deadline" => {
-                    let ProbeKind::Cycle { period, deadline } = &mut p.kind else {
+                    let ProbeKind::Cycle { period, deadline, .. } = &mut p.kind else {
                         return Err(bad(&format!("{k}= applies to cycle only")));
                     };
                     let t = parse_duration(v)?;
@@ -294,6 +297,16 @@ impl ProbeSpec {
                         let words: Vec<&str> = mechs.iter().map(|m| m.as_str()).collect();
                         bad(&format!("attach={v}: {} attaches via {}", p.kind.family(), words.join(" or ")))
                     })?);
+                }
+                "timerfd" => {
+                    let ProbeKind::Cycle { timerfd, .. } = &mut p.kind else {
+                        return Err(bad("timerfd= applies to cycle only"));
+                    };
+                    *timerfd = match v {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad(&format!("timerfd={v}: expected timerfd=true or timerfd=false"))),
+                    }
                 }
                 "hist" => {
                     p.hist = match v {
@@ -314,7 +327,7 @@ impl ProbeSpec {
                 }
                 other => {
                     return Err(bad(&format!(
-                        "unknown option {other:?} (expected comm, pid, threshold, name, attach, response, period, deadline, hist, waits)"
+                        "unknown option {other:?} (expected comm, pid, threshold, name, attach, response, period, deadline, timerfd, hist, waits)"
                     )))
                 }
             }
@@ -662,7 +675,11 @@ mod tests {
         let p = ProbeSpec::parse("cycle,comm=ctrl,period=1ms,deadline=800us").unwrap();
         assert_eq!(
             p.kind,
-            ProbeKind::Cycle { period: Some(Duration::from_millis(1)), deadline: Some(Duration::from_micros(800)) }
+            ProbeKind::Cycle {
+                period: Some(Duration::from_millis(1)),
+                deadline: Some(Duration::from_micros(800)),
+                timerfd: false
+            }
         );
         assert_eq!((p.kind.family(), p.kind.has_series()), (Family::Cycle, true));
         assert_eq!(ProbeSpec::parse("cycle,pid=42").unwrap().pid, Some(42));
@@ -671,6 +688,12 @@ mod tests {
         assert!(err("cycle,comm=c,period=0").contains("period must be more than 0"));
         assert!(err("cycle,comm=c,deadline=soon").contains("invalid duration \"soon\""));
         assert!(err("runq,period=1ms").contains("period= applies to cycle only"));
+        assert!(matches!(
+            ProbeSpec::parse("cycle,comm=c,timerfd=true").unwrap().kind,
+            ProbeKind::Cycle { timerfd: true, .. }
+        ));
+        assert!(err("cycle,comm=c,timerfd=yes").contains("expected timerfd=true or timerfd=false"));
+        assert!(err("runq,timerfd=true").contains("timerfd= applies to cycle only"));
         assert!(err("cycle,comm=c,attach=raw_tp").contains("cycle attaches via tp_btf"));
     }
 

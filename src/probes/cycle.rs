@@ -43,7 +43,7 @@ pub const MUTATE_ENV: &str = "LATMON_CYCLE_MUTATE";
 
 /// Programs in attach order: the interrupt exits before their entries,
 /// the consumers (switch) before the producers (wakeup, the sleeps).
-const PROGRAMS: [&str; 11] = [
+const PROGRAMS: [&str; 10] = [
     "cycle_irq_exit",
     "cycle_softirq_exit",
     "cycle_irq_entry",
@@ -54,10 +54,12 @@ const PROGRAMS: [&str; 11] = [
     "cycle_clock_nanosleep_exit",
     "cycle_nanosleep_exit",
     "cycle_clock_nanosleep",
-    "cycle_read",
 ];
 /// Attached after PROGRAMS.
 const NANOSLEEP: &str = "cycle_nanosleep";
+/// Attached last, with `timerfd=true` only: it runs on every read() on
+/// the machine (about 75 ns each here, docs/probes.md "cycle").
+const TIMERFD_READ: &str = "cycle_read";
 
 struct Cycles {
     alerts: Alerts,
@@ -187,13 +189,16 @@ fn nanos(d: Option<std::time::Duration>) -> u64 {
 }
 
 fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<CycleSkel<'static>>, Vec<Link>), String> {
-    let (period, deadline) = match &spec.kind {
-        ProbeKind::Cycle { period, deadline } => (nanos(*period), nanos(*deadline)),
-        _ => (0, 0),
+    let (period, deadline, timerfd) = match &spec.kind {
+        ProbeKind::Cycle { period, deadline, timerfd } => (nanos(*period), nanos(*deadline), *timerfd),
+        _ => (0, 0, false),
     };
     let nr = |name: &str| super::syscall::number(name).map_or(-1, |n| n as i32);
     let mut wanted: Vec<&str> = PROGRAMS.to_vec();
     wanted.push(NANOSLEEP);
+    if timerfd {
+        wanted.push(TIMERFD_READ);
+    }
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open =
             CycleSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
@@ -203,6 +208,7 @@ fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<CycleSkel<'static>>, V
         ro.cfg.threshold_ns = threshold_ns(spec);
         ro.cfg.filter_tid = spec.pid.unwrap_or(0);
         ro.cfg.mutate = u32::from(std::env::var(MUTATE_ENV).as_deref() == Ok("1"));
+        ro.cfg.timerfd = u32::from(timerfd);
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
         ro.nr_futex = nr("futex");
         ro.nr_futex_waitv = nr("futex_waitv");

@@ -59,7 +59,9 @@ impl Row {
 fn run(cycles: usize, env: &[(&str, &str)], args: &[&str]) -> (Vec<Row>, Vec<serde_json::Value>) {
     let bin = lm_cycle();
     let file = std::env::temp_dir().join(format!("latmon-cycle-io-{}", std::process::id()));
-    let child = start_run_env(&["--probe", "cycle,comm=lm_cycle", "--interval", "1s", "--format", "json"], env);
+    // A timerfd loop is followed on request only (the read() program).
+    let probe = if args.contains(&"timerfd") { "cycle,comm=lm_cycle,timerfd=true" } else { "cycle,comm=lm_cycle" };
+    let child = start_run_env(&["--probe", probe, "--interval", "1s", "--format", "json"], env);
     let out = Command::new(bin)
         .args([&cycles.to_string(), "1000", "25", "100", "3000"])
         .arg(&file)
