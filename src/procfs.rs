@@ -41,6 +41,69 @@ pub fn parse_interrupts(text: &str) -> HashMap<u32, String> {
     names
 }
 
+/// A thread /proc shows: its process, its own id and its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadName {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+}
+
+/// The threads named `comm` (or the thread `tid`) whose process holds a
+/// timerfd open: what a `cycle` probe without `timerfd=true` cannot
+/// follow. Bounded: at most `max` threads, and /proc's processes as they
+/// are listed (a thread that comes or goes meanwhile is missed or
+/// skipped, which a hint may be).
+pub fn timerfd_threads(comm: Option<&str>, tid: Option<u32>, max: usize) -> Vec<ThreadName> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return out };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else { continue };
+        let named: Vec<ThreadName> = tasks
+            .flatten()
+            .filter_map(|t| {
+                let tid_here = t.file_name().to_str()?.parse::<u32>().ok()?;
+                let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
+                let name = name.strip_suffix('\n').unwrap_or(&name);
+                thread_wanted(name, tid_here, comm, tid).then(|| ThreadName { pid, tid: tid_here, comm: name.into() })
+            })
+            .collect();
+        if named.is_empty() || !holds_timerfd(&p.path()) {
+            continue;
+        }
+        out.extend(named.into_iter().take(max - out.len()));
+        if out.len() == max {
+            break;
+        }
+    }
+    out
+}
+
+/// A probe's thread filter, as the BPF side applies it: the thread id
+/// when `pid=` is given, else the name (the kernel's comm, at most 15
+/// bytes; config.rs refuses longer).
+pub fn thread_wanted(name: &str, tid: u32, comm: Option<&str>, want_tid: Option<u32>) -> bool {
+    match (want_tid, comm) {
+        (Some(want), _) => tid == want,
+        (None, Some(c)) => name == c,
+        (None, None) => false,
+    }
+}
+
+/// Whether the process at `proc_dir` (/proc/PID) has a timerfd among its
+/// open files: the kernel names one's link `anon_inode:[timerfd]`
+/// (fs/timerfd.c, anon_inode_getfd("[timerfd]", ...)).
+fn holds_timerfd(proc_dir: &std::path::Path) -> bool {
+    let Ok(fds) = std::fs::read_dir(proc_dir.join("fd")) else { return false };
+    fds.flatten().any(|f| std::fs::read_link(f.path()).is_ok_and(|l| is_timerfd_link(&l.to_string_lossy())))
+}
+
+/// An fd link target that is a timerfd.
+pub fn is_timerfd_link(target: &str) -> bool {
+    target == "anon_inode:[timerfd]"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +130,36 @@ ERR:          0\n";
         assert_eq!(n.get(&11).map(String::as_str), Some("arch_timer"));
         assert_eq!(n.get(&47).map(String::as_str), Some("virtio0"));
         assert_eq!(n.get(&70).map(String::as_str), Some("nvme0q0"));
+    }
+
+    #[test]
+    fn threads_are_wanted_by_id_or_name_and_timerfds_by_their_link() {
+        assert!(thread_wanted("ctrl", 7, Some("ctrl"), None));
+        assert!(!thread_wanted("ctrl2", 7, Some("ctrl"), None));
+        assert!(thread_wanted("other", 7, Some("ctrl"), Some(7)), "pid= is the thread id and wins");
+        assert!(!thread_wanted("ctrl", 8, Some("ctrl"), Some(7)));
+        assert!(!thread_wanted("ctrl", 7, None, None));
+        assert!(is_timerfd_link("anon_inode:[timerfd]"));
+        assert!(!is_timerfd_link("anon_inode:[eventfd]"));
+        assert!(!is_timerfd_link("/tmp/anon_inode:[timerfd]"));
+    }
+
+    #[test]
+    fn a_process_holding_a_timerfd_is_found_by_its_name() {
+        // This test's own thread, with a timerfd of its own open (no other
+        // unit test of this crate opens one).
+        // SAFETY: plain syscalls on an fd this test owns.
+        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC) };
+        assert!(fd >= 0, "timerfd_create");
+        let tid = std::process::id();
+        let name = std::fs::read_to_string("/proc/thread-self/comm").unwrap();
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        let found = timerfd_threads(None, Some(me), 4);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((found[0].pid, found[0].tid, found[0].comm.as_str()), (tid, me, name.trim_end()));
+        // SAFETY: fd is this test's and not used after.
+        unsafe { libc::close(fd) };
+        assert!(timerfd_threads(None, Some(me), 4).is_empty(), "closed: no timerfd held");
     }
 }

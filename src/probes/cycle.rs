@@ -66,6 +66,9 @@ struct Cycles {
     reader: PerCpuHist,
     /// The counts last read (cumulative), for the interval's deltas.
     last: CycleCounts,
+    /// Without `timerfd=true`: the hint still to give if no thread is
+    /// entered (see `TimerfdHint`).
+    hint: Option<TimerfdHint>,
     _links: Vec<Link>,
     _skel: Owned<CycleSkel<'static>>,
 }
@@ -108,7 +111,9 @@ impl Source for Cycles {
     fn cycle_counts(&mut self, out: &mut Option<CycleCounts>) -> Result<(), String> {
         let map = &self._skel.maps.cycle_threads;
         let (mut cycles, mut misses, mut overruns, mut unseen, mut period, mut most) = (0, 0, 0, 0, 0, 0);
+        let mut threads = 0;
         for key in map.keys() {
+            threads += 1;
             let Some(v) = map.lookup(&key, MapFlags::ANY).map_err(|e| libbpf_error("cycle_threads", &e))? else {
                 continue;
             };
@@ -137,7 +142,53 @@ impl Source for Cycles {
         };
         self.last = c.clone();
         *out = Some(c);
+        if threads == 0 && self.hint.as_ref().is_some_and(|h| h.since.elapsed() >= TimerfdHint::AFTER) {
+            if let Some(h) = self.hint.take() {
+                h.give();
+            }
+        }
         Ok(())
+    }
+}
+
+/// A thread enters the watched set at its first timer sleep; a loop that
+/// waits in read() of a timerfd never makes one, so without
+/// `timerfd=true` (the read program, not attached by default for its
+/// cost) the probe would count nothing without saying why. Once, after
+/// `AFTER` with no thread entered, the probe looks for a thread its
+/// filter names in a process holding a timerfd and says so.
+struct TimerfdHint {
+    probe: String,
+    comm: Option<String>,
+    tid: Option<u32>,
+    since: std::time::Instant,
+}
+
+impl TimerfdHint {
+    /// A timer loop of 0.2 Hz or faster has slept by then.
+    const AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+    /// Threads named in the hint, at most.
+    const NAMED: usize = 4;
+
+    fn give(self) {
+        let found = crate::procfs::timerfd_threads(self.comm.as_deref(), self.tid, Self::NAMED);
+        if found.is_empty() {
+            return;
+        }
+        let mut who = String::new();
+        for (i, t) in found.iter().enumerate() {
+            if i > 0 {
+                who.push_str(", ");
+            }
+            latmon_core::text::push_clean(&mut who, &t.comm);
+            who.push_str(&format!("[{}/{}]", t.pid, t.tid));
+        }
+        log::warn!(
+            "{}: no timer sleep of the watched thread in {} s, and {who} holds a timerfd: \
+             a loop that waits in read() of a timerfd is followed with timerfd=true (docs/probes.md, cycle)",
+            self.probe,
+            Self::AFTER.as_secs()
+        );
     }
 }
 
@@ -163,7 +214,14 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
     let maps = AlertMaps { drops: &m.alert_drops, ring: &m.alerts, perf: &m.alerts_perf };
     let alerts =
         Alerts::new(maps, true, ringbuf, |ids| vec![probe.clone(); ids], decode_alert_cycle).map_err(read_err)?;
-    let c = Cycles { alerts, reader, last: CycleCounts::default(), _links: links, _skel: skel };
+    let following_timerfd = matches!(spec.kind, ProbeKind::Cycle { timerfd: true, .. });
+    let hint = (!following_timerfd).then(|| TimerfdHint {
+        probe: probe.clone(),
+        comm: spec.comm.clone(),
+        tid: spec.pid,
+        since: std::time::Instant::now(),
+    });
+    let c = Cycles { alerts, reader, last: CycleCounts::default(), hint, _links: links, _skel: skel };
     let mode = format!(
         "thread-hash, records via {}{}",
         if ringbuf { "ringbuf" } else { "perf buffer" },

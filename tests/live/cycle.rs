@@ -299,6 +299,47 @@ fn a_timerfd_loops_period_and_misses_are_found() {
     assert!(matched as u64 * 100 >= fixture * 95, "{matched} of {fixture} misses have a record at their release");
 }
 
+/// A timerfd loop watched without `timerfd=true` is not followed (the
+/// read program is not attached): the probe says so once, naming the
+/// thread that holds the timerfd, rather than counting nothing in
+/// silence.
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn a_timerfd_loop_without_timerfd_true_gets_a_hint_naming_it() {
+    use std::process::Stdio;
+    use std::sync::{Arc, Mutex};
+    let _s = serial();
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut cmd = latmon();
+    cmd.args(["-v", "run", "--probe", "cycle,comm=lm_cycle", "--interval", "1s", "--format", "json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let seen = lines.clone();
+    let (agent, _) = spawn_ready(cmd, std::time::Duration::from_secs(20), move |l| seen.lock().unwrap().push(l.into()));
+    let file = std::env::temp_dir().join(format!("latmon-cycle-hint-{}", std::process::id()));
+    // 7 s of a quiet 1 kHz timerfd loop: past the hint's 5 s and the
+    // interval read that follows them.
+    let fixture = Command::new(lm_cycle())
+        .args(["7000", "1000", "1000000", "100", "1"])
+        .arg(&file)
+        .arg("timerfd")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("lm_cycle");
+    let pid = fixture.id();
+    let status = fixture.wait_with_output().expect("lm_cycle").status;
+    let _ = std::fs::remove_file(&file);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let agent_status = { agent }.wait().unwrap();
+    assert!(status.success() && agent_status.success(), "lm_cycle {status}, latmon {agent_status}");
+    let lines = lines.lock().unwrap();
+    let hints: Vec<&String> = lines.iter().filter(|l| l.contains("holds a timerfd")).collect();
+    eprintln!("hints: {hints:?}");
+    assert_eq!(hints.len(), 1, "one hint, once: {lines:?}");
+    assert!(hints[0].contains(&format!("lm_cycle[{pid}/{pid}]")), "the hint names the loop: {}", hints[0]);
+    assert!(hints[0].contains("timerfd=true"), "the hint says what to add: {}", hints[0]);
+}
+
 /// The loop's records over a frames link (wire revision 8): `latmon
 /// decode` of a `file:` frames output written beside the JSON output
 /// gives every miss and overrun record, field for field, as the agent's
