@@ -481,9 +481,12 @@ static __always_inline void overrun_check(void *ctx)
 	tid = w->tid;
 	w->tid = 0;
 	t = bpf_map_lookup_elem(&cycle_threads, &tid);
-	if (!t || t->reported || t->release_ns != w->release_ns || t->phase < P_WAIT)
+	if (!t || t->release_ns != w->release_ns || t->phase < P_WAIT)
 		return;
-	t->reported = 1;
+	/* Two CPUs can watch one cycle (woken on one, run on the other) and
+	 * check it at once (both resuming from a vCPU stall): one record. */
+	if (__sync_val_compare_and_swap(&t->reported, 0, 1))
+		return;
 	t->st.overruns++;
 	send_record(ctx, t, tid, LATMON_CYCLE_OVERRUN, now);
 }
