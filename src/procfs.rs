@@ -47,13 +47,17 @@ pub struct ThreadName {
     pub pid: u32,
     pub tid: u32,
     pub comm: String,
+    /// Its process holds a timerfd: `Some(true)`; `None`: its open files
+    /// are not readable here (another user's process after latmon's
+    /// privilege drop: /proc/PID/fd needs ptrace access).
+    pub timerfd: Option<bool>,
 }
 
 /// The threads named `comm` (or the thread `tid`) whose process holds a
-/// timerfd open: what a `cycle` probe without `timerfd=true` cannot
-/// follow. Bounded: at most `max` threads, and /proc's processes as they
-/// are listed (a thread that comes or goes meanwhile is missed or
-/// skipped, which a hint may be).
+/// timerfd open, or may (its open files unreadable): what a `cycle` probe
+/// without `timerfd=true` cannot follow. Bounded: at most `max` threads,
+/// and /proc's processes as they are listed (a thread that comes or goes
+/// meanwhile is missed or skipped, which a hint may be).
 pub fn timerfd_threads(comm: Option<&str>, tid: Option<u32>, max: usize) -> Vec<ThreadName> {
     let mut out = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else { return out };
@@ -66,13 +70,22 @@ pub fn timerfd_threads(comm: Option<&str>, tid: Option<u32>, max: usize) -> Vec<
                 let tid_here = t.file_name().to_str()?.parse::<u32>().ok()?;
                 let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
                 let name = name.strip_suffix('\n').unwrap_or(&name);
-                thread_wanted(name, tid_here, comm, tid).then(|| ThreadName { pid, tid: tid_here, comm: name.into() })
+                thread_wanted(name, tid_here, comm, tid).then(|| ThreadName {
+                    pid,
+                    tid: tid_here,
+                    comm: name.into(),
+                    timerfd: None,
+                })
             })
             .collect();
-        if named.is_empty() || !holds_timerfd(&p.path()) {
+        if named.is_empty() {
             continue;
         }
-        out.extend(named.into_iter().take(max - out.len()));
+        let timerfd = holds_timerfd(&p.path());
+        if timerfd == Some(false) {
+            continue;
+        }
+        out.extend(named.into_iter().take(max - out.len()).map(|t| ThreadName { timerfd, ..t }));
         if out.len() == max {
             break;
         }
@@ -93,10 +106,11 @@ pub fn thread_wanted(name: &str, tid: u32, comm: Option<&str>, want_tid: Option<
 
 /// Whether the process at `proc_dir` (/proc/PID) has a timerfd among its
 /// open files: the kernel names one's link `anon_inode:[timerfd]`
-/// (fs/timerfd.c, anon_inode_getfd("[timerfd]", ...)).
-fn holds_timerfd(proc_dir: &std::path::Path) -> bool {
-    let Ok(fds) = std::fs::read_dir(proc_dir.join("fd")) else { return false };
-    fds.flatten().any(|f| std::fs::read_link(f.path()).is_ok_and(|l| is_timerfd_link(&l.to_string_lossy())))
+/// (fs/timerfd.c, anon_inode_getfd("[timerfd]", ...)). None: its fd
+/// directory is not readable here.
+fn holds_timerfd(proc_dir: &std::path::Path) -> Option<bool> {
+    let fds = std::fs::read_dir(proc_dir.join("fd")).ok()?;
+    Some(fds.flatten().any(|f| std::fs::read_link(f.path()).is_ok_and(|l| is_timerfd_link(&l.to_string_lossy()))))
 }
 
 /// An fd link target that is a timerfd.
@@ -157,7 +171,10 @@ ERR:          0\n";
         let me = unsafe { libc::gettid() } as u32;
         let found = timerfd_threads(None, Some(me), 4);
         assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!((found[0].pid, found[0].tid, found[0].comm.as_str()), (tid, me, name.trim_end()));
+        assert_eq!(
+            (found[0].pid, found[0].tid, found[0].comm.as_str(), found[0].timerfd),
+            (tid, me, name.trim_end(), Some(true))
+        );
         // SAFETY: fd is this test's and not used after.
         unsafe { libc::close(fd) };
         assert!(timerfd_threads(None, Some(me), 4).is_empty(), "closed: no timerfd held");

@@ -142,9 +142,14 @@ impl Source for Cycles {
         };
         self.last = c.clone();
         *out = Some(c);
-        if threads == 0 && self.hint.as_ref().is_some_and(|h| h.since.elapsed() >= TimerfdHint::AFTER) {
-            if let Some(h) = self.hint.take() {
-                h.give();
+        if threads > 0 {
+            self.hint = None;
+        } else if let Some(h) = self.hint.as_mut().filter(|h| h.since.elapsed() >= TimerfdHint::AFTER) {
+            if h.give() {
+                self.hint = None;
+            } else {
+                // Nothing named yet (the loop may start later): look again.
+                h.since = std::time::Instant::now();
             }
         }
         Ok(())
@@ -154,9 +159,10 @@ impl Source for Cycles {
 /// A thread enters the watched set at its first timer sleep; a loop that
 /// waits in read() of a timerfd never makes one, so without
 /// `timerfd=true` (the read program, not attached by default for its
-/// cost) the probe would count nothing without saying why. Once, after
-/// `AFTER` with no thread entered, the probe looks for a thread its
-/// filter names in a process holding a timerfd and says so.
+/// cost) the probe would count nothing without saying why. While no
+/// thread has entered, every `AFTER` the probe looks for a thread its
+/// filter names in a process holding a timerfd (a /proc scan: once per
+/// `AFTER` at most, off the BPF path), and says so once.
 struct TimerfdHint {
     probe: String,
     comm: Option<String>,
@@ -170,10 +176,11 @@ impl TimerfdHint {
     /// Threads named in the hint, at most.
     const NAMED: usize = 4;
 
-    fn give(self) {
+    /// Log the hint if a thread fits it; whether one did.
+    fn give(&self) -> bool {
         let found = crate::procfs::timerfd_threads(self.comm.as_deref(), self.tid, Self::NAMED);
         if found.is_empty() {
-            return;
+            return false;
         }
         let mut who = String::new();
         for (i, t) in found.iter().enumerate() {
@@ -183,12 +190,20 @@ impl TimerfdHint {
             latmon_core::text::push_clean(&mut who, &t.comm);
             who.push_str(&format!("[{}/{}]", t.pid, t.tid));
         }
+        // Another user's open files are not readable after the privilege
+        // drop: the thread is named as one that may hold a timerfd.
+        let holds = if found.iter().all(|t| t.timerfd == Some(true)) {
+            "holds"
+        } else {
+            "holds or may hold (its open files are not readable after the privilege drop)"
+        };
         log::warn!(
-            "{}: no timer sleep of the watched thread in {} s, and {who} holds a timerfd: \
+            "{}: no timer sleep of the watched thread in {} s, and {who} {holds} a timerfd: \
              a loop that waits in read() of a timerfd is followed with timerfd=true (docs/probes.md, cycle)",
             self.probe,
             Self::AFTER.as_secs()
         );
+        true
     }
 }
 
