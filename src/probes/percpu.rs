@@ -51,9 +51,9 @@ impl ReadError {
         Self::Map { map: map.into(), why: std::io::Error::last_os_error().to_string() }
     }
 
-    /// A libbpf error on `map` (with libbpf's last warning, if any).
+    /// A libbpf error on `map`.
     pub(crate) fn libbpf(map: &str, err: &dyn fmt::Display) -> Self {
-        Self::Map { map: map.into(), why: super::libbpf_error("", err).trim_start_matches(": ").into() }
+        Self::Map { map: map.into(), why: err.to_string() }
     }
 }
 
