@@ -10,7 +10,6 @@
 
 use std::collections::VecDeque;
 use std::mem::size_of;
-use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -24,6 +23,7 @@ use libbpf_rs::{MapCore, MapHandle, MapMut, OpenMapMut, PerfBufferBuilder, RingB
 
 use super::common::libbpf_error;
 use super::tallies::{CauseTallies, IrqNames, TaskComms};
+use super::ReadError;
 use crate::bpf::limits::{
     ALERT_PERF_PAGES, ALERT_QUEUE, ANAT_IRQS, ANAT_POLICY_FAIR, ANAT_POLICY_RT, ANAT_POLICY_UNSET, ANAT_TASKS,
     COMM_LEN, SOFTIRQ_VECS,
@@ -151,45 +151,6 @@ impl latmon_anatomy {
 /// Decodes one alert record: `decode_alert`, or `decode_alert_anat` for
 /// objects that append anatomies.
 pub(crate) type DecodeAlert = fn(&[u8], &[String]) -> Option<(usize, AlertRecord)>;
-
-/// Reads one key of a per-CPU array map of `T`, visiting each CPU's value.
-pub(crate) struct PerCpuArray<T> {
-    fd: RawFd,
-    buf: Vec<u8>,
-    stride: usize,
-    _t: std::marker::PhantomData<T>,
-}
-
-impl<T: plain::Plain + Default> PerCpuArray<T> {
-    pub(crate) fn new(map: &dyn MapCore) -> Result<Self, String> {
-        let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| e.to_string())?;
-        if map.value_size() as usize != size_of::<T>() {
-            return Err(format!("map value is {} bytes, expected {}", map.value_size(), size_of::<T>()));
-        }
-        let stride = size_of::<T>().next_multiple_of(8);
-        Ok(PerCpuArray { fd: map.as_fd().as_raw_fd(), buf: vec![0; stride * ncpus], stride, _t: Default::default() })
-    }
-
-    pub(crate) fn read(&mut self, key: u32, mut each: impl FnMut(&T)) -> Result<(), String> {
-        // SAFETY: buf holds stride * possible-CPUs bytes, as the kernel writes.
-        let rc = unsafe {
-            libbpf_rs::libbpf_sys::bpf_map_lookup_elem(
-                self.fd,
-                (&key as *const u32).cast(),
-                self.buf.as_mut_ptr().cast(),
-            )
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
-        let mut v = T::default();
-        for chunk in self.buf.chunks_exact(self.stride) {
-            plain::copy_from_bytes(&mut v, &chunk[..size_of::<T>()]).map_err(|e| format!("{e:?}"))?;
-            each(&v);
-        }
-        Ok(())
-    }
-}
 
 /// Alert records waiting for the agent, per probe id; bounded in total.
 #[derive(Default)]
@@ -490,7 +451,7 @@ pub(crate) struct AlertMaps<'a> {
 /// threshold, the reader of its records.
 pub(crate) struct Alerts {
     feed: Option<AlertFeed>,
-    drops: PerCpuArray<latmon_alert_drops>,
+    drops: super::PerCpu<latmon_alert_drops>,
     /// Objects that tally their alerts' causes (bpf/causes.bpf.h), when
     /// that is on.
     causes: Option<CauseTallies>,
@@ -506,20 +467,21 @@ impl Alerts {
         ringbuf: bool,
         names: impl FnOnce(usize) -> Vec<String>,
         decode: DecodeAlert,
-    ) -> Result<Self, String> {
-        let drops = PerCpuArray::new(maps.drops)?;
+    ) -> Result<Self, ReadError> {
+        let drops = super::PerCpu::new(maps.drops)?;
         if !records {
             return Ok(Alerts { feed: None, drops, causes: None });
         }
         let map = if ringbuf { maps.ring } else { maps.perf };
-        let handle = MapHandle::try_from(map).map_err(|e| libbpf_error("alert buffer", &e))?;
+        let handle = MapHandle::try_from(map).map_err(|e| ReadError::libbpf("alert buffer", &e))?;
         let names = names(maps.drops.max_entries() as usize);
-        Ok(Alerts { feed: Some(AlertFeed::spawn(handle, ringbuf, names, decode)?), drops, causes: None })
+        let feed = AlertFeed::spawn(handle, ringbuf, names, decode).map_err(ReadError::Feed)?;
+        Ok(Alerts { feed: Some(feed), drops, causes: None })
     }
 
     /// Read the object's cause tallies too (its `cause_tally` and
     /// `cause_epoch` maps; the object's `tally_causes` is on).
-    pub(crate) fn with_causes(mut self, tally: &dyn MapCore, epoch: &dyn MapCore) -> Result<Self, String> {
+    pub(crate) fn with_causes(mut self, tally: &dyn MapCore, epoch: &dyn MapCore) -> Result<Self, ReadError> {
         let comms = self.feed.as_ref().map(|f| Arc::clone(&f.comms));
         self.causes = Some(CauseTallies::new(tally, epoch, comms)?);
         Ok(self)
@@ -527,7 +489,7 @@ impl Alerts {
 
     /// The causes of id `id`'s alerted time since the last call into
     /// `out` (None when the object tallies none).
-    pub(crate) fn causes(&mut self, id: u32, out: &mut Option<CauseSummary>) -> Result<(), String> {
+    pub(crate) fn causes(&mut self, id: u32, out: &mut Option<CauseSummary>) -> Result<(), ReadError> {
         match &mut self.causes {
             Some(t) => t.read(id, out.get_or_insert_with(CauseSummary::default)),
             None => {
@@ -544,7 +506,7 @@ impl Alerts {
 
     /// Alert records of id `id` lost on the way: in the kernel (token
     /// bucket, full buffer) and in the queue (agent too slow).
-    pub(crate) fn dropped(&mut self, id: u32) -> Result<u64, String> {
+    pub(crate) fn dropped(&mut self, id: u32) -> Result<u64, ReadError> {
         let mut n = 0;
         self.drops.read(id, |d| n += d.total())?;
         Ok(n + self.feed.as_ref().map_or(0, |f| f.queue_dropped(id)))
@@ -556,8 +518,8 @@ impl Alerts {
         &mut self,
         id: u32,
         out: &mut Hist,
-        hist: impl FnOnce(&mut Hist) -> Result<(), String>,
-    ) -> Result<(), String> {
+        hist: impl FnOnce(&mut Hist) -> Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
         // Records refused are counted after their event (BPF counts the
         // alert, then sends or drops the record): reading the drops first
         // keeps every counted drop's event in the histogram read after.

@@ -12,13 +12,13 @@ use std::ptr::NonNull;
 use std::sync::{Mutex, OnceLock};
 
 use latmon_core::causes::CauseSummary;
-use latmon_core::hist::{Hist, BUCKETS};
+use latmon_core::hist::Hist;
 use latmon_core::ident::BtfMode;
 use latmon_core::ident::{Family, Mechanism};
 use latmon_core::summary::{AlertRecord, ProbeInfo};
-use libbpf_rs::{Link, MapCore, Object, OpenObject, PrintLevel};
+use libbpf_rs::{Link, Object, OpenObject, PrintLevel};
 
-use crate::bpf::shared::types::{latmon_hist, latmon_tp_field};
+use crate::bpf::shared::types::latmon_tp_field;
 use crate::config::ProbeSpec;
 
 /// Why a probe is not running.
@@ -32,7 +32,7 @@ pub enum ProbeError {
     /// Every mechanism of the attach ladder failed; one reason per rung.
     Attach { probe: String, tried: Vec<(Mechanism, String)> },
     /// Reading the probe's maps failed.
-    Read { probe: String, why: String },
+    Read { probe: String, why: super::percpu::ReadError },
     /// What the probe points at does not exist: a binary, a symbol in it,
     /// a kernel function.
     Target { probe: String, what: String },
@@ -186,71 +186,6 @@ impl<S> Drop for Owned<S> {
             ManuallyDrop::drop(&mut self.skel);
             drop(Box::from_raw(self.storage.as_ptr()));
         }
-    }
-}
-
-// SAFETY: a #[repr(C)] struct of u64s generated from latmon.h.
-unsafe impl plain::Plain for latmon_hist {}
-// The Rust model and the C struct must agree on the bucket count.
-const _: () = assert!(size_of::<latmon_hist>() == 6 * 8 + BUCKETS * 8);
-
-impl latmon_hist {
-    fn merge_into(&self, h: &mut Hist) {
-        h.merge(&Hist {
-            count: self.count,
-            sum_ns: self.sum_ns,
-            min_ns: self.min_ns,
-            max_ns: self.max_ns,
-            drops: self.drops,
-            alerts: self.alerts,
-            alerts_dropped: 0,
-            slots: self.slots,
-        });
-    }
-}
-
-/// Reads one key of a per-CPU array (or hash) of `latmon_hist` into a
-/// pre-sized buffer (no allocation per interval), summing CPUs.
-pub(crate) struct PerCpuHist {
-    fd: RawFd,
-    buf: Vec<u8>,
-    stride: usize,
-}
-
-impl PerCpuHist {
-    /// `map` must outlive the reader (both live in the same probe struct).
-    pub fn new(map: &dyn MapCore) -> Result<Self, String> {
-        let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| e.to_string())?;
-        // The kernel copies per-CPU values at an 8-byte stride.
-        let stride = (map.value_size() as usize).next_multiple_of(8);
-        if map.value_size() as usize != size_of::<latmon_hist>() {
-            return Err(format!("map value is {} bytes, expected {}", map.value_size(), size_of::<latmon_hist>()));
-        }
-        Ok(PerCpuHist { fd: map.as_fd().as_raw_fd(), buf: vec![0; stride * ncpus], stride })
-    }
-
-    pub fn read(&mut self, key: u32, out: &mut Hist) -> Result<(), String> {
-        self.read_key(&key, out)
-    }
-
-    /// `read` for maps with other key types (e.g. a per-CPU hash keyed by
-    /// a struct); `K` must be the map's key type.
-    pub fn read_key<K: plain::Plain>(&mut self, key: &K, out: &mut Hist) -> Result<(), String> {
-        // SAFETY: buf holds stride * possible-CPUs bytes, as the kernel
-        // writes; key points to a plain value of the map's key size.
-        let rc = unsafe {
-            libbpf_rs::libbpf_sys::bpf_map_lookup_elem(self.fd, (key as *const K).cast(), self.buf.as_mut_ptr().cast())
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
-        *out = Hist::default();
-        let mut raw = latmon_hist::default();
-        for chunk in self.buf.chunks_exact(self.stride) {
-            plain::copy_from_bytes(&mut raw, &chunk[..size_of::<latmon_hist>()]).map_err(|e| format!("{e:?}"))?;
-            raw.merge_into(out);
-        }
-        Ok(())
     }
 }
 

@@ -19,7 +19,8 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
 use super::series::{Family, Role, Slot, Source};
-use super::{attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, PerCpuHist, Probe, ProbeError};
+use super::{attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, Probe, ProbeError};
+use super::{PerCpuHist, ReadError};
 use crate::bpf::cycle::{CycleSkel, CycleSkelBuilder};
 use crate::bpf::limits::{
     ANAT_IRQS, ANAT_TASKS, CS_EXEC, CS_RESPONSE, CS_WAKEUP, CYCLE_DOING_BLOCKED, CYCLE_DOING_RUNNABLE,
@@ -78,7 +79,7 @@ impl Source for Cycles {
         super::loaded_prog_fds(self._skel.object())
     }
 
-    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
+    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), ReadError> {
         for (key, label, role) in [
             (CS_RESPONSE, "response", Role::Family),
             (CS_WAKEUP, "wakeup", Role::Extra),
@@ -89,7 +90,7 @@ impl Source for Cycles {
         Ok(())
     }
 
-    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
+    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), ReadError> {
         let reader = &mut self.reader;
         if key == CS_RESPONSE as u64 {
             self.alerts.read(0, out, |o| reader.read(key as u32, o))
@@ -108,18 +109,19 @@ impl Source for Cycles {
         self.alerts.flush();
     }
 
-    fn cycle_counts(&mut self, out: &mut Option<CycleCounts>) -> Result<(), String> {
+    fn cycle_counts(&mut self, out: &mut Option<CycleCounts>) -> Result<(), ReadError> {
         let map = &self._skel.maps.cycle_threads;
         let (mut cycles, mut misses, mut overruns, mut unseen, mut period, mut most) = (0, 0, 0, 0, 0, 0);
         let mut threads = 0;
         for key in map.keys() {
             threads += 1;
-            let Some(v) = map.lookup(&key, MapFlags::ANY).map_err(|e| libbpf_error("cycle_threads", &e))? else {
+            let Some(v) = map.lookup(&key, MapFlags::ANY).map_err(|e| ReadError::libbpf("cycle_threads", &e))? else {
                 continue;
             };
             let mut st = latmon_cycle_stats::default();
-            plain::copy_from_bytes(&mut st, v.get(..size_of::<latmon_cycle_stats>()).ok_or("short value")?)
-                .map_err(|e| format!("{e:?}"))?;
+            let want = size_of::<latmon_cycle_stats>();
+            let layout = || ReadError::Layout { map: "cycle_threads".into(), got: v.len(), want };
+            plain::copy_from_bytes(&mut st, v.get(..want).ok_or_else(layout)?).map_err(|_| layout())?;
             cycles += st.cycles;
             misses += st.misses;
             overruns += st.overruns;

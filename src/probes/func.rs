@@ -43,9 +43,8 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{KprobeOpts, Link, MapMut, OpenObject, ProgramMut, UprobeOpts};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
-use super::common::{
-    clear_libbpf_warning, ladder, libbpf_error, set_comm, threshold_ns, Owned, PerCpuHist, Probe, ProbeError,
-};
+use super::common::{clear_libbpf_warning, ladder, libbpf_error, set_comm, threshold_ns, Owned, Probe, ProbeError};
+use super::PerCpuHist;
 use crate::bpf::func::{FuncSkel, FuncSkelBuilder, OpenFuncSkel};
 use crate::bpf::func_nobtf::{FuncNobtfSkel, FuncNobtfSkelBuilder, OpenFuncNobtfSkel};
 use crate::bpf::limits::{COMM_LEN, MAX_FUNC_PROBES};
@@ -321,11 +320,12 @@ fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, String> {
         log::warn!("func: {}", libbpf_error("attach raw_tp/sched_process_exit (stamps of exiting threads leak)", e));
     }
     let maps = skel.maps();
-    let hist = PerCpuHist::new(maps.hist)?;
+    let hist = PerCpuHist::new(maps.hist).map_err(|e| e.to_string())?;
     let alert_maps = AlertMaps { drops: maps.alert_drops, ring: maps.alerts, perf: maps.alerts_perf };
     // Record ids are positions among the specs.
     let names = |_| specs.iter().map(|s| s.name.clone()).collect();
-    let alerts = Alerts::new(alert_maps, specs.iter().any(|s| threshold_ns(s) > 0), use_ringbuf, names, decode_alert)?;
+    let alerts = Alerts::new(alert_maps, specs.iter().any(|s| threshold_ns(s) > 0), use_ringbuf, names, decode_alert)
+        .map_err(|e| e.to_string())?;
     let set =
         FuncSet { alerts: alerts.into(), hist: hist.into(), use_ringbuf, btf_mode, _exit_link: exit_link.ok(), skel };
     Ok(set)

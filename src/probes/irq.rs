@@ -26,10 +26,12 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapMut, OpenObject};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
 use super::common::{
-    attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, threshold_ns, tracefs_format, Owned, PerCpuHist,
-    Probe, ProbeError,
+    attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, threshold_ns, tracefs_format, Owned, Probe,
+    ProbeError,
 };
 use super::series::{Family as FamilyProbe, Role, Slot, Source};
+use super::PerCpuHist;
+use super::ReadError;
 use crate::bpf::irq::{IrqSkel, IrqSkelBuilder};
 use crate::bpf::irq_nobtf::{IrqNobtfSkel, IrqNobtfSkelBuilder};
 use crate::bpf::limits::{IRQ_KIND_HANDLER, IRQ_KIND_THREAD, IRQ_KIND_THREAD_HARDIRQ, IRQ_KIND_THREAD_WAKEUP};
@@ -137,7 +139,7 @@ fn irq_key(key: u64) -> latmon_irq_key {
 }
 
 /// A slot's histogram: softirq_hist by vector, irq_hist by (irq, kind).
-fn read_hist(reader: &mut PerCpuHist, family: Family, key: u64, out: &mut Hist) -> Result<(), String> {
+fn read_hist(reader: &mut PerCpuHist, family: Family, key: u64, out: &mut Hist) -> Result<(), ReadError> {
     match family {
         Family::Softirq => reader.read(key as u32, out),
         Family::Irq => reader.read_key(&irq_key(key), out),
@@ -145,7 +147,7 @@ fn read_hist(reader: &mut PerCpuHist, family: Family, key: u64, out: &mut Hist) 
 }
 
 impl Irqs {
-    fn read_hist(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
+    fn read_hist(&mut self, key: u64, out: &mut Hist) -> Result<(), ReadError> {
         read_hist(&mut self.reader, self.family, key, out)
     }
 
@@ -187,7 +189,7 @@ impl Source for Irqs {
         self.progs.clone()
     }
 
-    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
+    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), ReadError> {
         if self.family == Family::Softirq {
             for (vec, name) in SOFTIRQ_NAMES.iter().enumerate() {
                 out.push(Slot { key: vec as u64, label: (*name).into(), role: Role::Part });
@@ -197,7 +199,11 @@ impl Source for Irqs {
         let keys: Vec<Vec<u8>> = self.irq_hist.keys().collect();
         for raw in keys {
             let mut k = latmon_irq_key::default();
-            plain::copy_from_bytes(&mut k, &raw).map_err(|e| format!("irq key: {e:?}"))?;
+            plain::copy_from_bytes(&mut k, &raw).map_err(|_| ReadError::Layout {
+                map: "irq keys".into(),
+                got: raw.len(),
+                want: size_of_val(&k),
+            })?;
             let base = self.irq_label(k.irq);
             let (label, role) = match k.kind as usize {
                 IRQ_KIND_HANDLER => (base, Role::Part),
@@ -217,7 +223,7 @@ impl Source for Irqs {
     /// A slot's histogram with its alert records lost on the way (token
     /// bucket, full buffer, full queue); a pair that alerted without
     /// getting an alert id (all taken) lost every record.
-    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
+    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), ReadError> {
         if !self.alerts.records() || !self.sends_records(key) {
             // No threshold, or a stage of the threaded path: no records.
             self.read_hist(key, out)?;
@@ -351,12 +357,14 @@ fn loaded<S: Skel<'static> + 'static>(
     let links = attach_in_order(skel.object(), wanted)?;
     let m = maps(&skel);
     let alerts =
-        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode_alert)?;
+        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode_alert)
+            .map_err(|e| e.to_string())?;
     let alert_ids = MapHandle::try_from(m.alert_ids).map_err(|e| libbpf_error("irq_alert_id", &e))?;
     let reader = PerCpuHist::new(match family {
         Family::Irq => m.irq_hist,
         Family::Softirq => m.softirq_hist,
-    })?;
+    })
+    .map_err(|e| e.to_string())?;
     let irq_hist = MapHandle::try_from(m.irq_hist).map_err(|e| libbpf_error("irq_hist", &e))?;
     let lost = m.lost.ok_or("no .bss")?;
     let progs = super::common::loaded_prog_fds(skel.object());

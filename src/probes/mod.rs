@@ -8,6 +8,7 @@ pub mod cycle;
 pub mod features;
 pub mod func;
 pub mod irq;
+mod percpu;
 pub mod runq;
 pub mod series;
 pub mod syscall;
@@ -15,6 +16,7 @@ mod tallies;
 pub mod timer;
 
 pub use common::*;
+pub(crate) use percpu::{PerCpu, PerCpuHist, ReadError};
 
 use crate::config::{ProbeKind, ProbeSpec};
 

@@ -25,9 +25,9 @@ use libbpf_rs::{Link, MapMut, OpenObject};
 
 use super::alerts::{decode_alert_anat, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts, DecodeAlert};
 use super::common::{
-    ladder, ladder_for, libbpf_error, set_comm, set_tp_field, threshold_ns, tracefs_format, Owned, PerCpuHist, Probe,
-    ProbeError,
+    ladder, ladder_for, libbpf_error, set_comm, set_tp_field, threshold_ns, tracefs_format, Owned, Probe, ProbeError,
 };
+use super::PerCpuHist;
 use crate::bpf::runq::{RunqSkel, RunqSkelBuilder};
 use crate::bpf::runq_nobtf::{RunqNobtfSkel, RunqNobtfSkelBuilder};
 use crate::config::ProbeSpec;
@@ -93,11 +93,12 @@ fn loaded<S: Skel<'static> + 'static>(
     decode: DecodeAlert,
 ) -> Result<Loaded, String> {
     let m = maps(&skel);
-    let reader = PerCpuHist::new(m.hist)?;
+    let reader = PerCpuHist::new(m.hist).map_err(|e| e.to_string())?;
     let mut alerts =
-        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode)?;
+        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode)
+            .map_err(|e| e.to_string())?;
     if let (true, Some((tally, epoch))) = (anatomy && super::alerts::causes_wanted(spec), m.causes) {
-        alerts = alerts.with_causes(tally, epoch)?;
+        alerts = alerts.with_causes(tally, epoch).map_err(|e| e.to_string())?;
     }
     let (progs, links) = attach_progs(skel.object(), mech, anatomy)?;
     Ok(Loaded { alerts, reader, progs, _links: links, _skel: Box::new(skel) })

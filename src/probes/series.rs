@@ -31,6 +31,7 @@ use latmon_core::ident::Wait;
 use latmon_core::summary::{AlertRecord, ProbeInfo};
 
 use super::common::{Probe, ProbeError};
+use super::ReadError;
 
 /// How a slot is reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,9 +68,9 @@ pub struct Slot {
 pub(crate) trait Source {
     /// Slots that may hold data now. Called every interval: must be cheap
     /// (a .bss table, a few map keys).
-    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String>;
+    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), ReadError>;
     /// The cumulative histogram of one slot, summed over CPUs.
-    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String>;
+    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), ReadError>;
     /// Events lost outside every slot (e.g. a full map), reported as drops
     /// of the family line.
     fn lost(&self) -> u64 {
@@ -86,14 +87,14 @@ pub(crate) trait Source {
     /// yet when a record arrives.
     fn drain_alerts(&mut self, _key: u64, _out: &mut Vec<AlertRecord>) {}
     /// The family line's alert causes (see `Probe::causes`).
-    fn causes(&mut self, out: &mut Option<CauseSummary>) -> Result<(), String> {
+    fn causes(&mut self, out: &mut Option<CauseSummary>) -> Result<(), ReadError> {
         *out = None;
         Ok(())
     }
     /// See `Probe::flush_alerts`.
     fn flush_alerts(&mut self) {}
     /// See `Probe::cycle_counts`.
-    fn cycle_counts(&mut self, out: &mut Option<latmon_core::cycle::CycleCounts>) -> Result<(), String> {
+    fn cycle_counts(&mut self, out: &mut Option<latmon_core::cycle::CycleCounts>) -> Result<(), ReadError> {
         *out = None;
         Ok(())
     }
@@ -120,7 +121,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn refresh(&mut self) -> Result<(), String> {
+    fn refresh(&mut self) -> Result<(), ReadError> {
         for k in &mut self.known {
             self.source.read(k.slot.key, &mut k.hist)?;
         }
@@ -159,7 +160,7 @@ impl Family {
         Family { info, shared: Rc::new(RefCell::new(shared)) }
     }
 
-    fn read_error(&self, why: String) -> ProbeError {
+    fn read_error(&self, why: ReadError) -> ProbeError {
         ProbeError::Read { probe: self.info.name.clone(), why }
     }
 }
@@ -317,14 +318,17 @@ mod tests {
     }
 
     impl Source for Fake {
-        fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
+        fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), ReadError> {
             out.extend(self.slots.borrow().iter().map(|(s, _)| s.clone()));
             Ok(())
         }
-        fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
+        fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), ReadError> {
             *self.reads.borrow_mut() += 1;
             let slots = self.slots.borrow();
-            let (_, h) = slots.iter().find(|(s, _)| s.key == key).ok_or("no such slot")?;
+            let (_, h) = slots
+                .iter()
+                .find(|(s, _)| s.key == key)
+                .ok_or_else(|| ReadError::Map { map: "fake".into(), why: "no such slot".into() })?;
             out.clone_from(h);
             Ok(())
         }
@@ -440,12 +444,12 @@ mod tests {
     struct Alerting;
 
     impl Source for Alerting {
-        fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
+        fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), ReadError> {
             out.push(slot(1, "read", Role::Part));
             out.push(slot(2, "write", Role::Family));
             Ok(())
         }
-        fn read(&mut self, _key: u64, out: &mut Hist) -> Result<(), String> {
+        fn read(&mut self, _key: u64, out: &mut Hist) -> Result<(), ReadError> {
             *out = hist(&[10]);
             Ok(())
         }

@@ -25,9 +25,11 @@ use libbpf_rs::{Link, MapMut, OpenObject};
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
 use super::common::{
     attach_in_order, ladder, ladder_for, libbpf_error, set_comm, set_tp_field, threshold_ns, tracefs_format, Owned,
-    PerCpuHist, Probe, ProbeError,
+    Probe, ProbeError,
 };
 use super::series::{Family, Role, Slot, Source};
+use super::PerCpuHist;
+use super::ReadError;
 use crate::bpf::limits::{SYSCALL_FUTEX_WAIT, SYSCALL_IDS, SYSCALL_SLOTS};
 use crate::bpf::syscall::{SyscallSkel, SyscallSkelBuilder};
 use crate::bpf::syscall_nobtf::{SyscallNobtfSkel, SyscallNobtfSkelBuilder};
@@ -181,7 +183,7 @@ impl Source for Syscalls {
         self.progs.clone()
     }
 
-    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
+    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), ReadError> {
         let role = if self.single { Role::Family } else { Role::Part };
         out.push(Slot { key: 0, label: "overflow".into(), role });
         for slot in 1..SYSCALL_SLOTS {
@@ -199,7 +201,7 @@ impl Source for Syscalls {
 
     /// A slot's histogram with its alert records lost on the way (token
     /// bucket, full buffer, full queue).
-    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
+    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), ReadError> {
         let reader = &mut self.reader;
         self.alerts.read(key as u32, out, |o| reader.read(key as u32, o))
     }
@@ -285,9 +287,10 @@ fn loaded<S: Skel<'static> + 'static>(
     links: Vec<Link>,
 ) -> Result<Loaded, String> {
     let m = maps(&skel);
-    let reader = PerCpuHist::new(m.hist)?;
+    let reader = PerCpuHist::new(m.hist).map_err(|e| e.to_string())?;
     let alerts =
-        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode_alert)?;
+        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode_alert)
+            .map_err(|e| e.to_string())?;
     let slot_ids = m.slot_ids.ok_or("no .bss")?;
     let progs = super::common::loaded_prog_fds(skel.object());
     Ok(Loaded { alerts, reader, slot_ids, progs, links, skel: Box::new(skel) })

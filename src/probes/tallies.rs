@@ -12,6 +12,7 @@ use latmon_core::causes::{CauseId, CauseSummary, TallyRead};
 use latmon_core::summary::AlertRecord;
 use libbpf_rs::MapCore;
 
+use super::ReadError;
 use crate::bpf::shared::types::latmon_cause_tally;
 
 /// How often /proc/interrupts is read again when an anatomy names an IRQ
@@ -95,13 +96,13 @@ impl CauseTallies {
         tally: &dyn MapCore,
         epoch: &dyn MapCore,
         comms: Option<Arc<Mutex<TaskComms>>>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ReadError> {
         if tally.value_size() as usize != size_of::<latmon_cause_tally>() {
-            return Err(format!(
-                "cause_tally value is {} bytes, expected {}",
-                tally.value_size(),
-                size_of::<latmon_cause_tally>()
-            ));
+            return Err(ReadError::Layout {
+                map: "cause_tally".into(),
+                got: tally.value_size() as usize,
+                want: size_of::<latmon_cause_tally>(),
+            });
         }
         let ids = tally.max_entries() as usize;
         Ok(CauseTallies {
@@ -119,10 +120,10 @@ impl CauseTallies {
     /// The causes of id `id`'s alerted time since the last call. The
     /// epoch moves first: an entry this read sees in use stays its
     /// cause's until the next read has seen it (bpf/causes.bpf.h).
-    pub(super) fn read(&mut self, id: u32, out: &mut CauseSummary) -> Result<(), String> {
+    pub(super) fn read(&mut self, id: u32, out: &mut CauseSummary) -> Result<(), ReadError> {
         let i = id as usize;
         let (Some(epoch), Some(prev)) = (self.epochs.get_mut(i), self.prev.get_mut(i)) else {
-            return Err(format!("cause tally: no alert id {id}"));
+            return Err(ReadError::Map { map: "cause_tally".into(), why: format!("no alert id {id}") });
         };
         *epoch += 1;
         // SAFETY: key and value are the map's u32 and u64; raw is the
@@ -136,7 +137,7 @@ impl CauseTallies {
             )
         };
         if rc != 0 {
-            return Err(format!("cause_epoch: {}", std::io::Error::last_os_error()));
+            return Err(ReadError::last_os("cause_epoch"));
         }
         let rc = unsafe {
             libbpf_rs::libbpf_sys::bpf_map_lookup_elem(
@@ -146,7 +147,7 @@ impl CauseTallies {
             )
         };
         if rc != 0 {
-            return Err(format!("cause_tally: {}", std::io::Error::last_os_error()));
+            return Err(ReadError::last_os("cause_tally"));
         }
         let r = &self.raw;
         let mut cur = TallyRead {

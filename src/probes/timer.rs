@@ -19,10 +19,10 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
 use super::alerts::{decode_alert_anat, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
-use super::common::{
-    attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, PerCpuHist, Probe, ProbeError,
-};
+use super::common::{attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, Probe, ProbeError};
 use super::series::{Family, Role, Slot, Source};
+use super::PerCpuHist;
+use super::ReadError;
 use libbpf_rs::UprobeOpts;
 
 use latmon_core::causes::CauseSummary;
@@ -114,7 +114,7 @@ impl Source for Timers {
         super::common::loaded_prog_fds(self._skel.object())
     }
 
-    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), String> {
+    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), ReadError> {
         let stages = [
             (TS_CHAIN, "total", Role::Family),
             (TS_CHAIN_TIMER, "timer", Role::Extra),
@@ -131,7 +131,7 @@ impl Source for Timers {
         Ok(())
     }
 
-    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), String> {
+    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), ReadError> {
         self.read_series(key as u32, out)
     }
 
@@ -139,7 +139,7 @@ impl Source for Timers {
         self.drain(key as u32, out);
     }
 
-    fn causes(&mut self, out: &mut Option<CauseSummary>) -> Result<(), String> {
+    fn causes(&mut self, out: &mut Option<CauseSummary>) -> Result<(), ReadError> {
         self.alerts.causes(TS_CHAIN as u32, out)
     }
 
@@ -151,7 +151,7 @@ impl Source for Timers {
 impl Timers {
     /// A series' histogram with its alert records lost on the way (token
     /// bucket, full buffer, full queue).
-    fn read_series(&mut self, series: u32, out: &mut Hist) -> Result<(), String> {
+    fn read_series(&mut self, series: u32, out: &mut Hist) -> Result<(), ReadError> {
         let reader = &mut self.reader;
         self.alerts.read(series, out, |o| reader.read(series, o))
     }
