@@ -281,21 +281,63 @@ fn a_timerfd_loops_period_and_misses_are_found() {
     let unseen = c["total_unseen"].as_u64().unwrap_or(0);
     let judged: Vec<&Row> = rows[SETTLE..].iter().filter(|r| r.missed()).collect();
     let fixture = judged.len() as u64;
-    let released: std::collections::HashSet<u64> = lines
+    let recs: HashMap<u64, (u64, String)> = lines
         .iter()
         .flat_map(|l| l["alert_records"].as_array().into_iter().flatten())
         .filter(|r| r["probe"] == "cycle" && r["event"] == "miss")
-        .filter_map(|r| r["release_ns"].as_u64())
+        .filter_map(|r| Some((r["release_ns"].as_u64()?, (r["done_ns"].as_u64()?, r["causes"].to_string()))))
         .collect();
-    let matched = judged.iter().filter(|r| released.contains(&r.release)).count();
+    let matched = judged.iter().filter(|r| recs.contains_key(&r.release)).count();
     eprintln!(
         "timerfd loop: cycles {cycles} ({unseen} unseen), period_ns {period}, misses {misses} (fixture {fixture}), {matched} records \
          at the fixture's release"
     );
+    for r in judged.iter().filter(|r| !recs.contains_key(&r.release)).take(5) {
+        let i = rows.iter().position(|x| x.release == r.release).unwrap_or(0);
+        let p = &rows[i.saturating_sub(1)];
+        eprintln!(
+            "  fixture miss without a record: row {i} kind {} wake +{} done +{} us; the row before: kind {} release -{} wake +{} done +{} us",
+            r.kind,
+            (r.wake - r.release) / 1000,
+            (r.done - r.release) / 1000,
+            p.kind,
+            (r.release - p.release) / 1000,
+            (p.wake - p.release) / 1000,
+            (p.done - p.release) / 1000
+        );
+    }
+    // Records at a release the fixture does not call a miss. One kind is
+    // the same cycle seen one period apart: after an overrun (the row
+    // before ran past the record's release) the kernel ran the timerfd's
+    // expiry only once the loop blocked in read() (here: ~1 ms late,
+    // `timer_irq_delay`, right after each page-fault overrun). The probe
+    // releases the cycle at the latest expiry at that callback, the
+    // fixture at the latest its read consumed, which the read's return
+    // had passed by a few us: a release one period later, the same done.
+    let at: HashMap<u64, usize> = rows.iter().enumerate().map(|(i, r)| (r.release, i)).collect();
+    let mut shifted = 0u64;
+    for (release, (done, causes)) in recs.iter().filter(|(rel, _)| !judged.iter().any(|r| r.release == **rel)) {
+        let next = at.get(&(release + PERIOD_NS)).copied().filter(|&i| i > 0);
+        let same = next.is_some_and(|i| rows[i - 1].done > *release && rows[i].done.abs_diff(*done) <= 50_000);
+        shifted += u64::from(same);
+        let row = |r: &Row| {
+            let rel = |t: u64| (t as i64 - *release as i64) / 1000;
+            format!("kind {} release {:+} wake {:+} done {:+} us", r.kind, rel(r.release), rel(r.wake), rel(r.done))
+        };
+        eprintln!(
+            "  record not a fixture miss{}: release {release}, done +{} us, causes {causes}; fixture rows around: {}",
+            if same { " (the next row's cycle, after an overrun)" } else { "" },
+            done.saturating_sub(*release) / 1000,
+            next.map_or("none".into(), |i| format!("[{}] [{}]", row(&rows[i - 1]), row(&rows[i])))
+        );
+    }
     assert!(cycles >= rows.len() as u64 - 2, "cycles {cycles} of the fixture's {}", rows.len());
     assert!(period.abs_diff(PERIOD_NS) * 100 <= PERIOD_NS, "period_ns {period}");
     assert!(fixture > 0, "the fixture injected no miss");
-    assert!(misses.abs_diff(fixture) <= 2, "misses {misses} vs the fixture's {fixture}");
+    assert!(
+        misses.abs_diff(fixture + shifted) <= 2,
+        "misses {misses} vs the fixture's {fixture} (+ {shifted} seen a period apart)"
+    );
     assert!(matched as u64 * 100 >= fixture * 95, "{matched} of {fixture} misses have a record at their release");
 }
 
