@@ -54,6 +54,12 @@ impl Row {
     }
 }
 
+/// A fixture row for a failure message, its times in us from `origin`.
+fn row_from(r: &Row, origin: u64) -> String {
+    let us = |t: u64| (t as i64 - origin as i64) / 1000;
+    format!("kind {} release {:+} wake {:+} done {:+} us", r.kind, us(r.release), us(r.wake), us(r.done))
+}
+
 /// Run the fixture for `cycles` under a cycle probe (with `env`, and the
 /// fixture's extra `args`): its rows and latmon's JSON lines.
 fn run(cycles: usize, env: &[(&str, &str)], args: &[&str]) -> (Vec<Row>, Vec<serde_json::Value>) {
@@ -292,43 +298,37 @@ fn a_timerfd_loops_period_and_misses_are_found() {
         "timerfd loop: cycles {cycles} ({unseen} unseen), period_ns {period}, misses {misses} (fixture {fixture}), {matched} records \
          at the fixture's release"
     );
+    let at: HashMap<u64, usize> = rows.iter().enumerate().map(|(i, r)| (r.release, i)).collect();
     for r in judged.iter().filter(|r| !recs.contains_key(&r.release)).take(5) {
-        let i = rows.iter().position(|x| x.release == r.release).unwrap_or(0);
-        let p = &rows[i.saturating_sub(1)];
+        let i = at[&r.release];
         eprintln!(
-            "  fixture miss without a record: row {i} kind {} wake +{} done +{} us; the row before: kind {} release -{} wake +{} done +{} us",
-            r.kind,
-            (r.wake - r.release) / 1000,
-            (r.done - r.release) / 1000,
-            p.kind,
-            (r.release - p.release) / 1000,
-            (p.wake - p.release) / 1000,
-            (p.done - p.release) / 1000
+            "  fixture miss without a record: [{}], the row before [{}]",
+            row_from(r, r.release),
+            row_from(&rows[i.saturating_sub(1)], r.release)
         );
     }
     // Records at a release the fixture does not call a miss. One kind is
     // the same cycle seen one period apart: after an overrun (the row
     // before ran past the record's release) the kernel ran the timerfd's
     // expiry only once the loop blocked in read() (here: ~1 ms late,
-    // `timer_irq_delay`, right after each page-fault overrun). The probe
+    // `timer_irq_delay`, right after some page-fault overruns). The probe
     // releases the cycle at the latest expiry at that callback, the
     // fixture at the latest its read consumed, which the read's return
     // had passed by a few us: a release one period later, the same done.
-    let at: HashMap<u64, usize> = rows.iter().enumerate().map(|(i, r)| (r.release, i)).collect();
     let mut shifted = 0u64;
     for (release, (done, causes)) in recs.iter().filter(|(rel, _)| !judged.iter().any(|r| r.release == **rel)) {
         let next = at.get(&(release + PERIOD_NS)).copied().filter(|&i| i > 0);
         let same = next.is_some_and(|i| rows[i - 1].done > *release && rows[i].done.abs_diff(*done) <= 50_000);
         shifted += u64::from(same);
-        let row = |r: &Row| {
-            let rel = |t: u64| (t as i64 - *release as i64) / 1000;
-            format!("kind {} release {:+} wake {:+} done {:+} us", r.kind, rel(r.release), rel(r.wake), rel(r.done))
-        };
         eprintln!(
             "  record not a fixture miss{}: release {release}, done +{} us, causes {causes}; fixture rows around: {}",
             if same { " (the next row's cycle, after an overrun)" } else { "" },
             done.saturating_sub(*release) / 1000,
-            next.map_or("none".into(), |i| format!("[{}] [{}]", row(&rows[i - 1]), row(&rows[i])))
+            next.map_or("none".into(), |i| format!(
+                "[{}] [{}]",
+                row_from(&rows[i - 1], *release),
+                row_from(&rows[i], *release)
+            ))
         );
     }
     assert!(cycles >= rows.len() as u64 - 2, "cycles {cycles} of the fixture's {}", rows.len());
