@@ -58,12 +58,14 @@
 
 #define TASK_RUNNING 0
 #define TASK_UNINTERRUPTIBLE 0x2 /* include/linux/sched.h */
-const volatile struct latmon_cycle_config cfg = {};
-/* Syscall numbers of this architecture (user space, from its tables). */
-const volatile __s32 nr_futex = -1;
-const volatile __s32 nr_futex_waitv = -1;
-const volatile __s32 nr_nanosleep = -1;
-const volatile __s32 nr_clock_nanosleep = -1;
+/* 0 is a syscall number (read on x86_64): "none" is -1 until user space
+ * sets the numbers. */
+const volatile struct latmon_cycle_config cfg = {
+	.nr_futex = -1,
+	.nr_futex_waitv = -1,
+	.nr_nanosleep = -1,
+	.nr_clock_nanosleep = -1,
+};
 
 /* Phases of a watched thread. */
 #define P_NONE 0    /* no cycle known yet */
@@ -529,11 +531,11 @@ int BPF_PROG(cycle_wakeup, struct task_struct *p)
 /* What a thread that blocks now sleeps on. */
 static __always_inline __u32 blocked_on(__s64 state, __s32 sys)
 {
-	if (sys >= 0 && (sys == nr_futex || sys == nr_futex_waitv))
+	if (sys >= 0 && (sys == cfg.nr_futex || sys == cfg.nr_futex_waitv))
 		return LATMON_CYCLE_BLOCKED_FUTEX;
 	if (state & TASK_UNINTERRUPTIBLE)
 		return LATMON_CYCLE_BLOCKED_IO;
-	if (sys >= 0 && (sys == nr_nanosleep || sys == nr_clock_nanosleep))
+	if (sys >= 0 && (sys == cfg.nr_nanosleep || sys == cfg.nr_clock_nanosleep))
 		return LATMON_CYCLE_BLOCKED_SLEEP;
 	return LATMON_CYCLE_BLOCKED_OTHER;
 }

@@ -157,6 +157,28 @@
 #define LATMON_CYCLE_DOING_RUNNABLE 2
 #define LATMON_CYCLE_DOING_BLOCKED 3
 
+/* lock (bpf/lock.bpf.c): the futex waits of watched threads, from the
+ * wait's start to the thread running again. Threads: a hash keyed by
+ * thread id (LOCK_THREADS; more are counted as drops). Owners followed
+ * while a wait lasts: a hash keyed by the owner's thread id
+ * (LOCK_OWNERS), each naming the first LOCK_PREEMPTERS tasks that held
+ * its CPU while it was runnable (the rest folded). Histograms: one per
+ * lock (thread group, futex address), slots handed out on first use,
+ * slot 0 the rest (slots used up). */
+#define LATMON_LOCK_THREADS 64
+#define LATMON_LOCK_OWNERS 64
+#define LATMON_LOCK_SERIES 64
+#define LATMON_LOCK_PREEMPTERS 4
+/* Where a wait's owner came from (struct latmon_lock_record's owner_from). */
+#define LATMON_LOCK_OWNER_NONE 0
+#define LATMON_LOCK_OWNER_PI 1	  /* the PI futex word's TID (FUTEX_TID_MASK) */
+#define LATMON_LOCK_OWNER_GLIBC 2 /* glibc pthread_mutex_t __data.__owner */
+#define LATMON_LOCK_OWNER_WAKER 3 /* the thread that woke the waiter */
+/* glibc's struct __pthread_mutex_s: int __lock, unsigned __count, int
+ * __owner, on x86_64, aarch64 and 32-bit arm alike (sysdeps/nptl/
+ * bits/struct_mutex.h): the owner's TID 8 bytes after the futex word. */
+#define LATMON_LOCK_GLIBC_OWNER_OFFSET 8
+
 #if !defined(__cplusplus)
 _Static_assert(LATMON_FUNC_MAX_DEPTH > 0 && (LATMON_FUNC_MAX_DEPTH & (LATMON_FUNC_MAX_DEPTH - 1)) == 0,
 	       "FUNC_MAX_DEPTH must be a power of two");
@@ -167,6 +189,7 @@ _Static_assert(LATMON_TS_CHAIN_IRQ_THREAD < LATMON_TIMER_SERIES, "timer series f
 _Static_assert(LATMON_ANAT_TASKS + LATMON_ANAT_IRQS + LATMON_SOFTIRQ_VECS + 4 <= LATMON_ANAT_MAX_CAUSES,
 	       "an anatomy's causes fit the wire bound");
 _Static_assert(LATMON_CS_EXEC < LATMON_CYCLE_SERIES, "cycle series fit the map");
+_Static_assert(LATMON_LOCK_SERIES > 1, "lock: slot 0 is the rest, at least one more");
 _Static_assert(LATMON_HIST_SUBS == 1 << LATMON_HIST_SUB_BITS, "SUBS = 2^SUB_BITS");
 _Static_assert(LATMON_HIST_BUCKETS == (LATMON_HIST_MAX_LOG2 - LATMON_HIST_SUB_BITS + 1) << LATMON_HIST_SUB_BITS,
 	       "BUCKETS must cover every power of two up to MAX_LOG2");
@@ -281,6 +304,12 @@ struct latmon_cycle_config {
 	__u32 filter_tid;   /* pid=TID, 0: any */
 	__u32 mutate;	    /* tests only: 1 charges execution to the wrong task */
 	__u32 timerfd;	    /* timerfd=true: follow loops reading a timerfd */
+	/* Syscall numbers of the target architecture (user space, from its
+	 * tables), -1: none there. */
+	__s32 nr_futex;
+	__s32 nr_futex_waitv;
+	__s32 nr_nanosleep;
+	__s32 nr_clock_nanosleep;
 	__u32 pad;
 	char filter_comm[LATMON_COMM_LEN];
 };
@@ -338,6 +367,63 @@ struct latmon_alert_cycle {
 	struct latmon_alert alert;
 	struct latmon_anatomy anat;
 	struct latmon_cycle_record cycle;
+};
+
+/* lock: the probe's configuration, set in rodata before load. */
+struct latmon_lock_config {
+	__u64 threshold_ns; /* threshold=: waits above it send a record, 0: none */
+	__u32 filter_tid;   /* pid=TID, 0: any */
+	__u32 mutate;	    /* tests only: 1 charges the owner's preempters to the owner */
+	char filter_comm[LATMON_COMM_LEN];
+	__u32 owner_walk; /* 1: find owners by the thread-group walk even where the kfunc is */
+	__u32 pad;
+};
+
+/* A lock series: the futex word's thread group and address (user space
+ * names it from the process's ELF symbols). */
+struct latmon_lock_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 uaddr;
+};
+
+/* A task that held the owner's CPU while the owner was runnable. */
+struct latmon_lock_task {
+	__u64 ns;     /* all its time there during the wait */
+	__u64 inv_ns; /* the part while its priority lay between the owner's
+		       * (effective, boosts included) and the waiter's */
+	__u32 pid;    /* thread id */
+	__u32 tgid;
+	__u32 policy; /* SCHED_* */
+	__s32 prio;   /* rt_priority for FIFO and RR, else the nice value */
+	char comm[LATMON_COMM_LEN];
+};
+
+/* A wait above threshold=, appended to struct latmon_alert
+ * (struct latmon_alert_lock). Times in ns. */
+struct latmon_lock_record {
+	__u64 uaddr;
+	__u64 start_ns;	    /* the wait's start (futex entry), CLOCK_MONOTONIC */
+	__u64 owner_run_ns; /* the owner's own time on a CPU during the wait */
+	__u64 rest_ns;	    /* preempters beyond LOCK_PREEMPTERS */
+	__u64 rest_inv_ns;  /* their part between the two priorities */
+	__u32 op;	    /* the futex command (FUTEX_WAIT, FUTEX_LOCK_PI, ...) */
+	__u32 slot;	    /* its series */
+	__u32 owner_from;   /* LATMON_LOCK_OWNER_* */
+	__u32 owner_tid;
+	__u32 owner_tgid;
+	__u32 owner_policy;
+	__s32 owner_prio;
+	__u32 waiter_policy;
+	__s32 waiter_prio;
+	__u32 pad;
+	char owner_comm[LATMON_COMM_LEN];
+	struct latmon_lock_task pre[LATMON_LOCK_PREEMPTERS];
+};
+
+struct latmon_alert_lock {
+	struct latmon_alert alert;
+	struct latmon_lock_record lock;
 };
 
 #endif /* __LATMON_H */

@@ -27,5 +27,10 @@ struct latmon_cycle_blocked shared_cycle_blocked;
 struct latmon_cycle_exec shared_cycle_exec;
 struct latmon_cycle_record shared_cycle_record;
 struct latmon_alert_cycle shared_alert_cycle;
+struct latmon_lock_config shared_lock_config;
+struct latmon_lock_key shared_lock_key;
+struct latmon_lock_task shared_lock_task;
+struct latmon_lock_record shared_lock_record;
+struct latmon_alert_lock shared_alert_lock;
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -169,3 +169,6 @@ pub mod timer {
 pub mod cycle {
     include!(concat!(env!("OUT_DIR"), "/cycle.skel.rs"));
 }
+pub mod lock {
+    include!(concat!(env!("OUT_DIR"), "/lock.skel.rs"));
+}

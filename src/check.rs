@@ -180,7 +180,7 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
             }
         }
         if let Some(u) = &c.user {
-            privs::resolve(u, c.group.as_deref()).map_err(anyhow::Error::msg)?;
+            privs::resolve(u, c.group.as_deref())?;
         }
         Ok(c)
     });
@@ -256,7 +256,7 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
                             });
                         }
                     }
-                    Err(e) => rep.measure_error = Some(e),
+                    Err(e) => rep.measure_error = Some(format!("BPF_ENABLE_STATS: {e}")),
                 }
             }
         }

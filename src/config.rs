@@ -45,7 +45,7 @@ impl fmt::Display for ConfigError {
             ),
             Self::UnknownProbeKind(s) => write!(
                 f,
-                "unknown probe kind {s:?}: expected runq, timer, irq, softirq, syscall[:NAME], chain, cycle, kfunc:FUNCTION or ufunc:PATH:SYMBOL"
+                "unknown probe kind {s:?}: expected runq, timer, irq, softirq, syscall[:NAME], chain, cycle, lock, kfunc:FUNCTION or ufunc:PATH:SYMBOL"
             ),
             Self::BadProbe { spec, why } => write!(f, "invalid probe spec {spec:?}: {why}"),
             Self::BadFile(s) => write!(f, "invalid config: {s}"),
@@ -110,6 +110,9 @@ pub enum ProbeKind {
         deadline: Option<Duration>,
         timerfd: bool,
     },
+    /// The futex waits of named threads, one series per lock; records
+    /// (with `threshold=`) name the owner and any priority inversion.
+    Lock,
 }
 
 /// A function in a user-space binary or shared library: `/path:SYMBOL`.
@@ -141,6 +144,7 @@ impl ProbeKind {
             Self::Kfunc(_) => Family::Kfunc,
             Self::Ufunc { .. } => Family::Ufunc,
             Self::Cycle { .. } => Family::Cycle,
+            Self::Lock => Family::Lock,
         }
     }
 
@@ -153,14 +157,17 @@ impl ProbeKind {
             Self::Kfunc(_) => &[Fentry, Kprobe],
             Self::Ufunc { .. } => &[Uprobe],
             // The timer wakeup path needs trusted task pointers (tp_btf).
-            Self::Timer | Self::Chain { .. } | Self::Cycle { .. } => &[TpBtf],
+            Self::Timer | Self::Chain { .. } | Self::Cycle { .. } | Self::Lock => &[TpBtf],
         }
     }
 
     /// Families whose series are reported as `NAME:SERIES` beside the family
     /// line (see probes::series).
     pub fn has_series(&self) -> bool {
-        matches!(self, Self::Syscall(None) | Self::Irq | Self::Softirq | Self::Chain { .. } | Self::Cycle { .. })
+        matches!(
+            self,
+            Self::Syscall(None) | Self::Irq | Self::Softirq | Self::Chain { .. } | Self::Cycle { .. } | Self::Lock
+        )
     }
 }
 
@@ -214,6 +221,7 @@ impl ProbeSpec {
             Family::Softirq => no_arg(ProbeKind::Softirq)?,
             Family::Chain => no_arg(ProbeKind::Chain { response: None })?,
             Family::Cycle => no_arg(ProbeKind::Cycle { period: None, deadline: None, timerfd: false })?,
+            Family::Lock => no_arg(ProbeKind::Lock)?,
             Family::Syscall => match arg {
                 None => ProbeKind::Syscall(None),
                 Some(n) if valid_ident(n) => ProbeKind::Syscall(Some(n.to_string())),
@@ -337,6 +345,9 @@ impl ProbeSpec {
         }
         if matches!(p.kind, ProbeKind::Cycle { .. }) && p.comm.is_none() && p.pid.is_none() {
             return Err(bad("cycle watches a periodic thread: give comm=NAME or pid=TID"));
+        }
+        if p.kind == ProbeKind::Lock && p.comm.is_none() && p.pid.is_none() {
+            return Err(bad("lock watches named threads' waits: give comm=NAME or pid=TID"));
         }
         Ok(p)
     }
@@ -668,6 +679,18 @@ mod tests {
         }
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO, "a zero needs no unit (check --measure 0)");
         assert_eq!(parse_duration(" 0 ").unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn lock_specs_name_their_threads() {
+        let p = ProbeSpec::parse("lock,comm=ctrl,threshold=300us").unwrap();
+        assert_eq!((p.kind.family(), p.kind.has_series(), p.comm.as_deref()), (Family::Lock, true, Some("ctrl")));
+        assert_eq!(p.ladder(), [Mechanism::TpBtf]);
+        assert_eq!(ProbeSpec::parse("lock,pid=42").unwrap().pid, Some(42));
+        let err = |s: &str| ProbeSpec::parse(s).unwrap_err().to_string();
+        assert!(err("lock").contains("give comm=NAME or pid=TID"), "{}", err("lock"));
+        assert!(err("lock:x,comm=c").contains("takes no ':' argument"));
+        assert!(err("lock,comm=c,attach=raw_tp").contains("lock attaches via tp_btf"));
     }
 
     #[test]

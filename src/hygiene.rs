@@ -66,28 +66,53 @@ pub fn parse_cpu_list(s: &str) -> Vec<u32> {
     out
 }
 
+/// Why a hygiene setting could not be applied; each names the setting.
+#[derive(Debug)]
+pub enum HygieneError {
+    /// `housekeeping_cpus` names no online CPU.
+    NoneOnline { cpus: Vec<u32>, online: Vec<u32> },
+    /// The system refused a setting (`setting` as the config writes it,
+    /// e.g. `nice = 10`).
+    Refused { setting: String, err: std::io::Error },
+}
+
+impl std::fmt::Display for HygieneError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HygieneError::NoneOnline { cpus, online } => {
+                write!(f, "housekeeping_cpus {cpus:?}: none of these CPUs is online (online: {online:?})")
+            }
+            HygieneError::Refused { setting, err } => write!(f, "{setting}: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for HygieneError {}
+
+/// `setting` refused with `err`.
+fn refused(setting: String, err: impl Into<std::io::Error>) -> HygieneError {
+    HygieneError::Refused { setting, err: err.into() }
+}
+
 /// Apply the config's affinity, policy and memory locking to the calling
 /// thread (and so to every thread created after). Errors name the setting.
-pub fn apply(cfg: &Config) -> Result<Applied, String> {
+pub fn apply(cfg: &Config) -> Result<Applied, HygieneError> {
     if !cfg.housekeeping_cpus.is_empty() {
         let online = online_cpu_list();
         let usable: Vec<u32> =
             cfg.housekeeping_cpus.iter().copied().filter(|c| online.is_empty() || online.contains(c)).collect();
         if usable.is_empty() {
-            return Err(format!(
-                "housekeeping_cpus {:?}: none of these CPUs is online (online: {online:?})",
-                cfg.housekeeping_cpus
-            ));
+            return Err(HygieneError::NoneOnline { cpus: cfg.housekeeping_cpus.clone(), online });
         }
         if usable.len() < cfg.housekeeping_cpus.len() {
             log::warn!("housekeeping_cpus {:?}: only {usable:?} are online; using those", cfg.housekeeping_cpus);
         }
         let mut set = nix::sched::CpuSet::new();
         for &c in &usable {
-            set.set(c as usize).map_err(|e| format!("housekeeping_cpus: CPU {c}: {e}"))?;
+            set.set(c as usize).map_err(|e| refused(format!("housekeeping_cpus: CPU {c}"), e))?;
         }
         nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-            .map_err(|e| format!("housekeeping_cpus {usable:?}: sched_setaffinity: {e}"))?;
+            .map_err(|e| refused(format!("housekeeping_cpus {usable:?}: sched_setaffinity"), e))?;
     }
     let (policy, name) = match cfg.sched {
         Sched::Other => (libc::SCHED_OTHER, "SCHED_OTHER"),
@@ -104,14 +129,14 @@ pub fn apply(cfg: &Config) -> Result<Applied, String> {
         libc::syscall(libc::SYS_sched_setscheduler, 0 as libc::pid_t, policy, &param as *const libc::sched_param)
     } != 0
     {
-        return Err(format!("sched = {name}: {}", std::io::Error::last_os_error()));
+        return Err(refused(format!("sched = {name}"), std::io::Error::last_os_error()));
     }
     if cfg.sched == Sched::Other {
         // On Linux PRIO_PROCESS with 0 is the calling thread; threads
         // created later inherit it.
         // SAFETY: plain syscall.
         if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, cfg.nice) } != 0 {
-            return Err(format!("nice = {}: {}", cfg.nice, std::io::Error::last_os_error()));
+            return Err(refused(format!("nice = {}", cfg.nice), std::io::Error::last_os_error()));
         }
     }
     let mut mlocked = false;
@@ -125,7 +150,7 @@ pub fn apply(cfg: &Config) -> Result<Applied, String> {
         }
         // SAFETY: plain syscall.
         if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
-            return Err(format!("mlockall = true: {}", std::io::Error::last_os_error()));
+            return Err(refused("mlockall = true".into(), std::io::Error::last_os_error()));
         }
         mlocked = true;
     }

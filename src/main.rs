@@ -193,13 +193,13 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     agent::block_signals()?;
     let cfg = run_config(&a)?;
     let identity = match &cfg.user {
-        Some(u) => Some(privs::resolve(u, cfg.group.as_deref()).map_err(anyhow::Error::msg).context("user/group")?),
+        Some(u) => Some(privs::resolve(u, cfg.group.as_deref()).context("user/group")?),
         None => None,
     };
-    let applied = hygiene::apply(&cfg).map_err(anyhow::Error::msg)?;
+    let applied = hygiene::apply(&cfg)?;
     log::info!("threads: {applied}");
     if identity.is_some() {
-        privs::prepare().map_err(anyhow::Error::msg).context("preparing the privilege drop")?;
+        privs::prepare().context("preparing the privilege drop")?;
     }
     let text = latmon_core::table::TextStyle {
         sort: latmon_core::table::SortBy::parse(&a.sort).unwrap_or_default(),

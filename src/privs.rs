@@ -75,12 +75,51 @@ pub fn member_of(group_text: &str, user: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Why resolving or dropping privileges failed.
+#[derive(Debug)]
+pub enum PrivError {
+    /// The user or group is not in /etc/passwd or /etc/group.
+    Unknown { what: &'static str, name: String, file: &'static str },
+    /// A file or system call failed: what was being done, and its error.
+    Sys { what: String, err: io::Error },
+    /// After the drop a thread still held privileges (each as
+    /// `task TID: field value`).
+    NotDropped(Vec<String>),
+}
+
+impl std::fmt::Display for PrivError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrivError::Unknown { what, name, file } => write!(f, "{what} {name:?} is not in {file}"),
+            PrivError::Sys { what, err } => write!(f, "{what}: {err}"),
+            PrivError::NotDropped(bad) => write!(f, "privileges not fully dropped: {}", bad.join("; ")),
+        }
+    }
+}
+
+/// The system error is in the message (not a `source`: a chain would
+/// print it twice).
+impl std::error::Error for PrivError {}
+
+/// `what` failed with `err`.
+fn sys(what: impl Into<String>) -> impl FnOnce(io::Error) -> PrivError {
+    let what = what.into();
+    move |err| PrivError::Sys { what, err }
+}
+
 /// Resolve from passwd and group texts (pure; tests).
-pub fn resolve_in(passwd: &str, group_text: &str, user: &str, group: Option<&str>) -> Result<Identity, String> {
-    let (name, uid, primary) =
-        passwd_lookup(passwd, user).ok_or_else(|| format!("user {user:?} is not in /etc/passwd"))?;
+pub fn resolve_in(passwd: &str, group_text: &str, user: &str, group: Option<&str>) -> Result<Identity, PrivError> {
+    let (name, uid, primary) = passwd_lookup(passwd, user).ok_or_else(|| PrivError::Unknown {
+        what: "user",
+        name: user.to_string(),
+        file: "/etc/passwd",
+    })?;
     let (gname, gid) = match group {
-        Some(g) => group_lookup(group_text, g).ok_or_else(|| format!("group {g:?} is not in /etc/group"))?,
+        Some(g) => group_lookup(group_text, g).ok_or_else(|| PrivError::Unknown {
+            what: "group",
+            name: g.to_string(),
+            file: "/etc/group",
+        })?,
         None => group_lookup(group_text, &primary.to_string()).unwrap_or_else(|| (primary.to_string(), primary)),
     };
     let mut groups = member_of(group_text, &name);
@@ -91,9 +130,9 @@ pub fn resolve_in(passwd: &str, group_text: &str, user: &str, group: Option<&str
 }
 
 /// Resolve `user`/`group` from /etc/passwd and /etc/group.
-pub fn resolve(user: &str, group: Option<&str>) -> Result<Identity, String> {
-    let passwd = std::fs::read_to_string("/etc/passwd").map_err(|e| format!("/etc/passwd: {e}"))?;
-    let groups = std::fs::read_to_string("/etc/group").map_err(|e| format!("/etc/group: {e}"))?;
+pub fn resolve(user: &str, group: Option<&str>) -> Result<Identity, PrivError> {
+    let passwd = std::fs::read_to_string("/etc/passwd").map_err(sys("/etc/passwd"))?;
+    let groups = std::fs::read_to_string("/etc/group").map_err(sys("/etc/group"))?;
     resolve_in(&passwd, &groups, user, group)
 }
 
@@ -164,21 +203,21 @@ fn cap_last_cap() -> u32 {
 /// Step 1 (before any thread exists): no new privileges, an empty
 /// bounding set, no inheritable or ambient capabilities. The effective and
 /// permitted sets stay: BPF loading is not affected.
-pub fn prepare() -> Result<(), String> {
-    prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
+pub fn prepare() -> Result<(), PrivError> {
+    prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(sys("PR_SET_NO_NEW_PRIVS"))?;
     // Ambient capabilities (not inherited past a uid change anyway).
     let _ = prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong);
     for cap in 0..=cap_last_cap() {
         match prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap)) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break, // beyond this kernel's last cap
-            Err(e) => return Err(format!("dropping capability {cap} from the bounding set: {e}")),
+            Err(e) => return Err(sys(format!("dropping capability {cap} from the bounding set"))(e)),
         }
     }
-    let cur = capget().map_err(|e| format!("capget: {e}"))?;
+    let cur = capget().map_err(sys("capget"))?;
     let keep = u64::from(cur[0].permitted) | (u64::from(cur[1].permitted) << 32);
     // Effective = permitted, inheritable = none.
-    capset(keep).map_err(|e| format!("capset (clear inheritable): {e}"))
+    capset(keep).map_err(sys("capset (clear inheritable)"))
 }
 
 /// The capability latmon must keep to use bpf() on its own fds, if any: on
@@ -227,35 +266,35 @@ pub fn held_in(status: &str) -> Held {
 
 /// Step 2: become `id`, keeping no capability (or only `keep_cap`).
 /// Verifies every thread of the process afterwards.
-pub fn drop_to(id: &Identity, keep_cap: Option<u32>) -> Result<Held, String> {
+pub fn drop_to(id: &Identity, keep_cap: Option<u32>) -> Result<Held, PrivError> {
     let gids: Vec<libc::gid_t> = id.groups.clone();
     // SAFETY: a valid array of gids.
     if unsafe { libc::setgroups(gids.len(), gids.as_ptr()) } != 0 {
-        return Err(format!("setgroups: {}", io::Error::last_os_error()));
+        return Err(sys("setgroups")(io::Error::last_os_error()));
     }
     if keep_cap.is_some() {
-        prctl(libc::PR_SET_KEEPCAPS, 1).map_err(|e| format!("PR_SET_KEEPCAPS: {e}"))?;
+        prctl(libc::PR_SET_KEEPCAPS, 1).map_err(sys("PR_SET_KEEPCAPS"))?;
     }
     // glibc runs set*id on every thread of the process.
     // SAFETY: plain syscalls wrappers.
     if unsafe { libc::setresgid(id.gid, id.gid, id.gid) } != 0 {
-        return Err(format!("setresgid({}): {}", id.gid, io::Error::last_os_error()));
+        return Err(sys(format!("setresgid({})", id.gid))(io::Error::last_os_error()));
     }
     // SAFETY: as above.
     if unsafe { libc::setresuid(id.uid, id.uid, id.uid) } != 0 {
-        return Err(format!("setresuid({}): {}", id.uid, io::Error::last_os_error()));
+        return Err(sys(format!("setresuid({})", id.uid))(io::Error::last_os_error()));
     }
     let keep = keep_cap.map_or(0, |c| 1u64 << c);
-    capset(keep).map_err(|e| format!("capset: {e}"))?;
+    capset(keep).map_err(sys("capset"))?;
     if keep_cap.is_some() {
         let _ = prctl(libc::PR_SET_KEEPCAPS, 0);
     }
-    prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
+    prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(sys("PR_SET_NO_NEW_PRIVS"))?;
     // Verify every thread: the main thread's view and each task's.
     let me = held_in(&std::fs::read_to_string("/proc/self/status").unwrap_or_default());
     let want_uid = format!("{0}\t{0}\t{0}\t{0}", id.uid);
     let mut bad = Vec::new();
-    for t in std::fs::read_dir("/proc/self/task").map_err(|e| e.to_string())?.map_while(Result::ok) {
+    for t in std::fs::read_dir("/proc/self/task").map_err(sys("/proc/self/task"))?.map_while(Result::ok) {
         let h = held_in(&std::fs::read_to_string(t.path().join("status")).unwrap_or_default());
         if h.uid != want_uid || h.cap_eff & !keep != 0 || h.cap_prm & !keep != 0 || h.cap_amb != 0 {
             bad.push(format!(
@@ -273,7 +312,7 @@ pub fn drop_to(id: &Identity, keep_cap: Option<u32>) -> Result<Held, String> {
         bad.push("setuid(0) still succeeds".into());
     }
     if !bad.is_empty() {
-        return Err(format!("privileges not fully dropped: {}", bad.join("; ")));
+        return Err(PrivError::NotDropped(bad));
     }
     Ok(me)
 }
@@ -295,8 +334,11 @@ mod tests {
         assert_eq!((id.uid, id.gid, id.groups.clone()), (65534, 65534, vec![65534]));
         let id = resolve_in(PASSWD, GROUP, "65534", Some("20")).unwrap();
         assert_eq!((id.user.as_str(), id.group.as_str(), id.gid), ("nobody", "dialout", 20));
-        assert!(resolve_in(PASSWD, GROUP, "ghost", None).unwrap_err().contains("not in /etc/passwd"));
-        assert!(resolve_in(PASSWD, GROUP, "latmon", Some("ghosts")).unwrap_err().contains("not in /etc/group"));
+        assert!(resolve_in(PASSWD, GROUP, "ghost", None).unwrap_err().to_string().contains("not in /etc/passwd"));
+        assert!(resolve_in(PASSWD, GROUP, "latmon", Some("ghosts"))
+            .unwrap_err()
+            .to_string()
+            .contains("not in /etc/group"));
         assert!(passwd_lookup(PASSWD, "broken").is_none());
     }
 

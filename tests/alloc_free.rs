@@ -120,6 +120,7 @@ fn emit_does_not_allocate(word: &str) {
             })
             .collect(),
         failed: Vec::new(),
+        thresholds_ns: Vec::new(),
     };
     let mut totals = busy_hists(n, 3);
     let report = IntervalReport {
@@ -180,6 +181,7 @@ fn text_output_emit_does_not_allocate() {
             interval_ns: 1_000_000_000,
             probes: (0..n).map(info).collect(),
             failed: Vec::new(),
+            thresholds_ns: Vec::new(),
         };
         let totals = busy_hists(n, 3);
         let errors = vec![0u64; n];
@@ -234,6 +236,7 @@ fn modbus_output_emit_does_not_allocate() {
             })
             .collect(),
         failed: Vec::new(),
+        thresholds_ns: Vec::new(),
     };
     let totals = busy_hists(n, 3);
     let mut r = IntervalReport {

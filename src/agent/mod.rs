@@ -149,7 +149,7 @@ impl Agent {
         // SAFETY: sysconf has no preconditions.
         let page_size = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
         let mut a = Agent {
-            session: session(&cfg, now, 0, Vec::new()),
+            session: session(&cfg, now, 0, Vec::new(), Vec::new()),
             cfg,
             slots,
             report: IntervalReport::default(),
@@ -222,8 +222,14 @@ impl Agent {
     /// and detach only).
     fn replan(&mut self) {
         let n = self.slots.len();
-        self.session =
-            session(&self.cfg, self.start_ns, self.generation, self.slots.iter().map(|s| s.info.clone()).collect());
+        let thresholds = self.slots.iter().map(|s| s.spec.threshold.map_or(0, |t| t.as_nanos() as u64)).collect();
+        self.session = session(
+            &self.cfg,
+            self.start_ns,
+            self.generation,
+            self.slots.iter().map(|s| s.info.clone()).collect(),
+            thresholds,
+        );
         self.session.failed.clone_from(&self.failed);
         self.report.probes.resize_with(n, ProbeReport::empty);
         self.totals.resize_with(n, Hist::default);
@@ -267,7 +273,7 @@ impl Agent {
         if self.cfg.mlockall {
             crate::hygiene::mlock_before_drop();
         }
-        let held = privs::drop_to(id, keep).map_err(anyhow::Error::msg)?;
+        let held = privs::drop_to(id, keep)?;
         self.privileged = false;
         match keep {
             None => log::info!(
@@ -292,7 +298,7 @@ impl Agent {
 
 /// The facts every output announces (Hello frames). `generation` counts
 /// reloads: a new probe table is a new session (new boot id).
-fn session(cfg: &Config, start_ns: u64, generation: u64, probes: Vec<ProbeInfo>) -> Session {
+fn session(cfg: &Config, start_ns: u64, generation: u64, probes: Vec<ProbeInfo>, thresholds_ns: Vec<u64>) -> Session {
     let uts = nix::sys::utsname::uname().ok();
     let kernel = uts.as_ref().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
     let kernel_boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
@@ -312,15 +318,17 @@ fn session(cfg: &Config, start_ns: u64, generation: u64, probes: Vec<ProbeInfo>)
         interval_ns: cfg.interval.as_nanos() as u64,
         probes,
         failed: Vec::new(),
+        thresholds_ns,
     }
 }
 
 /// `latmon check`'s self-measurement: each probe's BPF cost over `d`
 /// (BPF statistics on, probes attached, whatever the machine does
 /// meanwhile). Returns per probe `(cost, events counted)`, the wall time
-/// and online CPUs; Err when statistics cannot be enabled.
-pub fn measure(probes: &mut [Box<dyn Probe>], d: Duration) -> Result<(Vec<Cost>, u64, u32), String> {
-    let _guard = cost::enable_stats().map_err(|e| format!("BPF_ENABLE_STATS: {e}"))?;
+/// and online CPUs; Err (BPF_ENABLE_STATS's) when statistics cannot be
+/// enabled.
+pub fn measure(probes: &mut [Box<dyn Probe>], d: Duration) -> std::io::Result<(Vec<Cost>, u64, u32)> {
+    let _guard = cost::enable_stats()?;
     let mut table = CostTable::default();
     let progs: Vec<Vec<RawFd>> = probes.iter().map(|p| p.bpf_programs()).collect();
     table.rebuild(&progs);
@@ -369,9 +377,4 @@ pub fn require_bpf_privilege() -> Result<()> {
         "latmon must run as root (or with CAP_BPF and CAP_PERFMON): running as uid {} without them",
         nix::unistd::geteuid()
     )
-}
-
-/// Parse a `--interval`-style value for clap.
-pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    crate::config::parse_duration(s).map_err(|e| e.to_string())
 }

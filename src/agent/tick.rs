@@ -7,6 +7,7 @@ use std::os::unix::fs::FileExt;
 
 use latmon_core::causes::CauseSummary;
 use latmon_core::cycle::CycleEvent;
+use latmon_core::ident::ProbeId;
 use latmon_core::session::Tick;
 use latmon_core::summary::{AlertRecord, ProbeState};
 
@@ -16,10 +17,10 @@ use crate::sinks::Sink;
 
 /// A cycle probe's interval of missed time: the parts of its miss records
 /// drained this interval, summed by cause (core causes.rs).
-fn miss_causes(out: &mut CauseSummary, probe: &str, records: &[AlertRecord]) {
+fn miss_causes(out: &mut CauseSummary, probe: ProbeId, records: &[AlertRecord]) {
     out.begin_misses();
     let misses =
-        records.iter().filter(|a| a.probe == probe && a.cycle.as_ref().is_some_and(|c| c.event == CycleEvent::Miss));
+        records.iter().filter(|a| a.id == probe && a.cycle.as_ref().is_some_and(|c| c.event == CycleEvent::Miss));
     for a in misses {
         out.add_miss(a.latency_ns, a.anatomy.as_ref().map_or(&[][..], |an| &an.causes));
     }
@@ -46,7 +47,13 @@ impl Agent {
                     if last {
                         p.flush_alerts();
                     }
+                    let from = r.alert_records.len();
                     p.drain_alerts(&mut r.alert_records);
+                    // The records' identity from here to every output:
+                    // this slot's place in the report.
+                    for a in &mut r.alert_records[from..] {
+                        a.id = ProbeId::at(i);
+                    }
                     if let Err(e) = p.read(&mut s.cur) {
                         // Keep the previous snapshot: the next good read covers the gap.
                         log::warn!("{e}");
@@ -71,12 +78,13 @@ impl Agent {
             }
             if r.probes[i].cycle.is_some() {
                 let m = r.probes[i].miss_causes.get_or_insert_with(Default::default);
-                miss_causes(m, &s.info.name, &r.alert_records);
+                miss_causes(m, ProbeId::at(i), &r.alert_records);
             } else {
                 r.probes[i].miss_causes = None;
             }
             r.probes[i].fill(&s.info, &s.prev, &s.cur);
             r.probes[i].state = s.state;
+            r.probes[i].threshold_ns = self.session.thresholds_ns.get(i).copied().unwrap_or(0);
             // Series carry their family's spec (add_new_series).
             r.probes[i].hist = s.spec.hist;
             self.read_errors[i] = s.read_errors;
@@ -232,9 +240,10 @@ mod tests {
 
     use super::*;
 
-    fn rec(probe: &str, event: Option<CycleEvent>, latency_ns: u64, running_ns: u64) -> AlertRecord {
+    fn rec(probe: u16, event: Option<CycleEvent>, latency_ns: u64, running_ns: u64) -> AlertRecord {
         AlertRecord {
-            probe: probe.into(),
+            id: ProbeId(probe),
+            probe: format!("p{probe}"),
             pid: 1,
             tid: 1,
             comm: "loop".into(),
@@ -263,19 +272,19 @@ mod tests {
     #[test]
     fn only_the_probes_own_misses_count_in_its_missed_time() {
         let records = [
-            rec("loop", Some(CycleEvent::Miss), 1_500_000, 1_200_000),
-            rec("loop", Some(CycleEvent::Overrun), 1_000_000, 1_000_000),
-            rec("loop", Some(CycleEvent::Response), 900_000, 900_000),
-            rec("other", Some(CycleEvent::Miss), 2_000_000, 2_000_000),
-            rec("loop", None, 3_000_000, 3_000_000),
-            rec("loop", Some(CycleEvent::Miss), 1_100_000, 100_000),
+            rec(0, Some(CycleEvent::Miss), 1_500_000, 1_200_000),
+            rec(0, Some(CycleEvent::Overrun), 1_000_000, 1_000_000),
+            rec(0, Some(CycleEvent::Response), 900_000, 900_000),
+            rec(1, Some(CycleEvent::Miss), 2_000_000, 2_000_000),
+            rec(0, None, 3_000_000, 3_000_000),
+            rec(0, Some(CycleEvent::Miss), 1_100_000, 100_000),
         ];
         let mut c = CauseSummary::default();
-        miss_causes(&mut c, "loop", &records);
+        miss_causes(&mut c, ProbeId(0), &records);
         assert_eq!((c.alerts, c.alerted_ns), (2, 2_600_000));
         let got: Vec<(CauseId, u64)> = c.causes.iter().map(|x| (x.id, x.ns)).collect();
         assert_eq!(got, [(CauseId::Other, 1_300_000), (CauseId::Running, 1_300_000)]);
-        miss_causes(&mut c, "loop", &records[1..5]);
+        miss_causes(&mut c, ProbeId(0), &records[1..5]);
         assert_eq!((c.alerts, c.total_alerts, c.causes.len()), (0, 2, 0));
     }
 }

@@ -9,20 +9,20 @@ pub mod source;
 use std::io::{self, IsTerminal};
 use std::time::Duration;
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use latmon_core::wire::LinkStats;
 
 /// `latmon decode SOURCE`: a JSON line per frame on stdout until the
 /// source ends (or `duration` passes); link statistics on stderr.
 pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
-    let mut src = source::open(word, false).map_err(|e| anyhow!(e))?;
+    let mut src = source::open(word, false)?;
     latmon_core::receiver::run_decode(&mut src, duration, &mut io::stdout().lock(), &mut io::stderr())
 }
 
 /// `latmon view SOURCE`: the plain screen, redrawn as frames arrive; on a
 /// terminal, fitted to its size (every family line on it).
 pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
-    let mut src = source::open(word, true).map_err(|e| anyhow!(e))?;
+    let mut src = source::open(word, true)?;
     let tty = io::stdout().is_terminal();
     let replay = word == "-" || word.starts_with("file:");
     let size = || {

@@ -14,7 +14,7 @@ use serialport::TTYPort;
 
 use crate::sinks::link::REOPEN_PERIOD;
 use crate::sinks::serial;
-use crate::sinks::spec::{Endpoint, LinkSpec};
+use crate::sinks::spec::{Endpoint, LinkSpec, SpecError};
 
 /// How long one read waits before reporting `Idle` (views redraw then).
 pub const READ_WAIT: Duration = Duration::from_millis(250);
@@ -40,17 +40,42 @@ pub struct Source {
     last_err: String,
 }
 
+/// Why a SOURCE word could not be opened.
+#[derive(Debug)]
+pub enum SourceError {
+    /// The word does not parse.
+    Spec(SpecError),
+    /// The word has an option only outputs take (`clients=`).
+    OutputOption { word: String },
+    /// Opening, connecting or binding failed (`what`: `""`, `connect: `,
+    /// `bind: `).
+    Io { word: String, what: &'static str, err: std::io::Error },
+}
+
+impl std::fmt::Display for SourceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceError::Spec(e) => e.fmt(f),
+            SourceError::OutputOption { word } => write!(f, "source {word}: clients= is an option of outputs"),
+            SourceError::Io { word, what, err } => write!(f, "source {word}: {what}{err}"),
+        }
+    }
+}
+
+impl std::error::Error for SourceError {}
+
 /// Open a SOURCE word. With `follow`, closed connections are reopened;
 /// serial lines are always reopened (unplugging is normal for them).
-pub fn open(word: &str, follow: bool) -> Result<Source, String> {
-    let spec = LinkSpec::parse(word).map_err(|e| e.to_string())?;
+pub fn open(word: &str, follow: bool) -> Result<Source, SourceError> {
+    let spec = LinkSpec::parse(word).map_err(SourceError::Spec)?;
     if spec.clients.is_some() {
-        return Err(format!("source {word}: clients= is an option of outputs"));
+        return Err(SourceError::OutputOption { word: word.into() });
     }
+    let io = |what: &'static str| move |err: std::io::Error| SourceError::Io { word: word.into(), what, err };
     let name = spec.endpoint.to_string();
     let kind = match spec.endpoint {
         Endpoint::Stdio => Kind::Stdin,
-        Endpoint::File(p) => Kind::File(File::open(&p).map_err(|e| format!("source {word}: {e}"))?),
+        Endpoint::File(p) => Kind::File(File::open(&p).map_err(io(""))?),
         Endpoint::Tcp(a) => {
             let s = match connect_tcp(&a) {
                 Ok(s) => Some(s),
@@ -58,7 +83,7 @@ pub fn open(word: &str, follow: bool) -> Result<Source, String> {
                     log::warn!("source {name}: {e}; retrying");
                     None
                 }
-                Err(e) => return Err(format!("source {word}: connect: {e}")),
+                Err(e) => return Err(io("connect: ")(e)),
             };
             Kind::Tcp(a, s)
         }
@@ -69,7 +94,7 @@ pub fn open(word: &str, follow: bool) -> Result<Source, String> {
                     log::warn!("source {name}: {e}; retrying");
                     None
                 }
-                Err(e) => return Err(format!("source {word}: connect: {e}")),
+                Err(e) => return Err(io("connect: ")(e)),
             };
             Kind::Unix(p, s)
         }
@@ -87,8 +112,8 @@ pub fn open(word: &str, follow: bool) -> Result<Source, String> {
             Kind::Serial(s, port)
         }
         Endpoint::Udp(a) => {
-            let s = UdpSocket::bind(&a).map_err(|e| format!("source {word}: bind: {e}"))?;
-            s.set_read_timeout(Some(READ_WAIT)).map_err(|e| e.to_string())?;
+            let s = UdpSocket::bind(&a).map_err(io("bind: "))?;
+            s.set_read_timeout(Some(READ_WAIT)).map_err(io("bind: "))?;
             Kind::Udp(s)
         }
     };

@@ -22,6 +22,7 @@ use latmon_core::summary::AlertRecord;
 use libbpf_rs::{MapCore, MapHandle, MapMut, OpenMapMut, PerfBufferBuilder, RingBufferBuilder};
 
 use super::common::libbpf_error;
+use super::common::LoadError;
 use super::tallies::{CauseTallies, IrqNames, TaskComms};
 use super::ReadError;
 use crate::bpf::limits::{
@@ -102,6 +103,8 @@ impl latmon_alert {
     /// The summary's record of this alert, from probe `probe`.
     fn record(&self, probe: String) -> AlertRecord {
         AlertRecord {
+            // The agent stamps the id as it drains the probe's records.
+            id: latmon_core::ident::ProbeId::NONE,
             probe,
             pid: self.pid,
             tid: self.tid,
@@ -180,7 +183,7 @@ impl AlertFeed {
         ringbuf: bool,
         names: Vec<String>,
         decode: DecodeAlert,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, LoadError> {
         let n = names.len();
         let queue = Arc::new(Mutex::new(AlertQueue {
             per_probe: vec![VecDeque::new(); n],
@@ -188,7 +191,7 @@ impl AlertFeed {
             ..Default::default()
         }));
         let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), String>>(1);
+        let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), LoadError>>(1);
         let flush = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
         let comms = Arc::new(Mutex::new(TaskComms::default()));
         let (q, st, fl, cm) = (Arc::clone(&queue), Arc::clone(&stop), Arc::clone(&flush), Arc::clone(&comms));
@@ -256,12 +259,12 @@ impl AlertFeed {
                     let _ = pb.consume();
                 }
             })
-            .map_err(|e| format!("spawn alert reader: {e}"))?;
+            .map_err(|e| LoadError::Os(format!("spawn alert reader: {e}")))?;
         let feed = AlertFeed { flush, queue, stop, thread: Some(thread), comms };
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(feed),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err("alert reader thread ended early".into()),
+            Err(_) => Err(LoadError::Os("alert reader thread ended early".into())),
         }
     }
 
@@ -322,7 +325,7 @@ fn policy_of_class(class: u32, now: Policy) -> Option<Policy> {
 
 /// Thread `tid`'s policy now, and its priority as anatomies give it
 /// (rt_priority for FIFO and RR, else the nice value); None: it is gone.
-fn thread_sched(tid: u32) -> Option<(Policy, i32)> {
+pub(crate) fn thread_sched(tid: u32) -> Option<(Policy, i32)> {
     let tid = libc::pid_t::try_from(tid).ok()?;
     // SAFETY: plain syscalls on a valid pointer; errors are checked.
     unsafe {
@@ -431,7 +434,7 @@ pub(crate) fn keep_alert_buffer<'a>(
     ring: &mut OpenMapMut<'a>,
     perf: &mut OpenMapMut<'a>,
     ringbuf: bool,
-) -> Result<(), String> {
+) -> Result<(), LoadError> {
     if ringbuf { perf } else { ring }.set_autocreate(false).map_err(|e| libbpf_error("alert buffer", &e))
 }
 
@@ -475,7 +478,7 @@ impl Alerts {
         let map = if ringbuf { maps.ring } else { maps.perf };
         let handle = MapHandle::try_from(map).map_err(|e| ReadError::libbpf("alert buffer", &e))?;
         let names = names(maps.drops.max_entries() as usize);
-        let feed = AlertFeed::spawn(handle, ringbuf, names, decode).map_err(ReadError::Feed)?;
+        let feed = AlertFeed::spawn(handle, ringbuf, names, decode).map_err(|e| ReadError::Feed(e.to_string()))?;
         Ok(Alerts { feed: Some(feed), drops, causes: None })
     }
 
@@ -621,6 +624,7 @@ mod tests {
             ns: 5,
         };
         let mut rec = AlertRecord {
+            id: latmon_core::ident::ProbeId::NONE,
             probe: "runq".into(),
             pid: 1,
             tid: 1,

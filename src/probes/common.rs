@@ -30,7 +30,7 @@ pub enum ProbeError {
     /// The kernel lacks something the probe needs (BTF, a config option).
     KernelFeature { probe: String, what: String },
     /// Every mechanism of the attach ladder failed; one reason per rung.
-    Attach { probe: String, tried: Vec<(Mechanism, String)> },
+    Attach { probe: String, tried: Vec<(Mechanism, LoadError)> },
     /// Reading the probe's maps failed.
     Read { probe: String, why: super::percpu::ReadError },
     /// What the probe points at does not exist: a binary, a symbol in it,
@@ -66,6 +66,84 @@ impl fmt::Display for ProbeError {
 }
 
 impl std::error::Error for ProbeError {}
+
+/// Why one rung of a probe's attach ladder failed: its object did not
+/// open, load or attach. Callers branch on the libbpf case (func and
+/// timer recognise a missing uprobe symbol, func names the usual fentry
+/// and kprobe refusals); the rest is said to the user as it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// libbpf refused `step` (open, load, attach NAME, share map NAME):
+    /// its error and its last warning line, which names the cause that
+    /// libbpf-rs's outer context ("failed to attach BPF program") lacks.
+    Libbpf { step: String, err: String, warning: String },
+    /// The rung needs CO-RE and the kernel has no BTF.
+    NoBtf(String),
+    /// A tracefs record format the no-BTF build lays its reads out from.
+    Format(crate::tpformat::FormatError),
+    /// A map of the loaded object cannot be read.
+    Read(super::percpu::ReadError),
+    /// The object lacks a section or program its build always has.
+    Object(String),
+    /// Said in words already: the kernel refuses the mechanism.
+    Refused(String),
+    /// What the probe points at is not there: a binary, a symbol in it.
+    Target(String),
+    /// LATMON_SKIP_ATTACH named the rung.
+    Skipped,
+    /// The operating system refused a resource (a thread).
+    Os(String),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Libbpf { step, err, warning } if warning.is_empty() => write!(f, "{step}: {err}"),
+            Self::Libbpf { step, err, warning } => write!(f, "{step}: {err} (libbpf: {warning})"),
+            Self::Format(e) => e.fmt(f),
+            Self::Read(e) => e.fmt(f),
+            Self::NoBtf(why) | Self::Object(why) | Self::Refused(why) | Self::Target(why) | Self::Os(why) => {
+                f.write_str(why)
+            }
+            Self::Skipped => f.write_str("skipped (LATMON_SKIP_ATTACH)"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+impl From<crate::tpformat::FormatError> for LoadError {
+    fn from(e: crate::tpformat::FormatError) -> Self {
+        Self::Format(e)
+    }
+}
+
+impl From<super::percpu::ReadError> for LoadError {
+    fn from(e: super::percpu::ReadError) -> Self {
+        Self::Read(e)
+    }
+}
+
+/// Why `btf_path` cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BtfPathError {
+    Missing(std::path::PathBuf),
+    Nul,
+    SetTwice,
+}
+
+impl fmt::Display for BtfPathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Missing(p) => write!(f, "btf_path {}: no such file", p.display()),
+            Self::Nul => f.write_str("btf_path contains NUL"),
+            Self::SetTwice => f.write_str("btf_path set twice"),
+        }
+    }
+}
+
+impl std::error::Error for BtfPathError {}
 
 /// A running probe: attached programs plus the maps to read.
 ///
@@ -120,7 +198,7 @@ pub trait Probe {
 pub(crate) fn ladder<T>(
     probe: &str,
     rungs: &[Mechanism],
-    mut attempt: impl FnMut(Mechanism) -> Result<T, String>,
+    mut attempt: impl FnMut(Mechanism) -> Result<T, LoadError>,
 ) -> Result<(T, Mechanism), ProbeError> {
     let mut tried = Vec::new();
     // LATMON_SKIP_ATTACH=tp_btf,fentry skips rungs: how the fallback paths
@@ -129,7 +207,7 @@ pub(crate) fn ladder<T>(
     let skip = std::env::var("LATMON_SKIP_ATTACH").unwrap_or_default();
     for &rung in rungs {
         if skip.split(',').any(|s| s.trim() == rung.as_str()) {
-            tried.push((rung, "skipped (LATMON_SKIP_ATTACH)".to_string()));
+            tried.push((rung, LoadError::Skipped));
             continue;
         }
         clear_libbpf_warning();
@@ -241,8 +319,8 @@ pub(crate) fn set_tp_field(
     format: &crate::tpformat::Format,
     name: &str,
     sizes: &'static [u32],
-) -> Result<crate::tpformat::TpField, String> {
-    let f = crate::tpformat::TpField::of(format, name, sizes).map_err(|e| e.to_string())?;
+) -> Result<crate::tpformat::TpField, LoadError> {
+    let f = crate::tpformat::TpField::of(format, name, sizes)?;
     dst.offset = f.offset;
     dst.size = f.size;
     dst.is_signed = u8::from(f.signed);
@@ -276,8 +354,8 @@ pub(crate) fn tp_family_build(mech: Mechanism) -> BtfMode {
 }
 
 /// The reason a CO-RE rung cannot run without kernel types.
-pub(crate) fn needs_btf(family: Family) -> String {
-    format!("{}; {family} via tp_btf/raw_tp needs CO-RE (use attach=tracepoint)", no_btf_reason())
+pub(crate) fn needs_btf(family: Family) -> LoadError {
+    LoadError::NoBtf(format!("{}; {family} via tp_btf/raw_tp needs CO-RE (use attach=tracepoint)", no_btf_reason()))
 }
 
 /// `mode` of a probe running a no-BTF tracepoint build.
@@ -286,13 +364,13 @@ pub(crate) const TP_LAYOUT: &str = "layout from tracefs format";
 /// Attach the loaded programs `names`, in that order (order matters when a
 /// later program relies on an earlier one already running), and return the
 /// links in reverse, so dropping them detaches in the opposite order.
-pub(crate) fn attach_in_order(object: &Object, names: &[&str]) -> Result<Vec<Link>, String> {
+pub(crate) fn attach_in_order(object: &Object, names: &[&str]) -> Result<Vec<Link>, LoadError> {
     let mut links = Vec::with_capacity(names.len());
     for &name in names {
         let prog = object
             .progs_mut()
             .find(|p| p.name().to_string_lossy() == name)
-            .ok_or_else(|| format!("no program {name} in the object"))?;
+            .ok_or_else(|| LoadError::Object(format!("no program {name} in the object")))?;
         links.push(prog.attach().map_err(|e| libbpf_error(&format!("attach {name}"), &e))?);
     }
     links.reverse();
@@ -340,13 +418,9 @@ pub(crate) fn clear_libbpf_warning() {
 }
 
 /// `what: err (libbpf: last warning)`, for errors that reach users.
-pub(crate) fn libbpf_error(what: &str, err: &dyn fmt::Display) -> String {
-    let last = LAST_LIBBPF_WARNING.lock().map(|l| l.clone()).unwrap_or_default();
-    if last.is_empty() {
-        format!("{what}: {err}")
-    } else {
-        format!("{what}: {err} (libbpf: {last})")
-    }
+pub(crate) fn libbpf_error(what: &str, err: &dyn fmt::Display) -> LoadError {
+    let warning = LAST_LIBBPF_WARNING.lock().map(|l| l.clone()).unwrap_or_default();
+    LoadError::Libbpf { step: what.to_string(), err: err.to_string(), warning }
 }
 
 /// Tracepoint and uprobe attachment (and tracefs record formats) need
@@ -369,12 +443,12 @@ pub fn ensure_tracefs() {
 static BTF_PATH: OnceLock<CString> = OnceLock::new();
 
 /// Use `path` as the kernel's BTF for CO-RE relocations.
-pub fn set_btf_path(path: &std::path::Path) -> Result<(), String> {
+pub fn set_btf_path(path: &std::path::Path) -> Result<(), BtfPathError> {
     if !path.is_file() {
-        return Err(format!("btf_path {}: no such file", path.display()));
+        return Err(BtfPathError::Missing(path.to_path_buf()));
     }
-    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "btf_path contains NUL".to_string())?;
-    BTF_PATH.set(c).map_err(|_| "btf_path set twice".to_string())
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| BtfPathError::Nul)?;
+    BTF_PATH.set(c).map_err(|_| BtfPathError::SetTwice)
 }
 
 /// The fds of an object's loaded programs (those autoloaded), for cost

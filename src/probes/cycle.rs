@@ -18,6 +18,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
+use super::common::LoadError;
 use super::series::{Family, Role, Slot, Source};
 use super::{attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, Probe, ProbeError};
 use super::{PerCpuHist, ReadError};
@@ -263,7 +264,7 @@ fn nanos(d: Option<std::time::Duration>) -> u64 {
     d.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<CycleSkel<'static>>, Vec<Link>), String> {
+fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<CycleSkel<'static>>, Vec<Link>), LoadError> {
     let (period, deadline, timerfd) = match &spec.kind {
         ProbeKind::Cycle { period, deadline, timerfd } => (nanos(*period), nanos(*deadline), *timerfd),
         _ => (0, 0, false),
@@ -277,7 +278,7 @@ fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<CycleSkel<'static>>, V
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open =
             CycleSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
-        let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
         ro.cfg.period_ns = period;
         ro.cfg.deadline_ns = if deadline > 0 { deadline } else { period };
         ro.cfg.threshold_ns = threshold_ns(spec);
@@ -285,10 +286,10 @@ fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<CycleSkel<'static>>, V
         ro.cfg.mutate = u32::from(std::env::var(MUTATE_ENV).as_deref() == Ok("1"));
         ro.cfg.timerfd = u32::from(timerfd);
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
-        ro.nr_futex = nr("futex");
-        ro.nr_futex_waitv = nr("futex_waitv");
-        ro.nr_nanosleep = nr("nanosleep");
-        ro.nr_clock_nanosleep = nr("clock_nanosleep");
+        ro.cfg.nr_futex = nr("futex");
+        ro.cfg.nr_futex_waitv = nr("futex_waitv");
+        ro.cfg.nr_nanosleep = nr("nanosleep");
+        ro.cfg.nr_clock_nanosleep = nr("clock_nanosleep");
         ro.use_ringbuf = ringbuf;
         ro.anatomy = true;
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;

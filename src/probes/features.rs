@@ -9,6 +9,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapHandle, MapType, OpenObject};
 use serde::Serialize;
 
+use super::common::LoadError;
 use super::common::{clear_libbpf_warning, libbpf_error, Owned};
 use crate::bpf::features::{FeaturesSkel, FeaturesSkelBuilder};
 
@@ -74,7 +75,7 @@ pub fn detect() -> Vec<KindStatus> {
                 Feature::Ringbuf => try_ringbuf(),
                 Feature::Attach(m) => try_prog(m),
             };
-            KindStatus { kind, ok: r.is_ok(), error: r.err().unwrap_or_default() }
+            KindStatus { kind, ok: r.is_ok(), error: r.err().map(|e| e.to_string()).unwrap_or_default() }
         })
         .collect()
 }
@@ -87,26 +88,27 @@ pub extern "C" fn latmon_uprobe_target() -> u64 {
 }
 
 /// Load and attach bpf/features.bpf.c's `feat_MECHANISM` program.
-fn try_prog(kind: Mechanism) -> Result<(), String> {
+fn try_prog(kind: Mechanism) -> Result<(), LoadError> {
     let want = format!("feat_{kind}");
-    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<FeaturesSkel<'static>, String> {
-        let mut open = FeaturesSkelBuilder::default()
-            .open_opts(super::common::open_opts(), storage)
-            .map_err(|e| libbpf_error("open", &e))?;
-        for mut prog in open.open_object_mut().progs_mut() {
-            let on = prog.name().to_string_lossy() == want;
-            prog.set_autoload(on);
-        }
-        open.load().map_err(|e| libbpf_error("load", &e))
-    })?;
+    let skel =
+        Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<FeaturesSkel<'static>, LoadError> {
+            let mut open = FeaturesSkelBuilder::default()
+                .open_opts(super::common::open_opts(), storage)
+                .map_err(|e| libbpf_error("open", &e))?;
+            for mut prog in open.open_object_mut().progs_mut() {
+                let on = prog.name().to_string_lossy() == want;
+                prog.set_autoload(on);
+            }
+            open.load().map_err(|e| libbpf_error("load", &e))
+        })?;
     let prog = skel
         .object()
         .progs_mut()
         .find(|p| p.name().to_string_lossy() == want)
-        .ok_or_else(|| format!("no program {want}"))?;
+        .ok_or_else(|| LoadError::Object(format!("no program {want}")))?;
     let _link = if kind == Mechanism::Uprobe {
         let offset = own_file_offset(latmon_uprobe_target as *const () as usize)
-            .ok_or("cannot locate latmon's own text in /proc/self/maps")?;
+            .ok_or_else(|| LoadError::Object("cannot locate latmon's own text in /proc/self/maps".into()))?;
         prog.attach_uprobe(false, std::process::id() as i32, "/proc/self/exe", offset)
     } else {
         prog.attach()
@@ -135,12 +137,12 @@ pub(crate) fn percpu_lookup() -> bool {
 }
 
 /// Whether this kernel has BPF ring buffers (creates and drops one).
-pub(crate) fn try_ringbuf() -> Result<(), String> {
+pub(crate) fn try_ringbuf() -> Result<(), LoadError> {
     let mut opts = super::common::zeroed_opts::<libbpf_rs::libbpf_sys::bpf_map_create_opts>();
     opts.sz = size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _;
     MapHandle::create(MapType::RingBuf, Some("latmon_feat"), 0, 0, 4096, &opts)
         .map(drop)
-        .map_err(|e| format!("create: {e}"))
+        .map_err(|e| LoadError::Refused(format!("create: {e}")))
 }
 
 /// File offset of a code address of this process (what uprobes take),

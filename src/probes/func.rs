@@ -18,8 +18,8 @@
 //! each probe reports which (`ProbeInfo::btf_mode`). Everything past
 //! loading uses libbpf-rs handles common to both builds (`Loaded`), and
 //! reads histograms, drop counters and alert records through the generated
-//! types of latmon.h (the two builds differ only in `open_core` /
-//! `open_nobtf` and their `Loaded` impls).
+//! types of latmon.h (the two builds differ only in their skeleton types,
+//! for which `open_func!` and `impl_loaded!` stamp one body each).
 //!
 //! Attach ladder, per probe:
 //! - kfunc: fentry/fexit (a copy of the object holding just that pair,
@@ -43,6 +43,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{KprobeOpts, Link, MapMut, OpenObject, ProgramMut, UprobeOpts};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
+use super::common::LoadError;
 use super::common::{clear_libbpf_warning, ladder, libbpf_error, set_comm, threshold_ns, Owned, Probe, ProbeError};
 use super::PerCpuHist;
 use crate::bpf::func::{FuncSkel, FuncSkelBuilder, OpenFuncSkel};
@@ -106,62 +107,54 @@ impl SetConfig<'_> {
     }
 }
 
-/// Open a copy of the CO-RE object, configured by `cfg`.
-fn open_core(
-    storage: &'static mut MaybeUninit<OpenObject>,
-    cfg: &SetConfig<'_>,
-    fentry_probe_id: u32,
-) -> Result<OpenFuncSkel<'static>, String> {
-    let mut open = FuncSkelBuilder::default()
-        .open_opts(super::common::open_opts(), storage)
-        .map_err(|e| libbpf_error("open func", &e))?;
-    let ro = open.maps.rodata_data.as_deref_mut().ok_or("func object has no rodata")?;
-    let ro = Rodata {
-        nr_probes: &mut ro.nr_probes,
-        fentry_probe_id: &mut ro.fentry_probe_id,
-        use_ringbuf: &mut ro.use_ringbuf,
-        filter_tgid: &mut ro.filter_tgid,
-        filter_comm: &mut ro.filter_comm,
-        threshold_ns: &mut ro.threshold_ns,
+/// Opens a copy of a func object and configures it by `cfg`. The CO-RE
+/// and no-BTF skeletons are distinct generated types with the same fields,
+/// which a generic cannot name: one body, stamped per build.
+macro_rules! open_func {
+    ($name:ident, $builder:ident, $open:ident) => {
+        fn $name(
+            storage: &'static mut MaybeUninit<OpenObject>,
+            cfg: &SetConfig<'_>,
+            fentry_probe_id: u32,
+        ) -> Result<$open<'static>, LoadError> {
+            let mut open = $builder::default()
+                .open_opts(super::common::open_opts(), storage)
+                .map_err(|e| libbpf_error("open func", &e))?;
+            let ro = open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .ok_or_else(|| LoadError::Object("func object has no rodata".into()))?;
+            let ro = Rodata {
+                nr_probes: &mut ro.nr_probes,
+                fentry_probe_id: &mut ro.fentry_probe_id,
+                use_ringbuf: &mut ro.use_ringbuf,
+                filter_tgid: &mut ro.filter_tgid,
+                filter_comm: &mut ro.filter_comm,
+                threshold_ns: &mut ro.threshold_ns,
+            };
+            cfg.apply(ro, fentry_probe_id);
+            keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, cfg.use_ringbuf)?;
+            Ok(open)
+        }
     };
-    cfg.apply(ro, fentry_probe_id);
-    keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, cfg.use_ringbuf)?;
-    Ok(open)
 }
 
-/// Open the no-BTF object, configured by `cfg` (no fentry copies).
-fn open_nobtf(
-    storage: &'static mut MaybeUninit<OpenObject>,
-    cfg: &SetConfig<'_>,
-) -> Result<OpenFuncNobtfSkel<'static>, String> {
-    let mut open = FuncNobtfSkelBuilder::default()
-        .open_opts(super::common::open_opts(), storage)
-        .map_err(|e| libbpf_error("open func", &e))?;
-    let ro = open.maps.rodata_data.as_deref_mut().ok_or("func object has no rodata")?;
-    let ro = Rodata {
-        nr_probes: &mut ro.nr_probes,
-        fentry_probe_id: &mut ro.fentry_probe_id,
-        use_ringbuf: &mut ro.use_ringbuf,
-        filter_tgid: &mut ro.filter_tgid,
-        filter_comm: &mut ro.filter_comm,
-        threshold_ns: &mut ro.threshold_ns,
-    };
-    cfg.apply(ro, 0);
-    keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, cfg.use_ringbuf)?;
-    Ok(open)
-}
+open_func!(open_core, FuncSkelBuilder, OpenFuncSkel);
+// The no-BTF build has no fentry copies: its fentry_probe_id stays 0.
+open_func!(open_nobtf, FuncNobtfSkelBuilder, OpenFuncNobtfSkel);
 
 /// The set's object of either build (`open` opens a configured copy):
 /// loaded with the programs `wanted` says.
 fn load_build<O>(
-    open: impl FnOnce(&'static mut MaybeUninit<OpenObject>) -> Result<O, String>,
+    open: impl FnOnce(&'static mut MaybeUninit<OpenObject>) -> Result<O, LoadError>,
     wanted: &dyn Fn(&str) -> bool,
-) -> Result<Box<dyn Loaded>, String>
+) -> Result<Box<dyn Loaded>, LoadError>
 where
     O: OpenSkel<'static>,
     Owned<O::Output>: Loaded + 'static,
 {
-    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<O::Output, String> {
+    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<O::Output, LoadError> {
         let mut open = open(storage)?;
         for mut prog in open.open_object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
@@ -172,55 +165,39 @@ where
     Ok(Box::new(skel))
 }
 
-impl Loaded for Owned<FuncSkel<'static>> {
-    fn progs(&self) -> Progs<'_> {
-        let p = &self.progs;
-        Progs {
-            kentry: &p.func_kentry,
-            kexit: &p.func_kexit,
-            uentry: &p.func_uentry,
-            uexit: &p.func_uexit,
-            task_exit: &p.func_task_exit,
-        }
-    }
+/// `Loaded` for a build's skeleton: both builds name their programs and
+/// maps alike.
+macro_rules! impl_loaded {
+    ($skel:ident) => {
+        impl Loaded for Owned<$skel<'static>> {
+            fn progs(&self) -> Progs<'_> {
+                let p = &self.progs;
+                Progs {
+                    kentry: &p.func_kentry,
+                    kexit: &p.func_kexit,
+                    uentry: &p.func_uentry,
+                    uexit: &p.func_uexit,
+                    task_exit: &p.func_task_exit,
+                }
+            }
 
-    fn maps(&self) -> Maps<'_> {
-        let m = &self.maps;
-        Maps {
-            hist: &m.func_hist,
-            stamps: &m.func_stamps,
-            alert_tat: &m.alert_tat,
-            alert_drops: &m.alert_drops,
-            alerts: &m.alerts,
-            alerts_perf: &m.alerts_perf,
+            fn maps(&self) -> Maps<'_> {
+                let m = &self.maps;
+                Maps {
+                    hist: &m.func_hist,
+                    stamps: &m.func_stamps,
+                    alert_tat: &m.alert_tat,
+                    alert_drops: &m.alert_drops,
+                    alerts: &m.alerts,
+                    alerts_perf: &m.alerts_perf,
+                }
+            }
         }
-    }
+    };
 }
 
-impl Loaded for Owned<FuncNobtfSkel<'static>> {
-    fn progs(&self) -> Progs<'_> {
-        let p = &self.progs;
-        Progs {
-            kentry: &p.func_kentry,
-            kexit: &p.func_kexit,
-            uentry: &p.func_uentry,
-            uexit: &p.func_uexit,
-            task_exit: &p.func_task_exit,
-        }
-    }
-
-    fn maps(&self) -> Maps<'_> {
-        let m = &self.maps;
-        Maps {
-            hist: &m.func_hist,
-            stamps: &m.func_stamps,
-            alert_tat: &m.alert_tat,
-            alert_drops: &m.alert_drops,
-            alerts: &m.alerts,
-            alerts_perf: &m.alerts_perf,
-        }
-    }
-}
+impl_loaded!(FuncSkel);
+impl_loaded!(FuncNobtfSkel);
 
 /// The shared half: one loaded object, its readers and the alert feed.
 /// Field order is drop order: the feed thread stops before the maps go.
@@ -260,7 +237,7 @@ pub fn open_set(specs: &[&ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>>
     match load_set(served) {
         Err(why) => {
             for spec in served {
-                out.push(Err(ProbeError::KernelFeature { probe: spec.name.clone(), what: why.clone() }));
+                out.push(Err(ProbeError::KernelFeature { probe: spec.name.clone(), what: why.to_string() }));
             }
         }
         Ok(set) => {
@@ -289,7 +266,7 @@ pub fn btf_mode() -> BtfMode {
     }
 }
 
-fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, String> {
+fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, LoadError> {
     let btf_mode = btf_mode();
     let use_ringbuf = want_ringbuf();
     let cfg = SetConfig { specs, use_ringbuf };
@@ -310,7 +287,7 @@ fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, String> {
                 "func: {}: kfunc/ufunc probes run the no-BTF build (kprobe, uprobe)",
                 super::common::no_btf_reason()
             );
-            load_build(|storage| open_nobtf(storage, &cfg), &wanted)?
+            load_build(|storage| open_nobtf(storage, &cfg, 0), &wanted)?
         }
     };
     // Threads exiting inside a traced function: their stamps are dropped
@@ -320,12 +297,12 @@ fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, String> {
         log::warn!("func: {}", libbpf_error("attach raw_tp/sched_process_exit (stamps of exiting threads leak)", e));
     }
     let maps = skel.maps();
-    let hist = PerCpuHist::new(maps.hist).map_err(|e| e.to_string())?;
+    let hist = PerCpuHist::new(maps.hist).map_err(LoadError::from)?;
     let alert_maps = AlertMaps { drops: maps.alert_drops, ring: maps.alerts, perf: maps.alerts_perf };
     // Record ids are positions among the specs.
     let names = |_| specs.iter().map(|s| s.name.clone()).collect();
     let alerts = Alerts::new(alert_maps, specs.iter().any(|s| threshold_ns(s) > 0), use_ringbuf, names, decode_alert)
-        .map_err(|e| e.to_string())?;
+        .map_err(LoadError::from)?;
     let set =
         FuncSet { alerts: alerts.into(), hist: hist.into(), use_ringbuf, btf_mode, _exit_link: exit_link.ok(), skel };
     Ok(set)
@@ -337,7 +314,7 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
         ProbeKind::Kfunc(func) => {
             let res = ladder(&probe, &spec.ladder(), |mech| match mech {
                 Mechanism::Fentry if set.btf_mode == BtfMode::NoBtf => {
-                    Err("needs the kernel's BTF; the func probes run the no-BTF build here".to_string())
+                    Err(LoadError::NoBtf("needs the kernel's BTF; the func probes run the no-BTF build here".into()))
                 }
                 Mechanism::Fentry => attach_fentry(set, specs, id, func)
                     .map(|(own, links)| (links, Some(own)))
@@ -358,7 +335,7 @@ fn attach(set: &Rc<FuncSet>, specs: &[&ProbeSpec], id: u32, spec: &ProbeSpec) ->
             }
         }
         ProbeKind::Ufunc { binary, symbol } => {
-            check_binary(binary).map_err(|what| ProbeError::Target { probe: probe.clone(), what })?;
+            check_binary(binary).map_err(|e| ProbeError::Target { probe: probe.clone(), what: e.to_string() })?;
             let pid = spec.pid.map_or(-1, |p| p as i32);
             let res = ladder(&probe, &spec.ladder(), |_| attach_uprobe(set, id, binary, symbol, pid));
             match res {
@@ -403,10 +380,10 @@ fn attach_fentry(
     specs: &[&ProbeSpec],
     id: u32,
     func: &str,
-) -> Result<(Owned<FuncSkel<'static>>, Vec<Link>), String> {
+) -> Result<(Owned<FuncSkel<'static>>, Vec<Link>), LoadError> {
     let cfg = SetConfig { specs, use_ringbuf: set.use_ringbuf };
     let shared = set.skel.maps();
-    let own = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<FuncSkel<'static>, String> {
+    let own = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<FuncSkel<'static>, LoadError> {
         let mut open = open_core(storage, &cfg, id)?;
         for mut prog in open.open_object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
@@ -437,7 +414,7 @@ fn attach_fentry(
     Ok((own, vec![exit, entry]))
 }
 
-fn attach_kprobe(set: &FuncSet, id: u32, func: &str) -> Result<Vec<Link>, String> {
+fn attach_kprobe(set: &FuncSet, id: u32, func: &str) -> Result<Vec<Link>, LoadError> {
     let opts = || KprobeOpts { cookie: u64::from(id), ..Default::default() };
     let progs = set.skel.progs();
     let exit =
@@ -447,7 +424,7 @@ fn attach_kprobe(set: &FuncSet, id: u32, func: &str) -> Result<Vec<Link>, String
     Ok(vec![exit, entry])
 }
 
-fn attach_uprobe(set: &FuncSet, id: u32, binary: &str, symbol: &str, pid: i32) -> Result<Vec<Link>, String> {
+fn attach_uprobe(set: &FuncSet, id: u32, binary: &str, symbol: &str, pid: i32) -> Result<Vec<Link>, LoadError> {
     let opts = |retprobe| UprobeOpts {
         cookie: u64::from(id),
         retprobe,
@@ -468,33 +445,35 @@ fn attach_uprobe(set: &FuncSet, id: u32, binary: &str, symbol: &str, pid: i32) -
 
 /// The usual kfunc failures in words; libbpf's own line stays in the
 /// debug log (-vv). Anything else is reported as libbpf said it.
-fn explain(mech: Mechanism, func: &str, raw: String) -> String {
-    let has = |errno: &str, text: &str| raw.contains(errno) || raw.contains(text);
+fn explain(mech: Mechanism, func: &str, raw: LoadError) -> LoadError {
+    let text = raw.to_string();
+    let has = |errno: &str, text_: &str| text.contains(errno) || text.contains(text_);
     match mech {
         Mechanism::Fentry if has("-EPERM", "Operation not permitted") => {
-            "the kernel refuses fentry/fexit programs here (EPERM at load)".into()
+            LoadError::Refused("the kernel refuses fentry/fexit programs here (EPERM at load)".into())
         }
-        Mechanism::Fentry if has("-ESRCH", "No such process") => {
-            format!("no BTF for {func} (ESRCH): the function is inlined, static or not in the kernel's BTF")
-        }
-        Mechanism::Kprobe if has("-ENOENT", "No such file or directory") => {
-            format!("no kprobe on {func} (ENOENT): kernel built without CONFIG_KPROBES, or {func} cannot be probed")
-        }
+        Mechanism::Fentry if has("-ESRCH", "No such process") => LoadError::Refused(format!(
+            "no BTF for {func} (ESRCH): the function is inlined, static or not in the kernel's BTF"
+        )),
+        Mechanism::Kprobe if has("-ENOENT", "No such file or directory") => LoadError::Refused(format!(
+            "no kprobe on {func} (ENOENT): kernel built without CONFIG_KPROBES, or {func} cannot be probed"
+        )),
         _ => raw,
     }
 }
 
-/// libbpf's words for "no such symbol in that ELF file".
-pub(crate) fn symbol_missing(libbpf_error: &str) -> bool {
-    libbpf_error.contains("failed to find symbol") || libbpf_error.contains("is 0 in symtab")
+/// Whether libbpf said "no such symbol in that ELF file".
+pub(crate) fn symbol_missing(e: &LoadError) -> bool {
+    let said = |text: &str| text.contains("failed to find symbol") || text.contains("is 0 in symtab");
+    matches!(e, LoadError::Libbpf { err, warning, .. } if said(err) || said(warning))
 }
 
 /// A readable regular file, or why not, naming it.
-pub(crate) fn check_binary(binary: &str) -> Result<(), String> {
+pub(crate) fn check_binary(binary: &str) -> Result<(), LoadError> {
     match std::fs::metadata(binary) {
         Ok(m) if m.is_file() => Ok(()),
-        Ok(_) => Err(format!("binary {binary} is not a regular file")),
-        Err(e) => Err(format!("binary {binary}: {e}")),
+        Ok(_) => Err(LoadError::Target(format!("binary {binary} is not a regular file"))),
+        Err(e) => Err(LoadError::Target(format!("binary {binary}: {e}"))),
     }
 }
 
@@ -557,14 +536,26 @@ impl Probe for Func {
 mod tests {
     use super::*;
 
+    fn libbpf(step: &str, err: &str, warning: &str) -> LoadError {
+        LoadError::Libbpf { step: step.into(), err: err.into(), warning: warning.into() }
+    }
+
     #[test]
     fn kfunc_failures_are_put_in_words() {
-        let e =
-            explain(Mechanism::Fentry, "f", "load: Operation not permitted (os error 1) (libbpf: ... -EPERM)".into());
-        assert_eq!(e, "the kernel refuses fentry/fexit programs here (EPERM at load)");
-        let e = explain(Mechanism::Kprobe, "f", "attach kretprobe: failed (libbpf: ... perf event: -ENOENT)".into());
-        assert!(e.starts_with("no kprobe on f (ENOENT)"), "{e}");
-        assert!(explain(Mechanism::Fentry, "f", "load: -ESRCH".into()).contains("no BTF for f"));
-        assert_eq!(explain(Mechanism::Kprobe, "f", "something else".into()), "something else");
+        let e = explain(Mechanism::Fentry, "f", libbpf("load", "Operation not permitted (os error 1)", "... -EPERM"));
+        assert_eq!(e.to_string(), "the kernel refuses fentry/fexit programs here (EPERM at load)");
+        let e = explain(Mechanism::Kprobe, "f", libbpf("attach kretprobe", "failed", "... perf event: -ENOENT"));
+        assert!(e.to_string().starts_with("no kprobe on f (ENOENT)"), "{e}");
+        assert!(explain(Mechanism::Fentry, "f", libbpf("load", "-ESRCH", "")).to_string().contains("no BTF for f"));
+        let other = libbpf("load", "something else", "");
+        assert_eq!(explain(Mechanism::Kprobe, "f", other.clone()), other);
+    }
+
+    #[test]
+    fn a_missing_symbol_is_recognised_in_libbpf_words_only() {
+        assert!(symbol_missing(&libbpf("attach uprobe", "failed", "elf: failed to find symbol 'x' in '/bin/true'")));
+        assert!(symbol_missing(&libbpf("attach uprobe", "symbol 'x' is 0 in symtab", "")));
+        assert!(!symbol_missing(&libbpf("attach uprobe", "Permission denied", "")));
+        assert!(!symbol_missing(&LoadError::Target("failed to find symbol".into())));
     }
 }

@@ -25,6 +25,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, MapMut, OpenObject};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
+use super::common::LoadError;
 use super::common::{
     attach_in_order, ladder, ladder_for, libbpf_error, set_tp_field, threshold_ns, tracefs_format, Owned, Probe,
     ProbeError,
@@ -353,22 +354,38 @@ fn loaded<S: Skel<'static> + 'static>(
     family: Family,
     wanted: &[&str],
     ringbuf: bool,
-) -> Result<Loaded, String> {
+) -> Result<Loaded, LoadError> {
     let links = attach_in_order(skel.object(), wanted)?;
     let m = maps(&skel);
     let alerts =
         Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode_alert)
-            .map_err(|e| e.to_string())?;
+            .map_err(LoadError::from)?;
     let alert_ids = MapHandle::try_from(m.alert_ids).map_err(|e| libbpf_error("irq_alert_id", &e))?;
     let reader = PerCpuHist::new(match family {
         Family::Irq => m.irq_hist,
         Family::Softirq => m.softirq_hist,
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(LoadError::from)?;
     let irq_hist = MapHandle::try_from(m.irq_hist).map_err(|e| libbpf_error("irq_hist", &e))?;
-    let lost = m.lost.ok_or("no .bss")?;
+    let lost = m.lost.ok_or_else(|| LoadError::Object("no .bss".into()))?;
     let progs = super::common::loaded_prog_fds(skel.object());
     Ok(Loaded { alerts, alert_ids, reader, irq_hist, lost, progs, links, skel: Box::new(skel) })
+}
+
+/// The maps of a loaded object of build `$skel` (named alike in both).
+/// The CO-RE and no-BTF skeletons are distinct generated types, which a
+/// generic cannot name: one body, stamped per build.
+macro_rules! maps_of {
+    ($skel:ident) => {{
+        let maps: for<'a> fn(&'a $skel<'static>) -> Maps<'a> = |s| Maps {
+            irq_hist: &s.maps.irq_hist,
+            softirq_hist: &s.maps.softirq_hist,
+            alert_ids: &s.maps.irq_alert_id,
+            alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
+            lost: s.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.irq_lost)),
+        };
+        maps
+    }};
 }
 
 fn load_core(
@@ -377,42 +394,36 @@ fn load_core(
     mech: Mechanism,
     threads: bool,
     ringbuf: bool,
-) -> Result<Loaded, String> {
+) -> Result<Loaded, LoadError> {
     let wanted = programs(family, mech, threads);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open = IrqSkelBuilder::default()
             .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
-        let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
         ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::common::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let maps: for<'a> fn(&'a IrqSkel<'static>) -> Maps<'a> = |s| Maps {
-        irq_hist: &s.maps.irq_hist,
-        softirq_hist: &s.maps.softirq_hist,
-        alert_ids: &s.maps.irq_alert_id,
-        alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
-        lost: s.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.irq_lost)),
-    };
+    let maps = maps_of!(IrqSkel);
     loaded(skel, maps, spec, family, &wanted, ringbuf)
 }
 
 /// The no-BTF build: classic tracepoints, `irq` / `vec` where tracefs says.
-fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, String> {
-    let fmt = |event: &str| tracefs_format("irq", event).map_err(|e| e.to_string());
+fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, LoadError> {
+    let fmt = |event: &str| tracefs_format("irq", event).map_err(LoadError::from);
     let events = match family {
         Family::Irq => [fmt("irq_handler_entry")?, fmt("irq_handler_exit")?],
         Family::Softirq => [fmt("softirq_entry")?, fmt("softirq_exit")?],
     };
     let wanted = programs(family, Mechanism::Tracepoint, false);
-    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
+    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, LoadError> {
         let mut open = IrqNobtfSkelBuilder::default()
             .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
-        let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
         ro.threshold_ns = threshold_ns(spec);
         ro.use_ringbuf = ringbuf;
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
@@ -431,13 +442,7 @@ fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, St
         super::common::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let maps: for<'a> fn(&'a IrqNobtfSkel<'static>) -> Maps<'a> = |s| Maps {
-        irq_hist: &s.maps.irq_hist,
-        softirq_hist: &s.maps.softirq_hist,
-        alert_ids: &s.maps.irq_alert_id,
-        alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
-        lost: s.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.irq_lost)),
-    };
+    let maps = maps_of!(IrqNobtfSkel);
     loaded(skel, maps, spec, family, &wanted, ringbuf)
 }
 

@@ -5,9 +5,11 @@
 pub mod alerts;
 pub mod common;
 pub mod cycle;
+mod elfsyms;
 pub mod features;
 pub mod func;
 pub mod irq;
+pub mod lock;
 mod percpu;
 pub mod runq;
 pub mod series;
@@ -48,6 +50,7 @@ pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> 
                 ProbeKind::Timer => timer::open(spec, false),
                 ProbeKind::Chain { .. } => timer::open(spec, true),
                 ProbeKind::Cycle { .. } => cycle::open(spec),
+                ProbeKind::Lock => lock::open(spec),
                 other => Err(ProbeError::Unsupported { probe: spec.name.clone(), kind: other.family() }),
             })
         })

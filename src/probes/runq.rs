@@ -24,6 +24,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapMut, OpenObject};
 
 use super::alerts::{decode_alert_anat, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts, DecodeAlert};
+use super::common::LoadError;
 use super::common::{
     ladder, ladder_for, libbpf_error, set_comm, set_tp_field, threshold_ns, tracefs_format, Owned, Probe, ProbeError,
 };
@@ -91,14 +92,14 @@ fn loaded<S: Skel<'static> + 'static>(
     mech: Mechanism,
     anatomy: bool,
     decode: DecodeAlert,
-) -> Result<Loaded, String> {
+) -> Result<Loaded, LoadError> {
     let m = maps(&skel);
-    let reader = PerCpuHist::new(m.hist).map_err(|e| e.to_string())?;
+    let reader = PerCpuHist::new(m.hist).map_err(LoadError::from)?;
     let mut alerts =
         Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode)
-            .map_err(|e| e.to_string())?;
+            .map_err(LoadError::from)?;
     if let (true, Some((tally, epoch))) = (anatomy && super::alerts::causes_wanted(spec), m.causes) {
-        alerts = alerts.with_causes(tally, epoch).map_err(|e| e.to_string())?;
+        alerts = alerts.with_causes(tally, epoch).map_err(LoadError::from)?;
     }
     let (progs, links) = attach_progs(skel.object(), mech, anatomy)?;
     Ok(Loaded { alerts, reader, progs, _links: links, _skel: Box::new(skel) })
@@ -131,7 +132,7 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
 }
 
 /// Attach the loaded programs of `mech`; their fds and links.
-fn attach_progs(obj: &libbpf_rs::Object, mech: Mechanism, anatomy: bool) -> Result<(Vec<RawFd>, Vec<Link>), String> {
+fn attach_progs(obj: &libbpf_rs::Object, mech: Mechanism, anatomy: bool) -> Result<(Vec<RawFd>, Vec<Link>), LoadError> {
     let (mut fds, mut links) = (Vec::new(), Vec::new());
     for prog in obj.progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();
@@ -143,19 +144,41 @@ fn attach_progs(obj: &libbpf_rs::Object, mech: Mechanism, anatomy: bool) -> Resu
     Ok((fds, links))
 }
 
-fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded, String> {
+/// The maps of a loaded object of build `$skel` (named alike in both).
+macro_rules! maps_of {
+    ($skel:ident) => {{
+        let maps: for<'a> fn(&'a $skel<'static>) -> Maps<'a> = |s| Maps {
+            hist: &s.maps.runq_hist,
+            alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
+            causes: Some((&s.maps.cause_tally, &s.maps.cause_epoch)),
+        };
+        maps
+    }};
+}
+
+/// The knobs both builds' rodata name alike, filled from the spec. The
+/// CO-RE and no-BTF skeletons are distinct generated types, which a
+/// generic cannot name: one body, stamped per build.
+macro_rules! set_knobs {
+    ($ro:expr, $spec:expr, $ringbuf:expr, $anatomy:expr) => {{
+        let ro = &mut *$ro;
+        ro.filter_tgid = $spec.pid.unwrap_or(0);
+        set_comm(&mut ro.filter_comm, $spec.comm.as_deref());
+        ro.threshold_ns = threshold_ns($spec);
+        ro.use_ringbuf = $ringbuf;
+        ro.anatomy = $anatomy;
+        ro.tally_causes = $anatomy && super::alerts::causes_wanted($spec);
+    }};
+}
+
+fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded, LoadError> {
     let anatomy = super::alerts::anatomy_wanted(spec);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open = RunqSkelBuilder::default()
             .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
-        let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
-        ro.filter_tgid = spec.pid.unwrap_or(0);
-        set_comm(&mut ro.filter_comm, spec.comm.as_deref());
-        ro.threshold_ns = threshold_ns(spec);
-        ro.use_ringbuf = ringbuf;
-        ro.anatomy = anatomy;
-        ro.tally_causes = anatomy && super::alerts::causes_wanted(spec);
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
+        set_knobs!(ro, spec, ringbuf, anatomy);
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         for mut prog in open.open_object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
@@ -163,37 +186,28 @@ fn load_core(spec: &ProbeSpec, mech: Mechanism, ringbuf: bool) -> Result<Loaded,
         }
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let maps: for<'a> fn(&'a RunqSkel<'static>) -> Maps<'a> = |s| Maps {
-        hist: &s.maps.runq_hist,
-        alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
-        causes: Some((&s.maps.cause_tally, &s.maps.cause_epoch)),
-    };
+    let maps = maps_of!(RunqSkel);
     loaded(skel, maps, spec, ringbuf, mech, anatomy, decode_alert_anat)
 }
 
 /// The no-BTF build: classic tracepoints, fields where tracefs says.
-fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
-    let fmt = |event: &str| tracefs_format("sched", event).map_err(|e| e.to_string());
+fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, LoadError> {
+    let fmt = |event: &str| tracefs_format("sched", event).map_err(LoadError::from);
     let (wakeup, wakeup_new, switch) = (fmt("sched_wakeup")?, fmt("sched_wakeup_new")?, fmt("sched_switch")?);
     let anatomy = super::alerts::anatomy_wanted(spec);
     // The anatomy's interrupt records, only read when it is accounted.
     let irq_events = if anatomy {
-        let fmt = |event: &str| tracefs_format("irq", event).map_err(|e| e.to_string());
+        let fmt = |event: &str| tracefs_format("irq", event).map_err(LoadError::from);
         Some([fmt("irq_handler_entry")?, fmt("irq_handler_exit")?, fmt("softirq_entry")?, fmt("softirq_exit")?])
     } else {
         None
     };
-    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
+    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, LoadError> {
         let mut open = RunqNobtfSkelBuilder::default()
             .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
-        let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
-        ro.filter_tgid = spec.pid.unwrap_or(0);
-        set_comm(&mut ro.filter_comm, spec.comm.as_deref());
-        ro.threshold_ns = threshold_ns(spec);
-        ro.use_ringbuf = ringbuf;
-        ro.anatomy = anatomy;
-        ro.tally_causes = anatomy && super::alerts::causes_wanted(spec);
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
+        set_knobs!(ro, spec, ringbuf, anatomy);
         if let Some([entry, exit, soft_entry, soft_exit]) = &irq_events {
             let a = [
                 set_tp_field(&mut ro.wakeup_cpu, &wakeup, "target_cpu", PID_SIZES)?,
@@ -256,11 +270,7 @@ fn load_tp(spec: &ProbeSpec, ringbuf: bool) -> Result<Loaded, String> {
         }
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let maps: for<'a> fn(&'a RunqNobtfSkel<'static>) -> Maps<'a> = |s| Maps {
-        hist: &s.maps.runq_hist,
-        alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
-        causes: Some((&s.maps.cause_tally, &s.maps.cause_epoch)),
-    };
+    let maps = maps_of!(RunqNobtfSkel);
     loaded(skel, maps, spec, ringbuf, Mechanism::Tracepoint, anatomy, decode_alert_anat)
 }
 

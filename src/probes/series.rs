@@ -427,6 +427,7 @@ mod tests {
 
     fn record(probe: &str, latency_ns: u64) -> AlertRecord {
         AlertRecord {
+            id: latmon_core::ident::ProbeId::NONE,
             probe: probe.into(),
             pid: 1,
             tid: 1,

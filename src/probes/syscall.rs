@@ -23,6 +23,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapMut, OpenObject};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
+use super::common::LoadError;
 use super::common::{
     attach_in_order, ladder, ladder_for, libbpf_error, set_comm, set_tp_field, threshold_ns, tracefs_format, Owned,
     Probe, ProbeError,
@@ -285,13 +286,13 @@ fn loaded<S: Skel<'static> + 'static>(
     spec: &ProbeSpec,
     ringbuf: bool,
     links: Vec<Link>,
-) -> Result<Loaded, String> {
+) -> Result<Loaded, LoadError> {
     let m = maps(&skel);
-    let reader = PerCpuHist::new(m.hist).map_err(|e| e.to_string())?;
+    let reader = PerCpuHist::new(m.hist).map_err(LoadError::from)?;
     let alerts =
         Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode_alert)
-            .map_err(|e| e.to_string())?;
-    let slot_ids = m.slot_ids.ok_or("no .bss")?;
+            .map_err(LoadError::from)?;
+    let slot_ids = m.slot_ids.ok_or_else(|| LoadError::Object("no .bss".into()))?;
     let progs = super::common::loaded_prog_fds(skel.object());
     Ok(Loaded { alerts, reader, slot_ids, progs, links, skel: Box::new(skel) })
 }
@@ -308,49 +309,61 @@ fn quiet_waits(quiet: &mut [u8; SYSCALL_IDS], spec: &ProbeSpec, filter_id: i32) 
     }
 }
 
-fn load_core(spec: &ProbeSpec, filter_id: i32, mech: Mechanism, ringbuf: bool) -> Result<Loaded, String> {
+/// The knobs both builds' rodata name alike, filled from the spec. The
+/// CO-RE and no-BTF skeletons are distinct generated types, which a
+/// generic cannot name: one body, stamped per build.
+macro_rules! set_knobs {
+    ($ro:expr, $spec:expr, $filter_id:expr, $ringbuf:expr) => {{
+        let ro = &mut *$ro;
+        ro.filter_id = $filter_id;
+        ro.filter_pid = $spec.pid.unwrap_or(0);
+        set_comm(&mut ro.filter_comm, $spec.comm.as_deref());
+        ro.threshold_ns = threshold_ns($spec);
+        ro.use_ringbuf = $ringbuf;
+        quiet_waits(&mut ro.quiet_id, $spec, $filter_id);
+    }};
+}
+
+/// The maps of a loaded object of build `$skel` (named alike in both).
+macro_rules! maps_of {
+    ($skel:ident) => {{
+        let maps: for<'a> fn(&'a $skel<'static>) -> Maps<'a> = |s| Maps {
+            hist: &s.maps.sc_hist,
+            alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
+            slot_ids: s.maps.bss_data.as_deref().map(|b| b.sc_slot_id.as_ptr()),
+        };
+        maps
+    }};
+}
+
+fn load_core(spec: &ProbeSpec, filter_id: i32, mech: Mechanism, ringbuf: bool) -> Result<Loaded, LoadError> {
     let wanted = programs(mech);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open = SyscallSkelBuilder::default()
             .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
-        let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
-        ro.filter_id = filter_id;
-        ro.filter_pid = spec.pid.unwrap_or(0);
-        set_comm(&mut ro.filter_comm, spec.comm.as_deref());
-        ro.threshold_ns = threshold_ns(spec);
-        ro.use_ringbuf = ringbuf;
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
+        set_knobs!(ro, spec, filter_id, ringbuf);
         (ro.futex_nr, ro.futex_time64_nr) = futex_numbers();
-        quiet_waits(&mut ro.quiet_id, spec, filter_id);
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::common::autoload_only(open.open_object_mut(), wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let links = attach_in_order(skel.object(), wanted)?;
-    let maps: for<'a> fn(&'a SyscallSkel<'static>) -> Maps<'a> = |s| Maps {
-        hist: &s.maps.sc_hist,
-        alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
-        slot_ids: s.maps.bss_data.as_deref().map(|b| b.sc_slot_id.as_ptr()),
-    };
-    loaded(skel, maps, spec, ringbuf, links)
+    loaded(skel, maps_of!(SyscallSkel), spec, ringbuf, links)
 }
 
 /// The no-BTF build: classic tracepoints, sys_enter's `id` where tracefs
 /// says.
-fn load_tp(spec: &ProbeSpec, filter_id: i32, ringbuf: bool) -> Result<Loaded, String> {
-    let enter = tracefs_format("raw_syscalls", "sys_enter").map_err(|e| e.to_string())?;
+fn load_tp(spec: &ProbeSpec, filter_id: i32, ringbuf: bool) -> Result<Loaded, LoadError> {
+    let enter = tracefs_format("raw_syscalls", "sys_enter").map_err(LoadError::from)?;
     let wanted = programs(Mechanism::Tracepoint);
-    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, String> {
+    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, LoadError> {
         let mut open = SyscallNobtfSkelBuilder::default()
             .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
-        let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
-        ro.filter_id = filter_id;
-        ro.filter_pid = spec.pid.unwrap_or(0);
-        set_comm(&mut ro.filter_comm, spec.comm.as_deref());
-        ro.threshold_ns = threshold_ns(spec);
-        ro.use_ringbuf = ringbuf;
-        quiet_waits(&mut ro.quiet_id, spec, filter_id);
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
+        set_knobs!(ro, spec, filter_id, ringbuf);
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         let id = set_tp_field(&mut ro.enter_id, &enter, "id", LONG_SIZES)?;
         log::info!("syscall: record layout from tracefs: sys_enter id{id}");
@@ -358,12 +371,7 @@ fn load_tp(spec: &ProbeSpec, filter_id: i32, ringbuf: bool) -> Result<Loaded, St
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let links = attach_in_order(skel.object(), wanted)?;
-    let maps: for<'a> fn(&'a SyscallNobtfSkel<'static>) -> Maps<'a> = |s| Maps {
-        hist: &s.maps.sc_hist,
-        alerts: AlertMaps { drops: &s.maps.alert_drops, ring: &s.maps.alerts, perf: &s.maps.alerts_perf },
-        slot_ids: s.maps.bss_data.as_deref().map(|b| b.sc_slot_id.as_ptr()),
-    };
-    loaded(skel, maps, spec, ringbuf, links)
+    loaded(skel, maps_of!(SyscallNobtfSkel), spec, ringbuf, links)
 }
 
 #[cfg(test)]

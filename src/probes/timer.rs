@@ -19,6 +19,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 
 use super::alerts::{decode_alert_anat, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
+use super::common::LoadError;
 use super::common::{attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, Probe, ProbeError};
 use super::series::{Family, Role, Slot, Source};
 use super::PerCpuHist;
@@ -175,7 +176,7 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
     }
     if let Some(f) = response_of(spec) {
         super::func::check_binary(&f.binary)
-            .map_err(|what| ProbeError::Target { probe: probe.clone(), what: format!("response: {what}") })?;
+            .map_err(|e| ProbeError::Target { probe: probe.clone(), what: format!("response: {e}") })?;
     }
     let ringbuf = want_ringbuf();
     let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, chain, ringbuf))?;
@@ -231,7 +232,7 @@ fn alert_names(probe: &str, ids: usize) -> Vec<String> {
     names
 }
 
-fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> {
+fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, LoadError> {
     let response = response_of(spec);
     let anatomy = super::alerts::anatomy_wanted(spec);
     let mut wanted = programs(chain, anatomy);
@@ -242,7 +243,7 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> 
         let mut open = TimerSkelBuilder::default()
             .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
-        let ro = open.maps.rodata_data.as_deref_mut().ok_or("no rodata")?;
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
         ro.filter_pid = spec.pid.unwrap_or(0);
         set_comm(&mut ro.filter_comm, spec.comm.as_deref());
         ro.threshold_ns = threshold_ns(spec);
@@ -266,9 +267,12 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, String> 
     let ret = skel.progs.chain_response.attach_uprobe_with_opts(pid, &f.binary, 0, opts).map_err(|e| {
         let raw = libbpf_error("attach uretprobe", &e);
         if super::func::symbol_missing(&raw) {
-            format!("response function {} not found in {} (no such function in its symbol tables)", f.symbol, f.binary)
+            LoadError::Target(format!(
+                "response function {} not found in {} (no such function in its symbol tables)",
+                f.symbol, f.binary
+            ))
         } else {
-            format!("response {}:{}: {raw}", f.binary, f.symbol)
+            LoadError::Target(format!("response {}:{}: {raw}", f.binary, f.symbol))
         }
     })?;
     // Links drop in order: the producers detach first, the uretprobe last.

@@ -38,7 +38,10 @@ case "$board" in
     # anatomy: a control loop pinned with the console UART's IRQ thread
     # (lm_cycle; tests/board/rt-arm64-anatomy.toml): runq's anatomy and
     # the cycle family's misses.
-    configs=(main=board-configs/qemu-arm64-rt.toml anatomy=tests/board/rt-arm64-anatomy.toml)
+    # lock: a priority inversion on demand (lm_lock;
+    # tests/board/rt-arm64-lock.toml), owners found without the 6.2 kfunc.
+    configs=(main=board-configs/qemu-arm64-rt.toml anatomy=tests/board/rt-arm64-anatomy.toml
+      lock=tests/board/rt-arm64-lock.toml)
     target_cc=aarch64-linux-gnu-gcc
     # Only the arch timer (IRQF_TIMER, never threaded) fires on its own on
     # qemu's virt board; the PL011's handler is force-threaded on
@@ -89,6 +92,9 @@ if [ -n "$target_cc" ]; then
   "$target_cc" -static -g -O0 -pthread -Wall ${target_cflags:-} -o "$root/bin/lm-target" tests/fixtures/lm_target.c
   # The cycle family's control loop (absolute clock_nanosleep releases).
   "$target_cc" -static -O2 -Wall ${target_cflags:-} -o "$root/bin/lm_cycle" tests/fixtures/lm_cycle.c
+  # The lock family's inversion on demand (glibc's pthread mutex: its
+  # owner field is what the probe reads).
+  "$target_cc" -static -O2 -Wall -pthread ${target_cflags:-} -o "$root/bin/lm_lock" tests/fixtures/lm_lock.c
 fi
 cat > "$root/init" <<INIT
 #!/bin/busybox sh
@@ -174,6 +180,9 @@ run_config() {
     # that cross the link to name it reliably (CI 2026-12-05: 0 of 39).
     rxn=$rx_n rxgap=$rx_gap_ms
     if [ "\$name" = anatomy ]; then rxn=\$(($rx_n * 5)) rxgap=\$(($rx_gap_ms / 5)); fi
+    # The lock section's inversion is the fixture's alone: no bytes, no
+    # IRQ thread run (FIFO 50, between its owner's and waiter's).
+    if [ "\$name" = lock ]; then rxn=0; fi
     echo "=== rx-go \$rxn \$rxgap"
   fi
   s0=\$(date +%s)
@@ -193,6 +202,17 @@ run_config() {
     echo "lm_cycle 4000 1000: \$(tail -n 1 /tmp/cycle.rows) rows \$(grep -c '^[0-9]* n ' /tmp/cycle.rows) deadline-us \$dl first-release \$(head -n 1 /tmp/cycle.rows | cut -d' ' -f3) last-release \$(tail -n 2 /tmp/cycle.rows | head -n 1 | cut -d' ' -f3)" >> /tmp/work.out
     awk -v d="\$dl" '\$2 == "n" && \$5 - \$3 > (d - 100) * 1000 { print "lm_cycle-slow", \$3, \$5 - \$3 }' /tmp/cycle.rows >> /tmp/work.out
     awk '\$2 == "n" { b = int((\$5 - \$3) / 100000); if (b > 20) b = 20; h[b]++ } END { s = "lm_cycle-hist100us"; for (i = 0; i <= 20; i++) s = s " " (h[i] + 0); print s }' /tmp/cycle.rows >> /tmp/work.out
+  elif [ "\$name" = lock ]; then
+    # 1000 cycles of the 1 kHz loop, an inversion every 20 (CPU 0). Its
+    # rows stay in the guest: the workload reports the thread ids and,
+    # for each of the high thread's lock calls that waited over 500 us,
+    # its start, its acquisition and how long the medium thread spun
+    # inside it (what tests/live/lock.rs compares on the host).
+    lm_lock 1000 20 0 > /tmp/lock.rows 2>&1
+    echo "lm_lock 1000 20: \$(tail -n 1 /tmp/lock.rows) \$(grep '^tids ' /tmp/lock.rows)" >> /tmp/work.out
+    awk '\$1 == "H" && \$3 - \$2 > 500000 { a[++n] = \$2; b[n] = \$3 } \$1 == "M" { ms[++m] = \$2; me[m] = \$3 }
+      END { for (i = 1; i <= n; i++) { o = 0; for (j = 1; j <= m; j++) { s = ms[j] > a[i] ? ms[j] : a[i]; e = me[j] < b[i] ? me[j] : b[i]; if (e > s) o += e - s }
+        printf "lm_lock-wait %.0f %.0f %.0f\\n", a[i], b[i], o } }' /tmp/lock.rows >> /tmp/work.out
   else
     for i in \$(seq 300); do sleep 0.01; done
   fi

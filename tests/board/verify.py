@@ -14,6 +14,7 @@ import re
 import sys
 
 import cycle
+import lock
 
 # argv: BOARD CONSOLE_LOG FRAMES_JSONL LINK_STATS END START [QEMU_S]
 # The console holds the script's markers, latmon check and logs; FRAMES_JSONL
@@ -542,6 +543,14 @@ if board in ("rt-arm64", "rt-amd64"):
                     p = an.last.get(name, {})
                     return p.get("total_alerts", 0), dropped_of(frames, name, p), shed_of(frames, name)
                 cycle.misses_name_irq_thread(an, frames, *thread, accounted)
+        lk = Section("lock", 2)
+        if lk.ran_to_the_end():
+            lk.say(lk.check_rc == 0 and lk.run_rc == 0, f"latmon check exit {lk.check_rc}, run exit {lk.run_rc}")
+
+            def accounted_lock(name):
+                p = lk.last.get(name, {})
+                return p.get("total_alerts", 0), dropped_of(frames, name, p), shed_of(frames, name)
+            lock.inversions_named(lk, frames, accounted_lock)
 elif board == "armmp":
     a = Section("nobtf")
     if a.ran_to_the_end():

@@ -57,6 +57,7 @@ pub fn hello(board: &str, probes: Vec<latmon_core::wire::ProbeDesc>) -> latmon_c
         interval_ns: 1_000_000_000,
         probe_count: probes.len() as u16,
         probes,
+        thresholds: Vec::new(),
     }
 }
 

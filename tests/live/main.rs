@@ -17,6 +17,7 @@ mod irq;
 mod kernel_misses;
 mod links;
 mod links_paced;
+mod lock;
 mod modbus;
 mod nobtf_tracepoint;
 mod prom_native;

@@ -572,6 +572,7 @@ fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
         interval_ns: 1_000_000_000,
         probes: vec![info.clone()],
         failed: Vec::new(),
+        thresholds_ns: Vec::new(),
     };
     let mut h = Hist::default();
     for v in [1_500u64, 2_500, 900_000] {

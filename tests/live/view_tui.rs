@@ -361,6 +361,7 @@ fn cycle_stream() -> Vec<u8> {
         enc.summary(head, &hs, &mut out).unwrap();
     }
     let rec = |probe: &str, latency_ns, anatomy, cycle| AlertRecord {
+        id: latmon_core::ident::ProbeId::NONE,
         probe: probe.into(),
         pid: 700,
         tid: 701,

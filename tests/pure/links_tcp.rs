@@ -64,6 +64,7 @@ fn tcp_stalled_client_dropped_while_other_served_on_time() {
         interval_ns: 2_000_000,
         probes: (0..n_probes).map(runq_probe).collect(),
         failed: Vec::new(),
+        thresholds_ns: Vec::new(),
     };
     let mut totals: Vec<Hist> = vec![Hist::default(); n_probes];
     let mut emitted: Vec<Instant> = vec![Instant::now()];

@@ -37,6 +37,7 @@ fn session() -> Session {
         interval_ns: 1_000_000,
         probes: vec![runq_probe(0), runq_probe(1)],
         failed: vec![FailedProbe { position: 2, name: "timer".into(), kind: Family::Timer, why: "absent".into() }],
+        thresholds_ns: Vec::new(),
     }
 }
 

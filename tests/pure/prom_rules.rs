@@ -110,6 +110,7 @@ fn a_folded_family_and_link_counters_pass_promtool_check_metrics() {
         interval_ns: 1,
         probes,
         failed: Vec::new(),
+        thresholds_ns: Vec::new(),
     };
     let errors = vec![0u64; totals.len()];
     let mut snap = snapshot(&Tick { session: &session, report: &report, totals: &totals, read_errors: &errors }, 16);
@@ -179,6 +180,7 @@ fn a_cycle_probes_misses_and_their_causes_pass_promtool_check_metrics() {
         interval_ns: 1,
         probes: vec![info],
         failed: Vec::new(),
+        thresholds_ns: Vec::new(),
     };
     let totals = [h];
     let snap = snapshot(&Tick { session: &session, report: &report, totals: &totals, read_errors: &[0] }, 16);

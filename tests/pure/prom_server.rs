@@ -32,6 +32,7 @@ fn endpoint() -> (Box<dyn Sink>, String) {
         interval_ns: 1_000_000_000,
         probes: vec![runq_probe(0)],
         failed: Vec::new(),
+        thresholds_ns: Vec::new(),
     };
     let mut h = Hist::default();
     h.record(5_000);

@@ -135,6 +135,7 @@ impl Gen {
                     scheme: self.scheme(),
                 })
                 .collect(),
+            thresholds: Vec::new(),
         }
     }
 

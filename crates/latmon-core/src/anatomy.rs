@@ -99,6 +99,13 @@ pub enum CauseKind {
     /// cycle: page faults taken in the cycle; `ns` 0 where the kernel has
     /// no fault exit to time them (their time is then in `Running`).
     PageFaults { count: u32 },
+    /// lock: the owner of the lock waited on, `ns` its own time on a CPU
+    /// during the wait (kept at 0 ns: it names the owner).
+    Owner { owner: LockOwner },
+    /// lock: a priority inversion: the owner, runnable at a lower
+    /// priority than the waiter, held off by tasks whose priority lay
+    /// between theirs; `ns` is their time (the sum of `preempted_by`).
+    Inversion { owner: LockOwner, preempted_by: Vec<Preempter> },
     /// A kind this receiver does not know (a newer sender).
     Unknown { code: u8 },
     /// The remainder: scheduler, idle exit, unaccounted.
@@ -147,6 +154,86 @@ impl BlockedOn {
     }
 }
 
+/// Where a lock wait's owner was found (bpf/latmon.h LATMON_LOCK_OWNER_*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerFrom {
+    /// The PI futex word's thread id.
+    Pi,
+    /// glibc's pthread_mutex_t owner field.
+    Glibc,
+    /// The thread that woke the waiter.
+    Waker,
+}
+
+impl OwnerFrom {
+    pub fn word(self) -> &'static str {
+        match self {
+            OwnerFrom::Pi => "pi",
+            OwnerFrom::Glibc => "glibc",
+            OwnerFrom::Waker => "waker",
+        }
+    }
+}
+
+/// A lock's owner (or its waker): `pid` the process, `tid` the thread;
+/// `prio` as a task cause's (rt priority for FIFO and RR, else nice).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOwner {
+    pub comm: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub policy: Policy,
+    pub prio: i32,
+    pub from: OwnerFrom,
+}
+
+/// A task that held a lock owner's CPU while the owner was runnable
+/// (`pid`: its thread id, as in task causes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preempter {
+    pub comm: String,
+    pub pid: u32,
+    pub policy: Policy,
+    pub prio: i32,
+    pub ns: u64,
+}
+
+impl Serialize for LockOwner {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let mut m = ser.serialize_map(Some(6))?;
+        m.serialize_entry("comm", &self.comm)?;
+        m.serialize_entry("pid", &self.pid)?;
+        m.serialize_entry("tid", &self.tid)?;
+        m.serialize_entry("policy", self.policy.word())?;
+        m.serialize_entry("prio", &self.prio)?;
+        m.serialize_entry("from", self.from.word())?;
+        m.end()
+    }
+}
+
+impl Serialize for Preempter {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let mut m = ser.serialize_map(Some(5))?;
+        m.serialize_entry("comm", &self.comm)?;
+        m.serialize_entry("pid", &self.pid)?;
+        m.serialize_entry("policy", self.policy.word())?;
+        m.serialize_entry("prio", &self.prio)?;
+        m.serialize_entry("ns", &self.ns)?;
+        m.end()
+    }
+}
+
+/// `lm_lock[812] FIFO/10`
+fn push_task(s: &mut String, comm: &str, pid: u32, policy: Policy, prio: i32) {
+    push_clean(s, comm);
+    let _ = write!(s, "[{pid}]");
+    // A policy not known (a thread gone before it was read, or a newer
+    // sender's) says nothing a reader could use: the name alone.
+    if !matches!(policy, Policy::Unknown(_)) {
+        let _ = write!(s, " {}/{prio}", policy.word().to_ascii_uppercase());
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cause {
     pub kind: CauseKind,
@@ -189,6 +276,11 @@ impl Anatomy {
             causes.push(Cause { kind: CauseKind::Other, ns: latency_ns - sum });
         }
         Anatomy { cpu_woken, cpu_ran, causes }
+    }
+
+    /// A lock wait's (its parts name an owner or an inversion)?
+    pub fn is_lock_wait(&self) -> bool {
+        self.causes.iter().any(|c| matches!(c.kind, CauseKind::Owner { .. } | CauseKind::Inversion { .. }))
     }
 
     /// Do the parts sum to `latency_ns` exactly?
@@ -243,10 +335,7 @@ impl Anatomy {
 /// One part: `hog[4242] FIFO/90 460 us`, `irq 36 virtio1 30 us`, ...
 fn push_cause(s: &mut String, c: &Cause) {
     match &c.kind {
-        CauseKind::Task { comm, pid, policy, prio } => {
-            push_clean(s, comm);
-            let _ = write!(s, "[{pid}] {}/{prio}", policy.word().to_ascii_uppercase());
-        }
+        CauseKind::Task { comm, pid, policy, prio } => push_task(s, comm, *pid, *policy, *prio),
         CauseKind::TaskRest => s.push_str("other tasks"),
         CauseKind::Irq { irq, name } => {
             let _ = write!(s, "irq {irq}");
@@ -271,6 +360,22 @@ fn push_cause(s: &mut String, c: &Cause) {
         }
         CauseKind::PageFaults { count } => {
             let _ = write!(s, "{count} page faults");
+        }
+        CauseKind::Owner { owner: o } => {
+            s.push_str("held by ");
+            push_task(s, &o.comm, o.tid, o.policy, o.prio);
+            s.push_str(" running");
+        }
+        CauseKind::Inversion { owner: o, preempted_by } => {
+            let _ = write!(s, "inversion {}: held by ", Us(c.ns));
+            push_task(s, &o.comm, o.tid, o.policy, o.prio);
+            s.push_str(", preempted by");
+            for (i, p) in preempted_by.iter().enumerate() {
+                s.push_str(if i == 0 { " " } else { ", " });
+                push_task(s, &p.comm, p.pid, p.policy, p.prio);
+                let _ = write!(s, " {}", Us(p.ns));
+            }
+            return;
         }
         CauseKind::Unknown { code } => {
             let _ = write!(s, "cause#{code}");
@@ -308,7 +413,9 @@ impl std::fmt::Display for Us {
 impl Cause {
     /// Kept in an anatomy: time, or page faults counted without time.
     fn kept(&self) -> bool {
-        self.ns > 0 || matches!(self.kind, CauseKind::PageFaults { count } if count > 0)
+        self.ns > 0
+            || matches!(self.kind, CauseKind::PageFaults { count } if count > 0)
+            || matches!(self.kind, CauseKind::Owner { .. })
     }
 }
 
@@ -352,6 +459,15 @@ impl Serialize for Cause {
             CauseKind::PageFaults { count } => {
                 m.serialize_entry("kind", "page_faults")?;
                 m.serialize_entry("count", count)?;
+            }
+            CauseKind::Owner { owner } => {
+                m.serialize_entry("kind", "owner")?;
+                m.serialize_entry("owner", owner)?;
+            }
+            CauseKind::Inversion { owner, preempted_by } => {
+                m.serialize_entry("kind", "inversion")?;
+                m.serialize_entry("owner", owner)?;
+                m.serialize_entry("preempted_by", preempted_by)?;
             }
             CauseKind::Unknown { code } => {
                 m.serialize_entry("kind", "unknown")?;
@@ -406,5 +522,31 @@ mod tests {
         // Sums that overflow u64 still end exact.
         let a = Anatomy::from_parts(10, 0, 0, vec![task("x", 1, u64::MAX), task("y", 2, u64::MAX)]);
         assert!(a.sums_to(10), "{a:?}");
+    }
+
+    #[test]
+    fn a_lock_waits_parts_cross_the_wire_as_task_causes_and_still_sum() {
+        let owner = LockOwner {
+            comm: "low".into(),
+            pid: 800,
+            tid: 812,
+            policy: Policy::Fifo,
+            prio: 10,
+            from: OwnerFrom::Glibc,
+        };
+        let med = Preempter { comm: "med".into(), pid: 813, policy: Policy::Fifo, prio: 50, ns: 1_000 };
+        let parts = vec![
+            Cause { kind: CauseKind::Inversion { owner: owner.clone(), preempted_by: vec![med] }, ns: 1_000 },
+            Cause { kind: CauseKind::Owner { owner }, ns: 0 },
+        ];
+        let a = Anatomy::from_parts(1_200, 1, 1, parts);
+        assert!(a.is_lock_wait() && a.sums_to(1_200), "{a:?}");
+        // The owner is kept at 0 ns: it names who held the lock.
+        assert!(a.causes.iter().any(|c| matches!(&c.kind, CauseKind::Owner { owner } if owner.tid == 812)));
+        let w = crate::wire::anatomy::to_wire(&a);
+        let got: Vec<(u32, &str, u64)> = w.iter().map(|c| (c.id, c.name.as_str(), c.ns)).collect();
+        assert_eq!(got, [(813, "med", 1_000), (812, "low", 0), (0, "", 200)]);
+        let back = crate::wire::anatomy::from_wire(1, 1, &w).unwrap();
+        assert!(back.sums_to(1_200) && !back.is_lock_wait(), "{back:?}");
     }
 }

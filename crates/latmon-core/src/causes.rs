@@ -325,6 +325,13 @@ impl CauseSummary {
                 CauseKind::Running => (CauseId::Running, ""),
                 CauseKind::Blocked { on, syscall } => (CauseId::Blocked { on: on.code() }, syscall.as_str()),
                 CauseKind::PageFaults { .. } => (CauseId::PageFaults, ""),
+                // The owner's own time is a task's; an inversion's, its
+                // largest preempter's.
+                CauseKind::Owner { owner } => (CauseId::Task { pid: owner.tid }, owner.comm.as_str()),
+                CauseKind::Inversion { preempted_by, .. } => match preempted_by.iter().max_by_key(|p| p.ns) {
+                    Some(p) => (CauseId::Task { pid: p.pid }, p.comm.as_str()),
+                    None => (CauseId::TaskRest, ""),
+                },
                 CauseKind::Unknown { code } => (CauseId::Unknown { kind: u32::from(*code), id: 0 }, ""),
                 CauseKind::Other => (CauseId::Other, ""),
             };

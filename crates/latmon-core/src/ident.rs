@@ -22,10 +22,11 @@ pub enum Family {
     Ufunc,
     Chain,
     Cycle,
+    Lock,
 }
 
 impl Family {
-    pub const ALL: [Family; 9] = [
+    pub const ALL: [Family; 10] = [
         Family::Runq,
         Family::Syscall,
         Family::Irq,
@@ -35,6 +36,7 @@ impl Family {
         Family::Ufunc,
         Family::Chain,
         Family::Cycle,
+        Family::Lock,
     ];
 
     /// The family word of specs and every output (`kind` in JSON, frames
@@ -50,6 +52,7 @@ impl Family {
             Family::Ufunc => "ufunc",
             Family::Chain => "chain",
             Family::Cycle => "cycle",
+            Family::Lock => "lock",
         }
     }
 
@@ -71,6 +74,7 @@ impl Family {
             Family::Ufunc => 7,
             Family::Chain => 8,
             Family::Cycle => 9,
+            Family::Lock => 10,
         }
     }
 }
@@ -193,6 +197,121 @@ impl Wait {
 
 // Display (logs, text) and Serialize (JSON) both say `as_str`; Display
 // pads, so `{:<11}` lines up as it did for the words.
+/// An identity with one word in every output ([`Family`], [`Mechanism`]).
+pub trait Named: Copy + Sized + 'static {
+    const ALL_WORDS: &'static [Self];
+    fn word(self) -> &'static str;
+}
+
+impl Named for Family {
+    const ALL_WORDS: &'static [Self] = &Family::ALL;
+    fn word(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl Named for Mechanism {
+    const ALL_WORDS: &'static [Self] = &Mechanism::ALL;
+    fn word(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+/// A family or mechanism as a report holds it: one this build knows, or
+/// the word a sender said that it does not (a newer agent's family, or
+/// none: `""` before a Hello names the probe). Serialized as the word,
+/// so JSON reads the same either way.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Said<T> {
+    Known(T),
+    Unknown(String),
+}
+
+/// A report's `kind`.
+pub type KindSaid = Said<Family>;
+/// A report's `attach`.
+pub type AttachSaid = Said<Mechanism>;
+
+impl<T> Default for Said<T> {
+    fn default() -> Self {
+        Said::Unknown(String::new())
+    }
+}
+
+impl<T: Named + PartialEq> Said<T> {
+    /// The identity `word` names, else the word kept as said.
+    pub fn parse(word: &str) -> Self {
+        match T::ALL_WORDS.iter().find(|t| t.word() == word) {
+            Some(&t) => Said::Known(t),
+            None => Said::Unknown(word.to_string()),
+        }
+    }
+
+    /// Set from `word`, allocating only when an unknown word changes.
+    pub fn set_word(&mut self, word: &str) {
+        if self.as_str() != word {
+            *self = Self::parse(word);
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Said::Known(t) => t.word(),
+            Said::Unknown(w) => w,
+        }
+    }
+
+    pub fn known(&self) -> Option<T> {
+        match self {
+            Said::Known(t) => Some(*t),
+            Said::Unknown(_) => None,
+        }
+    }
+}
+
+impl<T: Named + PartialEq> From<&str> for Said<T> {
+    fn from(word: &str) -> Self {
+        Self::parse(word)
+    }
+}
+
+impl<T: Named + PartialEq> fmt::Display for Said<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<T: Named + PartialEq> Serialize for Said<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A probe's identity inside latmon: its index in the agent's probe list
+/// (the order of `Session::probes`, `IntervalReport::probes` and the
+/// wire's probe table, where it is `ProbeDesc::id`). Records, summaries
+/// and the tracker carry this; the name is looked up only where text,
+/// JSON or a label is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProbeId(pub u16);
+
+impl ProbeId {
+    /// What a record carries before the agent stamps it with its probe's
+    /// place, and a wire id no table row names.
+    pub const NONE: ProbeId = ProbeId(u16::MAX);
+
+    /// The index into the probe list.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The id of the probe at `index` (lists are bounded by the wire's
+    /// MAX_PROBES, far below u16::MAX).
+    pub fn at(index: usize) -> Self {
+        ProbeId(u16::try_from(index).unwrap_or(u16::MAX))
+    }
+}
+
 impl fmt::Display for Family {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(self.as_str())
@@ -253,7 +372,7 @@ mod tests {
         // docs/probes.md and docs/modbus-map.md name these; outputs must not drift.
         // (The Modbus codes: src/sinks/modbus/map.rs's `codes` test.)
         let fams: Vec<_> = Family::ALL.iter().map(|f| f.as_str()).collect();
-        assert_eq!(fams, ["runq", "syscall", "irq", "softirq", "timer", "kfunc", "ufunc", "chain", "cycle"]);
+        assert_eq!(fams, ["runq", "syscall", "irq", "softirq", "timer", "kfunc", "ufunc", "chain", "cycle", "lock"]);
         let mechs: Vec<_> = Mechanism::ALL.iter().map(|m| m.as_str()).collect();
         assert_eq!(mechs, ["tp_btf", "raw_tp", "tracepoint", "fentry", "kprobe", "uprobe"]);
         assert_eq!((BtfMode::CoRe.to_string(), BtfMode::NoBtf.to_string()), ("co-re".into(), "no-btf".into()));

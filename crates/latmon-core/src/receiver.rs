@@ -636,6 +636,7 @@ mod tests {
                 mode: String::new(),
                 scheme: BucketScheme::LATMON,
             }],
+            thresholds: Vec::new(),
         }
     }
 
@@ -708,6 +709,7 @@ mod tests {
         FrameDecoder::new().feed(&bytes, &mut |r| v.on_event(&t.on_frame(r.unwrap())));
         for a in 0..12 {
             v.on_event(&Event::Alert(AlertRecord {
+                id: crate::ident::ProbeId::NONE,
                 probe: "syscall:s3".into(),
                 pid: a,
                 tid: a,

@@ -19,6 +19,9 @@ pub struct Session {
     pub probes: Vec<ProbeInfo>,
     /// Configured probes that did not attach (not in `probes`).
     pub failed: Vec<FailedProbe>,
+    /// The alert threshold of each of `probes` (same order), 0 for none
+    /// (a probe without one sends no alerts). Empty: none has one.
+    pub thresholds_ns: Vec<u64>,
 }
 
 impl Session {
@@ -34,6 +37,13 @@ impl Session {
             interval_ns: self.interval_ns,
             probe_count: probes.len() as u16,
             probes,
+            thresholds: self
+                .thresholds_ns
+                .iter()
+                .enumerate()
+                .filter(|&(_, &ns)| ns > 0)
+                .map(|(i, &ns)| wire::ProbeThreshold { id: i as u16, threshold_ns: ns })
+                .collect(),
         }
     }
 }

@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::hist::{Hist, BUCKETS};
-use crate::ident::{BtfMode, Family, Mechanism, Wait};
-use crate::text::{push_clean, Ns};
+use crate::ident::{AttachSaid, BtfMode, Family, KindSaid, Mechanism, Said, Wait};
+use crate::text::{push_clean, wrap_pieces_into, Ns};
 
 /// Static facts about an attached probe.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -72,11 +72,11 @@ impl Serialize for ProbeState {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProbeReport {
     pub name: String,
-    /// Family and mechanism as words: rendered here (`Family::as_str`,
-    /// `Mechanism::as_str`) because a receiver fills the same report
-    /// with whatever words a sender's Hello carried.
-    pub kind: String,
-    pub attach: String,
+    /// Family and mechanism: known ones as types, a word this build does
+    /// not know (a newer sender's Hello) kept as said. JSON writes the
+    /// word either way.
+    pub kind: KindSaid,
+    pub attach: AttachSaid,
     /// A series of calls whose purpose is to wait (`Wait::Series`): not in
     /// its family line, summed in the family's waits line.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -144,6 +144,11 @@ pub struct ProbeReport {
     /// in `cycle.misses`, not here); absent for other probes.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "miss_causes_json")]
     pub miss_causes: Option<crate::causes::CauseSummary>,
+    /// The probe's alert threshold (0: none): the agent's spec, or what
+    /// the sender's Hello said (revision 9). Text shows it beside the
+    /// probe's words; not in JSON (the contract's fields unchanged).
+    #[serde(skip)]
+    pub threshold_ns: u64,
     /// Text outputs show this probe's histogram under the table (the
     /// spec's `hist=true`, inherited by a family's series). A display
     /// choice, not a measurement: not in JSON, not on the wire.
@@ -179,7 +184,12 @@ pub struct AgentStatus {
 /// A latency above a probe's threshold, as the kernel reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AlertRecord {
-    /// Probe name (as in `ProbeReport::name`).
+    /// The probe's place in the report's list (`IntervalReport::probes`,
+    /// `Session::probes`, the wire's probe id): what outputs key on. The
+    /// agent stamps it as it drains a probe's records; a receiver takes
+    /// the frame's. Not serialized (`probe` names it).
+    pub id: crate::ident::ProbeId,
+    /// Probe name (as in `ProbeReport::name`), for text and JSON.
     pub probe: String,
     pub pid: u32,
     pub tid: u32,
@@ -270,8 +280,8 @@ impl ProbeReport {
     pub fn empty() -> Self {
         ProbeReport {
             name: String::new(),
-            kind: String::new(),
-            attach: String::new(),
+            kind: Said::default(),
+            attach: Said::default(),
             wait: false,
             waits: false,
             count: 0,
@@ -303,6 +313,7 @@ impl ProbeReport {
             alert_causes: None,
             miss_causes: None,
             cycle: None,
+            threshold_ns: 0,
             hist: false,
         }
     }
@@ -335,12 +346,12 @@ impl ProbeReport {
     pub fn fill_labelled(&mut self, name: &str, kind: &str, attach: &str, prev: &Hist, cur: &Hist) {
         let d = cur.delta(prev);
         let p = d.percentiles();
-        for (have, want) in [(&mut self.name, name), (&mut self.kind, kind), (&mut self.attach, attach)] {
-            if have != want {
-                have.clear();
-                have.push_str(want);
-            }
+        if self.name != name {
+            self.name.clear();
+            self.name.push_str(name);
         }
+        self.kind.set_word(kind);
+        self.attach.set_word(attach);
         self.count = d.count;
         self.total_count = cur.count;
         self.min_ns = d.min_ns;
@@ -450,9 +461,12 @@ pub fn render_header_into(s: &mut String, r: &IntervalReport) {
 pub fn render_hist_into(s: &mut String, p: &ProbeReport, cost_measured: bool) {
     push_clean(s, &p.name);
     s.push_str(" [");
-    push_clean(s, &p.kind);
+    push_clean(s, p.kind.as_str());
     s.push_str(" via ");
-    push_clean(s, &p.attach);
+    push_clean(s, p.attach.as_str());
+    if p.threshold_ns > 0 {
+        let _ = write!(s, ", threshold {}", Ns(p.threshold_ns));
+    }
     let _ = write!(
         s,
         "]  count {}  total {}  drops {}/{}  alerts {}/{}",
@@ -532,6 +546,15 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize, width:
     for a in r.alert_records.iter().take(max) {
         render_alert_line_into(s, a, width);
         s.push('\n');
+        if a.anatomy.as_ref().is_some_and(|an| an.is_lock_wait()) {
+            // A lock wait's owner and inversion do not fit one 80-column
+            // line beside the lock's name: up to three lines, at whole pieces.
+            let mut full = String::new();
+            if render_detail_into(&mut full, a, usize::MAX) {
+                wrap_pieces_into(s, &full, "    ", width, 3);
+            }
+            continue;
+        }
         let at = s.len();
         s.push_str("    ");
         if render_detail_into(s, a, width.saturating_sub(4)) {
@@ -564,6 +587,14 @@ pub fn render_detail_into(s: &mut String, a: &AlertRecord, width: usize) -> bool
             an.render_parts_into(s, start, width);
         }
         (None, Some(c)) => c.render_head_into(s, a.latency_ns),
+        (Some(an), None) if an.is_lock_wait() => {
+            // lock: `wait 1.52ms on ctrl_mutex: inversion ...`, the lock
+            // being the series the record is of (`NAME:LOCK`).
+            let _ = write!(s, "wait {} on ", Ns(a.latency_ns));
+            push_clean(s, a.probe.rsplit_once(':').map_or(a.probe.as_str(), |(_, lock)| lock));
+            s.push(':');
+            an.render_parts_into(s, start, width);
+        }
         (Some(an), None) => an.render_line_into(s, a.latency_ns, width),
         (None, None) => return false,
     }
@@ -761,6 +792,7 @@ mod tests {
         cur.alerts = 5;
         cur.alerts_dropped = 2;
         let rec = AlertRecord {
+            id: crate::ident::ProbeId::NONE,
             probe: "ctrl".into(),
             pid: 10,
             tid: 11,
@@ -867,6 +899,7 @@ mod tests {
             ],
         );
         let rec = AlertRecord {
+            id: crate::ident::ProbeId::NONE,
             probe: "timer".into(),
             pid: 1,
             tid: 1,

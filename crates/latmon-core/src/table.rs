@@ -509,7 +509,7 @@ fn probe_line(s: &mut String, p: &ProbeReport, label_at: Option<usize>, interval
             cell(s, &p.name, NAME_W);
             s.push(' ');
             // "tracepoint" is the one mechanism longer than the column.
-            cell(s, if p.attach == "tracepoint" { "tp" } else { &p.attach }, VIA_W);
+            cell(s, if p.attach.as_str() == "tracepoint" { "tp" } else { p.attach.as_str() }, VIA_W);
         }
     }
     if p.state != ProbeState::Running {
@@ -832,6 +832,7 @@ mod tests {
         r.agent = AgentStatus { cost_measured: true, online_cpus: 2, rss_bytes: 4 << 20, ..AgentStatus::default() };
         for i in 0..40 {
             r.alert_records.push(AlertRecord {
+                id: crate::ident::ProbeId::NONE,
                 probe: "syscall:2".into(),
                 pid: i,
                 tid: i,
@@ -904,6 +905,7 @@ mod tests {
         let parts: Vec<Cause> = (4_194_000..4_194_006).map(hog).collect();
         for name in [long, "t"] {
             r.alert_records.push(AlertRecord {
+                id: crate::ident::ProbeId::NONE,
                 probe: name.into(),
                 pid: 4_194_303,
                 tid: 4_194_302,
@@ -916,6 +918,7 @@ mod tests {
             });
         }
         r.alert_records.push(AlertRecord {
+            id: crate::ident::ProbeId::NONE,
             probe: "cycle".into(),
             pid: 19_187,
             tid: 19_190,
@@ -966,6 +969,7 @@ mod tests {
         p.alerts = 1;
         let mut r = report(vec![p]);
         r.alert_records.push(AlertRecord {
+            id: crate::ident::ProbeId::NONE,
             probe: "runq".into(),
             pid: 1,
             tid: 2,

@@ -47,6 +47,53 @@ pub(crate) fn truncate(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// `text` (printable ASCII, as the renderers write it) as lines of at most
+/// `width` bytes, each ended by a newline: the first line indented by
+/// `indent`, the others by `indent` and two more spaces. Lines break after
+/// a `", "` or `": "` (whole pieces); a piece wider than a line is cut
+/// (`~`); what does not fit in `max_lines` is cut at a piece (` ~`).
+pub fn wrap_pieces_into(s: &mut String, text: &str, indent: &str, width: usize, max_lines: usize) {
+    let (mut rest, lines) = (text, max_lines.max(1));
+    for line in 0..lines {
+        let lead = if line == 0 { indent.len() } else { indent.len() + 2 };
+        s.push_str(indent);
+        if line > 0 {
+            s.push_str("  ");
+        }
+        let room = width.saturating_sub(lead).max(1);
+        if rest.len() <= room {
+            s.push_str(rest);
+            s.push('\n');
+            return;
+        }
+        // The last piece boundary (after the separator's comma or colon;
+        // its space is dropped) that leaves room: for the line on a new
+        // line, or for a `" ~"` on the last line.
+        let last = line + 1 == lines;
+        let fits = if last { room.saturating_sub(2) } else { room };
+        let head = truncate(rest, fits + 1);
+        let cut =
+            head.rmatch_indices(", ").chain(head.rmatch_indices(": ")).map(|(i, _)| i + 1).filter(|&i| i <= fits).max();
+        match cut {
+            Some(i) if !last => {
+                s.push_str(&rest[..i]);
+                s.push('\n');
+                rest = rest[i..].trim_start();
+            }
+            Some(i) => {
+                s.push_str(&rest[..i]);
+                s.push_str(" ~\n");
+                return;
+            }
+            None => {
+                s.push_str(truncate(rest, room - 1));
+                s.push_str("~\n");
+                return;
+            }
+        }
+    }
+}
+
 /// For lines cut at whole pieces: the piece just written at `before`
 /// stays if the line (from `start`) is within `width` bytes, with room for
 /// a following piece's marker (`", ~"` or `"; ~"`, 3 bytes) when `more`
@@ -76,6 +123,33 @@ mod tests {
         assert_eq!(fmt_ns(999_999_999), "1.00s", "an interval a hair short of 1 s");
         assert_eq!(fmt_ns(999_996), "1.00ms");
         assert_eq!(fmt_ns(999_994), "999.99us");
+    }
+
+    #[test]
+    fn long_lines_wrap_at_whole_pieces() {
+        let mut s = String::new();
+        wrap_pieces_into(
+            &mut s,
+            "wait 1ms on m: inversion 900 us: held by lo[2] FIFO/10, preempted by mid[3] FIFO/50 900 us",
+            "  ",
+            40,
+            3,
+        );
+        assert_eq!(
+            s,
+            "  wait 1ms on m: inversion 900 us:\n    held by lo[2] FIFO/10,\n    preempted by mid[3] FIFO/50 900 us\n"
+        );
+        assert!(s.lines().all(|l| l.len() <= 40), "{s}");
+        // Out of lines: the last one is cut; a piece wider than a line too.
+        let mut s = String::new();
+        wrap_pieces_into(&mut s, "aaaa, bbbb, cccc", "", 9, 2);
+        assert_eq!(s, "aaaa,\n  bbbb, ~\n");
+        let mut s = String::new();
+        wrap_pieces_into(&mut s, "aaaa, bbbbbbbbbb", "", 6, 2);
+        assert_eq!(s, "aaaa,\n  bbb~\n");
+        let mut s = String::new();
+        wrap_pieces_into(&mut s, "short", "  ", 40, 3);
+        assert_eq!(s, "  short\n");
     }
 
     #[test]

@@ -386,8 +386,8 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
                 "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 p.id,
                 esc(&p.name),
-                esc(&p.kind),
-                esc(&p.attach),
+                esc(p.kind.as_str()),
+                esc(p.attach.as_str()),
                 esc(&p.mode)
             );
         }
@@ -429,6 +429,7 @@ mod tests {
                     scheme: BucketScheme::LATMON,
                 })
                 .collect(),
+            thresholds: Vec::new(),
         };
         let mut bytes = encode_to_vec(&Frame::Hello(hello)).unwrap();
         let mut hs = vec![Hist::default(); 2];
@@ -561,6 +562,7 @@ mod tests {
     #[test]
     fn the_alert_table_keeps_the_worst_in_time_order() {
         let rec = |t: u64, lat: u64| AlertRecord {
+            id: latmon_core::ident::ProbeId::NONE,
             probe: "runq".into(),
             pid: 1,
             tid: 1,

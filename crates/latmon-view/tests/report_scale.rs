@@ -43,6 +43,7 @@ fn base_capture() -> Vec<u8> {
                 scheme: BucketScheme::LATMON,
             })
             .collect(),
+        thresholds: Vec::new(),
     };
     let mut bytes = encode_to_vec(&Frame::Hello(hello)).unwrap();
     let mut hs = vec![Hist::default(); PROBES as usize];
@@ -78,6 +79,7 @@ fn base_capture() -> Vec<u8> {
         bytes.extend(encode_to_vec(&Frame::Status(st)).unwrap());
         if seq % 3 == 0 {
             let a = AlertRecord {
+                id: latmon_core::ident::ProbeId::NONE,
                 probe: String::new(),
                 pid: 7,
                 tid: 7,

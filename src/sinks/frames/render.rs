@@ -268,7 +268,7 @@ impl FrameRender {
             q.push_group(&self.buf, &self.lens);
         }
         for a in &r.alert_records {
-            let id = t.session.probes.iter().position(|p| p.name == a.probe).map_or(u16::MAX, |i| i as u16);
+            let id = a.id.0;
             self.buf.clear();
             self.lens.clear();
             let (buf, lens) = (&mut self.buf, &mut self.lens);

@@ -9,7 +9,8 @@
 //! order, attached or not (a probe that failed keeps its block with
 //! state 0: PLC addressing does not depend on which probes attached), and
 //! at the fixed address [`EXT_BASE`] one extension block of [`EXT_WORDS`]
-//! per probe block (registers added within the map version).
+//! per probe block (registers added within the map version), and at
+//! [`THRESHOLD_BASE`] each probe block's alert threshold.
 //! Registers are big-endian (Modbus); 32- and 64-bit values are high word
 //! first (the SunSpec convention) and start at even addresses.
 
@@ -39,7 +40,14 @@ pub const EXT_WORDS: u16 = 10;
 /// At most this many probe blocks fit below the extension blocks (whose
 /// table then fits the 65536-register address space: 1228 of each).
 pub const MAX_BLOCKS: usize = (EXT_BASE as usize - HEADER_WORDS as usize) / BLOCK_WORDS as usize;
-const _: () = assert!(EXT_BASE as usize + MAX_BLOCKS * EXT_WORDS as usize <= 65_536);
+const _: () = assert!(EXT_BASE as usize + MAX_BLOCKS * EXT_WORDS as usize <= THRESHOLD_BASE as usize);
+/// Address of threshold block 0: each probe block's alert threshold (µs,
+/// u32; 0 none), added within map version 1 after the extension blocks
+/// (whose size is fixed: growing them would move every block but the first).
+pub const THRESHOLD_BASE: u16 = 0xF000;
+/// Size of each threshold block in registers.
+pub const THRESHOLD_WORDS: u16 = 2;
+const _: () = assert!(THRESHOLD_BASE as usize + MAX_BLOCKS * THRESHOLD_WORDS as usize <= 65_536);
 
 /// Header registers (addresses).
 pub mod reg {
@@ -197,6 +205,8 @@ pub struct Image {
     words: Vec<u16>,
     /// The extension blocks, from [`EXT_BASE`].
     ext: Vec<u16>,
+    /// The threshold blocks, from [`THRESHOLD_BASE`].
+    thresholds: Vec<u16>,
 }
 
 /// µs rounded up (a non-zero latency never reads 0), saturating at u32::MAX.
@@ -223,6 +233,8 @@ impl Image {
         self.words.resize(len, 0);
         self.ext.clear();
         self.ext.resize(blocks * EXT_WORDS as usize, 0);
+        self.thresholds.clear();
+        self.thresholds.resize(blocks * THRESHOLD_WORDS as usize, 0);
         self.put16(reg::MAGIC, MAGIC);
         self.put16(reg::VERSION, MAP_VERSION);
         self.put16(reg::PROBE_COUNT, blocks as u16);
@@ -247,9 +259,10 @@ impl Image {
             return Err(MapError::ZeroCount);
         }
         let (a, end) = (addr as usize, addr as usize + count as usize);
-        let got = match addr.checked_sub(EXT_BASE) {
-            Some(e) => self.ext.get(e as usize..e as usize + count as usize),
-            None => self.words.get(a..end),
+        let got = match (addr.checked_sub(THRESHOLD_BASE), addr.checked_sub(EXT_BASE)) {
+            (Some(t), _) => self.thresholds.get(t as usize..t as usize + count as usize),
+            (None, Some(e)) => self.ext.get(e as usize..e as usize + count as usize),
+            (None, None) => self.words.get(a..end),
         };
         got.ok_or(MapError::OutOfRange { addr, count, len: self.words.len() })
     }
@@ -360,6 +373,11 @@ impl Image {
             if let Some(p) = t.report.probes.get(attached) {
                 self.put_probe(base, p);
                 self.put_ext(pos, p);
+                let th = us_ceil(p.threshold_ns);
+                let at = pos * THRESHOLD_WORDS as usize;
+                if let Some(w) = self.thresholds.get_mut(at..at + 2) {
+                    w.copy_from_slice(&[(th >> 16) as u16, th as u16]);
+                }
                 if let Some(c) = p.alert_causes.as_ref().filter(|c| c.alerted_ns > 0) {
                     if worst.is_none_or(|(_, w)| c.alerted_ns > w.alerted_ns) {
                         worst = Some((pos as u16, c));
@@ -444,6 +462,7 @@ mod tests {
             interval_ns: 1_000_000_000,
             probes: vec![info("runq", Mechanism::TpBtf), info("second-probe-with-long-name", Mechanism::RawTp)],
             failed,
+            thresholds_ns: Vec::new(),
         }
     }
 
@@ -529,6 +548,26 @@ mod tests {
         let name: Vec<u8> =
             w[(b + off::NAME) as usize..(b + off::NAME + 8) as usize].iter().flat_map(|x| x.to_be_bytes()).collect();
         assert_eq!(&name, b"second-probe-wit", "truncated to 16 bytes");
+    }
+
+    #[test]
+    fn thresholds_sit_at_their_blocks_place_after_the_extension_blocks() {
+        let failed = vec![FailedProbe { position: 1, name: "timer".into(), kind: Family::Timer, why: "no".into() }];
+        let s = session(failed);
+        let mut r = report(1);
+        r.probes[0].threshold_ns = 500_000;
+        r.probes[1].threshold_ns = 5_000_000_000_000_001;
+        let mut img = Image::default();
+        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
+        let words = img.read(THRESHOLD_BASE, 6).unwrap();
+        // Block 0: 500 µs; block 1 failed: 0; block 2: µs, saturated.
+        assert_eq!(words, &[0, 500, 0, 0, 0xFFFF, 0xFFFF]);
+        assert_eq!(img.read(THRESHOLD_BASE + 4, 2).unwrap(), &[0xFFFF, 0xFFFF]);
+        assert!(img.read(THRESHOLD_BASE + 5, 2).is_err(), "past the last block");
+        assert!(img.read(THRESHOLD_BASE - 1, 1).is_err(), "between the extension and threshold blocks");
+        // The registers before are where they were.
+        assert_eq!(img.words().len(), 32 + 3 * 40);
+        assert_eq!(img.ext_words().len(), 3 * EXT_WORDS as usize);
     }
 
     #[test]
@@ -629,6 +668,7 @@ mod tests {
             (Family::Ufunc, 7),
             (Family::Chain, 8),
             (Family::Cycle, 9),
+            (Family::Lock, 10),
         ] {
             assert_eq!(k.modbus_code(), c, "{k}");
         }

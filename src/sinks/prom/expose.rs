@@ -245,6 +245,16 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
             }
         }
     }
+    if s.lines().iter().any(|l| l.threshold_ns > 0) {
+        out.family(
+            "latmon_probe_threshold_seconds",
+            Gauge,
+            "The probe's alert threshold: latencies above it count in latmon_probe_alerts_total (probes with one only).",
+        );
+        for l in s.lines().iter().filter(|l| l.threshold_ns > 0) {
+            out.sample(Labels::Line(l), secs(l.threshold_ns));
+        }
+    }
     if s.lines().iter().any(|l| l.folded.is_some()) {
         out.family(
             "latmon_series_folded",

@@ -49,6 +49,9 @@ pub struct Line {
     /// The `cause` label of each of `causes`' first [`TOP_CAUSES`] (see
     /// [`Line::label_causes`]).
     pub cause_labels: Vec<String>,
+    /// The alert threshold (ns; 0: none): a folded line's series share
+    /// their family's.
+    pub threshold_ns: u64,
     /// cycle: misses since the probe started (None: not a cycle probe).
     pub misses: Option<u64>,
     /// cycle: the last interval's missed time by cause
@@ -75,6 +78,7 @@ impl Line {
         (self.up, self.detached, self.bpf_ns_per_event, self.events_per_s, self.bpf_cpu_percent) =
             (true, false, 0, 0, 0.0);
         self.folded = None;
+        self.threshold_ns = 0;
         self.has_causes = false;
         self.misses = None;
         self.has_miss_causes = false;
@@ -94,6 +98,7 @@ impl Line {
         self.bpf_ns_per_event += rp.map_or(0, |p| p.bpf_ns_per_event);
         self.events_per_s += rp.map_or(0, |p| p.events_per_s);
         self.bpf_cpu_percent += rp.map_or(0.0, |p| p.bpf_cpu_percent);
+        self.threshold_ns = self.threshold_ns.max(rp.map_or(0, |p| p.threshold_ns));
         // Only probes with one alert id tally causes (never a folded
         // line's series): the line's own.
         if let Some(c) = rp.and_then(|p| p.alert_causes.as_ref()) {

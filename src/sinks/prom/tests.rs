@@ -51,6 +51,7 @@ fn histogram_buckets_are_cumulative_and_exact() {
         interval_ns: 1,
         probes: vec![info.clone()],
         failed: Vec::new(),
+        thresholds_ns: Vec::new(),
     };
     let report = IntervalReport {
         seq: 3,
@@ -118,6 +119,7 @@ fn tick_of(names: &[&str], v: u64) -> (Session, IntervalReport, Vec<Hist>) {
         interval_ns: 1,
         probes,
         failed: Vec::new(),
+        thresholds_ns: Vec::new(),
     };
     (session, report, totals)
 }
@@ -180,6 +182,31 @@ fn alerted_time_and_its_top_causes_per_line() {
     let label = |k: &str| m.label.iter().find(|p| p.name.as_deref() == Some(k)).and_then(|p| p.value.clone());
     assert_eq!((label("rank").as_deref(), label("cause").as_deref()), (Some("1"), Some("hog\"x")));
     assert_eq!(m.gauge.as_ref().and_then(|g| g.value), Some(0.9));
+}
+
+/// A probe's alert threshold is a gauge in seconds, labelled (escaped)
+/// as the probe's other metrics; probes without one have no sample, and
+/// without any the family is absent.
+#[test]
+fn the_threshold_is_a_gauge_of_the_probes_with_one() {
+    let (session, mut report, totals) = tick_of(&["timer", "runq:a\"b", "syscall"], 1_000);
+    let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0, 0] };
+    let mut text = String::new();
+    render(&mut text, &t);
+    assert!(!text.contains("latmon_probe_threshold_seconds"), "{text}");
+    report.probes[0].threshold_ns = 500_000;
+    report.probes[1].threshold_ns = 2_000_000;
+    let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0, 0] };
+    text.clear();
+    render(&mut text, &t);
+    for want in [
+        "latmon_probe_threshold_seconds{probe=\"timer\",kind=\"timer\",attach=\"tp_btf\"} 0.0005\n",
+        "latmon_probe_threshold_seconds{probe=\"runq:a\\\"b\",kind=\"runq\",attach=\"tp_btf\"} 0.002\n",
+        "# TYPE latmon_probe_threshold_seconds gauge\n",
+    ] {
+        assert!(text.contains(want), "{want} in {text}");
+    }
+    assert_eq!(text.matches("latmon_probe_threshold_seconds{").count(), 2, "{text}");
 }
 
 /// A cycle line: its misses since start as a counter and the interval's

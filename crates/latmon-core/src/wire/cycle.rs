@@ -170,6 +170,7 @@ mod tests {
                 mode: String::new(),
                 scheme: BucketScheme::LATMON,
             }],
+            thresholds: Vec::new(),
         };
         let mut v = encode_to_vec(&Frame::Hello(hello)).unwrap();
         for a in alerts {
@@ -196,6 +197,7 @@ mod tests {
     /// The agent's record of a golden wire Alert (probe `cycle:ctrl`).
     fn record_of(a: &Alert) -> AlertRecord {
         AlertRecord {
+            id: crate::ident::ProbeId(0),
             probe: "cycle:ctrl".into(),
             pid: a.pid,
             tid: a.tid,

@@ -300,7 +300,8 @@ impl Encoder {
                     start_ns: h.start_ns,
                     interval_ns: h.interval_ns,
                     probe_count: h.probe_count,
-                    probes: &h.probes[r],
+                    probes: &h.probes[r.clone()],
+                    thresholds: TrailingThresholds(of_ids(&h.thresholds, &h.probes[r], |p| p.id, |t| t.id)),
                 };
                 e.put(Kind::Hello, &body, limit)
             },
@@ -586,10 +587,16 @@ impl Encoder {
 /// The entries of `all` (ascending by `id`) whose probe is in `part` (a
 /// contiguous run of the Status's probes, ascending by id).
 fn of_part<'a, T>(all: &'a [T], part: &[ProbeHealth], id: impl Fn(&T) -> u16) -> &'a [T] {
+    of_ids(all, part, |p| p.id, id)
+}
+
+/// The run of `all` (sorted by id) whose ids lie within the ids of a
+/// frame's part (sorted by id).
+fn of_ids<'a, T, P>(all: &'a [T], part: &[P], part_id: impl Fn(&P) -> u16, id: impl Fn(&T) -> u16) -> &'a [T] {
     match (part.first(), part.last()) {
         (Some(first), Some(last)) => {
-            let lo = all.partition_point(|m| id(m) < first.id);
-            let hi = all.partition_point(|m| id(m) <= last.id);
+            let lo = all.partition_point(|m| id(m) < part_id(first));
+            let hi = all.partition_point(|m| id(m) <= part_id(last));
             &all[lo..hi.max(lo)]
         }
         _ => &all[..0],

@@ -8,6 +8,8 @@ use serde::ser::{SerializeSeq, SerializeTuple};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::cycle::{CycleOut, WireCycle};
+pub use super::thresholds::ProbeThreshold;
+pub(crate) use super::thresholds::TrailingThresholds;
 use crate::anatomy::{Cause, CauseKind};
 use crate::bpf::limits::{HIST_MAX_LOG2, HIST_SUB_BITS};
 use crate::hist::{Hist, BUCKETS};
@@ -56,6 +58,11 @@ pub struct Hello {
     pub interval_ns: u64,
     pub probe_count: u16,
     pub probes: Vec<ProbeDesc>,
+    /// The alert threshold of each of `probes` that has one, by id
+    /// (revision 9). Sent only when not empty (no byte otherwise: a Hello
+    /// without thresholds is the revision 8 bytes); an older receiver
+    /// stops reading before it.
+    pub thresholds: Vec<ProbeThreshold>,
 }
 
 /// Borrowed twin of [`Hello`] (same bytes) used to pack probe table parts.
@@ -70,6 +77,7 @@ pub(crate) struct HelloRef<'a> {
     pub(crate) interval_ns: u64,
     pub(crate) probe_count: u16,
     pub(crate) probes: &'a [ProbeDesc],
+    pub(crate) thresholds: TrailingThresholds<'a>,
 }
 
 /// One probe's cumulative state in a Summary, for the bucket range
@@ -258,6 +266,14 @@ pub(super) fn cause_parts(c: &Cause) -> (u8, u32, u8, i32, &str) {
         CauseKind::Running => (cause_kind::RUNNING, 0, 0, 0, ""),
         CauseKind::Blocked { on, syscall } => (cause_kind::BLOCKED, on.code(), 0, 0, syscall),
         CauseKind::PageFaults { count } => (cause_kind::PAGE_FAULTS, *count, 0, 0, ""),
+        // lock (JSON and text only this revision): the owner's own time
+        // travels as a task cause naming the owner, an inversion as one
+        // naming its largest preempter; the parts still sum.
+        CauseKind::Owner { owner: o } => (cause_kind::TASK, o.tid, o.policy.code().min(255) as u8, o.prio, &o.comm),
+        CauseKind::Inversion { preempted_by, .. } => match preempted_by.iter().max_by_key(|p| p.ns) {
+            Some(p) => (cause_kind::TASK, p.pid, p.policy.code().min(255) as u8, p.prio, &p.comm),
+            None => (cause_kind::TASK_REST, 0, 0, 0, ""),
+        },
         CauseKind::Unknown { code } => (*code, 0, 0, 0, ""),
         CauseKind::Other => (cause_kind::OTHER, 0, 0, 0, ""),
     }

@@ -28,6 +28,8 @@ pub mod fixed;
 mod frame;
 #[cfg(feature = "std")]
 mod messages;
+#[cfg(feature = "std")]
+mod thresholds;
 // Feature "testkit": the latmon crate's tests (src/sinks/frames/budget/) reuse
 // `model_hist`; its other helpers serve only this crate's tests.
 #[cfg(all(any(test, feature = "testkit"), feature = "std"))]
@@ -68,7 +70,9 @@ pub const PROTOCOL_VERSION: u8 = 1;
 /// [`WAITS_MODE_PREFIX`]): no byte layout changed.
 /// Revision 8 appends a cycle record's own fields to Alert
 /// ([`WireCycle`]).
-pub const PROTOCOL_REVISION: u8 = 8;
+/// Revision 9 appends `thresholds` (each probe's alert threshold, by id)
+/// to Hello, sent only when a probe has one.
+pub const PROTOCOL_REVISION: u8 = 9;
 /// `ProbeDesc::mode` of a series whose calls wait (revision 7): it is
 /// not in its family line but in the family's waits line. Older senders
 /// never send it; an older receiver shows it as part of the mode's words.

@@ -42,6 +42,35 @@ fn budget_constants() {
     }
 }
 
+/// A receiver's reports carry the thresholds the sender's Hello said
+/// (revision 9), each on its probe's report, and the Hello's words parsed.
+#[test]
+fn the_tracker_puts_each_hellos_threshold_on_its_probes_reports() {
+    let h1 = hist(&[1_000, 300]);
+    let mut hello = golden_hello();
+    hello.probes.push(ProbeDesc { id: 1, name: "novel".into(), kind: "quantum".into(), ..hello.probes[0].clone() });
+    hello.probe_count = 2;
+    hello.thresholds = vec![ProbeThreshold { id: 1, threshold_ns: 250_000 }];
+    let mut stream = encode_to_vec(&Frame::Hello(hello.clone())).unwrap();
+    let head = SummaryHeader { seq: 1, boot_id: hello.boot_id, time_ns: 2_000_000_000, last: false };
+    for f in summary_frames(head, &[h1.clone(), h1.clone()], PAYLOAD_BUDGET) {
+        stream.extend(f);
+    }
+    let (frames, _) = decode_all(&stream);
+    let mut t = Tracker::new();
+    let mut got = None;
+    for f in frames {
+        if let Event::Summary { report, .. } = t.on_frame(f.unwrap()) {
+            got = Some(report);
+        }
+    }
+    let r = got.expect("a summary");
+    assert_eq!((r.probes[0].threshold_ns, r.probes[1].threshold_ns), (0, 250_000));
+    assert_eq!(r.probes[0].kind, crate::ident::Said::Known(crate::ident::Family::Runq));
+    assert_eq!(r.probes[1].kind, crate::ident::Said::Unknown("quantum".into()));
+    assert_eq!(crate::json::to_string(&r.probes[1]).unwrap().matches("\"kind\":\"quantum\"").count(), 1);
+}
+
 #[test]
 fn summary_round_trip_and_tracker_deltas() {
     let h1 = hist(&[1_000, 300, 2_500]);
@@ -390,27 +419,7 @@ fn golden() -> Vec<(&'static str, Frame)> {
     let h = hist(&[300, 2_500, 2_600, 40_000]);
     let buckets = h.slots.iter().enumerate().filter(|(_, &c)| c > 0).map(|(i, &c)| (i as u16, c)).collect();
     vec![
-        (
-            "hello",
-            Frame::Hello(Hello {
-                protocol_revision: 0,
-                latmon_version: "0.1.0".into(),
-                board: "arm1".into(),
-                kernel: "6.1.0-rt".into(),
-                boot_id: 0x1234_5678,
-                start_ns: 1_000_000_000,
-                interval_ns: 1_000_000_000,
-                probe_count: 1,
-                probes: vec![ProbeDesc {
-                    id: 0,
-                    name: "runq".into(),
-                    kind: "runq".into(),
-                    attach: "tp_btf".into(),
-                    mode: String::new(),
-                    scheme: BucketScheme::LATMON,
-                }],
-            }),
-        ),
+        ("hello", Frame::Hello(golden_hello())),
         (
             "summary",
             Frame::Summary(Summary {
@@ -591,11 +600,73 @@ fn golden() -> Vec<(&'static str, Frame)> {
         ("status-dropped", Frame::Status(golden_dropped_status())),
         ("alert-cycle", Frame::Alert(golden_cycle_alert())),
         ("alert-overrun", Frame::Alert(golden_overrun_alert())),
+        ("hello-thresholds", Frame::Hello(golden_threshold_hello())),
     ]
 }
 
 /// The cycle miss (revision 8) of docs/wire-format.md: a 1 ms deadline
 /// missed by 0.62 ms, its parts the execution's.
+/// The Hello with a threshold (revision 9) of docs/wire-format.md: the
+/// `hello` vector's probe with a 500 µs threshold.
+fn golden_threshold_hello() -> Hello {
+    Hello { protocol_revision: 9, thresholds: vec![ProbeThreshold { id: 0, threshold_ns: 500_000 }], ..golden_hello() }
+}
+
+fn golden_hello() -> Hello {
+    Hello {
+        protocol_revision: 0,
+        latmon_version: "0.1.0".into(),
+        board: "arm1".into(),
+        kernel: "6.1.0-rt".into(),
+        boot_id: 0x1234_5678,
+        start_ns: 1_000_000_000,
+        interval_ns: 1_000_000_000,
+        probe_count: 1,
+        probes: vec![ProbeDesc {
+            id: 0,
+            name: "runq".into(),
+            kind: "runq".into(),
+            attach: "tp_btf".into(),
+            mode: String::new(),
+            scheme: BucketScheme::LATMON,
+        }],
+        thresholds: Vec::new(),
+    }
+}
+
+/// A receiver of revision 8 reads a revision 9 Hello as before: its
+/// message ends at `probes`, and the thresholds after them are left unread.
+#[test]
+fn a_revision_8_receiver_reads_a_hello_with_thresholds() {
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct HelloRev8 {
+        protocol_revision: u8,
+        latmon_version: String,
+        board: String,
+        kernel: String,
+        boot_id: u32,
+        start_ns: u64,
+        interval_ns: u64,
+        probe_count: u16,
+        probes: Vec<ProbeDesc>,
+    }
+    let h = golden_threshold_hello();
+    let frame = encode_to_vec(&Frame::Hello(h.clone())).unwrap();
+    let mut p = frame[..frame.len() - 1].to_vec();
+    let n = cobs::decode_in_place(&mut p).unwrap();
+    // Version and kind bytes first, CRC-32 last.
+    let (old, rest): (HelloRev8, _) = postcard::take_from_bytes(&p[2..n - 4]).unwrap();
+    assert_eq!((old.protocol_revision, old.probes), (9, h.probes.clone()));
+    assert_eq!((old.board, old.probe_count), (h.board.clone(), 1));
+    assert!(!rest.is_empty(), "the thresholds follow the table");
+    // And a Hello without thresholds has no byte for them.
+    let plain = Hello { thresholds: Vec::new(), ..h.clone() };
+    let bare = encode_to_vec(&Frame::Hello(plain)).unwrap();
+    assert!(bare.len() < frame.len());
+    let (frames, _) = decode_all(&frame);
+    assert_eq!(frames, vec![Ok(Frame::Hello(h))]);
+}
+
 pub(crate) fn golden_cycle_alert() -> Alert {
     let cause = |kind, id, name: &str, ns| WireCause { kind, id, policy: 0, prio: 0, name: name.into(), ns };
     Alert {
@@ -814,6 +885,7 @@ fn golden_vectors_match_spec_byte_for_byte() {
     v.clear();
     if let Frame::Alert(a) = &g[2].1 {
         let rec = AlertRecord {
+            id: crate::ident::ProbeId::NONE,
             probe: "runq".into(),
             pid: a.pid,
             tid: a.tid,
@@ -834,6 +906,7 @@ fn golden_vectors_match_spec_byte_for_byte() {
     let anatomy = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
     assert!(anatomy.sums_to(a.latency_ns));
     let rec = AlertRecord {
+        id: crate::ident::ProbeId::NONE,
         probe: "timer".into(),
         pid: a.pid,
         tid: a.tid,
@@ -930,6 +1003,7 @@ fn an_anatomy_too_large_for_a_frame_folds_its_smallest_parts_into_other() {
         .collect();
     let anatomy = Anatomy::from_parts(1_000_000, 0, 0, parts);
     let rec = AlertRecord {
+        id: crate::ident::ProbeId::NONE,
         probe: "timer".into(),
         pid: 1,
         tid: 1,
@@ -1014,6 +1088,7 @@ fn hello_with(boot_id: u32, probes: Vec<ProbeDesc>) -> Hello {
         interval_ns: 1_000_000_000,
         probe_count: probes.len() as u16,
         probes,
+        thresholds: Vec::new(),
     }
 }
 

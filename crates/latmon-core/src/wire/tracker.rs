@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::hist::{Hist, BUCKETS};
+use crate::ident::{AttachSaid, KindSaid};
 use crate::summary::{AlertRecord, IntervalReport, ProbeReport};
 
 /// What a received frame means, for display or JSON.
@@ -34,13 +35,22 @@ pub enum Event {
     },
 }
 
-/// A probe as a sender's Hello described it: words, whatever they say.
+/// A probe as a sender's Hello described it: its words, the family and
+/// mechanism parsed once (a word this build does not know kept as said),
+/// and the wait role and roll-up its mode's prefixes say, read here and
+/// nowhere after.
 #[derive(Debug, Clone)]
 struct Described {
     name: String,
-    kind: String,
-    attach: String,
-    mode: String,
+    kind: KindSaid,
+    attach: AttachSaid,
+    /// The wait role the mode's prefix says ([`wait_of_mode`]).
+    wait: crate::ident::Wait,
+    /// Alert threshold (Hello `thresholds`, revision 9); 0: none known.
+    threshold_ns: u64,
+    /// A series the sender's link rolled up into its family's `other`
+    /// entry ([`ROLLED_MODE_PREFIX`]): no longer carried on its own.
+    rolled: bool,
 }
 
 #[derive(Default)]
@@ -175,8 +185,9 @@ impl Tracker {
     fn report(&self, id: u16, prev: &Hist, cur: &Hist) -> ProbeReport {
         match self.tracks.get(id as usize).and_then(|t| t.info.as_ref()) {
             Some(d) => {
-                let mut r = ProbeReport::labelled(&d.name, &d.kind, &d.attach, prev, cur);
-                r.set_wait(super::wait_of_mode(&d.mode));
+                let mut r = ProbeReport::labelled(&d.name, d.kind.as_str(), d.attach.as_str(), prev, cur);
+                r.set_wait(d.wait);
+                r.threshold_ns = d.threshold_ns;
                 r
             }
             None => ProbeReport::labelled(&format!("#{id}"), "", "", prev, cur),
@@ -199,10 +210,18 @@ impl Tracker {
                     t.scheme_ok = ok;
                     t.info = Some(Described {
                         name: d.name.clone(),
-                        kind: d.kind.clone(),
-                        attach: d.attach.clone(),
-                        mode: d.mode.clone(),
+                        kind: KindSaid::parse(&d.kind),
+                        attach: AttachSaid::parse(&d.attach),
+                        wait: super::wait_of_mode(&d.mode),
+                        rolled: d.mode.starts_with(ROLLED_MODE_PREFIX),
+                        threshold_ns: 0,
                     });
+                }
+                // After the rows: a part's thresholds name its own rows.
+                for th in &h.thresholds {
+                    if let Some(d) = self.tracks.get_mut(th.id as usize).and_then(|t| t.info.as_mut()) {
+                        d.threshold_ns = th.threshold_ns;
+                    }
                 }
                 // Keep the union of probe table parts.
                 match &mut self.hello {
@@ -225,6 +244,7 @@ impl Tracker {
             Frame::Alert(a) => {
                 self.new_boot(a.boot_id);
                 Event::Alert(AlertRecord {
+                    id: crate::ident::ProbeId(a.probe),
                     probe: self.probe_name(a.probe),
                     pid: a.pid,
                     tid: a.tid,
@@ -416,11 +436,7 @@ impl Tracker {
                     t.seen_seq = seq;
                 }
             }
-            let rolled = self
-                .tracks
-                .get(id)
-                .and_then(|t| t.info.as_ref())
-                .is_some_and(|i| i.mode.starts_with(ROLLED_MODE_PREFIX));
+            let rolled = self.tracks.get(id).and_then(|t| t.info.as_ref()).is_some_and(|i| i.rolled);
             if got.is_none() && rolled {
                 continue; // carried by its family's `other` entry now
             }

@@ -340,8 +340,9 @@ impl Live {
         let mut table = latmon_core::table::Table::default();
         let (parent, waits_of) = table.shape(reports.as_slice());
         let f = self.filter.to_ascii_lowercase();
-        let wanted =
-            |r: &Row| f.is_empty() || r.report.name.to_ascii_lowercase().contains(&f) || r.report.kind.contains(&f);
+        let wanted = |r: &Row| {
+            f.is_empty() || r.report.name.to_ascii_lowercase().contains(&f) || r.report.kind.as_str().contains(&f)
+        };
         let key = |r: &Row| match self.sort {
             SortCol::P99 => r.report.p99_ns,
             SortCol::P50 => r.report.p50_ns,
@@ -574,6 +575,7 @@ mod tests {
                     scheme: BucketScheme::LATMON,
                 })
                 .collect(),
+            thresholds: Vec::new(),
         }
     }
 
@@ -771,6 +773,7 @@ mod tests {
         let t = Tracker::new();
         for i in 0..(ALERTS_KEPT as u64 + 10) {
             let a = AlertRecord {
+                id: latmon_core::ident::ProbeId::NONE,
                 probe: "p0".into(),
                 pid: 1,
                 tid: 1,
@@ -810,6 +813,7 @@ mod tests {
             migrations: 0,
         };
         let rec = |latency_ns, anatomy, cycle| AlertRecord {
+            id: latmon_core::ident::ProbeId::NONE,
             probe: probe.into(),
             pid: 1234,
             tid: 1240,

@@ -243,7 +243,7 @@ fn draw_table(f: &mut Frame, area: Rect, m: &Live, lines: &[Shown]) {
             let p = &r.report;
             let mut cells = vec![
                 name_cell(m, l),
-                if depth == 0 { shown(&p.attach).into_owned() } else { String::new() },
+                if depth == 0 { shown(p.attach.as_str()).into_owned() } else { String::new() },
                 m.rate(p).to_string(),
                 fmt_ns(p.p50_ns),
                 fmt_ns(p.p99_ns),
@@ -302,7 +302,12 @@ fn draw_plots(f: &mut Frame, area: Rect, m: &Live, r: &Row, alerts: bool) {
     let name = shown(&r.report.name).into_owned();
     let [left, right] = Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(area);
     // Histogram since start (the interval's when the totals are unknown).
-    let hist_block = Block::default().borders(Borders::ALL).title(format!(" histogram of {name} (since start) "));
+    let threshold = match r.report.threshold_ns {
+        0 => String::new(),
+        ns => format!(", threshold {}", fmt_ns(ns)),
+    };
+    let hist_block =
+        Block::default().borders(Borders::ALL).title(format!(" histogram of {name} (since start{threshold}) "));
     let inner = hist_block.inner(left);
     let bar = (inner.width as usize).saturating_sub(32).clamp(4, 40);
     let lines: Vec<Line> = match m.totals(id) {

@@ -88,6 +88,8 @@ fn label(c: &Cause) -> String {
         CauseKind::Blocked { on, syscall } if syscall.is_empty() => format!("blocked on {}", on.word()),
         CauseKind::Blocked { on, syscall } => format!("blocked on {} in {syscall}", on.word()),
         CauseKind::PageFaults { .. } => "page faults".into(),
+        CauseKind::Owner { owner } => format!("held by {}[{}]", owner.comm, owner.tid),
+        CauseKind::Inversion { owner, .. } => format!("inversion behind {}[{}]", owner.comm, owner.tid),
         CauseKind::Unknown { code } => format!("cause#{code}"),
         CauseKind::Other => "other".into(),
     }
@@ -302,6 +304,7 @@ mod tests {
             migrations: 0,
         };
         let rec = |latency_ns, anatomy, cycle| AlertRecord {
+            id: latmon_core::ident::ProbeId::NONE,
             probe: probe.into(),
             pid: 40,
             tid: 41,
@@ -351,6 +354,7 @@ mod tests {
                     scheme: BucketScheme::LATMON,
                 })
                 .collect(),
+            thresholds: Vec::new(),
         };
         let mut bytes = encode_to_vec(&Frame::Hello(hello)).unwrap();
         let mut hs = vec![Hist::default(); probes];

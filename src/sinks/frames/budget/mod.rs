@@ -26,7 +26,7 @@ pub use planner::{entry_bytes, entry_bytes_at, other_id, BudgetedFrames};
 use latmon_core::session::Tick;
 #[cfg(test)]
 use latmon_core::summary::AlertRecord;
-use latmon_core::wire::{Encoder, Entries, LinkHeader, LinkHealth, SummaryHeader, MAX_PROBES, ROLLED_MODE_PREFIX};
+use latmon_core::wire::{Encoder, Entries, LinkHeader, LinkHealth, SummaryHeader, MAX_PROBES};
 
 use crate::sinks::queue::Queue;
 
@@ -112,10 +112,11 @@ impl BudgetedFrames {
             let mut hello = Self::full_hello_of(&self.families, t);
             let from = self.announced as u16;
             let changed = std::mem::take(&mut self.table_changed);
-            hello.probes.retain(|p| {
-                (p.id >= from && (p.id as usize) < n)
-                    || (changed && (p.id as usize >= n || p.mode.starts_with(ROLLED_MODE_PREFIX)))
-            });
+            let families = &self.families;
+            let rolled = |id: u16| families.iter().any(|f| f.members.contains(&(id as usize)));
+            hello
+                .probes
+                .retain(|p| (p.id >= from && (p.id as usize) < n) || (changed && (p.id as usize >= n || rolled(p.id))));
             if let Err(e) = enc.hello(&hello, &mut |f| {
                 buf.extend_from_slice(f);
                 lens.push(f.len());
@@ -180,14 +181,14 @@ impl BudgetedFrames {
             return;
         }
         let n = t.session.probes.len();
-        // Probe of each record (n: a name not in the table), its rank
+        // Probe of each record (n: an id not in the table), its rank
         // among its probe's records, and the round-robin order.
         self.alert_seen.clear();
         self.alert_seen.resize(n + 1, 0);
         self.alert_order.clear();
         let start = self.alert_turn % (n + 1);
         for (i, a) in recs.iter().enumerate() {
-            let p = t.session.probes.iter().position(|p| p.name == a.probe).unwrap_or(n);
+            let p = a.id.index().min(n);
             let rank = self.alert_seen[p];
             self.alert_seen[p] += 1;
             let turn = (p + n + 1 - start) % (n + 1);

@@ -583,6 +583,7 @@ mod tests {
                     scheme: BucketScheme::LATMON,
                 })
                 .collect(),
+            thresholds: Vec::new(),
         }
     }
 

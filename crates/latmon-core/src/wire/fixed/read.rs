@@ -334,6 +334,10 @@ pub(super) fn check(kind: Kind, b: &[u8]) -> Res<()> {
         Kind::Hello => {
             r.get::<HelloHead>()?;
             skip_list::<DescIn>(&mut r)?;
+            // Revision 9's thresholds (id, threshold_ns): unused here,
+            // read so that a Hello is refused exactly when the desktop
+            // decoder refuses it.
+            skip_list::<(u16, u64)>(&mut r)?;
         }
         Kind::Summary => {
             summary_head(b)?;

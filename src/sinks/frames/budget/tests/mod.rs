@@ -191,6 +191,7 @@ fn a_probe_flooding_alerts_cannot_shed_every_record_of_another() {
         interval_ns: 1_000_000_000,
         probes: vec![info("flood", "timer"), info("rare", "irq")],
         failed: Vec::new(),
+        thresholds_ns: Vec::new(),
     };
     let totals = vec![Hist::default(); 2];
     let q = Queue::new(1 << 24);
@@ -202,8 +203,9 @@ fn a_probe_flooding_alerts_cannot_shed_every_record_of_another() {
     let (mut data, mut dlens) = (Vec::new(), Vec::new());
     let mut got = [0u64; 2];
     let mut shed_status = Vec::new();
-    let rec = |probe: &str, i: u64| AlertRecord {
-        probe: probe.into(),
+    let rec = |probe: u16, i: u64| AlertRecord {
+        id: latmon_core::ident::ProbeId(probe),
+        probe: session.probes[probe as usize].name.clone(),
         pid: 1,
         tid: 1,
         comm: "task".into(),
@@ -215,8 +217,8 @@ fn a_probe_flooding_alerts_cannot_shed_every_record_of_another() {
     };
     let secs = 30;
     for seq in 1..=secs {
-        let mut alert_records: Vec<AlertRecord> = (0..50).map(|i| rec("flood", seq * 100 + i)).collect();
-        alert_records.push(rec("rare", seq));
+        let mut alert_records: Vec<AlertRecord> = (0..50).map(|i| rec(0, seq * 100 + i)).collect();
+        alert_records.push(rec(1, seq));
         let report = IntervalReport {
             seq,
             time_ns: seq * 1_000_000_000,
@@ -288,6 +290,7 @@ fn alerts_are_shed_beyond_their_share_and_counted() {
     f.pacer.refill(0);
     f.pacer.refill(2_000_000_000);
     let a = AlertRecord {
+        id: latmon_core::ident::ProbeId::NONE,
         probe: "p".into(),
         pid: 1,
         tid: 1,
@@ -346,6 +349,7 @@ fn a_familys_waits_line_is_never_rolled_up() {
         interval_ns: 1_000_000_000,
         probes,
         failed: Vec::new(),
+        thresholds_ns: Vec::new(),
     };
     let n = session.probes.len();
     let zero = Hist::default();

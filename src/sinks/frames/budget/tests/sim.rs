@@ -81,6 +81,7 @@ pub(super) fn simulate_load(
         interval_ns: 1_000_000_000,
         probes: vec![info("runq", "runq"), info("syscall", "syscall")],
         failed: Vec::new(),
+        thresholds_ns: Vec::new(),
     };
     let mut totals = vec![Hist::default(); 2];
     let mut prev = totals.clone();

@@ -1,0 +1,707 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR MIT)
+/*
+ * lock: the futex waits of watched threads, from the wait's start (its
+ * futex call, a wait command: FUTEX_WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2,
+ * WAIT_REQUEUE_PI) to the thread running again (its switch-in after the
+ * block; a wait that never blocked ends at the call's return). One
+ * histogram per lock (thread group, futex address).
+ *
+ * The owner: for LOCK_PI and LOCK_PI2 the futex word's TID; for the other
+ * waits glibc's pthread_mutex_t owner (__data.__owner, LOCK_GLIBC_OWNER_
+ * OFFSET bytes after the word: the wait may be on a mutex), both read at
+ * the call's entry. Plausible only if that thread is alive in the
+ * waiter's thread group (checked when the waiter blocks, through
+ * bpf_task_from_pid, 6.2+; on older kernels by walking the waiter's
+ * thread group, at most LOCK_GROUP_WALK threads); else the owner is the
+ * thread that woke the waiter (sched_waking), known only at the end.
+ *
+ * While the waiter is blocked, its owner is followed (lock_owners, keyed
+ * by its thread id): its own time on a CPU, and, while it is runnable and
+ * off its CPU (preempted), every task that runs on that CPU instead
+ * (lock_cpu: per CPU, the preempted owner it holds and since when),
+ * charged at the CPU's next switch. A preempter's time while its
+ * priority lies strictly between the owner's effective priority (a PI
+ * boost included) and the waiter's is the inversion's (inv_ns).
+ *
+ * Hot paths: sched_switch and sched_waking run for every task on the
+ * machine; they test the watched-thread gate (watched_one/watched_many,
+ * owners_live) before any map lookup. The futex tracepoints fire for
+ * futex calls only. tp_btf only (trusted task pointers, the kfunc).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "latmon.h"
+#include "maps.bpf.h"
+/* Alert ids are histogram slots: a record names its lock's series. */
+#define LATMON_ALERT_IDS LATMON_LOCK_SERIES
+#include "alerts.bpf.h"
+#include "core_fixes.bpf.h"
+
+#define TASK_RUNNING 0
+#define SCHED_FIFO 1 /* include/uapi/linux/sched.h */
+#define SCHED_RR 2
+/* include/uapi/linux/futex.h */
+#define FUTEX_WAIT 0
+#define FUTEX_LOCK_PI 6
+#define FUTEX_WAIT_BITSET 9
+#define FUTEX_WAIT_REQUEUE_PI 11
+#define FUTEX_LOCK_PI2 13
+#define FUTEX_CMD_MASK 127 /* ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME) */
+#define FUTEX_TID_MASK 0x3fffffff
+
+const volatile struct latmon_lock_config cfg = {};
+
+/* Kernel 6.2 (commit 3f0e6f2b41d3): a task by its pid, referenced. */
+extern struct task_struct *bpf_task_from_pid(s32 pid) __ksym __weak;
+extern void bpf_task_release(struct task_struct *p) __ksym __weak;
+
+/* A watched thread's phases. */
+#define T_NONE 0
+#define T_IN 1	    /* in a futex wait call, running */
+#define T_BLOCKED 2 /* asleep in it */
+#define T_RAN 3	    /* switched in again, the call not yet returned */
+
+struct lock_thread {
+	__u64 start_ns;
+	__u64 end_ns; /* its switch-in after the block */
+	__u64 uaddr;
+	__u32 tgid;
+	__u32 op;
+	__u32 phase;
+	__u32 owner_tid; /* the candidate read at the entry, 0: none */
+	__u32 owner_from;
+	__u32 owner_live; /* lock_owners follows owner_tid for this wait */
+	__u32 waker_tid;
+	__u32 waker_tgid;
+	char waker_comm[LATMON_COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LATMON_LOCK_THREADS);
+	__type(key, __u32);
+	__type(value, struct lock_thread);
+} lock_threads SEC(".maps");
+
+struct lock_owner {
+	__u64 run_ns;
+	__u64 running_since; /* on a CPU since, 0: not running */
+	__u64 rest_ns;
+	__u64 rest_inv_ns;
+	__u32 tgid;
+	__u32 policy;
+	__s32 prio;	       /* rt_priority, or the nice value */
+	__s32 prio_eff;	       /* task_struct::prio, as last seen */
+	__s32 waiter_prio_eff; /* the waiter's, at its block */
+	__u32 closed;	       /* the wait ended: no more charges */
+	__u32 cpu_held;	       /* CPU + 1 whose lock_cpu names it, 0: none */
+	__u32 pad;
+	char comm[LATMON_COMM_LEN];
+	struct latmon_lock_task pre[LATMON_LOCK_PREEMPTERS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LATMON_LOCK_OWNERS);
+	__type(key, __u32);
+	__type(value, struct lock_owner);
+} lock_owners SEC(".maps");
+
+/* A new owner's entry starts from zero (larger than the BPF stack wants). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lock_owner);
+} lock_zero SEC(".maps");
+
+/* Per CPU: the owner that is runnable here but preempted, and since when
+ * the task now running here is charged to it. */
+struct lock_cpu {
+	__u32 owner_tid; /* 0: none */
+	__u32 pad;
+	__u64 since;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lock_cpu);
+} lock_cpu SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LATMON_LOCK_SERIES);
+	__type(key, __u32);
+	__type(value, struct latmon_hist);
+} lock_hist SEC(".maps");
+
+/* (tgid, address) -> its histogram slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LATMON_LOCK_SERIES);
+	__type(key, struct latmon_lock_key);
+	__type(value, __u32);
+} lock_slot_of SEC(".maps");
+
+/* Per CPU: the record being built. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct latmon_alert_lock);
+} lock_scratch SEC(".maps");
+
+/* slot -> its lock, for user space to name the series (tgid 0: free). */
+struct latmon_lock_key lock_slot_key[LATMON_LOCK_SERIES];
+__u32 lock_nslots;
+/* Threads watched; the gate of the switch and wakeup programs: the one
+ * thread watched, or watched_many once a second one is. */
+__s64 lock_live;
+__u32 watched_one;
+__u32 watched_many;
+/* Owners followed now (open entries of lock_owners). */
+__s64 owners_live;
+/* Owners named by their waiter's entry but not followed: not alive in the
+ * waiter's thread group (implausible), or no room. */
+__u64 owners_refused;
+
+struct sys_enter_futex_rec {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 uaddr;
+	__u64 op;
+	__u64 args[4];
+};
+
+struct sys_exit_futex_rec {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__s64 ret;
+};
+
+static __always_inline void count_drop(void)
+{
+	struct latmon_hist *h = latmon_hist_get(&lock_hist, 0);
+
+	if (h)
+		h->drops++;
+}
+
+static __always_inline struct lock_thread *thread_of(__u32 tid)
+{
+	if (lock_live <= 0 || (!watched_many && tid != watched_one))
+		return NULL;
+	return bpf_map_lookup_elem(&lock_threads, &tid);
+}
+
+static __always_inline bool comm_wanted(void)
+{
+	char comm[LATMON_COMM_LEN];
+
+	if (!cfg.filter_comm[0])
+		return true;
+	if (bpf_get_current_comm(comm, sizeof(comm)))
+		return false;
+	for (int i = 0; i < LATMON_COMM_LEN; i++) {
+		if (comm[i] != cfg.filter_comm[i])
+			return false;
+		if (!comm[i])
+			break;
+	}
+	return true;
+}
+
+static __always_inline __s32 prio_of(struct task_struct *p, __u32 policy)
+{
+	return (policy == SCHED_FIFO || policy == SCHED_RR) ? (__s32)p->rt_priority : p->static_prio - 120;
+}
+
+/* prio_of for a task pointer that may not be trusted (the group walk's). */
+static __always_inline __s32 prio_of_core(struct task_struct *p, __u32 policy)
+{
+	if (policy == SCHED_FIFO || policy == SCHED_RR)
+		return (__s32)BPF_CORE_READ(p, rt_priority);
+	return BPF_CORE_READ(p, static_prio) - 120;
+}
+
+/* Threads of the waiter's group looked at for its owner where
+ * bpf_task_from_pid is not (kernels before 6.2, the boards' 6.1): a
+ * controller process has tens of threads; an owner beyond is not
+ * followed (counted in owners_refused, named by its wakeup instead). */
+#define LOCK_GROUP_WALK 256
+
+/* Thread `tid` of task w's thread group, NULL: not found within
+ * LOCK_GROUP_WALK. signal->thread_head links the group's threads through
+ * thread_node (RCU; a BPF program runs inside an RCU read section), the
+ * same list on 6.1 and 6.18. The pointer is read, not trusted: use
+ * BPF_CORE_READ on it. */
+static __always_inline struct task_struct *group_thread(struct task_struct *w, __u32 tid)
+{
+	struct signal_struct *sig = BPF_CORE_READ(w, signal);
+	struct list_head *head, *pos;
+
+	if (!sig)
+		return NULL;
+	head = &sig->thread_head;
+	pos = BPF_CORE_READ(sig, thread_head.next);
+	for (int i = 0; i < LOCK_GROUP_WALK && pos && pos != head; i++) {
+		struct task_struct *p =
+			(struct task_struct *)((__u64)pos - bpf_core_field_offset(struct task_struct, thread_node));
+
+		if ((__u32)BPF_CORE_READ(p, pid) == tid)
+			return p;
+		pos = BPF_CORE_READ(p, thread_node.next);
+	}
+	return NULL;
+}
+
+/* `ns` of task p on a preempted owner's CPU. */
+static __always_inline void charge(struct lock_owner *o, struct task_struct *p, __u64 ns)
+{
+	/* Kernel priorities: lower is more urgent. */
+	bool between = p->prio > o->waiter_prio_eff && p->prio < o->prio_eff;
+	__u32 pid = p->pid;
+
+	if (cfg.mutate) {
+		/* Tests only: the preempter's time charged to the owner, the
+		 * wrong attribution the live test must catch. */
+		o->run_ns += ns;
+		return;
+	}
+	for (int i = 0; i < LATMON_LOCK_PREEMPTERS; i++) {
+		struct latmon_lock_task *e = &o->pre[i];
+
+		if (e->ns && e->pid != pid)
+			continue;
+		if (!e->ns) {
+			e->pid = pid;
+			e->tgid = p->tgid;
+			e->policy = p->policy;
+			e->prio = prio_of(p, e->policy);
+			bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), p->comm);
+		}
+		e->ns += ns;
+		if (between)
+			e->inv_ns += ns;
+		return;
+	}
+	o->rest_ns += ns;
+	if (between)
+		o->rest_inv_ns += ns;
+}
+
+/* The owner leaves the CPU `cpu`; still runnable, it waits behind the
+ * next task there. */
+static __always_inline void owner_out(struct lock_owner *o, struct task_struct *prev, __u32 cpu, __u64 now)
+{
+	struct lock_cpu *c;
+	__u32 zero = 0;
+
+	if (o->running_since) {
+		o->run_ns += now - o->running_since;
+		o->running_since = 0;
+	}
+	o->prio_eff = prev->prio;
+	if (latmon_task_state(prev) != TASK_RUNNING)
+		return;
+	c = bpf_map_lookup_elem(&lock_cpu, &zero);
+	if (c && !c->owner_tid) {
+		c->owner_tid = prev->pid;
+		c->since = now;
+		o->cpu_held = cpu + 1;
+	}
+}
+
+/* The owner (thread tid) stops being preempted: its CPU's claim ends. */
+static __always_inline void owner_unhold(struct lock_owner *o, __u32 tid)
+{
+	struct lock_cpu *c;
+	__u32 zero = 0;
+
+	if (!o->cpu_held)
+		return;
+	c = bpf_map_lookup_percpu_elem(&lock_cpu, &zero, o->cpu_held - 1);
+	if (c && c->owner_tid == tid)
+		c->owner_tid = 0;
+	o->cpu_held = 0;
+}
+
+/* Start following owner p (thread tid of the waiter's group; a trusted
+ * or a read pointer: BPF_CORE_READ only) of the waiter w, entry t. */
+static __always_inline void owner_follow(struct lock_thread *t, struct task_struct *w, struct task_struct *p, __u32 tid,
+					 __u64 now)
+{
+	struct lock_owner *o, *z;
+	struct lock_cpu *c;
+	__u32 zero = 0;
+
+	z = bpf_map_lookup_elem(&lock_zero, &zero);
+	if (!z || bpf_map_update_elem(&lock_owners, &tid, z, BPF_NOEXIST)) {
+		owners_refused++; /* followed for another waiter, or no room */
+		return;
+	}
+	o = bpf_map_lookup_elem(&lock_owners, &tid);
+	if (!o)
+		return;
+	o->tgid = BPF_CORE_READ(p, tgid);
+	o->policy = BPF_CORE_READ(p, policy);
+	o->prio = prio_of_core(p, o->policy);
+	o->prio_eff = BPF_CORE_READ(p, prio);
+	o->waiter_prio_eff = w->prio;
+	bpf_probe_read_kernel_str(o->comm, sizeof(o->comm), &p->comm);
+	if (BPF_CORE_READ(p, on_rq) &&
+	    (bpf_core_field_exists(p->on_cpu) ? BPF_CORE_READ(p, on_cpu) : (__u64)p == (__u64)bpf_get_current_task())) {
+		o->running_since = now;
+	} else if (latmon_task_state(p) == TASK_RUNNING) {
+		__u32 cpu = latmon_task_cpu_btf(p);
+
+		c = bpf_map_lookup_percpu_elem(&lock_cpu, &zero, cpu);
+		if (c && !c->owner_tid) {
+			c->owner_tid = tid;
+			c->since = now;
+			o->cpu_held = cpu + 1;
+		}
+	}
+	t->owner_live = 1;
+	__sync_fetch_and_add(&owners_live, 1);
+}
+
+/* The waiter (task w, entry t) blocked at `now`: follow its owner, if it
+ * is a thread of w's group. */
+static __always_inline void owner_begin(struct lock_thread *t, struct task_struct *w, __u64 now)
+{
+	struct task_struct *p;
+	__u32 tid = t->owner_tid;
+
+	if (!tid)
+		return;
+	if (cfg.owner_walk || !bpf_ksym_exists(bpf_task_from_pid)) {
+		/* Found in the group: of the waiter's process by construction. */
+		p = group_thread(w, tid);
+		if (!p) {
+			t->owner_from = LATMON_LOCK_OWNER_NONE;
+			owners_refused++;
+			return;
+		}
+		owner_follow(t, w, p, tid, now);
+		return;
+	}
+	p = bpf_task_from_pid(tid);
+	if (!p) {
+		t->owner_from = LATMON_LOCK_OWNER_NONE;
+		owners_refused++;
+		return;
+	}
+	if (p->tgid != t->tgid) {
+		/* Not a thread of the waiter's process: not a mutex owner. */
+		t->owner_from = LATMON_LOCK_OWNER_NONE;
+		owners_refused++;
+	} else {
+		owner_follow(t, w, p, tid, now);
+	}
+	bpf_task_release(p);
+}
+
+/* The wait of t ended at `now`: its owner's account is closed. */
+static __always_inline void owner_close(struct lock_thread *t, __u64 now)
+{
+	__u32 tid = t->owner_tid;
+	struct lock_owner *o;
+
+	if (!t->owner_live)
+		return;
+	o = bpf_map_lookup_elem(&lock_owners, &tid);
+	if (!o || o->closed)
+		return;
+	if (o->running_since) {
+		o->run_ns += now - o->running_since;
+		o->running_since = 0;
+	}
+	owner_unhold(o, tid);
+	o->closed = 1;
+	/* Open owners gate the switch program's lookups: a closed one no
+	 * longer counts, even if its waiter never returns from the call (the
+	 * entry then stays, bounded by LOCK_OWNERS). */
+	__sync_fetch_and_add(&owners_live, -1);
+}
+
+/* The owner entry of task p, if it is a followed owner still open. */
+static __always_inline struct lock_owner *owner_of(struct task_struct *p)
+{
+	__u32 tid = p->pid;
+	struct lock_owner *o = bpf_map_lookup_elem(&lock_owners, &tid);
+
+	return o && !o->closed && o->tgid == (__u32)p->tgid ? o : NULL;
+}
+
+/* The histogram slot of lock (tgid, uaddr); hands one out on first use. */
+static __always_inline __u32 slot_for(__u32 tgid, __u64 uaddr)
+{
+	struct latmon_lock_key k = {.tgid = tgid, .uaddr = uaddr};
+	__u32 *s = bpf_map_lookup_elem(&lock_slot_of, &k);
+	__u32 slot, val;
+
+	if (s)
+		return *s < LATMON_LOCK_SERIES ? *s : 0;
+	if (lock_nslots >= LATMON_LOCK_SERIES - 1)
+		return 0;
+	slot = __sync_fetch_and_add(&lock_nslots, 1) + 1;
+	if (slot >= LATMON_LOCK_SERIES)
+		return 0;
+	/* A copy for the map: `slot` stays in a register, bounded (the
+	 * verifier forgets the bound of a value reloaded from the stack). */
+	val = slot;
+	if (bpf_map_update_elem(&lock_slot_of, &k, &val, BPF_NOEXIST)) {
+		/* Another CPU was first (our slot stays unused), or full. */
+		s = bpf_map_lookup_elem(&lock_slot_of, &k);
+		return s && *s < LATMON_LOCK_SERIES ? *s : 0;
+	}
+	lock_slot_key[slot].uaddr = uaddr;
+	lock_slot_key[slot].tgid = tgid;
+	return slot;
+}
+
+static __noinline int send_record(void *ctx, struct lock_thread *t, __u32 slot, __u64 latency, __u64 end)
+{
+	struct latmon_alert_lock *r;
+	struct lock_owner *o = NULL;
+	__u32 zero = 0, otid = t->owner_tid;
+	struct task_struct *cur = bpf_get_current_task_btf();
+
+	if (slot >= LATMON_LOCK_SERIES)
+		return 0;
+	if (!latmon_alert_admit(slot, end)) {
+		latmon_alert_dropped(slot, false);
+		return 0;
+	}
+	r = bpf_map_lookup_elem(&lock_scratch, &zero);
+	if (!r)
+		return 0;
+	__builtin_memset(r, 0, sizeof(*r));
+	latmon_alert_fill(&r->alert, slot, latency, end, NULL);
+	r->lock.uaddr = t->uaddr;
+	r->lock.start_ns = t->start_ns;
+	r->lock.op = t->op;
+	r->lock.slot = slot;
+	r->lock.waiter_policy = cur->policy;
+	r->lock.waiter_prio = prio_of(cur, r->lock.waiter_policy);
+	if (t->owner_live)
+		o = bpf_map_lookup_elem(&lock_owners, &otid);
+	if (o) {
+		r->lock.owner_from = t->owner_from;
+		r->lock.owner_tid = otid;
+		r->lock.owner_tgid = o->tgid;
+		r->lock.owner_policy = o->policy;
+		r->lock.owner_prio = o->prio;
+		r->lock.owner_run_ns = o->run_ns;
+		r->lock.rest_ns = o->rest_ns;
+		r->lock.rest_inv_ns = o->rest_inv_ns;
+		__builtin_memcpy(r->lock.owner_comm, o->comm, sizeof(r->lock.owner_comm));
+		__builtin_memcpy(r->lock.pre, o->pre, sizeof(r->lock.pre));
+	} else if (t->waker_tid) {
+		/* Policy and priority: user space asks the thread. */
+		r->lock.owner_from = LATMON_LOCK_OWNER_WAKER;
+		r->lock.owner_tid = t->waker_tid;
+		r->lock.owner_tgid = t->waker_tgid;
+		r->lock.owner_policy = LATMON_ANAT_POLICY_UNSET;
+		__builtin_memcpy(r->lock.owner_comm, t->waker_comm, sizeof(r->lock.owner_comm));
+	}
+	if (use_ringbuf) {
+		if (bpf_ringbuf_output(&alerts, r, sizeof(*r), 0))
+			latmon_alert_dropped(slot, true);
+	} else if (bpf_perf_event_output(ctx, &alerts_perf, BPF_F_CURRENT_CPU, r, sizeof(*r))) {
+		latmon_alert_dropped(slot, true);
+	}
+	return 0;
+}
+
+/* A watched thread enters if it passes the filter (comm=, or pid= the
+ * thread id). NULL: not wanted, or no room. */
+static __always_inline struct lock_thread *thread_enter(__u32 tid)
+{
+	struct lock_thread z = {};
+
+	if (cfg.filter_tid ? tid != cfg.filter_tid : !comm_wanted())
+		return NULL;
+	if (bpf_map_update_elem(&lock_threads, &tid, &z, BPF_NOEXIST)) {
+		count_drop(); /* LOCK_THREADS watched already */
+		return NULL;
+	}
+	if (__sync_fetch_and_add(&lock_live, 1) == 0)
+		watched_one = tid;
+	else
+		watched_many = 1;
+	return bpf_map_lookup_elem(&lock_threads, &tid);
+}
+
+SEC("tracepoint/syscalls/sys_enter_futex")
+int lock_futex_enter(struct sys_enter_futex_rec *ctx)
+{
+	__u32 cmd = ctx->op & FUTEX_CMD_MASK, word = 0;
+	__u64 pid_tgid, uaddr = ctx->uaddr;
+	struct lock_thread *t;
+	__u32 tid;
+	__s32 owner = 0;
+
+	if (cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET && cmd != FUTEX_LOCK_PI && cmd != FUTEX_LOCK_PI2 &&
+	    cmd != FUTEX_WAIT_REQUEUE_PI)
+		return 0;
+	pid_tgid = bpf_get_current_pid_tgid();
+	tid = (__u32)pid_tgid;
+	if (cfg.filter_tid && tid != cfg.filter_tid)
+		return 0;
+	t = bpf_map_lookup_elem(&lock_threads, &tid);
+	if (!t) {
+		t = thread_enter(tid);
+		if (!t)
+			return 0;
+	}
+	t->start_ns = bpf_ktime_get_ns();
+	t->end_ns = 0;
+	t->uaddr = uaddr;
+	t->tgid = pid_tgid >> 32;
+	t->op = cmd;
+	t->phase = T_IN;
+	t->owner_live = 0;
+	t->waker_tid = 0;
+	t->owner_from = LATMON_LOCK_OWNER_NONE;
+	if (cmd == FUTEX_LOCK_PI || cmd == FUTEX_LOCK_PI2) {
+		if (!bpf_probe_read_user(&word, sizeof(word), (void *)uaddr)) {
+			owner = word & FUTEX_TID_MASK;
+			t->owner_from = LATMON_LOCK_OWNER_PI;
+		}
+	} else if (cmd != FUTEX_WAIT_REQUEUE_PI) {
+		/* A condition variable's word: no owner (checked at the block). */
+		if (!bpf_probe_read_user(&owner, sizeof(owner), (void *)(uaddr + LATMON_LOCK_GLIBC_OWNER_OFFSET)))
+			t->owner_from = LATMON_LOCK_OWNER_GLIBC;
+	}
+	if (owner <= 0 || (__u32)owner == tid) {
+		owner = 0;
+		t->owner_from = LATMON_LOCK_OWNER_NONE;
+	}
+	t->owner_tid = owner;
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_futex")
+int lock_futex_exit(struct sys_exit_futex_rec *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct lock_thread *t = thread_of(tid);
+	struct latmon_hist *h;
+	__u64 now, end, latency;
+	__u32 slot, otid;
+
+	if (!t || t->phase == T_NONE)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (t->phase == T_BLOCKED)
+		owner_close(t, now); /* its switch-in was not seen */
+	end = t->phase == T_RAN ? t->end_ns : now;
+	latency = end > t->start_ns ? end - t->start_ns : 0;
+	slot = slot_for(t->tgid, t->uaddr);
+	h = latmon_hist_get(&lock_hist, slot);
+	if (h) {
+		latmon_hist_record(h, latency);
+		if (cfg.threshold_ns && latency > cfg.threshold_ns) {
+			h->alerts++;
+			send_record(ctx, t, slot, latency, end);
+		}
+	}
+	if (t->owner_live) {
+		otid = t->owner_tid;
+		bpf_map_delete_elem(&lock_owners, &otid);
+		t->owner_live = 0;
+	}
+	t->phase = T_NONE;
+	return 0;
+}
+
+/* sched_waking, not sched_wakeup: it fires in the waker's own context;
+ * a remote wakeup's sched_wakeup fires on the woken task's CPU, from
+ * whatever runs there (the idle task, an IPI). TP_PROTO(struct
+ * task_struct *p) */
+SEC("tp_btf/sched_waking")
+int BPF_PROG(lock_waking, struct task_struct *p)
+{
+	struct lock_thread *t = thread_of(p->pid);
+	__u64 pid_tgid;
+
+	if (!t || t->phase != T_BLOCKED)
+		return 0;
+	pid_tgid = bpf_get_current_pid_tgid();
+	t->waker_tid = (__u32)pid_tgid;
+	t->waker_tgid = pid_tgid >> 32;
+	bpf_get_current_comm(t->waker_comm, sizeof(t->waker_comm));
+	return 0;
+}
+
+/* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next,
+ *          unsigned int prev_state) */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(lock_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct lock_thread *t;
+	struct lock_owner *o;
+	struct lock_cpu *c;
+	__u32 zero = 0, otid;
+	__u64 now = 0;
+
+	if (lock_live <= 0)
+		return 0;
+	if (owners_live > 0) {
+		now = bpf_ktime_get_ns();
+		/* A preempted owner's CPU: prev ran instead of it. */
+		c = bpf_map_lookup_elem(&lock_cpu, &zero);
+		if (c && c->owner_tid) {
+			otid = c->owner_tid;
+			o = bpf_map_lookup_elem(&lock_owners, &otid);
+			if (!o || o->closed) {
+				c->owner_tid = 0;
+			} else {
+				if (prev->pid != otid && now > c->since)
+					charge(o, prev, now - c->since);
+				c->since = now;
+			}
+		}
+	}
+	/* A waiter blocks: its owner is followed from now on - before the
+	 * owners' own switches below, so that an owner switched in right now
+	 * (a PI owner boosted past the task it waited behind) runs from now. */
+	t = thread_of(prev->pid);
+	if (t && t->phase == T_IN && latmon_task_state(prev) != TASK_RUNNING) {
+		if (!now)
+			now = bpf_ktime_get_ns();
+		t->phase = T_BLOCKED;
+		owner_begin(t, prev, now);
+	}
+	if (owners_live > 0) {
+		if (!now)
+			now = bpf_ktime_get_ns();
+		o = owner_of(prev);
+		if (o)
+			owner_out(o, prev, bpf_get_smp_processor_id(), now);
+		o = owner_of(next);
+		if (o) {
+			o->running_since = now;
+			owner_unhold(o, next->pid);
+		}
+	}
+	t = thread_of(next->pid);
+	if (t && t->phase == T_BLOCKED) {
+		if (!now)
+			now = bpf_ktime_get_ns();
+		t->end_ns = now;
+		t->phase = T_RAN;
+		owner_close(t, now);
+	}
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: MIT
+//! `lock` (bpf/lock.bpf.c): the futex waits of named threads, from the
+//! wait's start to the thread running again. The family line is every
+//! wait; one series per lock, `NAME:SYMBOL` when the futex word lies in a
+//! data symbol of the process's executable or libraries (src/probes/
+//! elfsyms.rs), else `NAME:0xADDR`; locks beyond LOCK_SERIES - 1 in
+//! `NAME:overflow`. With `threshold=`, each longer wait sends a record
+//! whose causes name the owner (its own time on a CPU), the tasks that
+//! preempted it, and a priority inversion, summing to the wait.
+//!
+//! tp_btf only: the owner is checked and followed through trusted task
+//! pointers and bpf_task_from_pid.
+
+use std::collections::HashMap;
+use std::mem::{size_of, MaybeUninit};
+
+use latmon_core::anatomy::{Anatomy, Cause, CauseKind, LockOwner, OwnerFrom, Policy, Preempter};
+use latmon_core::hist::Hist;
+use latmon_core::ident::BtfMode;
+use latmon_core::summary::{AlertRecord, ProbeInfo};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{Link, OpenObject};
+
+use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
+use super::common::LoadError;
+use super::elfsyms::SymbolNames;
+use super::series::{Family, Role, Slot, Source};
+use super::{attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, Probe, ProbeError};
+use super::{PerCpuHist, ReadError};
+use crate::bpf::limits::{
+    ANAT_POLICY_UNSET, LOCK_OWNER_GLIBC, LOCK_OWNER_NONE, LOCK_OWNER_PI, LOCK_PREEMPTERS, LOCK_SERIES,
+};
+use crate::bpf::lock::{LockSkel, LockSkelBuilder};
+use crate::bpf::shared::types::{latmon_alert_lock, latmon_lock_key, latmon_lock_record, latmon_lock_task};
+use crate::config::ProbeSpec;
+
+// SAFETY: #[repr(C)] structs of integers generated from bpf/latmon.h.
+unsafe impl plain::Plain for latmon_lock_record {}
+const _: () =
+    assert!(size_of::<latmon_alert_lock>() == super::alerts::ALERT_RECORD_BYTES + size_of::<latmon_lock_record>());
+
+/// Tests only: `LATMON_LOCK_MUTATE=1` charges the owner's preempters to
+/// the owner's own running time (bpf/lock.bpf.c `cfg.mutate`), the wrong
+/// attribution the live test must catch.
+pub const MUTATE_ENV: &str = "LATMON_LOCK_MUTATE";
+
+/// Tests only: `LATMON_LOCK_OWNER_WALK=1` finds owners by walking the
+/// waiter's thread group (bpf/lock.bpf.c `cfg.owner_walk`), the way taken
+/// on kernels without bpf_task_from_pid (before 6.2: the boards' 6.1),
+/// on a kernel that has it.
+pub const OWNER_WALK_ENV: &str = "LATMON_LOCK_OWNER_WALK";
+
+/// Programs in attach order: the consumers (switch, exit) before the
+/// producer (the futex entry that starts a wait).
+const PROGRAMS: [&str; 4] = ["lock_switch", "lock_waking", "lock_futex_exit", "lock_futex_enter"];
+
+struct Locks {
+    alerts: Alerts,
+    reader: PerCpuHist,
+    /// The object's .bss `lock_slot_key[LOCK_SERIES]`, mapped; valid
+    /// while `_skel` lives (the kernel writes it: volatile reads).
+    slot_keys: *const latmon_lock_key,
+    /// Labels of the slots named so far, by slot.
+    labels: HashMap<usize, String>,
+    names: SymbolNames,
+    _links: Vec<Link>,
+    _skel: Owned<LockSkel<'static>>,
+}
+
+impl Source for Locks {
+    fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
+        super::loaded_prog_fds(self._skel.object())
+    }
+
+    fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), ReadError> {
+        out.push(Slot { key: 0, label: "overflow".into(), role: Role::Part });
+        for slot in 1..LOCK_SERIES {
+            // SAFETY: slot_keys points to the mapped .bss of the live
+            // object (LOCK_SERIES entries); the kernel writes it.
+            let k = unsafe { std::ptr::read_volatile(self.slot_keys.add(slot)) };
+            if k.tgid == 0 {
+                continue;
+            }
+            let names = &mut self.names;
+            let label = self.labels.entry(slot).or_insert_with(|| {
+                names.name(k.tgid, k.uaddr).filter(|n| label_ok(n)).unwrap_or_else(|| format!("{:#x}", k.uaddr))
+            });
+            out.push(Slot { key: slot as u64, label: label.clone(), role: Role::Part });
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), ReadError> {
+        let reader = &mut self.reader;
+        self.alerts.read(key as u32, out, |o| reader.read(key as u32, o))
+    }
+
+    fn drain_alerts(&mut self, key: u64, out: &mut Vec<AlertRecord>) {
+        self.alerts.drain(key as u32, out);
+    }
+
+    fn flush_alerts(&mut self) {
+        self.alerts.flush();
+    }
+}
+
+/// A symbol fit for a series label (C and mangled Rust names are).
+fn label_ok(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.bytes().all(|c| c.is_ascii_graphic())
+}
+
+pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
+    let probe = spec.name.clone();
+    if !super::kernel_btf_present() {
+        return Err(ProbeError::KernelFeature {
+            probe,
+            what: format!("{}; lock needs tp_btf", super::no_btf_reason()),
+        });
+    }
+    if !super::features::percpu_lookup() {
+        return Err(ProbeError::KernelFeature {
+            probe,
+            what: "lock needs bpf_map_lookup_percpu_elem (kernel 5.19)".into(),
+        });
+    }
+    let ringbuf = want_ringbuf();
+    let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, ringbuf))?;
+    let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
+    let reader = PerCpuHist::new(&skel.maps.lock_hist).map_err(read_err)?;
+    let slot_keys = skel.maps.bss_data.as_deref().map(|b| b.lock_slot_key.as_ptr()).ok_or_else(|| {
+        ProbeError::Read { probe: probe.clone(), why: ReadError::Layout { map: ".bss".into(), got: 0, want: 1 } }
+    })?;
+    let m = &skel.maps;
+    let maps = AlertMaps { drops: &m.alert_drops, ring: &m.alerts, perf: &m.alerts_perf };
+    let threshold = threshold_ns(spec);
+    let alerts = Alerts::new(maps, threshold > 0, ringbuf, |ids| vec![probe.clone(); ids], decode_alert_lock)
+        .map_err(read_err)?;
+    let l = Locks {
+        alerts,
+        reader,
+        slot_keys,
+        labels: HashMap::new(),
+        names: SymbolNames::default(),
+        _links: links,
+        _skel: skel,
+    };
+    let info = ProbeInfo {
+        name: probe,
+        kind: spec.kind.family(),
+        attach: mech,
+        mode: format!("thread-hash, lock series{}", super::alert_mode(threshold, ringbuf)),
+        btf_mode: BtfMode::CoRe,
+        wait: Default::default(),
+    };
+    Ok(Box::new(Family::new(info, Box::new(l))))
+}
+
+fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<LockSkel<'static>>, Vec<Link>), LoadError> {
+    let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
+        let mut open =
+            LockSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
+        ro.cfg.threshold_ns = threshold_ns(spec);
+        ro.cfg.filter_tid = spec.pid.unwrap_or(0);
+        ro.cfg.mutate = u32::from(std::env::var(MUTATE_ENV).as_deref() == Ok("1"));
+        ro.cfg.owner_walk = u32::from(std::env::var(OWNER_WALK_ENV).as_deref() == Ok("1"));
+        set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
+        ro.use_ringbuf = ringbuf;
+        keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
+        open.load().map_err(|e| libbpf_error("load", &e))
+    })?;
+    let links = attach_in_order(skel.object(), &PROGRAMS)?;
+    Ok((skel, links))
+}
+
+fn comm_text(comm: &[i8]) -> String {
+    let bytes: Vec<u8> = comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn preempter(t: &latmon_lock_task, ns: u64) -> Preempter {
+    Preempter { comm: comm_text(&t.comm), pid: t.pid, policy: Policy::from_code(t.policy), prio: t.prio, ns }
+}
+
+/// A wait's record (struct latmon_alert_lock): the alert and its causes.
+/// The owner's own time, the inversion (its preempters' time while their
+/// priority lay between the owner's and the waiter's), the other
+/// preemptions as task causes; the rest is `other` (the waiter's way into
+/// and out of the sleep, the owner asleep or unseen).
+pub(crate) fn decode_alert_lock(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
+    let (id, mut rec) = decode_alert(data, names)?;
+    let at = super::alerts::ALERT_RECORD_BYTES;
+    let mut l = latmon_lock_record::default();
+    plain::copy_from_bytes(&mut l, data.get(at..at + size_of::<latmon_lock_record>())?).ok()?;
+    let mut parts = Vec::with_capacity(LOCK_PREEMPTERS + 3);
+    let from = match l.owner_from as usize {
+        LOCK_OWNER_NONE => None,
+        LOCK_OWNER_PI => Some(OwnerFrom::Pi),
+        LOCK_OWNER_GLIBC => Some(OwnerFrom::Glibc),
+        _ => Some(OwnerFrom::Waker),
+    };
+    if let Some(from) = from {
+        let (mut policy, mut prio) = (Policy::from_code(l.owner_policy), l.owner_prio);
+        if l.owner_policy as usize == ANAT_POLICY_UNSET {
+            // The waker: its policy now (the kernel did not follow it).
+            (policy, prio) = super::alerts::thread_sched(l.owner_tid).unwrap_or((Policy::Unknown(0), 0));
+        }
+        let owner =
+            LockOwner { comm: comm_text(&l.owner_comm), pid: l.owner_tgid, tid: l.owner_tid, policy, prio, from };
+        let inverted: Vec<Preempter> = l.pre.iter().filter(|p| p.inv_ns > 0).map(|p| preempter(p, p.inv_ns)).collect();
+        let inv_ns = inverted.iter().map(|p| p.ns).sum::<u64>() + l.rest_inv_ns;
+        if inv_ns > 0 {
+            parts.push(Cause {
+                kind: CauseKind::Inversion { owner: owner.clone(), preempted_by: inverted },
+                ns: inv_ns,
+            });
+        }
+        for p in l.pre.iter().filter(|p| p.ns > p.inv_ns) {
+            let q = preempter(p, p.ns - p.inv_ns);
+            parts.push(Cause {
+                kind: CauseKind::Task { comm: q.comm, pid: q.pid, policy: q.policy, prio: q.prio },
+                ns: q.ns,
+            });
+        }
+        parts.push(Cause { kind: CauseKind::TaskRest, ns: l.rest_ns - l.rest_inv_ns.min(l.rest_ns) });
+        parts.push(Cause { kind: CauseKind::Owner { owner }, ns: l.owner_run_ns });
+    }
+    rec.anatomy = Some(Anatomy::from_parts(rec.latency_ns, rec.cpu, rec.cpu, parts));
+    Some((id, rec))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(pid: u32, comm: &[u8], prio: i32, ns: u64, inv_ns: u64) -> latmon_lock_task {
+        let mut t = latmon_lock_task { pid, tgid: 800, policy: 1, prio, ns, inv_ns, ..Default::default() };
+        for (d, s) in t.comm.iter_mut().zip(comm) {
+            *d = *s as i8;
+        }
+        t
+    }
+
+    #[test]
+    fn an_inversion_record_names_owner_and_preempter_and_sums_to_the_wait() {
+        let mut r = latmon_alert_lock::default();
+        r.alert.latency_ns = 2_300_000;
+        r.alert.probe_id = 1;
+        r.lock.owner_from = LOCK_OWNER_GLIBC as u32;
+        r.lock.owner_tid = 812;
+        r.lock.owner_tgid = 800;
+        r.lock.owner_policy = 1;
+        r.lock.owner_prio = 10;
+        r.lock.owner_run_ns = 150_000;
+        r.lock.owner_comm[..7].copy_from_slice(&b"lm_lock".map(|c| c as i8));
+        r.lock.pre[0] = task(813, b"lm_lock", 50, 2_020_000, 2_020_000);
+        r.lock.pre[1] = task(20, b"ktimers/0", 99, 30_000, 0);
+        // SAFETY: a plain struct viewed as bytes.
+        let bytes = unsafe { plain::as_bytes(&r) };
+        let (id, rec) = decode_alert_lock(bytes, &["l".into(), "l".into()]).unwrap();
+        assert_eq!(id, 1);
+        let a = rec.anatomy.clone().unwrap();
+        assert!(a.sums_to(2_300_000), "{a:?}");
+        let CauseKind::Inversion { owner, preempted_by } = &a.causes[0].kind else { panic!("{a:?}") };
+        assert_eq!((owner.tid, owner.prio, owner.from), (812, 10, OwnerFrom::Glibc));
+        assert_eq!((preempted_by.len(), preempted_by[0].pid, preempted_by[0].ns), (1, 813, 2_020_000));
+        assert_eq!(a.causes[0].ns, 2_020_000);
+        let mut s = String::new();
+        a.render_into(&mut s, rec.latency_ns);
+        assert_eq!(
+            s,
+            "late 2300 us: inversion 2020 us: held by lm_lock[812] FIFO/10, preempted by lm_lock[813] FIFO/50 2020 us, \
+             held by lm_lock[812] FIFO/10 running 150 us, ktimers/0[20] FIFO/99 30 us, other 100 us"
+        );
+        // The text line under the record's ALERT line names the lock.
+        let rec = AlertRecord { probe: "lm_lock:ctrl_mutex".into(), ..rec };
+        let mut line = String::new();
+        assert!(latmon_core::summary::render_detail_into(&mut line, &rec, usize::MAX));
+        assert!(
+            line.starts_with(
+                "wait 2.30ms on ctrl_mutex: inversion 2020 us: held by lm_lock[812] FIFO/10, \
+                 preempted by lm_lock[813] FIFO/50 2020 us, held by"
+            ),
+            "{line}"
+        );
+        let json = serde_json::to_value(&a.causes[0]).unwrap();
+        assert_eq!(json["kind"], "inversion");
+        assert_eq!(json["owner"]["tid"], 812);
+        assert_eq!(json["preempted_by"][0]["pid"], 813);
+        assert_eq!(json["preempted_by"][0]["policy"], "fifo");
+        // A short record is refused, not a panic.
+        assert!(decode_alert_lock(&bytes[..bytes.len() - 1], &["l".into(), "l".into()]).is_none());
+    }
+
+    #[test]
+    fn a_wait_without_an_owner_is_all_other() {
+        let mut r = latmon_alert_lock::default();
+        r.alert.latency_ns = 5_000;
+        // SAFETY: a plain struct viewed as bytes.
+        let bytes = unsafe { plain::as_bytes(&r) };
+        let (_, rec) = decode_alert_lock(bytes, &["l".into()]).unwrap();
+        assert_eq!(rec.anatomy.unwrap().causes, vec![Cause { kind: CauseKind::Other, ns: 5_000 }]);
+    }
+}
