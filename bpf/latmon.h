@@ -387,6 +387,17 @@ struct latmon_lock_key {
 	__u64 uaddr;
 };
 
+/* Per lock series, cumulative (the object's .bss lock_tally[], user space
+ * reads it each interval): every wait whose owner was followed, with or
+ * without threshold=, and those in which a priority inversion held the
+ * owner off. */
+struct latmon_lock_tally {
+	__u64 followed;	    /* waits whose owner was followed */
+	__u64 inversions;   /* of those, waits with inversion time */
+	__u64 inversion_ns; /* the inversions' time, summed */
+	__u64 owner_run_ns; /* the owners' own time on a CPU, summed */
+};
+
 /* A task that held the owner's CPU while the owner was runnable. */
 struct latmon_lock_task {
 	__u64 ns;     /* all its time there during the wait */

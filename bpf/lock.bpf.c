@@ -38,6 +38,7 @@
 #define LATMON_ALERT_IDS LATMON_LOCK_SERIES
 #include "alerts.bpf.h"
 #include "core_fixes.bpf.h"
+#include "filter.bpf.h"
 
 #define TASK_RUNNING 0
 #define SCHED_FIFO 1 /* include/uapi/linux/sched.h */
@@ -157,6 +158,9 @@ struct {
 
 /* slot -> its lock, for user space to name the series (tgid 0: free). */
 struct latmon_lock_key lock_slot_key[LATMON_LOCK_SERIES];
+/* slot -> its waits' owners and inversions (atomic adds: two CPUs may end
+ * waits on one lock at once). */
+struct latmon_lock_tally lock_tally[LATMON_LOCK_SERIES];
 __u32 lock_nslots;
 /* Threads watched; the gate of the switch and wakeup programs: the one
  * thread watched, or watched_many once a second one is. */
@@ -198,23 +202,6 @@ static __always_inline struct lock_thread *thread_of(__u32 tid)
 	if (lock_live <= 0 || (!watched_many && tid != watched_one))
 		return NULL;
 	return bpf_map_lookup_elem(&lock_threads, &tid);
-}
-
-static __always_inline bool comm_wanted(void)
-{
-	char comm[LATMON_COMM_LEN];
-
-	if (!cfg.filter_comm[0])
-		return true;
-	if (bpf_get_current_comm(comm, sizeof(comm)))
-		return false;
-	for (int i = 0; i < LATMON_COMM_LEN; i++) {
-		if (comm[i] != cfg.filter_comm[i])
-			return false;
-		if (!comm[i])
-			break;
-	}
-	return true;
 }
 
 static __always_inline __s32 prio_of(struct task_struct *p, __u32 policy)
@@ -467,6 +454,26 @@ static __always_inline __u32 slot_for(__u32 tgid, __u64 uaddr)
 	return slot;
 }
 
+/* A followed owner's closed account, into its lock's tally. */
+static __always_inline void tally(__u32 slot, struct lock_owner *o)
+{
+	struct latmon_lock_tally *y;
+	__u64 inv;
+
+	if (!o || slot >= LATMON_LOCK_SERIES)
+		return;
+	inv = o->rest_inv_ns;
+	for (int i = 0; i < LATMON_LOCK_PREEMPTERS; i++)
+		inv += o->pre[i].inv_ns;
+	y = &lock_tally[slot];
+	__sync_fetch_and_add(&y->followed, 1);
+	__sync_fetch_and_add(&y->owner_run_ns, o->run_ns);
+	if (inv) {
+		__sync_fetch_and_add(&y->inversions, 1);
+		__sync_fetch_and_add(&y->inversion_ns, inv);
+	}
+}
+
 static __noinline int send_record(void *ctx, struct lock_thread *t, __u32 slot, __u64 latency, __u64 end)
 {
 	struct latmon_alert_lock *r;
@@ -527,7 +534,8 @@ static __always_inline struct lock_thread *thread_enter(__u32 tid)
 {
 	struct lock_thread z = {};
 
-	if (cfg.filter_tid ? tid != cfg.filter_tid : !comm_wanted())
+	/* pid= is the thread id here: the filter's comm half only. */
+	if (cfg.filter_tid ? tid != cfg.filter_tid : !latmon_current_wanted(0, cfg.filter_comm))
 		return NULL;
 	if (bpf_map_update_elem(&lock_threads, &tid, &z, BPF_NOEXIST)) {
 		count_drop(); /* LOCK_THREADS watched already */
@@ -616,6 +624,7 @@ int lock_futex_exit(struct sys_exit_futex_rec *ctx)
 	}
 	if (t->owner_live) {
 		otid = t->owner_tid;
+		tally(slot, bpf_map_lookup_elem(&lock_owners, &otid));
 		bpf_map_delete_elem(&lock_owners, &otid);
 		t->owner_live = 0;
 	}

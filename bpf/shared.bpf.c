@@ -29,6 +29,7 @@ struct latmon_cycle_record shared_cycle_record;
 struct latmon_alert_cycle shared_alert_cycle;
 struct latmon_lock_config shared_lock_config;
 struct latmon_lock_key shared_lock_key;
+struct latmon_lock_tally shared_lock_tally;
 struct latmon_lock_task shared_lock_task;
 struct latmon_lock_record shared_lock_record;
 struct latmon_alert_lock shared_alert_lock;

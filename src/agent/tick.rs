@@ -69,11 +69,16 @@ impl Agent {
                         log::warn!("{e}");
                         s.read_errors += 1;
                     }
+                    if let Err(e) = p.lock_counts(&mut r.probes[i].lock) {
+                        log::warn!("{e}");
+                        s.read_errors += 1;
+                    }
                 }
                 None => {
                     s.cur.clone_from(&s.prev);
                     r.probes[i].alert_causes = None;
                     r.probes[i].cycle = None;
+                    r.probes[i].lock = None;
                 }
             }
             if r.probes[i].cycle.is_some() {

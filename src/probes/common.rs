@@ -173,6 +173,13 @@ pub trait Probe {
         *out = None;
         Ok(())
     }
+    /// lock: the line's waits with a followed owner and their priority
+    /// inversions, since the last call and since start, into `out`; None
+    /// for other probes. Called once per interval.
+    fn lock_counts(&mut self, out: &mut Option<latmon_core::lock::LockCounts>) -> Result<(), ProbeError> {
+        *out = None;
+        Ok(())
+    }
     /// Before the final summary: wait until the alert reader has taken
     /// every record the kernel wrote so far.
     fn flush_alerts(&mut self) {}

@@ -17,6 +17,7 @@ use std::mem::{size_of, MaybeUninit};
 use latmon_core::anatomy::{Anatomy, Cause, CauseKind, LockOwner, OwnerFrom, Policy, Preempter};
 use latmon_core::hist::Hist;
 use latmon_core::ident::BtfMode;
+use latmon_core::lock::{LockCounts, LockTally};
 use latmon_core::summary::{AlertRecord, ProbeInfo};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
@@ -31,7 +32,9 @@ use crate::bpf::limits::{
     ANAT_POLICY_UNSET, LOCK_OWNER_GLIBC, LOCK_OWNER_NONE, LOCK_OWNER_PI, LOCK_PREEMPTERS, LOCK_SERIES,
 };
 use crate::bpf::lock::{LockSkel, LockSkelBuilder};
-use crate::bpf::shared::types::{latmon_alert_lock, latmon_lock_key, latmon_lock_record, latmon_lock_task};
+use crate::bpf::shared::types::{
+    latmon_alert_lock, latmon_lock_key, latmon_lock_record, latmon_lock_tally, latmon_lock_task,
+};
 use crate::config::ProbeSpec;
 
 // SAFETY: #[repr(C)] structs of integers generated from bpf/latmon.h.
@@ -60,6 +63,12 @@ struct Locks {
     /// The object's .bss `lock_slot_key[LOCK_SERIES]`, mapped; valid
     /// while `_skel` lives (the kernel writes it: volatile reads).
     slot_keys: *const latmon_lock_key,
+    /// The object's .bss `lock_tally[LOCK_SERIES]` and `owners_refused`,
+    /// mapped likewise (the kernel adds to them).
+    tally: *const latmon_lock_tally,
+    refused: *const u64,
+    /// Each line's tally at its last read (None: the family line).
+    last: HashMap<Option<u64>, LockTally>,
     /// Labels of the slots named so far, by slot.
     labels: HashMap<usize, String>,
     names: SymbolNames,
@@ -102,6 +111,37 @@ impl Source for Locks {
     fn flush_alerts(&mut self) {
         self.alerts.flush();
     }
+
+    fn lock_counts(&mut self, key: Option<u64>, out: &mut Option<LockCounts>) -> Result<(), ReadError> {
+        let slot_tally = |slot: usize| {
+            // SAFETY: tally points to the mapped .bss of the live object
+            // (LOCK_SERIES entries), written by the kernel; slot < LOCK_SERIES.
+            let y = unsafe { std::ptr::read_volatile(self.tally.add(slot)) };
+            LockTally {
+                followed: y.followed,
+                inversions: y.inversions,
+                inversion_ns: y.inversion_ns,
+                owner_run_ns: y.owner_run_ns,
+            }
+        };
+        let now = match key {
+            Some(slot) if (slot as usize) < LOCK_SERIES => slot_tally(slot as usize),
+            Some(_) => LockTally::default(),
+            None => {
+                let mut f = LockTally::default();
+                (0..LOCK_SERIES).for_each(|s| f.add(&slot_tally(s)));
+                f
+            }
+        };
+        let prev = self.last.insert(key, now).unwrap_or_default();
+        let mut c = LockCounts::between(&prev, &now);
+        if key.is_none() {
+            // SAFETY: refused points to the mapped .bss of the live object.
+            c.total_owners_refused = Some(unsafe { std::ptr::read_volatile(self.refused) });
+        }
+        *out = Some(c);
+        Ok(())
+    }
 }
 
 /// A symbol fit for a series label (C and mangled Rust names are).
@@ -127,9 +167,12 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
     let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, ringbuf))?;
     let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
     let reader = PerCpuHist::new(&skel.maps.lock_hist).map_err(read_err)?;
-    let slot_keys = skel.maps.bss_data.as_deref().map(|b| b.lock_slot_key.as_ptr()).ok_or_else(|| {
-        ProbeError::Read { probe: probe.clone(), why: ReadError::Layout { map: ".bss".into(), got: 0, want: 1 } }
+    let bss = skel.maps.bss_data.as_deref().ok_or_else(|| ProbeError::Read {
+        probe: probe.clone(),
+        why: ReadError::Layout { map: ".bss".into(), got: 0, want: 1 },
     })?;
+    let (slot_keys, tally, refused) =
+        (bss.lock_slot_key.as_ptr(), bss.lock_tally.as_ptr(), std::ptr::addr_of!(bss.owners_refused));
     let m = &skel.maps;
     let maps = AlertMaps { drops: &m.alert_drops, ring: &m.alerts, perf: &m.alerts_perf };
     let threshold = threshold_ns(spec);
@@ -139,6 +182,9 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
         alerts,
         reader,
         slot_keys,
+        tally,
+        refused,
+        last: HashMap::new(),
         labels: HashMap::new(),
         names: SymbolNames::default(),
         _links: links,

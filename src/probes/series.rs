@@ -28,6 +28,7 @@ use std::rc::Rc;
 use latmon_core::causes::CauseSummary;
 use latmon_core::hist::Hist;
 use latmon_core::ident::Wait;
+use latmon_core::lock::LockCounts;
 use latmon_core::summary::{AlertRecord, ProbeInfo};
 
 use super::common::{Probe, ProbeError};
@@ -95,6 +96,12 @@ pub(crate) trait Source {
     fn flush_alerts(&mut self) {}
     /// See `Probe::cycle_counts`.
     fn cycle_counts(&mut self, out: &mut Option<latmon_core::cycle::CycleCounts>) -> Result<(), ReadError> {
+        *out = None;
+        Ok(())
+    }
+    /// See `Probe::lock_counts`: of one slot's series (`Some(key)`) or of
+    /// the family line (None).
+    fn lock_counts(&mut self, _key: Option<u64>, out: &mut Option<LockCounts>) -> Result<(), ReadError> {
         *out = None;
         Ok(())
     }
@@ -221,6 +228,11 @@ impl Probe for Family {
         r.map_err(|why| self.read_error(why))
     }
 
+    fn lock_counts(&mut self, out: &mut Option<LockCounts>) -> Result<(), ProbeError> {
+        let r = self.shared.borrow_mut().source.lock_counts(None, out);
+        r.map_err(|why| self.read_error(why))
+    }
+
     fn new_series(&mut self) -> Vec<Box<dyn Probe>> {
         let mut sh = self.shared.borrow_mut();
         if let Err(why) = sh.refresh() {
@@ -276,6 +288,13 @@ impl Probe for Series {
         let from = out.len();
         out.append(&mut sh.known[self.index].stash);
         name_records(&mut out[from..], &self.info.name);
+    }
+
+    fn lock_counts(&mut self, out: &mut Option<LockCounts>) -> Result<(), ProbeError> {
+        let mut guard = self.shared.borrow_mut();
+        let sh = &mut *guard;
+        let key = sh.known[self.index].slot.key;
+        sh.source.lock_counts(Some(key), out).map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
     }
 }
 

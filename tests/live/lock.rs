@@ -66,6 +66,13 @@ impl Fixture {
             .collect()
     }
 
+    /// Every wait the medium thread spun in, however short: (count, its
+    /// spin time in them).
+    fn overlapped(&self) -> (u64, u64) {
+        let m: Vec<u64> = self.waits.iter().map(|&(a, b)| self.med_inside(a, b)).filter(|&m| m > 0).collect();
+        (m.len() as u64, m.iter().sum())
+    }
+
     fn longest_wait(&self) -> u64 {
         self.waits.iter().map(|(a, b)| b - a).max().unwrap_or(0)
     }
@@ -113,6 +120,18 @@ fn high_records<'a>(fx: &Fixture, lines: &'a [serde_json::Value]) -> Vec<(u64, u
         .collect()
 }
 
+/// A line's `lock` counts in the last summary that has it:
+/// (total_inversions, total_inversion_ns, total_owned).
+fn lock_counts(lines: &[serde_json::Value], name: &str) -> Option<(u64, u64, u64)> {
+    let c = lines
+        .iter()
+        .rev()
+        .flat_map(|l| l["probes"].as_array().into_iter().flatten())
+        .find(|p| p["name"] == name && p["lock"].is_object())?;
+    let u = |k: &str| c["lock"][k].as_u64().unwrap_or(0);
+    Some((u("total_inversions"), u("total_inversion_ns"), u("total_owned")))
+}
+
 /// The series' total count and its largest max over the run.
 fn series(lines: &[serde_json::Value]) -> (u64, u64) {
     let probes =
@@ -131,6 +150,12 @@ struct Figures {
     series_count: u64,
     series_max_ns: u64,
     fixture_longest_ns: u64,
+    /// The series' inversion counters (every wait, not only those above
+    /// the threshold) against the waits the medium thread spun in.
+    counted_inversions: u64,
+    counted_inversion_ns: u64,
+    fixture_overlapped: u64,
+    fixture_overlapped_ns: u64,
 }
 
 /// Every inversion the fixture caused is named with its owner, its
@@ -187,6 +212,29 @@ fn check(fx: &Fixture, lines: &[serde_json::Value]) -> Result<Figures, String> {
     // Contended waits only reach the kernel: at least every inversion.
     if f.series_count < inv.len() as u64 || f.series_count > fx.waits.len() as u64 {
         problems.push(format!("{SERIES} counted {} waits, the fixture {} inversions", f.series_count, inv.len()));
+    }
+    // The counters: at least every inversion above the threshold, at most
+    // every wait the medium thread spun in; their time within 20 %.
+    (f.fixture_overlapped, f.fixture_overlapped_ns) = fx.overlapped();
+    match (lock_counts(lines, SERIES), lock_counts(lines, "lm_lock")) {
+        (Some((n, ns, _)), Some(family)) => {
+            (f.counted_inversions, f.counted_inversion_ns) = (n, ns);
+            if n < inv.len() as u64 || n > f.fixture_overlapped {
+                problems.push(format!(
+                    "{SERIES} counted {n} inversions: the fixture {} above the threshold, {} in all",
+                    inv.len(),
+                    f.fixture_overlapped
+                ));
+            }
+            if ns.abs_diff(f.fixture_overlapped_ns) * 5 > f.fixture_overlapped_ns {
+                problems
+                    .push(format!("{SERIES} inversion time {ns} ns vs the fixture's {} ns", f.fixture_overlapped_ns));
+            }
+            if family.0 != n {
+                problems.push(format!("the family line counted {} inversions, its one lock {n}", family.0));
+            }
+        }
+        other => problems.push(format!("no lock counts in the JSON (series, family): {other:?}")),
     }
     if f.series_max_ns.abs_diff(f.fixture_longest_ns) * 5 > f.fixture_longest_ns {
         problems
@@ -287,6 +335,10 @@ fn a_priority_inheriting_mutex_has_no_inversion() {
     eprintln!("lock, PI: {count} waits counted, max {max} ns, the fixture's longest {longest} ns");
     assert!(fx.spins.len() >= 50, "the medium thread ran {} times", fx.spins.len());
     assert!(blamed.is_empty(), "the medium thread blamed under PI: {:?}", blamed.first());
+    let (inversions, _, owned) = lock_counts(&lines, SERIES).expect("the series' lock counts");
+    eprintln!("lock, PI: {owned} waits with their owner followed, {inversions} inversions counted");
+    assert_eq!(inversions, 0, "inversions counted under PI");
+    assert!(owned >= recs.len() as u64, "{owned} owners followed for {} recorded waits", recs.len());
     assert!(longest < PI_SHORT_NS, "the fixture's longest wait under PI: {longest} ns");
     assert!(max < PI_SHORT_NS, "{SERIES}'s max under PI: {max} ns");
     assert!(count > 0, "{SERIES} counted no wait under PI");

@@ -325,13 +325,19 @@ impl CauseSummary {
                 CauseKind::Running => (CauseId::Running, ""),
                 CauseKind::Blocked { on, syscall } => (CauseId::Blocked { on: on.code() }, syscall.as_str()),
                 CauseKind::PageFaults { .. } => (CauseId::PageFaults, ""),
-                // The owner's own time is a task's; an inversion's, its
-                // largest preempter's.
+                // The owner's own time is a task's; an inversion's, each
+                // preempter's own (as the wire carries it), the folded
+                // rest the other tasks'.
                 CauseKind::Owner { owner } => (CauseId::Task { pid: owner.tid }, owner.comm.as_str()),
-                CauseKind::Inversion { preempted_by, .. } => match preempted_by.iter().max_by_key(|p| p.ns) {
-                    Some(p) => (CauseId::Task { pid: p.pid }, p.comm.as_str()),
-                    None => (CauseId::TaskRest, ""),
-                },
+                CauseKind::Inversion { preempted_by, .. } => {
+                    let mut named = 0u64;
+                    for q in preempted_by {
+                        self.add_part(CauseId::Task { pid: q.pid }, &q.comm, q.ns);
+                        named = named.saturating_add(q.ns);
+                    }
+                    self.add_part(CauseId::TaskRest, "", p.ns.saturating_sub(named));
+                    continue;
+                }
                 CauseKind::Unknown { code } => (CauseId::Unknown { kind: u32::from(*code), id: 0 }, ""),
                 CauseKind::Other => (CauseId::Other, ""),
             };

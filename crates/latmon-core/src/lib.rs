@@ -36,6 +36,8 @@ pub mod ident;
 #[cfg(feature = "std")]
 pub mod json;
 #[cfg(feature = "std")]
+pub mod lock;
+#[cfg(feature = "std")]
 pub mod receiver;
 #[cfg(feature = "std")]
 pub mod session;

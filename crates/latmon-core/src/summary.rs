@@ -139,6 +139,10 @@ pub struct ProbeReport {
     /// probes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cycle: Option<crate::cycle::CycleCounts>,
+    /// lock: waits with a followed owner and priority inversions, per
+    /// interval and since start; absent for other probes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock: Option<crate::lock::LockCounts>,
     /// cycle: what the interval's missed cycles spent their time on (their
     /// records' parts summed by cause; a miss whose record was refused is
     /// in `cycle.misses`, not here); absent for other probes.
@@ -312,6 +316,7 @@ impl ProbeReport {
             bpf_cpu_percent: 0.0,
             alert_causes: None,
             miss_causes: None,
+            lock: None,
             cycle: None,
             threshold_ns: 0,
             hist: false,

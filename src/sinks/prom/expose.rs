@@ -233,6 +233,40 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
             }
         }
     }
+    if s.lines().iter().any(|l| l.lock.is_some()) {
+        out.family(
+            "latmon_lock_inversions_total",
+            Counter,
+            "Lock waits in which a task of a priority between the lock owner's and the waiter's held the owner off (a priority inversion), since the lock probe started.",
+        );
+        for l in s.lines() {
+            if let Some(k) = l.lock {
+                out.sample(Labels::Line(l), k.inversions as f64);
+            }
+        }
+        out.family(
+            "latmon_lock_inversion_seconds_total",
+            Counter,
+            "Time the priority inversions of latmon_lock_inversions_total held lock owners off, summed.",
+        );
+        for l in s.lines() {
+            if let Some(k) = l.lock {
+                out.sample(Labels::Line(l), secs(k.inversion_ns));
+            }
+        }
+    }
+    if s.lines().iter().any(|l| l.lock.is_some_and(|k| k.owners_refused.is_some())) {
+        out.family(
+            "latmon_lock_owners_refused_total",
+            Counter,
+            "Lock owners named at a wait's start but not followed (not a live thread of the waiter's process, or already followed for another waiter): those waits name no inversion.",
+        );
+        for l in s.lines() {
+            if let Some(n) = l.lock.and_then(|k| k.owners_refused) {
+                out.sample(Labels::Line(l), n as f64);
+            }
+        }
+    }
     if s.lines().iter().any(|l| l.has_miss_causes) {
         out.family(
             "latmon_cycle_miss_cause_ratio",

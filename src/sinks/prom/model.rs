@@ -52,6 +52,9 @@ pub struct Line {
     /// The alert threshold (ns; 0: none): a folded line's series share
     /// their family's.
     pub threshold_ns: u64,
+    /// lock: its waits' inversions since the probe started (None: not a
+    /// lock line).
+    pub lock: Option<LockLine>,
     /// cycle: misses since the probe started (None: not a cycle probe).
     pub misses: Option<u64>,
     /// cycle: the last interval's missed time by cause
@@ -81,6 +84,7 @@ impl Line {
         self.threshold_ns = 0;
         self.has_causes = false;
         self.misses = None;
+        self.lock = None;
         self.has_miss_causes = false;
     }
 
@@ -108,11 +112,28 @@ impl Line {
         if let Some(c) = rp.and_then(|p| p.cycle.as_ref()) {
             self.misses = Some(self.misses.unwrap_or(0) + c.total_misses);
         }
+        if let Some(c) = rp.and_then(|p| p.lock.as_ref()) {
+            let l = self.lock.get_or_insert_with(LockLine::default);
+            l.inversions += c.total_inversions;
+            l.inversion_ns += c.total_inversion_ns;
+            if let Some(n) = c.total_owners_refused {
+                l.owners_refused = Some(l.owners_refused.unwrap_or(0) + n);
+            }
+        }
         if let Some(c) = rp.and_then(|p| p.miss_causes.as_ref()) {
             self.miss_causes.copy_from(c);
             self.has_miss_causes = true;
         }
     }
+}
+
+/// A lock line's counters since start (a folded line's: its series' sum).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LockLine {
+    pub inversions: u64,
+    pub inversion_ns: u64,
+    /// The family line only: owners named but not followed.
+    pub owners_refused: Option<u64>,
 }
 
 /// A line's task names admitted into `cause` labels, by probe line name

@@ -270,6 +270,39 @@ fn a_cycle_lines_misses_and_the_causes_of_its_missed_time() {
     assert_eq!((label("cause_kind").as_deref(), label("cause").as_deref()), (Some("task"), Some("lo\\g\"er")));
 }
 
+/// Lock lines: inversions since start as counters, in count and time; the
+/// family line alone carries the owners it could not follow; other lines
+/// have none of them, and without a lock probe the families are absent.
+#[test]
+fn lock_lines_count_inversions_and_the_family_its_refused_owners() {
+    use latmon_core::lock::LockCounts;
+    let (session, mut report, totals) = tick_of(&["lock", "lock:ctrl\"m", "timer"], 1_000);
+    let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0, 0] };
+    let mut text = String::new();
+    render(&mut text, &t);
+    assert!(!text.contains("latmon_lock_"), "no lock counts, no lock families: {text}");
+    let counts = |inv, ns| LockCounts { total_inversions: inv, total_inversion_ns: ns, ..Default::default() };
+    report.probes[0].lock = Some(LockCounts { total_owners_refused: Some(4), ..counts(99, 150_000_000) });
+    report.probes[1].lock = Some(counts(97, 148_000_000));
+    let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0, 0] };
+    text.clear();
+    render(&mut text, &t);
+    let (f, s) =
+        ("probe=\"lock\",kind=\"lock\",attach=\"tp_btf\"", "probe=\"lock:ctrl\\\"m\",kind=\"lock\",attach=\"tp_btf\"");
+    for want in [
+        "# TYPE latmon_lock_inversions_total counter\n".to_string(),
+        format!("latmon_lock_inversions_total{{{f}}} 99\n"),
+        format!("latmon_lock_inversions_total{{{s}}} 97\n"),
+        format!("latmon_lock_inversion_seconds_total{{{f}}} 0.15\n"),
+        format!("latmon_lock_inversion_seconds_total{{{s}}} 0.148\n"),
+        format!("latmon_lock_owners_refused_total{{{f}}} 4\n"),
+    ] {
+        assert!(text.contains(&want), "{want} in {text}");
+    }
+    assert_eq!(text.matches("latmon_lock_owners_refused_total{").count(), 1, "the family line only: {text}");
+    assert!(!text.contains("latmon_lock_inversions_total{probe=\"timer\""), "not a lock probe: {text}");
+}
+
 /// A task renaming itself every interval (or a fork storm) cannot
 /// grow the fleet's series: task labels carry no pid, and past
 /// TASK_NAMES_MAX names per line the rest read `other tasks`.

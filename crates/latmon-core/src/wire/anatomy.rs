@@ -2,7 +2,7 @@
 //! An alert's anatomy on the wire (Alert revision 5): the model's causes
 //! (crate::anatomy) as `WireCause`s and back. Pure, no I/O.
 
-use super::messages::{cause_kind as kind, cause_parts, WireCause, CAUSE_NAME_BYTES};
+use super::messages::{cause_kind as kind, wire_parts, WireCause, CAUSE_NAME_BYTES};
 use crate::anatomy::{Anatomy, BlockedOn, Cause, CauseKind, Policy, MAX_CAUSES};
 use crate::text::truncate;
 
@@ -45,9 +45,14 @@ pub fn from_wire(cpu_woken: u32, cpu_ran: u32, causes: &[WireCause]) -> Option<A
 pub fn to_wire(a: &Anatomy) -> Vec<WireCause> {
     a.causes
         .iter()
-        .map(|c| {
-            let (kind, id, policy, prio, name) = cause_parts(c);
-            WireCause { kind, id, policy, prio, name: truncate(name, CAUSE_NAME_BYTES).into(), ns: c.ns }
+        .flat_map(wire_parts)
+        .map(|(kind, id, policy, prio, name, ns)| WireCause {
+            kind,
+            id,
+            policy,
+            prio,
+            name: truncate(name, CAUSE_NAME_BYTES).into(),
+            ns,
         })
         .collect()
 }

@@ -368,11 +368,21 @@ impl Encoder {
             }
         }
         let budget = self.budget;
-        let mut n = self.put(Kind::Alert, &body(boot_id, probe, a, a.anatomy.as_ref()), budget)?;
+        // More wire causes than a receiver takes (an inversion travels as
+        // one per preempter, wire_parts): the smallest parts go into
+        // `other` first.
+        let too_many = |x: &Anatomy| super::messages::wire_count(&x.causes) > crate::anatomy::MAX_CAUSES;
+        let mut folded: Option<Anatomy> = None;
+        while folded.as_ref().or(a.anatomy.as_ref()).is_some_and(too_many) {
+            let Some(f) = folded.as_ref().or(a.anatomy.as_ref()).and_then(super::anatomy::fold_smallest) else {
+                break;
+            };
+            folded = Some(f);
+        }
+        let mut n = self.put(Kind::Alert, &body(boot_id, probe, a, folded.as_ref().or(a.anatomy.as_ref())), budget)?;
         // An anatomy too large for the frame budget (long names, many
         // parts): its smallest parts go into `other` until it fits (rare;
         // allocates). Without an anatomy an alert always fits.
-        let mut folded = None;
         while n.is_none() {
             let Some(f) = folded.as_ref().or(a.anatomy.as_ref()).and_then(super::anatomy::fold_smallest) else {
                 break;

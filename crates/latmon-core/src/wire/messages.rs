@@ -252,8 +252,44 @@ pub(super) mod cause_kind {
 /// `WireCause::name`: at most this many bytes (as comm).
 pub(super) const CAUSE_NAME_BYTES: usize = super::MAX_ALERT_NAME_LEN;
 
-/// (kind, id, policy, prio, name) of a model cause.
-pub(super) fn cause_parts(c: &Cause) -> (u8, u32, u8, i32, &str) {
+/// One wire cause: (kind, id, policy, prio, name, ns).
+pub(super) type Part<'a> = (u8, u32, u8, i32, &'a str, u64);
+
+/// The wire causes of a model cause: one, except an inversion's, which
+/// travels as one task cause per preempter it names (each with its own
+/// time) and a `task_rest` cause for the folded rest; the parts still sum
+/// and a receiver sees every preempter's share. Alloc-free.
+pub(super) fn wire_parts(c: &Cause) -> impl Iterator<Item = Part<'_>> {
+    let (whole, named, rest) = match &c.kind {
+        CauseKind::Inversion { preempted_by, .. } => {
+            let named: u64 = preempted_by.iter().map(|p| p.ns).sum();
+            (None, preempted_by.as_slice(), c.ns.saturating_sub(named))
+        }
+        _ => {
+            let (kind, id, policy, prio, name) = cause_parts(c);
+            (Some((kind, id, policy, prio, name, c.ns)), &[][..], 0)
+        }
+    };
+    let rest =
+        (whole.is_none() && (rest > 0 || named.is_empty())).then_some((cause_kind::TASK_REST, 0, 0, 0, "", rest));
+    whole
+        .into_iter()
+        .chain(
+            named
+                .iter()
+                .map(|p| (cause_kind::TASK, p.pid, p.policy.code().min(255) as u8, p.prio, p.comm.as_str(), p.ns)),
+        )
+        .chain(rest)
+}
+
+/// How many wire causes `causes` make (see [`wire_parts`]).
+pub(crate) fn wire_count(causes: &[Cause]) -> usize {
+    causes.iter().map(|c| wire_parts(c).count()).sum()
+}
+
+/// (kind, id, policy, prio, name) of a model cause other than an
+/// inversion (see [`wire_parts`]).
+fn cause_parts(c: &Cause) -> (u8, u32, u8, i32, &str) {
     match &c.kind {
         CauseKind::Task { comm, pid, policy, prio } => {
             (cause_kind::TASK, *pid, policy.code().min(255) as u8, *prio, comm)
@@ -266,32 +302,30 @@ pub(super) fn cause_parts(c: &Cause) -> (u8, u32, u8, i32, &str) {
         CauseKind::Running => (cause_kind::RUNNING, 0, 0, 0, ""),
         CauseKind::Blocked { on, syscall } => (cause_kind::BLOCKED, on.code(), 0, 0, syscall),
         CauseKind::PageFaults { count } => (cause_kind::PAGE_FAULTS, *count, 0, 0, ""),
-        // lock (JSON and text only this revision): the owner's own time
-        // travels as a task cause naming the owner, an inversion as one
-        // naming its largest preempter; the parts still sum.
+        // lock (its own kinds are JSON and text only this revision): the
+        // owner's own time travels as a task cause naming the owner.
         CauseKind::Owner { owner: o } => (cause_kind::TASK, o.tid, o.policy.code().min(255) as u8, o.prio, &o.comm),
-        CauseKind::Inversion { preempted_by, .. } => match preempted_by.iter().max_by_key(|p| p.ns) {
-            Some(p) => (cause_kind::TASK, p.pid, p.policy.code().min(255) as u8, p.prio, &p.comm),
-            None => (cause_kind::TASK_REST, 0, 0, 0, ""),
-        },
+        // Expanded by wire_parts; never reached from there.
+        CauseKind::Inversion { .. } => (cause_kind::TASK_REST, 0, 0, 0, ""),
         CauseKind::Unknown { code } => (*code, 0, 0, 0, ""),
         CauseKind::Other => (cause_kind::OTHER, 0, 0, 0, ""),
     }
 }
 
-/// A model cause serialized as a `WireCause`, without building one.
-pub(crate) struct CauseRef<'a>(pub(crate) &'a Cause);
+/// A wire part of a model cause serialized as a `WireCause`, without
+/// building one.
+struct PartRef<'a>(Part<'a>);
 
-impl Serialize for CauseRef<'_> {
+impl Serialize for PartRef<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let (kind, id, policy, prio, name) = cause_parts(self.0);
+        let (kind, id, policy, prio, name, ns) = self.0;
         let mut t = s.serialize_tuple(6)?;
         t.serialize_element(&kind)?;
         t.serialize_element(&id)?;
         t.serialize_element(&policy)?;
         t.serialize_element(&prio)?;
         t.serialize_element(truncate(name, CAUSE_NAME_BYTES))?;
-        t.serialize_element(&self.0.ns)?;
+        t.serialize_element(&ns)?;
         t.end()
     }
 }
@@ -315,7 +349,14 @@ impl Causes<'_> {
 impl Serialize for Causes<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            Causes::Model(c) => s.collect_seq(c.iter().map(CauseRef)),
+            Causes::Model(c) => {
+                // postcard needs the length first: an inversion is several.
+                let mut seq = s.serialize_seq(Some(wire_count(c)))?;
+                for part in c.iter().flat_map(wire_parts) {
+                    seq.serialize_element(&PartRef(part))?;
+                }
+                seq.end()
+            }
             Causes::Wire(c) => c.serialize(s),
         }
     }

@@ -1027,6 +1027,104 @@ fn an_anatomy_too_large_for_a_frame_folds_its_smallest_parts_into_other() {
     assert!(matches!(&back.causes[0].kind, CauseKind::Task { pid: 19, comm, .. } if comm.len() == 64));
 }
 
+/// An inversion held off by two tasks between the priorities crosses as
+/// one task cause per preempter, each with its own time, and the folded
+/// rest as `task_rest`: a receiver blames neither for the other's time,
+/// and the parts still sum. A cycle probe's missed-time tally does the
+/// same with the model's record.
+#[test]
+fn an_inversion_crosses_as_one_task_cause_per_preempter() {
+    use crate::anatomy::{Anatomy, Cause, CauseKind, LockOwner, OwnerFrom, Policy, Preempter};
+    let pre = |comm: &str, pid, ns| Preempter { comm: comm.into(), pid, policy: Policy::Fifo, prio: 50, ns };
+    let owner =
+        LockOwner { comm: "low".into(), pid: 800, tid: 812, policy: Policy::Fifo, prio: 10, from: OwnerFrom::Glibc };
+    let parts = vec![
+        Cause {
+            kind: CauseKind::Inversion {
+                owner: owner.clone(),
+                preempted_by: vec![pre("med", 813, 900_000), pre("irq/9-uart", 90, 300_000)],
+            },
+            ns: 1_250_000,
+        },
+        Cause { kind: CauseKind::Owner { owner }, ns: 100_000 },
+    ];
+    let anatomy = Anatomy::from_parts(1_400_000, 0, 0, parts);
+    let rec = AlertRecord {
+        id: crate::ident::ProbeId::NONE,
+        probe: "lock:m".into(),
+        pid: 800,
+        tid: 811,
+        comm: "high".into(),
+        cpu: 0,
+        latency_ns: 1_400_000,
+        time_ns: 1,
+        anatomy: Some(anatomy.clone()),
+        cycle: None,
+    };
+    let mut enc = Encoder::new();
+    let mut v = Vec::new();
+    enc.alert(1, 0, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
+    let (frames, _) = decode_all(&v);
+    let Some(Ok(Frame::Alert(a))) = frames.first() else { panic!("{frames:?}") };
+    let back = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
+    assert!(back.sums_to(1_400_000), "{back:?}");
+    let tasks: Vec<(u32, u64)> = back
+        .causes
+        .iter()
+        .filter_map(|c| match c.kind {
+            CauseKind::Task { pid, .. } => Some((pid, c.ns)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tasks, [(813, 900_000), (90, 300_000), (812, 100_000)], "{back:?}");
+    assert!(back.causes.iter().any(|c| c.kind == CauseKind::TaskRest && c.ns == 50_000), "the folded rest: {back:?}");
+    assert_eq!(anatomy::to_wire(&anatomy).len(), 5, "3 tasks, the rest, other");
+    let mut s = crate::causes::CauseSummary::default();
+    s.begin_misses();
+    s.add_miss(1_400_000, &anatomy.causes);
+    let of = |pid| s.causes.iter().find(|c| c.id == crate::causes::CauseId::Task { pid }).map(|c| c.ns);
+    assert_eq!((of(813), of(90)), (Some(900_000), Some(300_000)), "{s:?}");
+}
+
+/// An anatomy whose inversions would cross as more causes than a receiver
+/// takes is folded first: the frame decodes, the parts sum.
+#[test]
+fn an_anatomy_over_the_receivers_cause_count_is_folded_to_fit() {
+    use crate::anatomy::{Anatomy, Cause, CauseKind, LockOwner, OwnerFrom, Policy, Preempter, MAX_CAUSES};
+    let owner = LockOwner { comm: "o".into(), pid: 1, tid: 2, policy: Policy::Other, prio: 0, from: OwnerFrom::Pi };
+    let inv = |k: u32| Cause {
+        kind: CauseKind::Inversion {
+            owner: owner.clone(),
+            preempted_by: (0..4)
+                .map(|i| Preempter { comm: "p".into(), pid: k * 10 + i, policy: Policy::Fifo, prio: 5, ns: 10 })
+                .collect(),
+        },
+        ns: 40,
+    };
+    let anatomy = Anatomy::from_parts(400, 0, 0, (0..10).map(inv).collect());
+    assert!(anatomy::to_wire(&anatomy).len() > MAX_CAUSES);
+    let rec = AlertRecord {
+        id: crate::ident::ProbeId::NONE,
+        probe: "lock:m".into(),
+        pid: 1,
+        tid: 3,
+        comm: "w".into(),
+        cpu: 0,
+        latency_ns: 400,
+        time_ns: 1,
+        anatomy: Some(anatomy),
+        cycle: None,
+    };
+    let mut enc = Encoder::new();
+    let mut v = Vec::new();
+    enc.alert(1, 0, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
+    let (frames, _) = decode_all(&v);
+    let Some(Ok(Frame::Alert(a))) = frames.first() else { panic!("{frames:?}") };
+    assert!(a.causes.len() <= MAX_CAUSES, "{} causes", a.causes.len());
+    let back = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
+    assert!(back.sums_to(400), "{back:?}");
+}
+
 #[test]
 fn absurd_probe_ids_are_ignored_not_allocated() {
     let mut t = Tracker::new();
