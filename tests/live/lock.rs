@@ -81,10 +81,16 @@ impl Fixture {
 /// Run the fixture (`pi`: its PTHREAD_PRIO_INHERIT mode) under a lock
 /// probe with `env`: what it logged and latmon's JSON lines.
 fn run(pi: bool, threshold_ns: u64, env: &[(&str, &str)]) -> (Fixture, Vec<serde_json::Value>) {
+    run_with(pi, threshold_ns, env, &[])
+}
+
+/// [`run`] with more arguments to `latmon run` (outputs).
+fn run_with(pi: bool, threshold_ns: u64, env: &[(&str, &str)], more: &[&str]) -> (Fixture, Vec<serde_json::Value>) {
     // The last CPU: the fixture's FIFO threads keep it busy ~15 %.
     let cpu = std::thread::available_parallelism().map_or(0, |n| n.get() - 1).to_string();
     let probe = format!("lock,comm=lm_lock,name=lm_lock,threshold={}us", threshold_ns / 1000);
-    let child = start_run_env(&["--probe", &probe, "--interval", "1s", "--format", "json"], env);
+    let args = [&["--probe", probe.as_str(), "--interval", "1s", "--format", "json"][..], more].concat();
+    let child = start_run_env(&args, env);
     let mut args = vec!["2000", "20", cpu.as_str()];
     if pi {
         args.push("pi");
@@ -281,6 +287,54 @@ fn a_priority_inversion_names_its_owner_and_preempter() {
             assert!(e.contains("inversions not named"), "{e}");
         }
     }
+}
+
+/// The inversions over a frames link (wire revision 10): `latmon decode`
+/// of a `file:` frames output written beside the JSON gives each lock
+/// record's inversion with its owner and preempters as the agent's JSON
+/// has them (the owner's process id is not carried: 0), and
+/// `latmon-view report` of the capture shows the same line as the agent's
+/// text (`wait ... on ctrl_mutex: inversion ...: held by ...`).
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn inversions_cross_a_frames_link_into_decode_and_the_report() {
+    let _s = serial();
+    let cap = scratch("lock-frames", "capture.bin");
+    let frames = format!("file:{},format=frames", cap.display());
+    let (fx, lines) = run_with(false, THRESHOLD_NS, &[], &["--output", "-", "--output", &frames]);
+    let inverted = |r: &serde_json::Value| {
+        r["causes"].as_array().into_iter().flatten().find(|c| c["kind"] == "inversion").cloned()
+    };
+    let agent: Vec<serde_json::Value> =
+        high_records(&fx, &lines).into_iter().map(|(_, _, r)| r.clone()).filter(|r| inverted(r).is_some()).collect();
+    let dec = latmon().arg("decode").arg(format!("file:{}", cap.display())).output().unwrap();
+    assert!(dec.status.success(), "decode: {}", String::from_utf8_lossy(&dec.stderr));
+    let received: Vec<serde_json::Value> = json_lines(&String::from_utf8_lossy(&dec.stdout))
+        .into_iter()
+        .filter(|l| l["type"] == "alert" && l["probe"] == SERIES && l["tid"] == fx.high && inverted(l).is_some())
+        .collect();
+    eprintln!("lock over frames: {} inversion records in the agent's JSON, {} decoded", agent.len(), received.len());
+    assert!(agent.len() >= 50, "{} inversion records", agent.len());
+    assert_eq!(received.len(), agent.len(), "every inversion record crossed the link");
+    for (a, r) in agent.iter().zip(&received) {
+        let (mut ai, ri) = (inverted(a).unwrap(), inverted(r).unwrap());
+        ai["owner"]["pid"] = 0.into();
+        // `from` is carried (the owner cause's policy byte, high nibble).
+        assert_eq!(ai, ri, "an inversion changed on the link:\nagent {a}\nreceived {r}");
+        assert_eq!((&a["latency_ns"], &a["time_ns"]), (&r["latency_ns"], &r["time_ns"]));
+    }
+    let view = std::path::Path::new(env!("CARGO_BIN_EXE_latmon")).with_file_name("latmon-view");
+    assert!(view.exists(), "{} missing: build latmon-view in this profile first", view.display());
+    let html = cap.with_file_name("report.html");
+    let out =
+        Command::new(&view).arg("report").arg(format!("file:{}", cap.display())).arg("-o").arg(&html).output().unwrap();
+    assert!(out.status.success(), "latmon-view report: {}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&html).unwrap();
+    let want = "on ctrl_mutex: inversion ";
+    let held = format!("held by lm_lock[{}] FIFO/10, preempted by lm_lock[{}] FIFO/50", fx.low, fx.med);
+    let rows = text.lines().filter(|l| l.contains(want) && l.contains(&held)).count();
+    eprintln!("lock report: {rows} alert rows name the inversion");
+    assert!(rows > 0, "no report row names the inversion ({want} ... {held})");
 }
 
 /// Kernels before 6.2 (the boards' 6.1) have no bpf_task_from_pid: the

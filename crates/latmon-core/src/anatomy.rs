@@ -163,6 +163,8 @@ pub enum OwnerFrom {
     Glibc,
     /// The thread that woke the waiter.
     Waker,
+    /// Not said (a newer sender's code on the wire).
+    Unknown,
 }
 
 impl OwnerFrom {
@@ -171,6 +173,26 @@ impl OwnerFrom {
             OwnerFrom::Pi => "pi",
             OwnerFrom::Glibc => "glibc",
             OwnerFrom::Waker => "waker",
+            OwnerFrom::Unknown => "unknown",
+        }
+    }
+
+    /// The wire's code (the high nibble of an owner Cause's `policy`).
+    pub fn code(self) -> u8 {
+        match self {
+            OwnerFrom::Pi => 1,
+            OwnerFrom::Glibc => 2,
+            OwnerFrom::Waker => 3,
+            OwnerFrom::Unknown => 0,
+        }
+    }
+
+    pub fn from_code(code: u8) -> OwnerFrom {
+        match code {
+            1 => OwnerFrom::Pi,
+            2 => OwnerFrom::Glibc,
+            3 => OwnerFrom::Waker,
+            _ => OwnerFrom::Unknown,
         }
     }
 }
@@ -525,7 +547,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lock_waits_parts_cross_the_wire_as_task_causes_and_still_sum() {
+    fn a_lock_waits_parts_cross_the_wire_as_lock_causes_and_still_sum() {
         let owner = LockOwner {
             comm: "low".into(),
             pid: 800,
@@ -544,9 +566,9 @@ mod tests {
         // The owner is kept at 0 ns: it names who held the lock.
         assert!(a.causes.iter().any(|c| matches!(&c.kind, CauseKind::Owner { owner } if owner.tid == 812)));
         let w = crate::wire::anatomy::to_wire(&a);
-        let got: Vec<(u32, &str, u64)> = w.iter().map(|c| (c.id, c.name.as_str(), c.ns)).collect();
-        assert_eq!(got, [(813, "med", 1_000), (812, "low", 0), (0, "", 200)]);
+        let got: Vec<(u8, u32, &str, u64)> = w.iter().map(|c| (c.kind, c.id, c.name.as_str(), c.ns)).collect();
+        assert_eq!(got, [(12, 813, "med", 1_000), (11, 812, "low", 0), (7, 0, "", 200)]);
         let back = crate::wire::anatomy::from_wire(1, 1, &w).unwrap();
-        assert!(back.sums_to(1_200) && !back.is_lock_wait(), "{back:?}");
+        assert!(back.sums_to(1_200) && back.is_lock_wait(), "{back:?}");
     }
 }

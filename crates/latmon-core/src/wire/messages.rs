@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::cycle::{CycleOut, WireCycle};
 pub use super::thresholds::ProbeThreshold;
 pub(crate) use super::thresholds::TrailingThresholds;
-use crate::anatomy::{Cause, CauseKind};
+use crate::anatomy::{Cause, CauseKind, OwnerFrom, Policy};
 use crate::bpf::limits::{HIST_MAX_LOG2, HIST_SUB_BITS};
 use crate::hist::{Hist, BUCKETS};
 use crate::text::truncate;
@@ -223,7 +223,7 @@ pub struct Alert {
 /// sender's kinds. `id`: the task's pid, the IRQ number or the softirq
 /// vector, else 0. `policy`, `prio`: a task's (else 0). `name`: a task's
 /// comm or an IRQ's action names (at most 64 bytes), else empty.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireCause {
     pub kind: u8,
     pub id: u32,
@@ -247,6 +247,23 @@ pub(super) mod cause_kind {
     pub(crate) const RUNNING: u8 = 8;
     pub(crate) const BLOCKED: u8 = 9;
     pub(crate) const PAGE_FAULTS: u8 = 10;
+    /// lock's (revision 10): a wait's owner (its own time on a CPU; id its
+    /// thread id, policy its SCHED_* in the low nibble and where it was
+    /// found in the high one) and an inversion's preempter (id its thread
+    /// id; id 0 and no name: the inversion's folded rest).
+    pub(crate) const OWNER: u8 = 11;
+    pub(crate) const INVERSION: u8 = 12;
+}
+
+/// An owner Cause's `policy` byte: the SCHED_* number in the low nibble
+/// (15: not known or larger), where the owner was found in the high one.
+pub(super) fn owner_policy_byte(policy: Policy, from: OwnerFrom) -> u8 {
+    (from.code() << 4) | policy.code().min(15) as u8
+}
+
+/// The inverse of [`owner_policy_byte`].
+pub(super) fn owner_policy_of(b: u8) -> (Policy, OwnerFrom) {
+    (Policy::from_code(u32::from(b & 15)), OwnerFrom::from_code(b >> 4))
 }
 
 /// `WireCause::name`: at most this many bytes (as comm).
@@ -256,9 +273,10 @@ pub(super) const CAUSE_NAME_BYTES: usize = super::MAX_ALERT_NAME_LEN;
 pub(super) type Part<'a> = (u8, u32, u8, i32, &'a str, u64);
 
 /// The wire causes of a model cause: one, except an inversion's, which
-/// travels as one task cause per preempter it names (each with its own
-/// time) and a `task_rest` cause for the folded rest; the parts still sum
-/// and a receiver sees every preempter's share. Alloc-free.
+/// travels as one `inversion` cause per preempter it names (each with its
+/// own time) and one without a name for the folded rest; the parts still
+/// sum and a receiver sees every preempter's share (the owner is the
+/// record's `owner` cause). Alloc-free.
 pub(super) fn wire_parts(c: &Cause) -> impl Iterator<Item = Part<'_>> {
     let (whole, named, rest) = match &c.kind {
         CauseKind::Inversion { preempted_by, .. } => {
@@ -271,13 +289,13 @@ pub(super) fn wire_parts(c: &Cause) -> impl Iterator<Item = Part<'_>> {
         }
     };
     let rest =
-        (whole.is_none() && (rest > 0 || named.is_empty())).then_some((cause_kind::TASK_REST, 0, 0, 0, "", rest));
+        (whole.is_none() && (rest > 0 || named.is_empty())).then_some((cause_kind::INVERSION, 0, 0, 0, "", rest));
     whole
         .into_iter()
         .chain(
             named
                 .iter()
-                .map(|p| (cause_kind::TASK, p.pid, p.policy.code().min(255) as u8, p.prio, p.comm.as_str(), p.ns)),
+                .map(|p| (cause_kind::INVERSION, p.pid, p.policy.code().min(255) as u8, p.prio, p.comm.as_str(), p.ns)),
         )
         .chain(rest)
 }
@@ -302,11 +320,11 @@ fn cause_parts(c: &Cause) -> (u8, u32, u8, i32, &str) {
         CauseKind::Running => (cause_kind::RUNNING, 0, 0, 0, ""),
         CauseKind::Blocked { on, syscall } => (cause_kind::BLOCKED, on.code(), 0, 0, syscall),
         CauseKind::PageFaults { count } => (cause_kind::PAGE_FAULTS, *count, 0, 0, ""),
-        // lock (its own kinds are JSON and text only this revision): the
-        // owner's own time travels as a task cause naming the owner.
-        CauseKind::Owner { owner: o } => (cause_kind::TASK, o.tid, o.policy.code().min(255) as u8, o.prio, &o.comm),
+        CauseKind::Owner { owner: o } => {
+            (cause_kind::OWNER, o.tid, owner_policy_byte(o.policy, o.from), o.prio, &o.comm)
+        }
         // Expanded by wire_parts; never reached from there.
-        CauseKind::Inversion { .. } => (cause_kind::TASK_REST, 0, 0, 0, ""),
+        CauseKind::Inversion { .. } => (cause_kind::INVERSION, 0, 0, 0, ""),
         CauseKind::Unknown { code } => (*code, 0, 0, 0, ""),
         CauseKind::Other => (cause_kind::OTHER, 0, 0, 0, ""),
     }

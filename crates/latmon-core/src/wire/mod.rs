@@ -72,7 +72,10 @@ pub const PROTOCOL_VERSION: u8 = 1;
 /// ([`WireCycle`]).
 /// Revision 9 appends `thresholds` (each probe's alert threshold, by id)
 /// to Hello, sent only when a probe has one.
-pub const PROTOCOL_REVISION: u8 = 9;
+/// Revision 10 adds Cause kinds 11 (a lock wait's owner) and 12 (a
+/// priority inversion's preempter): no byte layout changed; an older
+/// receiver shows them as unknown causes, still summing.
+pub const PROTOCOL_REVISION: u8 = 10;
 /// `ProbeDesc::mode` of a series whose calls wait (revision 7): it is
 /// not in its family line but in the family's waits line. Older senders
 /// never send it; an older receiver shows it as part of the mode's words.

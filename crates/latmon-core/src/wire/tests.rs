@@ -601,7 +601,32 @@ fn golden() -> Vec<(&'static str, Frame)> {
         ("alert-cycle", Frame::Alert(golden_cycle_alert())),
         ("alert-overrun", Frame::Alert(golden_overrun_alert())),
         ("hello-thresholds", Frame::Hello(golden_threshold_hello())),
+        ("alert-lock", Frame::Alert(golden_lock_alert())),
     ]
+}
+
+/// The lock wait (revision 10) of docs/wire-format.md: 1.5 ms on a mutex
+/// whose FIFO/10 owner (found in glibc's mutex) was held off 1.3 ms by a
+/// FIFO/50 task.
+fn golden_lock_alert() -> Alert {
+    let cause = |kind, id, policy, prio, name: &str, ns| WireCause { kind, id, policy, prio, name: name.into(), ns };
+    Alert {
+        probe: 1,
+        pid: 810,
+        tid: 811,
+        comm: "high".into(),
+        cpu: 0,
+        latency_ns: 1_500_000,
+        time_ns: 2_500_000_000,
+        cpu_woken: 0,
+        cpu_ran: 0,
+        causes: vec![
+            cause(12, 813, 1, 50, "med", 1_300_000),
+            cause(11, 812, 0x21, 10, "low", 150_000),
+            cause(7, 0, 0, 0, "", 50_000),
+        ],
+        ..golden_anatomy_alert()
+    }
 }
 
 /// The cycle miss (revision 8) of docs/wire-format.md: a 1 ms deadline
@@ -1027,13 +1052,14 @@ fn an_anatomy_too_large_for_a_frame_folds_its_smallest_parts_into_other() {
     assert!(matches!(&back.causes[0].kind, CauseKind::Task { pid: 19, comm, .. } if comm.len() == 64));
 }
 
-/// An inversion held off by two tasks between the priorities crosses as
-/// one task cause per preempter, each with its own time, and the folded
-/// rest as `task_rest`: a receiver blames neither for the other's time,
-/// and the parts still sum. A cycle probe's missed-time tally does the
-/// same with the model's record.
+/// A lock wait's parts cross the wire as their own kinds (revision 10):
+/// the owner (with where it was found), and the inversion as one cause
+/// per preempter with its own time plus its folded rest. A receiver
+/// rebuilds the one inversion naming the owner, blames each preempter for
+/// its own share only, shows the same text line, and the parts still
+/// sum. A cycle probe's missed-time tally credits each preempter alike.
 #[test]
-fn an_inversion_crosses_as_one_task_cause_per_preempter() {
+fn an_inversion_crosses_with_its_owner_and_each_preempter() {
     use crate::anatomy::{Anatomy, Cause, CauseKind, LockOwner, OwnerFrom, Policy, Preempter};
     let pre = |comm: &str, pid, ns| Preempter { comm: comm.into(), pid, policy: Policy::Fifo, prio: 50, ns };
     let owner =
@@ -1046,9 +1072,18 @@ fn an_inversion_crosses_as_one_task_cause_per_preempter() {
             },
             ns: 1_250_000,
         },
-        Cause { kind: CauseKind::Owner { owner }, ns: 100_000 },
+        Cause { kind: CauseKind::Task { comm: "ktimers".into(), pid: 20, policy: Policy::Fifo, prio: 99 }, ns: 30_000 },
+        Cause { kind: CauseKind::Owner { owner: owner.clone() }, ns: 100_000 },
     ];
     let anatomy = Anatomy::from_parts(1_400_000, 0, 0, parts);
+    let w = anatomy::to_wire(&anatomy);
+    let kinds: Vec<(u8, u32, u64)> = w.iter().map(|c| (c.kind, c.id, c.ns)).collect();
+    assert_eq!(
+        kinds,
+        [(12, 813, 900_000), (12, 90, 300_000), (12, 0, 50_000), (11, 812, 100_000), (1, 20, 30_000), (7, 0, 20_000)],
+        "docs/wire-format.md's Cause kinds 11 and 12"
+    );
+    assert_eq!(w[3].policy, 0x21, "FIFO in the low nibble, glibc (2) in the high one");
     let rec = AlertRecord {
         id: crate::ident::ProbeId::NONE,
         probe: "lock:m".into(),
@@ -1068,22 +1103,45 @@ fn an_inversion_crosses_as_one_task_cause_per_preempter() {
     let Some(Ok(Frame::Alert(a))) = frames.first() else { panic!("{frames:?}") };
     let back = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
     assert!(back.sums_to(1_400_000), "{back:?}");
-    let tasks: Vec<(u32, u64)> = back
-        .causes
-        .iter()
-        .filter_map(|c| match c.kind {
-            CauseKind::Task { pid, .. } => Some((pid, c.ns)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(tasks, [(813, 900_000), (90, 300_000), (812, 100_000)], "{back:?}");
-    assert!(back.causes.iter().any(|c| c.kind == CauseKind::TaskRest && c.ns == 50_000), "the folded rest: {back:?}");
-    assert_eq!(anatomy::to_wire(&anatomy).len(), 5, "3 tasks, the rest, other");
+    // The same anatomy but the owner's process id, which is not carried.
+    let unpid = |mut a: Anatomy| {
+        for c in &mut a.causes {
+            if let CauseKind::Owner { owner } | CauseKind::Inversion { owner, .. } = &mut c.kind {
+                owner.pid = 0;
+            }
+        }
+        a
+    };
+    assert_eq!(back, unpid(anatomy.clone()));
+    let text = |a: &Anatomy| {
+        let mut s = String::new();
+        a.render_into(&mut s, 1_400_000);
+        s
+    };
+    assert_eq!(text(&back), text(&anatomy));
+    assert!(text(&back).contains("inversion 1250 us: held by low[812] FIFO/10, preempted by med[813] FIFO/50 900 us"));
     let mut s = crate::causes::CauseSummary::default();
     s.begin_misses();
     s.add_miss(1_400_000, &anatomy.causes);
     let of = |pid| s.causes.iter().find(|c| c.id == crate::causes::CauseId::Task { pid }).map(|c| c.ns);
     assert_eq!((of(813), of(90)), (Some(900_000), Some(300_000)), "{s:?}");
+}
+
+/// An inversion whose owner cause did not come (a sender folded it)
+/// still decodes as one inversion, its owner unnamed, summing.
+#[test]
+fn an_inversion_without_its_owner_cause_decodes_with_an_unnamed_owner() {
+    use crate::anatomy::CauseKind;
+    let w = vec![
+        WireCause { kind: 12, id: 813, policy: 1, prio: 50, name: "med".into(), ns: 900 },
+        WireCause { kind: 12, id: 0, policy: 0, prio: 0, name: String::new(), ns: 40 },
+        WireCause { kind: 7, id: 0, policy: 0, prio: 0, name: String::new(), ns: 60 },
+    ];
+    let a = anatomy::from_wire(0, 0, &w).unwrap();
+    assert!(a.sums_to(1_000), "{a:?}");
+    let CauseKind::Inversion { owner, preempted_by } = &a.causes[0].kind else { panic!("{a:?}") };
+    assert_eq!((owner.tid, owner.comm.as_str(), preempted_by.len(), a.causes[0].ns), (0, "", 1, 940));
+    assert_eq!(a.causes[1].kind, CauseKind::Other);
 }
 
 /// An anatomy whose inversions would cross as more causes than a receiver
