@@ -336,6 +336,14 @@ impl Anatomy {
             s.push_str(if i == 0 { " " } else { ", " });
             push_cause(s, c);
             let more = i + 1 < self.causes.len() || moved;
+            if i == 0 && s.len() - start > width {
+                // The first part alone is wider than the line (a lock's
+                // inversion names three tasks): cut inside it, for a bare
+                // `~` would say nothing at all.
+                s.truncate((start + width.saturating_sub(1)).max(before));
+                s.push('~');
+                return;
+            }
             if !keep_piece(s, start, before, width, more, if i == 0 { " ~" } else { ", ~" }) {
                 return;
             }
@@ -544,6 +552,31 @@ mod tests {
         // Sums that overflow u64 still end exact.
         let a = Anatomy::from_parts(10, 0, 0, vec![task("x", 1, u64::MAX), task("y", 2, u64::MAX)]);
         assert!(a.sums_to(10), "{a:?}");
+    }
+
+    /// A first part wider than the line is cut inside, not dropped: a
+    /// technician's 79-column view still reads whose inversion it was.
+    #[test]
+    fn a_first_part_wider_than_the_line_is_cut_inside_it() {
+        let owner =
+            LockOwner { comm: "low".into(), pid: 8, tid: 812, policy: Policy::Fifo, prio: 10, from: OwnerFrom::Pi };
+        let pre = |pid| Preempter { comm: "medium_spinner".into(), pid, policy: Policy::Fifo, prio: 50, ns: 500 };
+        let parts = vec![Cause {
+            kind: CauseKind::Inversion { owner, preempted_by: vec![pre(813), pre(814), pre(815)] },
+            ns: 1_500,
+        }];
+        let a = Anatomy::from_parts(2_000, 0, 0, parts);
+        let mut s = String::from("wait 2.0us on m:");
+        a.render_parts_into(&mut s, 0, 60);
+        assert_eq!(s.len(), 60, "{s}");
+        assert!(
+            s.starts_with("wait 2.0us on m: inversion 1.5 us: held by low[812] FIFO/10") && s.ends_with('~'),
+            "{s}"
+        );
+        // A first part that fits keeps the old cut at whole parts.
+        let mut s = String::from("wait 2.0us on m:");
+        a.render_parts_into(&mut s, 0, 500);
+        assert!(s.ends_with("other 0.5 us"), "{s}");
     }
 
     #[test]
