@@ -118,6 +118,7 @@ const RV_DIRS: [&str; 2] = ["/sys/kernel/tracing/rv", "/sys/kernel/debug/tracing
 fn rtapp_monitors(list: &str) -> Vec<&str> {
     list.lines()
         .filter_map(|l| l.split_whitespace().next())
+        .map(|m| m.trim_end_matches(':'))
         .filter(|m| *m == "rtapp" || m.starts_with("rtapp:") || *m == "sleep")
         .collect()
 }
