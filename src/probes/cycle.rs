@@ -151,6 +151,7 @@ impl Source for Cycles {
             total_unseen: unseen,
             rule_counts: RuleCounts::between(&self.last.total_rule_counts, &rules),
             total_rule_counts: rules,
+            total_rule_records_lost: self.alerts.dropped(CYCLE_RULE_ALERT_ID as u32)?,
         };
         self.last = c.clone();
         *out = Some(c);

@@ -286,6 +286,10 @@ pub struct CycleCounts {
     /// since start.
     pub rule_counts: RuleCounts,
     pub total_rule_counts: RuleCounts,
+    /// Rule records lost on the way since start (their token bucket, a
+    /// full buffer, the agent's queue); those left out by the one per
+    /// rule per thread per 100 ms are not lost: the counts have them.
+    pub total_rule_records_lost: u64,
 }
 
 #[cfg(test)]

@@ -368,4 +368,26 @@ mod tests {
         let events: Vec<u8> = fixed.tracker.alerts.iter().map(|a| a.event).collect();
         assert_eq!(events, [2, 200, 2]);
     }
+
+    #[test]
+    fn a_rule_record_crosses_as_event_4_without_its_waker() {
+        use crate::anatomy::Policy;
+        use crate::cycle::{CycleEvent, CycleMark, Rule, RuleMark, Waker};
+        let rule = |waker| RuleMark { rule: Rule::SleepRealtimeClock, syscall: "clock_nanosleep".into(), waker };
+        let mark = |waker| CycleMark {
+            event: CycleEvent::Rule,
+            release_ns: 5,
+            deadline_ns: 0,
+            done_ns: None,
+            doing: None,
+            migrations: 0,
+            rule: Some(rule(waker)),
+        };
+        let waker = Waker { comm: "w".into(), pid: 1, tid: 2, policy: Policy::Fifo, prio: 3 };
+        let w = super::to_wire(&mark(Some(waker)));
+        assert_eq!((w.event, w.doing, w.doing_id, w.doing_name.as_str()), (4, 0, 3, "clock_nanosleep"));
+        assert_eq!(super::from_wire(&w), Some(mark(None)));
+        // A rule this receiver does not know: a plain alert.
+        assert_eq!(super::from_wire(&super::WireCycle { doing_id: 9, ..w }), None);
+    }
 }
