@@ -49,7 +49,8 @@
 #include <bpf/bpf_core_read.h>
 #include "latmon.h"
 #include "maps.bpf.h"
-#define LATMON_ALERT_IDS 1
+/* 0: misses, overruns, slow responses; LATMON_CYCLE_RULE_ALERT_ID: rules. */
+#define LATMON_ALERT_IDS 2
 #include "alerts.bpf.h"
 #include "core_fixes.bpf.h"
 #include "anatomy.bpf.h"
@@ -89,7 +90,10 @@ struct cycle_thread {
 	__u32 anat;    /* slot held: CPU + 1, 0: none */
 	__u32 blocked_on;
 	__s32 blocked_sys;
-	__u32 reported; /* overrun record sent for this cycle */
+	__u32 reported;	  /* overrun record sent for this cycle */
+	__u32 futex_wait; /* asleep in a futex wait that is not PI (rules) */
+	__s32 futex_sys;
+	__u64 rule_sent_ns[LATMON_RULES]; /* the last record of each rule */
 	struct latmon_anatomy acc;
 	struct latmon_cycle_exec exec;
 };
@@ -462,6 +466,7 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now, boo
 	}
 }
 
+#include "cycle_rules.bpf.h"
 #include "cycle_sources.bpf.h"
 
 /* The overrun check: this CPU's watched cycle is past its deadline. */
@@ -592,6 +597,8 @@ int BPF_PROG(cycle_switch, bool preempt, struct task_struct *prev, struct task_s
 			t->phase = P_BLOCKED;
 		}
 	}
+	if (t)
+		rule_block(ctx, t, prev);
 	t = thread_of(next->pid);
 	if (t && t->phase == P_SLEEP && t->release_ns) {
 		/* Switched in past its release before any wakeup was seen:

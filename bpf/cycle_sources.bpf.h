@@ -31,6 +31,7 @@ int cycle_clock_nanosleep(struct sys_enter_rec *ctx)
 	__u64 now = bpf_ktime_get_ns();
 
 	timer_sleep(ctx, clock_nanosleep_release(ctx, now), now, false);
+	rule_timer_sleep(ctx, ctx->args[0], ctx->args[1], ctx->nr);
 	return 0;
 }
 
@@ -41,6 +42,7 @@ int cycle_nanosleep(struct sys_enter_rec *ctx)
 	__u64 req = timespec_ns((const struct __kernel_timespec *)ctx->args[0]);
 
 	timer_sleep(ctx, req ? now + req : 0, now, false);
+	rule_timer_sleep(ctx, CLOCK_MONOTONIC, 0, ctx->nr);
 	return 0;
 }
 

@@ -152,6 +152,19 @@
 #define LATMON_CYCLE_MISS 1
 #define LATMON_CYCLE_OVERRUN 2
 #define LATMON_CYCLE_RESPONSE 3 /* response above threshold=, no miss */
+#define LATMON_CYCLE_RULE 4	/* an RT sleep rule broken (bpf/cycle_rules.bpf.h) */
+/* The RT sleep rules (struct latmon_cycle_stats' rules[], a record's
+ * rule); docs/probes.md "cycle", "Sleep rules". */
+#define LATMON_RULE_WOKEN_BY_LOWER 0
+#define LATMON_RULE_SLEEP_OTHER 1
+#define LATMON_RULE_SLEEP_RELATIVE 2
+#define LATMON_RULE_SLEEP_REALTIME_CLOCK 3
+#define LATMON_RULES 4
+/* Rule records: at most one per rule per thread per RULE_GAP_NS (the
+ * counts stay exact), under their own alert id's token bucket so that
+ * they never take a miss record's token. */
+#define LATMON_CYCLE_RULE_GAP_NS 100000000
+#define LATMON_CYCLE_RULE_ALERT_ID 1
 /* An overrun's loop, now (struct latmon_cycle_record's doing). */
 #define LATMON_CYCLE_DOING_RUNNING 1
 #define LATMON_CYCLE_DOING_RUNNABLE 2
@@ -189,6 +202,8 @@ _Static_assert(LATMON_TS_CHAIN_IRQ_THREAD < LATMON_TIMER_SERIES, "timer series f
 _Static_assert(LATMON_ANAT_TASKS + LATMON_ANAT_IRQS + LATMON_SOFTIRQ_VECS + 4 <= LATMON_ANAT_MAX_CAUSES,
 	       "an anatomy's causes fit the wire bound");
 _Static_assert(LATMON_CS_EXEC < LATMON_CYCLE_SERIES, "cycle series fit the map");
+_Static_assert(LATMON_RULES == 4 && LATMON_RULE_SLEEP_REALTIME_CLOCK < LATMON_RULES,
+	       "RULES: a power of two (BPF masks rule ids with it), every rule below it");
 _Static_assert(LATMON_LOCK_SERIES > 1, "lock: slot 0 is the rest, at least one more");
 _Static_assert(LATMON_HIST_SUBS == 1 << LATMON_HIST_SUB_BITS, "SUBS = 2^SUB_BITS");
 _Static_assert(LATMON_HIST_BUCKETS == (LATMON_HIST_MAX_LOG2 - LATMON_HIST_SUB_BITS + 1) << LATMON_HIST_SUB_BITS,
@@ -302,7 +317,9 @@ struct latmon_cycle_config {
 	__u64 deadline_ns;  /* deadline=, 0: the period */
 	__u64 threshold_ns; /* threshold=, 0: none */
 	__u32 filter_tid;   /* pid=TID, 0: any */
-	__u32 mutate;	    /* tests only: 1 charges execution to the wrong task */
+	__u32 mutate;	    /* tests only: 1 charges execution to the wrong task,
+			     * 2 judges every timer sleep relative and every
+			     * futex wait not PI (bpf/cycle_rules.bpf.h) */
 	__u32 timerfd;	    /* timerfd=true: follow loops reading a timerfd */
 	/* Syscall numbers of the target architecture (user space, from its
 	 * tables), -1: none there. */
@@ -329,6 +346,7 @@ struct latmon_cycle_stats {
 	__u64 period_ns; /* the fullest bin's mean step (or period=) */
 	__u64 unseen;	 /* cycles counted with a wakeup or switch no event showed */
 	struct latmon_cycle_bin bin[LATMON_CYCLE_STEP_BINS];
+	__u64 rules[LATMON_RULES]; /* sleep rules broken, per LATMON_RULE_* */
 };
 
 struct latmon_cycle_blocked {
@@ -361,6 +379,15 @@ struct latmon_cycle_record {
 	__u32 pad;
 	char doing_comm[LATMON_COMM_LEN];
 	struct latmon_cycle_exec exec;
+	/* LATMON_CYCLE_RULE: which rule, the syscall the thread slept in
+	 * (-1: none known), and for woken_by_lower its waker. */
+	__u32 rule;
+	__s32 rule_syscall;
+	__u32 waker_pid; /* thread group id */
+	__u32 waker_tid;
+	__u32 waker_policy; /* SCHED_* */
+	__s32 waker_prio;   /* rt_priority for FIFO and RR, else the nice value */
+	char waker_comm[LATMON_COMM_LEN];
 };
 
 struct latmon_alert_cycle {

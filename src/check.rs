@@ -104,6 +104,47 @@ pub struct CheckReport {
     /// The user latmon would drop to (`user`/`group`), resolved.
     #[serde(skip_serializing_if = "Option::is_none")]
     drop_to: Option<String>,
+    /// The kernel's RV rtapp monitor (6.17+), one line: the cycle probe's
+    /// sleep rules are latmon's own either way.
+    rv_rtapp: String,
+}
+
+/// Where tracefs may hold the RV interface.
+const RV_DIRS: [&str; 2] = ["/sys/kernel/tracing/rv", "/sys/kernel/debug/tracing/rv"];
+
+/// The rtapp monitors of an RV `available_monitors` list (one monitor a
+/// line, a nested one as `rtapp:sleep`; a line may carry a description
+/// after a space on some kernels): the `rtapp` container and its `sleep`.
+fn rtapp_monitors(list: &str) -> Vec<&str> {
+    list.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|m| m.trim_end_matches(':'))
+        .filter(|m| *m == "rtapp" || m.starts_with("rtapp:") || *m == "sleep")
+        .collect()
+}
+
+/// `latmon check`'s RV line (an I/O edge: reads tracefs).
+fn rv_rtapp_line() -> String {
+    let mut unreadable = None;
+    for dir in RV_DIRS {
+        let path = format!("{dir}/available_monitors");
+        match std::fs::read_to_string(&path) {
+            Ok(list) => {
+                let found = rtapp_monitors(&list);
+                return if found.is_empty() {
+                    format!("absent (not in {path}); the cycle sleep rules are latmon's own")
+                } else {
+                    format!("present ({} in {path}); the cycle sleep rules are latmon's own", found.join(", "))
+                };
+            }
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => unreadable = Some(format!("{path}: {e}")),
+            Err(_) => {}
+        }
+    }
+    match unreadable {
+        Some(e) => format!("unknown ({e}); the cycle sleep rules are latmon's own"),
+        None => "absent (no RV interface in tracefs); the cycle sleep rules are latmon's own".into(),
+    }
 }
 
 /// The outputs of a config with their budgets (frames outputs only send
@@ -170,6 +211,7 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
         bpf_cpu_percent: None,
         housekeeping_cpus: Vec::new(),
         drop_to: None,
+        rv_rtapp: rv_rtapp_line(),
     };
     let cfg = cfg.and_then(|c| c.validate().map(|()| c).map_err(Into::into)).and_then(|c| {
         // What run would apply: CPUs that exist, a user that resolves.
@@ -304,6 +346,7 @@ pub fn print_text(r: &CheckReport) {
             let _ = writeln!(o, "config       INVALID ({}): {e}", r.config);
         }
     }
+    let _ = writeln!(o, "rv rtapp     {}", r.rv_rtapp);
     if !r.features.is_empty() {
         let _ = writeln!(o, "attach kinds");
         for f in &r.features {
@@ -384,5 +427,21 @@ pub fn print_text(r: &CheckReport) {
                 _ => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rtapp_monitors;
+
+    #[test]
+    fn the_rtapp_monitors_are_found_in_an_rv_list() {
+        assert_eq!(
+            rtapp_monitors("wip\nwwnr\nrtapp\nrtapp:pagefault\nrtapp:sleep\n"),
+            ["rtapp", "rtapp:pagefault", "rtapp:sleep"]
+        );
+        assert_eq!(rtapp_monitors("sleep: the RT sleep monitor\n"), ["sleep"]);
+        assert!(rtapp_monitors("wip\nwwnr\nsnroc\n").is_empty());
+        assert!(rtapp_monitors("").is_empty());
     }
 }

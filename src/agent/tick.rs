@@ -270,6 +270,7 @@ mod tests {
                 done_ns: None,
                 doing: None,
                 migrations: 0,
+                rule: None,
             }),
         }
     }

@@ -9,8 +9,8 @@
 
 use std::mem::{size_of, MaybeUninit};
 
-use latmon_core::anatomy::{Anatomy, BlockedOn, Cause, CauseKind};
-use latmon_core::cycle::{CycleCounts, CycleEvent, CycleMark, Doing};
+use latmon_core::anatomy::{Anatomy, BlockedOn, Cause, CauseKind, Policy};
+use latmon_core::cycle::{CycleCounts, CycleEvent, CycleMark, Doing, Rule, RuleCounts, RuleMark, Waker};
 use latmon_core::hist::Hist;
 use latmon_core::ident::BtfMode;
 use latmon_core::summary::{AlertRecord, ProbeInfo};
@@ -25,7 +25,7 @@ use super::{PerCpuHist, ReadError};
 use crate::bpf::cycle::{CycleSkel, CycleSkelBuilder};
 use crate::bpf::limits::{
     ANAT_IRQS, ANAT_TASKS, CS_EXEC, CS_RESPONSE, CS_WAKEUP, CYCLE_DOING_BLOCKED, CYCLE_DOING_RUNNABLE,
-    CYCLE_DOING_RUNNING, CYCLE_MISS, CYCLE_OVERRUN, SOFTIRQ_VECS,
+    CYCLE_DOING_RUNNING, CYCLE_MISS, CYCLE_OVERRUN, CYCLE_RULE, CYCLE_RULE_ALERT_ID, RULE_WOKEN_BY_LOWER, SOFTIRQ_VECS,
 };
 use crate::bpf::shared::types::{latmon_alert_cycle, latmon_anatomy, latmon_cycle_record, latmon_cycle_stats};
 use crate::config::{ProbeKind, ProbeSpec};
@@ -40,18 +40,20 @@ const _: () = assert!(
 
 /// Tests only: `LATMON_CYCLE_MUTATE=1` charges the loop's own execution
 /// to other tasks (bpf/cycle.bpf.c `cfg.mutate`), the wrong attribution
-/// the live test must catch.
+/// the live test must catch; `=rules` judges every timer sleep relative
+/// and every futex wait not PI (bpf/cycle_rules.bpf.h).
 pub const MUTATE_ENV: &str = "LATMON_CYCLE_MUTATE";
 
 /// Programs in attach order: the interrupt exits before their entries,
 /// the consumers (switch) before the producers (wakeup, the sleeps).
-const PROGRAMS: [&str; 10] = [
+const PROGRAMS: [&str; 11] = [
     "cycle_irq_exit",
     "cycle_softirq_exit",
     "cycle_irq_entry",
     "cycle_softirq_entry",
     "cycle_switch",
     "cycle_wakeup",
+    "cycle_waking",
     "cycle_hrtimer_expire",
     "cycle_clock_nanosleep_exit",
     "cycle_nanosleep_exit",
@@ -103,6 +105,7 @@ impl Source for Cycles {
     fn drain_alerts(&mut self, key: u64, out: &mut Vec<AlertRecord>) {
         if key == CS_RESPONSE as u64 {
             self.alerts.drain(0, out);
+            self.alerts.drain(CYCLE_RULE_ALERT_ID as u32, out);
         }
     }
 
@@ -114,6 +117,7 @@ impl Source for Cycles {
         let map = &self._skel.maps.cycle_threads;
         let (mut cycles, mut misses, mut overruns, mut unseen, mut period, mut most) = (0, 0, 0, 0, 0, 0);
         let mut threads = 0;
+        let mut rules = RuleCounts::default();
         for key in map.keys() {
             threads += 1;
             let Some(v) = map.lookup(&key, MapFlags::ANY).map_err(|e| ReadError::libbpf("cycle_threads", &e))? else {
@@ -127,6 +131,9 @@ impl Source for Cycles {
             misses += st.misses;
             overruns += st.overruns;
             unseen += st.unseen;
+            for (sum, n) in rules.0.iter_mut().zip(st.rules) {
+                *sum += n;
+            }
             // The period of the thread with the most cycles.
             if st.cycles >= most {
                 most = st.cycles;
@@ -142,6 +149,9 @@ impl Source for Cycles {
             overruns: overruns.saturating_sub(self.last.total_overruns),
             total_overruns: overruns,
             total_unseen: unseen,
+            rule_counts: RuleCounts::between(&self.last.total_rule_counts, &rules),
+            total_rule_counts: rules,
+            total_rule_records_lost: self.alerts.dropped(CYCLE_RULE_ALERT_ID as u32)?,
         };
         self.last = c.clone();
         *out = Some(c);
@@ -283,7 +293,11 @@ fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<CycleSkel<'static>>, V
         ro.cfg.deadline_ns = if deadline > 0 { deadline } else { period };
         ro.cfg.threshold_ns = threshold_ns(spec);
         ro.cfg.filter_tid = spec.pid.unwrap_or(0);
-        ro.cfg.mutate = u32::from(std::env::var(MUTATE_ENV).as_deref() == Ok("1"));
+        ro.cfg.mutate = match std::env::var(MUTATE_ENV).as_deref() {
+            Ok("1") => 1,
+            Ok("rules") => 2,
+            _ => 0,
+        };
         ro.cfg.timerfd = u32::from(timerfd);
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
         ro.cfg.nr_futex = nr("futex");
@@ -311,6 +325,26 @@ pub(crate) fn decode_alert_cycle(data: &[u8], names: &[String]) -> Option<(usize
     let mut c = latmon_cycle_record::default();
     plain::copy_from_bytes(&mut c, data.get(at..at + size_of::<latmon_cycle_record>())?).ok()?;
     let sys = |nr: i32| u32::try_from(nr).ok().and_then(super::syscall::name).unwrap_or("").to_string();
+    if c.event as usize == CYCLE_RULE {
+        let rule = Rule::from_code(c.rule)?;
+        let waker = (c.rule as usize == RULE_WOKEN_BY_LOWER).then(|| Waker {
+            comm: comm_text(&c.waker_comm),
+            pid: c.waker_pid,
+            tid: c.waker_tid,
+            policy: Policy::from_code(c.waker_policy),
+            prio: c.waker_prio,
+        });
+        rec.cycle = Some(CycleMark {
+            event: CycleEvent::Rule,
+            release_ns: c.release_ns,
+            deadline_ns: 0,
+            done_ns: None,
+            doing: None,
+            migrations: 0,
+            rule: Some(RuleMark { rule, syscall: sys(c.rule_syscall), waker }),
+        });
+        return Some((id, rec));
+    }
     let event = match c.event as usize {
         CYCLE_MISS => CycleEvent::Miss,
         CYCLE_OVERRUN => CycleEvent::Overrun,
@@ -332,6 +366,7 @@ pub(crate) fn decode_alert_cycle(data: &[u8], names: &[String]) -> Option<(usize
         done_ns: (event != CycleEvent::Overrun).then_some(c.done_ns),
         doing,
         migrations: c.exec.migrations,
+        rule: None,
     });
     // An overrun is unfinished: its parts are not known yet.
     if event != CycleEvent::Overrun {
@@ -388,5 +423,34 @@ mod tests {
         assert_eq!((m.event, m.done_ns, m.deadline_ns), (CycleEvent::Miss, Some(2_620_000), 2_000_000));
         // A short record is refused, not a panic.
         assert!(decode_alert_cycle(&bytes[..bytes.len() - 1], &["c".into()]).is_none());
+    }
+
+    #[test]
+    fn a_rule_record_decodes_with_its_rule_syscall_and_waker() {
+        let mut r = latmon_alert_cycle::default();
+        r.alert.probe_id = CYCLE_RULE_ALERT_ID as u32;
+        r.alert.tid = 7;
+        r.cycle.event = CYCLE_RULE as u32;
+        r.cycle.rule = RULE_WOKEN_BY_LOWER as u32;
+        r.cycle.rule_syscall = super::super::syscall::number("futex").map_or(-1, |n| n as i32);
+        r.cycle.waker_tid = 9;
+        r.cycle.waker_policy = 1;
+        r.cycle.waker_prio = 10;
+        r.cycle.waker_comm[..3].copy_from_slice(&[b'l' as i8, b'o' as i8, b'w' as i8]);
+        // SAFETY: a plain struct viewed as bytes.
+        let bytes = unsafe { plain::as_bytes(&r) };
+        let (id, rec) = decode_alert_cycle(bytes, &["c".into(), "c".into()]).unwrap();
+        assert_eq!(id, CYCLE_RULE_ALERT_ID);
+        assert!(rec.anatomy.is_none());
+        let m = rec.cycle.unwrap();
+        assert_eq!(m.event, CycleEvent::Rule);
+        let rule = m.rule.unwrap();
+        assert_eq!((rule.rule, rule.syscall.as_str()), (Rule::WokenByLower, "futex"));
+        let w = rule.waker.unwrap();
+        assert_eq!((w.comm.as_str(), w.tid, w.policy, w.prio), ("low", 9, Policy::Fifo, 10));
+        // A rule this agent does not know is refused, not a panic.
+        r.cycle.rule = 9;
+        // SAFETY: as above.
+        assert!(decode_alert_cycle(unsafe { plain::as_bytes(&r) }, &["c".into(), "c".into()]).is_none());
     }
 }

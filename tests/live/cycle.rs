@@ -22,7 +22,7 @@ const PERIOD_NS: u64 = 1_000_000;
 const SETTLE: usize = 12;
 
 /// tests/fixtures/lm_cycle.c, compiled once per test binary.
-fn lm_cycle() -> &'static std::path::Path {
+pub(crate) fn lm_cycle() -> &'static std::path::Path {
     static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("latmon-cycle-{}", std::process::id()));

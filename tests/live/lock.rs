@@ -25,7 +25,7 @@ const SERIES: &str = "lm_lock:ctrl_mutex";
 const PI_SHORT_NS: u64 = 600_000;
 
 /// tests/fixtures/lm_lock.c, compiled once per test binary.
-fn lm_lock() -> &'static std::path::Path {
+pub(crate) fn lm_lock() -> &'static std::path::Path {
     static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("latmon-lock-{}", std::process::id()));

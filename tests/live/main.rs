@@ -21,6 +21,7 @@ mod lock;
 mod modbus;
 mod nobtf_tracepoint;
 mod prom_native;
+mod rules;
 mod runq;
 mod supervisor;
 mod syscall;

@@ -379,6 +379,7 @@ fn cycle_stream() -> Vec<u8> {
         done_ns,
         doing,
         migrations: 0,
+        rule: None,
     };
     let parts = vec![
         Cause { kind: CauseKind::Running, ns: 1_500_000 },

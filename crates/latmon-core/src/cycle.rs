@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use crate::anatomy::BlockedOn;
+use crate::anatomy::{BlockedOn, Policy};
 use crate::text::{push_clean, Ns};
 
 /// What a cycle record reports.
@@ -26,6 +26,8 @@ pub enum CycleEvent {
     Overrun,
     /// Response above the probe's threshold, within the deadline.
     Response,
+    /// An RT sleep rule broken (the mark's `rule` says which).
+    Rule,
 }
 
 impl CycleEvent {
@@ -35,6 +37,7 @@ impl CycleEvent {
             CycleEvent::Miss => "miss",
             CycleEvent::Overrun => "overrun",
             CycleEvent::Response => "response",
+            CycleEvent::Rule => "rule",
         }
     }
 }
@@ -68,6 +71,113 @@ pub struct CycleMark {
     pub doing: Option<Doing>,
     /// Times the loop resumed on another CPU within the cycle.
     pub migrations: u64,
+    /// A rule record's rule (event `Rule`); None otherwise.
+    pub rule: Option<RuleMark>,
+}
+
+/// The RT sleep rules a watched thread is held to (after the kernel's RV
+/// rtapp `sleep` monitor; docs/probes.md "cycle", "Sleep rules").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// Woken from a futex wait by a thread of lower effective priority.
+    WokenByLower,
+    /// Slept in something other than a futex or an absolute
+    /// CLOCK_MONOTONIC/TAI timer sleep.
+    SleepOther,
+    /// A relative nanosleep or clock_nanosleep.
+    SleepRelative,
+    /// An absolute sleep on CLOCK_REALTIME.
+    SleepRealtimeClock,
+}
+
+impl Rule {
+    /// In the kernel's order (LATMON_RULE_*).
+    pub const ALL: [Rule; 4] = [Rule::WokenByLower, Rule::SleepOther, Rule::SleepRelative, Rule::SleepRealtimeClock];
+
+    /// The JSON word (a key of `rule_counts`, a record's `rule`).
+    pub fn word(self) -> &'static str {
+        match self {
+            Rule::WokenByLower => "woken_by_lower",
+            Rule::SleepOther => "sleep_other",
+            Rule::SleepRelative => "sleep_relative",
+            Rule::SleepRealtimeClock => "sleep_realtime_clock",
+        }
+    }
+
+    /// LATMON_RULE_* (bpf/latmon.h).
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    pub fn from_code(code: u32) -> Option<Rule> {
+        Rule::ALL.get(code as usize).copied()
+    }
+}
+
+/// The thread that woke a watched one (woken_by_lower).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waker {
+    pub comm: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub policy: Policy,
+    /// rt_priority for FIFO and RR, else the nice value.
+    pub prio: i32,
+}
+
+/// A rule record's own fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleMark {
+    pub rule: Rule,
+    /// The syscall the thread slept in (empty: not known).
+    pub syscall: String,
+    /// woken_by_lower: who woke it (None on the wire: not carried).
+    pub waker: Option<Waker>,
+}
+
+/// Rules broken, per rule (JSON: an object keyed by the rules' words,
+/// zeros included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuleCounts(pub [u64; 4]);
+
+impl RuleCounts {
+    pub fn get(&self, r: Rule) -> u64 {
+        self.0[r as usize]
+    }
+
+    /// The counts of an interval from the cumulative `prev` to `now`.
+    pub fn between(prev: &RuleCounts, now: &RuleCounts) -> RuleCounts {
+        let mut d = RuleCounts::default();
+        for (i, v) in d.0.iter_mut().enumerate() {
+            *v = now.0[i].saturating_sub(prev.0[i]);
+        }
+        d
+    }
+}
+
+impl Serialize for RuleCounts {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let mut m = ser.serialize_map(Some(Rule::ALL.len()))?;
+        for r in Rule::ALL {
+            m.serialize_entry(r.word(), &self.get(r))?;
+        }
+        m.end()
+    }
+}
+
+struct WakerJson<'a>(&'a Waker);
+
+impl Serialize for WakerJson<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let w = self.0;
+        let mut m = ser.serialize_map(Some(5))?;
+        m.serialize_entry("comm", &w.comm)?;
+        m.serialize_entry("pid", &w.pid)?;
+        m.serialize_entry("tid", &w.tid)?;
+        m.serialize_entry("policy", w.policy.word())?;
+        m.serialize_entry("prio", &w.prio)?;
+        m.end()
+    }
 }
 
 impl CycleMark {
@@ -75,6 +185,20 @@ impl CycleMark {
     /// caller adds `:` and the parts), `overrun 1.00ms of 1.00ms, running`
     /// (printable ASCII only).
     pub fn render_head_into(&self, s: &mut String, latency_ns: u64) {
+        if let Some(r) = &self.rule {
+            s.push_str("rule ");
+            s.push_str(r.rule.word());
+            if !r.syscall.is_empty() {
+                s.push_str(" in ");
+                push_clean(s, &r.syscall);
+            }
+            if let Some(w) = &r.waker {
+                s.push_str(", woken by ");
+                push_clean(s, &w.comm);
+                let _ = write!(s, "[{}] {}/{}", w.tid, w.policy.word(), w.prio);
+            }
+            return;
+        }
         let deadline = self.deadline_ns.saturating_sub(self.release_ns);
         let _ = write!(s, "{} {} of {}", self.event.word(), Ns(latency_ns), Ns(deadline));
         match &self.doing {
@@ -101,6 +225,14 @@ impl CycleMark {
     /// The record's fields beside the alert's (JSON).
     pub(crate) fn serialize_fields<M: SerializeMap>(&self, m: &mut M) -> Result<(), M::Error> {
         m.serialize_entry("event", self.event.word())?;
+        if let Some(r) = &self.rule {
+            m.serialize_entry("rule", r.rule.word())?;
+            m.serialize_entry("syscall", &r.syscall)?;
+            if let Some(w) = &r.waker {
+                m.serialize_entry("waker", &WakerJson(w))?;
+            }
+            return Ok(());
+        }
         m.serialize_entry("release_ns", &self.release_ns)?;
         m.serialize_entry("deadline_ns", &self.deadline_ns)?;
         if let Some(done) = self.done_ns {
@@ -150,6 +282,14 @@ pub struct CycleCounts {
     /// Cycles counted although an event of theirs (the wakeup, the
     /// switch in) was not seen, since start.
     pub total_unseen: u64,
+    /// The watched threads' RT sleep rules broken, in the interval and
+    /// since start.
+    pub rule_counts: RuleCounts,
+    pub total_rule_counts: RuleCounts,
+    /// Rule records lost on the way since start (their token bucket, a
+    /// full buffer, the agent's queue); those left out by the one per
+    /// rule per thread per 100 ms are not lost: the counts have them.
+    pub total_rule_records_lost: u64,
 }
 
 #[cfg(test)]
@@ -166,6 +306,7 @@ mod tests {
             done_ns: Some(11_620_000),
             doing: None,
             migrations: 0,
+            rule: None,
         };
         let parts = vec![
             Cause { kind: CauseKind::Running, ns: 1_500_000 },
@@ -221,11 +362,47 @@ mod tests {
             done_ns: None,
             doing: Some(Doing::Runnable { comm: "hog\x1b[2J".into(), pid: 42 }),
             migrations: 1,
+            rule: None,
         };
         let mut s = String::new();
         m.render_head_into(&mut s, 1_004_000);
         assert!(!s.contains('\x1b'), "{s}");
         assert!(s.starts_with("overrun 1.00ms of 1.00ms, runnable behind hog"), "{s}");
         assert!(s.ends_with("[42], 1 migrations"), "{s}");
+    }
+
+    #[test]
+    fn rule_counts_are_keyed_by_every_rule_and_a_rule_record_names_its_waker() {
+        let c = CycleCounts {
+            total_rule_counts: RuleCounts([3, 0, 7, 1]),
+            rule_counts: RuleCounts::between(&RuleCounts([1, 0, 2, 1]), &RuleCounts([3, 0, 7, 1])),
+            ..Default::default()
+        };
+        let j = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            j["total_rule_counts"],
+            serde_json::json!({"woken_by_lower": 3, "sleep_other": 0, "sleep_relative": 7, "sleep_realtime_clock": 1})
+        );
+        assert_eq!(j["rule_counts"]["sleep_relative"], 5);
+        assert_eq!(j["rule_counts"]["sleep_realtime_clock"], 0);
+        assert_eq!(Rule::from_code(3), Some(Rule::SleepRealtimeClock));
+        assert_eq!(Rule::from_code(4), None);
+        let m = CycleMark {
+            event: CycleEvent::Rule,
+            release_ns: 0,
+            deadline_ns: 0,
+            done_ns: None,
+            doing: None,
+            migrations: 0,
+            rule: Some(RuleMark {
+                rule: Rule::WokenByLower,
+                syscall: "futex".into(),
+                waker: Some(Waker { comm: "lo\x1bw".into(), pid: 5, tid: 6, policy: Policy::Fifo, prio: 10 }),
+            }),
+        };
+        let mut s = String::new();
+        m.render_head_into(&mut s, 0);
+        assert!(s.starts_with("rule woken_by_lower in futex, woken by lo"), "{s}");
+        assert!(!s.contains('\x1b') && s.ends_with("[6] fifo/10"), "{s}");
     }
 }

@@ -13,15 +13,17 @@ use serde::ser::SerializeTuple;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::anatomy::BlockedOn;
-use crate::cycle::{CycleEvent, CycleMark, Doing};
+use crate::cycle::{CycleEvent, CycleMark, Doing, Rule, RuleMark};
 use crate::text::truncate;
 
 /// The cycle half of an Alert (revision 8; docs/wire-format.md, Alert).
 /// All zero: not a cycle record.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireCycle {
-    /// [`event`] codes: 0 none, 1 miss, 2 overrun, 3 response; another
-    /// value is a newer sender's event, shown as a plain alert.
+    /// [`event`] codes: 0 none, 1 miss, 2 overrun, 3 response, 4 rule
+    /// (`doing_id` the rule's code, `doing_name` the syscall; its waker is
+    /// not carried); another value is a newer sender's event, shown as a
+    /// plain alert.
     pub event: u8,
     /// CLOCK_MONOTONIC: the release and release + deadline.
     pub release_ns: u64,
@@ -46,6 +48,7 @@ pub mod event {
     pub const MISS: u8 = 1;
     pub const OVERRUN: u8 = 2;
     pub const RESPONSE: u8 = 3;
+    pub const RULE: u8 = 4;
 }
 
 /// `WireCycle::doing` values.
@@ -61,12 +64,17 @@ fn event_code(e: CycleEvent) -> u8 {
         CycleEvent::Miss => event::MISS,
         CycleEvent::Overrun => event::OVERRUN,
         CycleEvent::Response => event::RESPONSE,
+        CycleEvent::Rule => event::RULE,
     }
 }
 
-/// (doing, doing_id, doing_name) of a mark.
-fn doing_parts(d: Option<&Doing>) -> (u8, u32, &str) {
-    match d {
+/// (doing, doing_id, doing_name) of a mark; a rule record's rule and
+/// syscall in the last two.
+fn doing_parts(m: &CycleMark) -> (u8, u32, &str) {
+    if let Some(r) = &m.rule {
+        return (doing::NONE, r.rule.code(), &r.syscall);
+    }
+    match m.doing.as_ref() {
         None => (doing::NONE, 0, ""),
         Some(Doing::Running) => (doing::RUNNING, 0, ""),
         Some(Doing::Runnable { comm, pid }) => (doing::RUNNABLE, *pid, comm),
@@ -76,7 +84,7 @@ fn doing_parts(d: Option<&Doing>) -> (u8, u32, &str) {
 
 /// The mark as an owned wire value (tests, tools; names cut to 64 bytes).
 pub fn to_wire(m: &CycleMark) -> WireCycle {
-    let (doing, doing_id, name) = doing_parts(m.doing.as_ref());
+    let (doing, doing_id, name) = doing_parts(m);
     WireCycle {
         event: event_code(m.event),
         release_ns: m.release_ns,
@@ -98,6 +106,18 @@ pub fn from_wire(w: &WireCycle) -> Option<CycleMark> {
         event::MISS => CycleEvent::Miss,
         event::OVERRUN => CycleEvent::Overrun,
         event::RESPONSE => CycleEvent::Response,
+        event::RULE => {
+            let rule = Rule::from_code(w.doing_id)?;
+            return Some(CycleMark {
+                event: CycleEvent::Rule,
+                release_ns: w.release_ns,
+                deadline_ns: w.deadline_ns,
+                done_ns: None,
+                doing: None,
+                migrations: 0,
+                rule: Some(RuleMark { rule, syscall: w.doing_name.clone(), waker: None }),
+            });
+        }
         _ => return None,
     };
     let doing = match w.doing {
@@ -113,6 +133,7 @@ pub fn from_wire(w: &WireCycle) -> Option<CycleMark> {
         done_ns: w.done_ns,
         doing,
         migrations: w.migrations,
+        rule: None,
     })
 }
 
@@ -131,7 +152,7 @@ impl Serialize for CycleOut<'_> {
             CycleOut::Model(m) => m,
         };
         // As WireCycle's fields, without building one (the agent's path).
-        let (doing, id, name) = doing_parts(m.doing.as_ref());
+        let (doing, id, name) = doing_parts(m);
         let mut t = s.serialize_tuple(8)?;
         t.serialize_element(&event_code(m.event))?;
         t.serialize_element(&m.release_ns)?;
@@ -346,5 +367,27 @@ mod tests {
         assert_eq!(fixed.stats, dec, "link statistics");
         let events: Vec<u8> = fixed.tracker.alerts.iter().map(|a| a.event).collect();
         assert_eq!(events, [2, 200, 2]);
+    }
+
+    #[test]
+    fn a_rule_record_crosses_as_event_4_without_its_waker() {
+        use crate::anatomy::Policy;
+        use crate::cycle::{CycleEvent, CycleMark, Rule, RuleMark, Waker};
+        let rule = |waker| RuleMark { rule: Rule::SleepRealtimeClock, syscall: "clock_nanosleep".into(), waker };
+        let mark = |waker| CycleMark {
+            event: CycleEvent::Rule,
+            release_ns: 5,
+            deadline_ns: 0,
+            done_ns: None,
+            doing: None,
+            migrations: 0,
+            rule: Some(rule(waker)),
+        };
+        let waker = Waker { comm: "w".into(), pid: 1, tid: 2, policy: Policy::Fifo, prio: 3 };
+        let w = super::to_wire(&mark(Some(waker)));
+        assert_eq!((w.event, w.doing, w.doing_id, w.doing_name.as_str()), (4, 0, 3, "clock_nanosleep"));
+        assert_eq!(super::from_wire(&w), Some(mark(None)));
+        // A rule this receiver does not know: a plain alert.
+        assert_eq!(super::from_wire(&super::WireCycle { doing_id: 9, ..w }), None);
     }
 }

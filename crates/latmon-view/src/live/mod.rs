@@ -253,7 +253,8 @@ impl Live {
                     self.alerts.pop_back();
                 }
                 self.alerts.push_front(a.clone());
-                if let Some(c) = &a.cycle {
+                // A rule record is no cycle's end: not logged with misses.
+                if let Some(c) = a.cycle.as_ref().filter(|c| c.rule.is_none()) {
                     self.log_miss(a, c.event);
                 }
             }
@@ -293,6 +294,7 @@ impl Live {
             CycleEvent::Miss => log.misses += 1,
             CycleEvent::Overrun => log.overruns += 1,
             CycleEvent::Response => log.responses += 1,
+            CycleEvent::Rule => {}
         }
         log.last = self.alerts_seen;
         if log.recs.len() == MISSES_KEPT {
@@ -811,6 +813,7 @@ mod tests {
             done_ns,
             doing,
             migrations: 0,
+            rule: None,
         };
         let rec = |latency_ns, anatomy, cycle| AlertRecord {
             id: latmon_core::ident::ProbeId::NONE,

@@ -99,7 +99,8 @@ impl Misses {
     /// Offer a record (those without a cycle half are not this module's)
     /// whose time since start is `time_ns`.
     pub fn offer(&mut self, a: &AlertRecord, time_ns: u64) {
-        let Some(c) = &a.cycle else { return };
+        // A rule record is no cycle's end: not a miss, overrun or response.
+        let Some(c) = a.cycle.as_ref().filter(|c| c.rule.is_none()) else { return };
         let at = match self.probes.iter().position(|p| p.probe == a.probe) {
             Some(i) => i,
             None if self.probes.len() < MAX_MISS_PROBES => {
@@ -144,6 +145,7 @@ impl Misses {
                 p.overrun_marks.push(t, [a.latency_ns as f64]);
             }
             CycleEvent::Response => p.responses += 1,
+            CycleEvent::Rule => {}
         }
         self.rows.offer(a, time_ns);
     }
@@ -302,6 +304,7 @@ mod tests {
             done_ns,
             doing,
             migrations: 0,
+            rule: None,
         };
         let rec = |latency_ns, anatomy, cycle| AlertRecord {
             id: latmon_core::ident::ProbeId::NONE,

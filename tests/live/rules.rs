@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: MIT
+//! Live tests of the cycle probe's RT sleep rules (bpf/cycle_rules.bpf.h,
+//! root, this kernel), against fixtures that log what they did:
+//! - tests/fixtures/lm_cycle.c `rules`: an absolute CLOCK_MONOTONIC loop
+//!   that in turn sleeps relative (clock_nanosleep, nanosleep), sleeps on
+//!   CLOCK_REALTIME and writes + fdatasyncs (counting its own voluntary
+//!   context switches around it): `total_rule_counts` must equal its
+//!   counts; without injections every count is 0.
+//! - tests/fixtures/lm_lock.c: the high loop blocked on ctrl_mutex held by
+//!   the low thread is woken by the low one's unlock, once per inversion:
+//!   `woken_by_lower` counts each; with PTHREAD_PRIO_INHERIT it stays 0.
+//!
+//! The mutation (LATMON_CYCLE_MUTATE=rules: every timer sleep judged
+//! relative, every futex wait not PI) must fail the zero and PI checks.
+
+use crate::common;
+
+use std::process::Command;
+
+use common::*;
+
+const RULES: [&str; 4] = ["woken_by_lower", "sleep_other", "sleep_relative", "sleep_realtime_clock"];
+
+/// The cycle probe's `total_rule_counts` in the last report, in RULES'
+/// order.
+fn rule_totals(lines: &[serde_json::Value], probe: &str) -> Result<[u64; 4], String> {
+    let p = last_probe(lines, probe).ok_or(format!("no {probe} line"))?;
+    let c = &p["cycle"]["total_rule_counts"];
+    let mut out = [0; 4];
+    for (o, k) in out.iter_mut().zip(RULES) {
+        *o = c[k].as_u64().ok_or(format!("no total_rule_counts.{k}: {p}"))?;
+    }
+    Ok(out)
+}
+
+/// The rule records of the run.
+fn rule_records(lines: &[serde_json::Value]) -> Vec<&serde_json::Value> {
+    lines
+        .iter()
+        .flat_map(|l| l["alert_records"].as_array().into_iter().flatten())
+        .filter(|r| r["event"] == "rule")
+        .collect()
+}
+
+/// What lm_cycle `rules` did: (relative sleeps, realtime sleeps, the
+/// sleeps of its write + fdatasync).
+type Did = [u64; 3];
+
+/// Run lm_cycle `rules` (`every`: its injection step, None: no
+/// injection) under a cycle probe with `env`: what it did, and latmon's
+/// JSON lines.
+fn run_cycle(every: Option<u64>, env: &[(&str, &str)]) -> (Did, Vec<serde_json::Value>) {
+    // The first injection is at cycle WARMUP: none beyond the run.
+    let (every, warmup) = every.map_or(("1".into(), "1000000"), |e| (e.to_string(), "20"));
+    let file = scratch("rules", "io");
+    let child = start_run_env(&["--probe", "cycle,comm=lm_cycle", "--interval", "1s", "--format", "json"], env);
+    let out = Command::new(crate::cycle::lm_cycle())
+        .args(["2000", "1000", &every, warmup, "0"])
+        .arg(&file)
+        .arg("rules")
+        .output()
+        .expect("lm_cycle");
+    let _ = std::fs::remove_file(&file);
+    let (status, json) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    assert!(out.status.success(), "lm_cycle: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let done = text.lines().find(|l| l.starts_with("done")).unwrap_or_else(|| panic!("no done line: {text}"));
+    let field = |k: &str| -> u64 {
+        let w = done.split_whitespace().find_map(|w| w.strip_prefix(k)).unwrap_or_else(|| panic!("{k} in {done}"));
+        w.parse().unwrap()
+    };
+    ([field("relative="), field("realtime="), field("sleeps=")], json_lines(&json))
+}
+
+/// latmon's counts against what the fixture did (none: every count 0).
+fn check_sleeps(did: Did, lines: &[serde_json::Value]) -> Result<[u64; 4], String> {
+    let got = rule_totals(lines, "cycle")?;
+    let want = [0, did[2], did[0], did[1]];
+    if got != want {
+        return Err(format!("total_rule_counts {got:?} (order {RULES:?}), the fixture did {want:?}"));
+    }
+    Ok(got)
+}
+
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn sleep_rules_count_what_the_loop_did() {
+    let _s = serial();
+    let (did, lines) = run_cycle(Some(10), &[]);
+    assert!(did[0] >= 80 && did[1] >= 40 && did[2] >= 40, "the fixture did too little: {did:?}");
+    match check_sleeps(did, &lines) {
+        Ok(got) => eprintln!("FIGURES rules: total_rule_counts {got:?} (order {RULES:?}), the fixture {did:?}"),
+        Err(e) => panic!("{e}"),
+    }
+    // Each rule broken has its record (at most one per 100 ms), naming
+    // the syscall it slept in.
+    let recs = rule_records(&lines);
+    for (rule, syscalls) in [
+        ("sleep_relative", &["clock_nanosleep", "nanosleep"][..]),
+        ("sleep_realtime_clock", &["clock_nanosleep"][..]),
+        ("sleep_other", &["fdatasync", "write"][..]),
+    ] {
+        let n = recs.iter().filter(|r| r["rule"] == rule && r["comm"] == "lm_cycle").count();
+        assert!(n >= 5, "{n} {rule} records: {:?}", recs.first());
+        assert!(
+            recs.iter().any(|r| r["rule"] == rule && syscalls.iter().any(|s| r["syscall"] == *s)),
+            "no {rule} record in {syscalls:?}: {:?}",
+            recs.iter().find(|r| r["rule"] == rule)
+        );
+    }
+    let lost = last_probe(&lines, "cycle").and_then(|p| p["cycle"]["total_rule_records_lost"].as_u64());
+    eprintln!("FIGURES rules: {} rule records over 2 s, {lost:?} lost", recs.len());
+    // About 4 rules x 10 records/s: well within their 100/s bucket.
+    assert_eq!(lost, Some(0), "rule records lost");
+}
+
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn an_absolute_monotonic_loop_breaks_no_rule() {
+    let _s = serial();
+    let (did, lines) = run_cycle(None, &[]);
+    assert_eq!(did, [0, 0, 0]);
+    match check_sleeps(did, &lines) {
+        Ok(got) => eprintln!("FIGURES rules, absolute loop: total_rule_counts {got:?}"),
+        Err(e) => panic!("{e}"),
+    }
+    assert!(rule_records(&lines).is_empty(), "{:?}", rule_records(&lines).first());
+    // The mutation: every timer sleep judged relative must fail.
+    let (did, lines) = run_cycle(None, &[("LATMON_CYCLE_MUTATE", "rules")]);
+    match check_sleeps(did, &lines) {
+        Ok(got) => panic!("the zero check passed with every sleep judged relative: {got:?}"),
+        Err(e) => eprintln!("mutation caught: {e}"),
+    }
+}
+
+/// Run lm_lock (`pi`: PTHREAD_PRIO_INHERIT) under a cycle probe with
+/// `env`: the high and low thread ids, the high thread's waits that
+/// blocked (longer than 50 us; uncontended ones take about 1 us), and
+/// latmon's JSON lines.
+fn run_lock(pi: bool, env: &[(&str, &str)]) -> (u32, u32, u64, Vec<serde_json::Value>) {
+    let cpu = std::thread::available_parallelism().map_or(0, |n| n.get() - 1).to_string();
+    let child = start_run_env(&["--probe", "cycle,comm=lm_lock", "--interval", "1s", "--format", "json"], env);
+    let mut args = vec!["2000", "20", cpu.as_str()];
+    if pi {
+        args.push("pi");
+    }
+    let out = Command::new(crate::lock::lm_lock()).args(&args).output().expect("lm_lock");
+    let (status, json) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    assert!(out.status.success(), "lm_lock: {}", String::from_utf8_lossy(&out.stderr));
+    let (mut high, mut low, mut blocked) = (0, 0, 0);
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|w| w.parse().ok()).collect();
+        if line.starts_with("tids ") {
+            (high, low) = (f[0] as u32, f[1] as u32);
+        } else if line.starts_with("H ") && f[1] - f[0] > 50_000 {
+            blocked += 1;
+        }
+    }
+    (high, low, blocked, json_lines(&json))
+}
+
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn woken_by_lower_counts_each_inversion() {
+    let _s = serial();
+    let (high, low, blocked, lines) = run_lock(false, &[]);
+    let got = rule_totals(&lines, "cycle").unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("FIGURES rules, lock: woken_by_lower {} for {blocked} blocked waits of the high loop", got[0]);
+    assert!(blocked >= 50, "the fixture blocked {blocked} times, expected ~95");
+    assert_eq!(got[0], blocked, "woken_by_lower vs the high loop's blocked waits");
+    let rec = rule_records(&lines)
+        .into_iter()
+        .find(|r| r["rule"] == "woken_by_lower")
+        .unwrap_or_else(|| panic!("no woken_by_lower record"));
+    eprintln!("a woken_by_lower record: {rec}");
+    assert_eq!((&rec["tid"], &rec["syscall"]), (&high.into(), &"futex".into()), "{rec}");
+    let w = &rec["waker"];
+    assert_eq!((&w["tid"], &w["policy"], &w["prio"]), (&low.into(), &"fifo".into(), &10.into()), "{rec}");
+}
+
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn woken_by_lower_stays_zero_with_priority_inheritance() {
+    let _s = serial();
+    let (_, _, blocked, lines) = run_lock(true, &[]);
+    let got = rule_totals(&lines, "cycle").unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("FIGURES rules, lock PI: woken_by_lower {} for {blocked} blocked waits of the high loop", got[0]);
+    assert!(blocked >= 50, "the fixture blocked {blocked} times under PI, expected ~95");
+    assert_eq!(got[0], 0, "woken_by_lower under PI");
+    // The mutation: PI waits judged as plain ones must count (the kernel
+    // deboosts the owner before it wakes the waiter).
+    let (_, _, blocked, lines) = run_lock(true, &[("LATMON_CYCLE_MUTATE", "rules")]);
+    let got = rule_totals(&lines, "cycle").unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("mutation: woken_by_lower {} for {blocked} blocked PI waits", got[0]);
+    assert!(got[0] > 0, "the mutation went unseen: woken_by_lower 0 with PI waits judged as plain ones");
+}
