@@ -143,7 +143,7 @@ impl Pack {
         // A 4 MiB dictionary covers the whole pack (the default of -9e,
         // 64 MiB, only costs the compressor memory).
         let packed = match Command::new(&xz)
-            .args(["--format=lzma", "--lzma1=preset=9e,dict=4MiB", "-c"])
+            .args(["--format=lzma", "--lzma1=preset=9e,dict=4MiB,lc=0,lp=3,pb=3", "-c"])
             .arg(&raw_path)
             .output()
         {

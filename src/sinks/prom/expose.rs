@@ -183,7 +183,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         out.family(
             "latmon_output_dropped_total",
             Counter,
-            "Records (frames, lines) the output dropped since start: its link was slower than the summaries, or down.",
+            "Records (frames, lines) the output dropped since start: its link too slow, or down.",
         );
         for (name, st) in &s.links {
             if let Some(st) = st {
@@ -205,7 +205,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         out.family(
             "latmon_probe_alerted_seconds_total",
             Counter,
-            "Latency of the probe's alerts summed (records sent or refused), since it started; timer, chain, runq with a threshold.",
+            "Latency of the probe's alerts summed (records sent or refused), since it started.",
         );
         for l in s.lines().iter().filter(|l| l.has_causes) {
             out.sample(Labels::Line(l), secs(l.causes.total_alerted_ns));
@@ -237,7 +237,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         out.family(
             "latmon_lock_inversions_total",
             Counter,
-            "Lock waits in which a task of a priority between the lock owner's and the waiter's held the owner off (a priority inversion), since the lock probe started.",
+            "Lock waits lengthened by a priority inversion, since start.",
         );
         for l in s.lines() {
             if let Some(k) = l.lock {
@@ -247,7 +247,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         out.family(
             "latmon_lock_inversion_seconds_total",
             Counter,
-            "Time the priority inversions of latmon_lock_inversions_total held lock owners off, summed.",
+            "Their inversions' time, summed.",
         );
         for l in s.lines() {
             if let Some(k) = l.lock {
@@ -259,7 +259,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         out.family(
             "latmon_lock_owners_refused_total",
             Counter,
-            "Lock owners named at a wait's start but not followed (not a live thread of the waiter's process, or already followed for another waiter): those waits name no inversion.",
+            "Lock owners named but not followed: their waits name no inversion.",
         );
         for l in s.lines() {
             if let Some(n) = l.lock.and_then(|k| k.owners_refused) {
@@ -271,7 +271,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         out.family(
             "latmon_cycle_miss_cause_ratio",
             Gauge,
-            "Share (0..1) of the last interval's missed time (its missed cycles' release-to-done time) spent on each of its largest causes (rank 1 the largest).",
+            "Share (0..1) of the last interval's missed time spent on each of its largest causes (rank 1 the largest).",
         );
         for l in s.lines().iter().filter(|l| l.has_miss_causes) {
             for (rank, c) in l.miss_causes.causes.iter().take(TOP_CAUSES).enumerate() {
@@ -283,7 +283,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         out.family(
             "latmon_probe_threshold_seconds",
             Gauge,
-            "The probe's alert threshold: latencies above it count in latmon_probe_alerts_total (probes with one only).",
+            "The probe's alert threshold: latencies above it count in latmon_probe_alerts_total.",
         );
         for l in s.lines().iter().filter(|l| l.threshold_ns > 0) {
             out.sample(Labels::Line(l), secs(l.threshold_ns));
@@ -293,7 +293,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         out.family(
             "latmon_series_folded",
             Gauge,
-            "Series of the family summed into its FAMILY:folded line (beyond the per-family series limit).",
+            "Series of the family summed into its FAMILY:folded line (over the series limit).",
         );
         for l in s.lines() {
             if let Some(n) = l.folded {
