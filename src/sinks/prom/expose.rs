@@ -244,11 +244,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
                 out.sample(Labels::Line(l), k.inversions as f64);
             }
         }
-        out.family(
-            "latmon_lock_inversion_seconds_total",
-            Counter,
-            "Their inversions' time, summed.",
-        );
+        out.family("latmon_lock_inversion_seconds_total", Counter, "Their inversions' time, summed.");
         for l in s.lines() {
             if let Some(k) = l.lock {
                 out.sample(Labels::Line(l), secs(k.inversion_ns));
