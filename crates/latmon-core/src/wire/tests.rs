@@ -1016,6 +1016,29 @@ fn hostile_cause_lists_are_refused_not_allocated() {
     assert!(matches!(decode_payload(&body), Err(FrameError::Body { .. })));
 }
 
+/// An alert record of `probe` with `anatomy` through the agent's encoder
+/// and back: the frame's length and the decoded Alert.
+fn through_the_wire(probe: &str, latency_ns: u64, anatomy: crate::anatomy::Anatomy) -> (usize, Alert) {
+    let rec = AlertRecord {
+        id: crate::ident::ProbeId::NONE,
+        probe: probe.into(),
+        pid: 1,
+        tid: 1,
+        comm: "c".into(),
+        cpu: 0,
+        latency_ns,
+        time_ns: 1,
+        anatomy: Some(anatomy),
+        cycle: None,
+    };
+    let mut enc = Encoder::new();
+    let mut v = Vec::new();
+    enc.alert(1, 0, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
+    let (frames, _) = decode_all(&v);
+    let Some(Ok(Frame::Alert(a))) = frames.into_iter().next() else { panic!("no Alert decoded") };
+    (v.len(), a)
+}
+
 #[test]
 fn an_anatomy_too_large_for_a_frame_folds_its_smallest_parts_into_other() {
     use crate::anatomy::{Anatomy, Cause, CauseKind, Policy};
@@ -1027,24 +1050,8 @@ fn an_anatomy_too_large_for_a_frame_folds_its_smallest_parts_into_other() {
         })
         .collect();
     let anatomy = Anatomy::from_parts(1_000_000, 0, 0, parts);
-    let rec = AlertRecord {
-        id: crate::ident::ProbeId::NONE,
-        probe: "timer".into(),
-        pid: 1,
-        tid: 1,
-        comm: "c".into(),
-        cpu: 0,
-        latency_ns: 1_000_000,
-        time_ns: 1,
-        anatomy: Some(anatomy),
-        cycle: None,
-    };
-    let mut enc = Encoder::new();
-    let mut v = Vec::new();
-    enc.alert(1, 0, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
-    assert!(v.len() <= FRAME_BUDGET, "{} bytes", v.len());
-    let (frames, _) = decode_all(&v);
-    let Some(Ok(Frame::Alert(a))) = frames.first() else { panic!("{frames:?}") };
+    let (len, a) = through_the_wire("timer", 1_000_000, anatomy);
+    assert!(len <= FRAME_BUDGET, "{len} bytes");
     let back = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
     assert!(back.sums_to(1_000_000), "{back:?}");
     assert!(back.causes.len() < 21 && back.causes.iter().any(|c| c.kind == CauseKind::Other));
@@ -1084,23 +1091,7 @@ fn an_inversion_crosses_with_its_owner_and_each_preempter() {
         "docs/wire-format.md's Cause kinds 11 and 12"
     );
     assert_eq!(w[3].policy, 0x21, "FIFO in the low nibble, glibc (2) in the high one");
-    let rec = AlertRecord {
-        id: crate::ident::ProbeId::NONE,
-        probe: "lock:m".into(),
-        pid: 800,
-        tid: 811,
-        comm: "high".into(),
-        cpu: 0,
-        latency_ns: 1_400_000,
-        time_ns: 1,
-        anatomy: Some(anatomy.clone()),
-        cycle: None,
-    };
-    let mut enc = Encoder::new();
-    let mut v = Vec::new();
-    enc.alert(1, 0, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
-    let (frames, _) = decode_all(&v);
-    let Some(Ok(Frame::Alert(a))) = frames.first() else { panic!("{frames:?}") };
+    let (_, a) = through_the_wire("lock:m", 1_400_000, anatomy.clone());
     let back = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
     assert!(back.sums_to(1_400_000), "{back:?}");
     // The same anatomy but the owner's process id, which is not carried.
@@ -1161,23 +1152,7 @@ fn an_anatomy_over_the_receivers_cause_count_is_folded_to_fit() {
     };
     let anatomy = Anatomy::from_parts(400, 0, 0, (0..10).map(inv).collect());
     assert!(anatomy::to_wire(&anatomy).len() > MAX_CAUSES);
-    let rec = AlertRecord {
-        id: crate::ident::ProbeId::NONE,
-        probe: "lock:m".into(),
-        pid: 1,
-        tid: 3,
-        comm: "w".into(),
-        cpu: 0,
-        latency_ns: 400,
-        time_ns: 1,
-        anatomy: Some(anatomy),
-        cycle: None,
-    };
-    let mut enc = Encoder::new();
-    let mut v = Vec::new();
-    enc.alert(1, 0, &rec, &mut |b| v.extend_from_slice(b)).unwrap();
-    let (frames, _) = decode_all(&v);
-    let Some(Ok(Frame::Alert(a))) = frames.first() else { panic!("{frames:?}") };
+    let (_, a) = through_the_wire("lock:m", 400, anatomy);
     assert!(a.causes.len() <= MAX_CAUSES, "{} causes", a.causes.len());
     let back = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
     assert!(back.sums_to(400), "{back:?}");
