@@ -21,16 +21,14 @@ def fixture(workload):
 def inversions_named(s, frames, accounted):
     """The lock probe loads (tp_btf), its series is named by the mutex's
     symbol in the static glibc binary, counts every inversion's wait, and
-    each wait record that crossed the link names the medium thread as a
-    `task` cause (the wire's form of an inversion: its largest preempter)
-    with the fixture's measure of its spin inside the wait, the parts
-    summing to the latency, within 20 % or 200 us (100 us on the host,
-    tests/live/lock.rs). The host feeds no UART bytes in this section
-    (run.sh): the console's IRQ thread (FIFO 50) lies between the owner's
-    and the waiter's priorities too, and the wire carries an inversion as
-    one task cause naming its largest preempter with the whole inversion's
-    time (docs/probes.md "lock"): fed, 14 of 46 records gave the medium
-    thread the IRQ thread's time as well (up to 21 % over the fixture's).
+    each wait record that crossed the link (wire revision 10: an
+    inversion's own cause kind, one cause per preempter) names the
+    inversion with the medium thread among its preempters, its share
+    within 20 % or 200 us (100 us on the host, tests/live/lock.rs) of the
+    fixture's measure of its spin inside the wait, and the low thread as
+    the owner; the parts sum to the latency. The host feeds no UART bytes
+    in this section (run.sh): the console's IRQ thread (FIFO 50) would lie
+    between the owner's and the waiter's priorities too.
     """
     plan = s.plan.get("lm_lock", {})
     s.say(plan.get("ok") and plan.get("attach") == "tp_btf",
@@ -60,7 +58,8 @@ def inversions_named(s, frames, accounted):
         if w is None:
             unmatched += 1
             continue
-        c = next((c for c in r.get("causes", []) if c.get("kind") == "task" and c.get("pid") == med), None)
+        inversion = next((c for c in r.get("causes", []) if c.get("kind") == "inversion"), {})
+        c = next((p for p in inversion.get("preempted_by", []) if p.get("pid") == med), None)
         if c and abs(c["ns"] - w[2]) <= max(w[2] // 5, 200_000):
             named.append(c["ns"] / w[2])
         else:
@@ -71,7 +70,8 @@ def inversions_named(s, frames, accounted):
           f"wait (ratio min/median/max {named[0] if named else 0:.3f}/{named[len(named) // 2] if named else 0:.3f}/"
           f"{named[-1] if named else 0:.3f}); {unmatched} match no inversion; "
           f"first wrong: {wrong[:2]}")
-    owner = [r for r in recs if any(c.get("kind") == "task" and c.get("pid") == low for c in r.get("causes", []))]
+    owner = [r for r in recs
+             if any(c.get("kind") == "owner" and c.get("owner", {}).get("tid") == low for c in r.get("causes", []))]
     s.say(recs and len(owner) * 10 >= len(recs) * 9,
-          f"{len(owner)} of {len(recs)} records name the owner, the low thread {low}, as a task cause (its own running "
-          f"time: found without bpf_task_from_pid)")
+          f"{len(owner)} of {len(recs)} records name the owner, the low thread {low} (found without "
+          f"bpf_task_from_pid), with its own running time")
