@@ -46,7 +46,11 @@ def misses_name_irq_thread(s, frames, want, tpid, accounted):
     # the probe's is that sleep: the probe's response is a little longer,
     # so a cycle within 100 us under the deadline may count as a miss.
     n, alerts = s.total(name), s.last.get(name, {}).get("total_alerts", 0)
-    s.say(line["cycles"] - 10 <= n <= line["cycles"],
+    # Uncounted: the last cycle, and under TCG those whose wakeup and
+    # switch-in both went unseen (recovered at the sleep's return, not
+    # counted): 3 of 4000 with 81 loop overruns, 13 of 4000 with 126 (CI
+    # 2026-12-05, the emulated CPU busier). At most 0.5 %, 10 at least.
+    s.say(line["cycles"] - max(10, line["cycles"] // 200) <= n <= line["cycles"],
           f"{name} counted {n} cycles of the loop's {line['cycles']} (its last has no next sleep; under TCG a few "
           f"cycles whose wakeup went unseen are recovered, not counted)")
     s.say(truth and len(truth) * 95 // 100 - 2 <= alerts <= len(near) + 2,
