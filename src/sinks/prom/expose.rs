@@ -4,6 +4,8 @@
 
 use crate::bpf::limits::HIST_MAX_LOG2;
 
+use latmon_core::cycle::Rule;
+
 use super::model::{Line, Snapshot, TOP_CAUSES};
 
 /// Smallest `le` bound: 2^8 ns = 256 ns.
@@ -40,6 +42,8 @@ pub(super) enum Labels<'a> {
     Cause(&'a Line, usize),
     /// The same of a cycle line's missed time (`miss_causes`).
     MissCause(&'a Line, usize),
+    /// A line's and `rule` (an RT sleep rule's JSON word).
+    Rule(&'a Line, Rule),
 }
 
 /// A cause's label words: (rank, kind, label); of the missed time's
@@ -230,6 +234,22 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         for l in s.lines() {
             if let Some(n) = l.misses {
                 out.sample(Labels::Line(l), n as f64);
+            }
+        }
+    }
+    if s.lines().iter().any(|l| l.rules.is_some()) {
+        // Every rule of every cycle line, zeros included: rate() needs the
+        // series before its first violation.
+        out.family("latmon_cycle_rule_violations_total", Counter, "RT sleep rules broken by the watched threads.");
+        for l in s.lines() {
+            for (rule, n) in l.rules.iter().flat_map(|r| Rule::ALL.map(|k| (k, r.counts.get(k)))) {
+                out.sample(Labels::Rule(l, rule), n as f64);
+            }
+        }
+        out.family("latmon_cycle_rule_records_lost_total", Counter, "Rule records lost (counted above).");
+        for l in s.lines() {
+            if let Some(r) = l.rules {
+                out.sample(Labels::Line(l), r.records_lost as f64);
             }
         }
     }

@@ -4,6 +4,7 @@
 //! cause labels each line admits (bounded per line).
 
 use latmon_core::causes::{CauseId, CauseSummary};
+use latmon_core::cycle::RuleCounts;
 use latmon_core::hist::Hist;
 use latmon_core::session::Tick;
 use latmon_core::summary::ProbeState;
@@ -57,6 +58,9 @@ pub struct Line {
     pub lock: Option<LockLine>,
     /// cycle: misses since the probe started (None: not a cycle probe).
     pub misses: Option<u64>,
+    /// cycle: its threads' RT sleep rules broken since the probe started
+    /// (None: not a cycle probe).
+    pub rules: Option<RuleLine>,
     /// cycle: the last interval's missed time by cause
     /// (`has_miss_causes`), and the `cause` label of each of the first
     /// [`TOP_CAUSES`] (task names admitted as for `causes`, from the same
@@ -84,6 +88,7 @@ impl Line {
         self.threshold_ns = 0;
         self.has_causes = false;
         self.misses = None;
+        self.rules = None;
         self.lock = None;
         self.has_miss_causes = false;
     }
@@ -111,6 +116,11 @@ impl Line {
         }
         if let Some(c) = rp.and_then(|p| p.cycle.as_ref()) {
             self.misses = Some(self.misses.unwrap_or(0) + c.total_misses);
+            let r = self.rules.get_or_insert_with(RuleLine::default);
+            for (sum, n) in r.counts.0.iter_mut().zip(c.total_rule_counts.0) {
+                *sum += n;
+            }
+            r.records_lost += c.total_rule_records_lost;
         }
         if let Some(c) = rp.and_then(|p| p.lock.as_ref()) {
             let l = self.lock.get_or_insert_with(LockLine::default);
@@ -134,6 +144,14 @@ pub struct LockLine {
     pub inversion_ns: u64,
     /// The family line only: owners named but not followed.
     pub owners_refused: Option<u64>,
+}
+
+/// A cycle line's RT sleep rules broken since start, per rule, and the
+/// rule records lost on the way (the counts have them all).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuleLine {
+    pub counts: RuleCounts,
+    pub records_lost: u64,
 }
 
 /// A line's task names admitted into `cause` labels, by probe line name

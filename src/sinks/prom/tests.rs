@@ -270,6 +270,66 @@ fn a_cycle_lines_misses_and_the_causes_of_its_missed_time() {
     assert_eq!((label("cause_kind").as_deref(), label("cause").as_deref()), (Some("task"), Some("lo\\g\"er")));
 }
 
+/// A cycle line: its RT sleep rules broken since start, one series per
+/// rule with zeros (so rate() has a series before the first violation),
+/// the probe label escaped, and its rule records lost; in text and
+/// protobuf alike; other lines have none.
+#[test]
+fn a_cycle_lines_rule_counters_name_every_rule() {
+    use latmon_core::cycle::{CycleCounts, RuleCounts};
+    let (session, mut report, totals) = tick_of(&["cycle:a\"b", "timer"], 1_000);
+    let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0] };
+    let mut text = String::new();
+    render(&mut text, &t);
+    assert!(!text.contains("latmon_cycle_rule"), "no cycle counts, no rule families: {text}");
+    report.probes[0].cycle = Some(CycleCounts {
+        rule_counts: RuleCounts([0, 1, 2, 0]),
+        total_rule_counts: RuleCounts([0, 150, 100, 49]),
+        total_rule_records_lost: 3,
+        ..Default::default()
+    });
+    let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0] };
+    text.clear();
+    render(&mut text, &t);
+    let l = "probe=\"cycle:a\\\"b\",kind=\"cycle\",attach=\"tp_btf\"";
+    for want in [
+        "# TYPE latmon_cycle_rule_violations_total counter\n".to_string(),
+        format!("latmon_cycle_rule_violations_total{{{l},rule=\"woken_by_lower\"}} 0\n"),
+        format!("latmon_cycle_rule_violations_total{{{l},rule=\"sleep_other\"}} 150\n"),
+        format!("latmon_cycle_rule_violations_total{{{l},rule=\"sleep_relative\"}} 100\n"),
+        format!("latmon_cycle_rule_violations_total{{{l},rule=\"sleep_realtime_clock\"}} 49\n"),
+        "# TYPE latmon_cycle_rule_records_lost_total counter\n".to_string(),
+        format!("latmon_cycle_rule_records_lost_total{{{l}}} 3\n"),
+    ] {
+        assert!(text.contains(&want), "{want} in {text}");
+    }
+    assert_eq!(text.matches("latmon_cycle_rule_violations_total{").count(), 4, "4 rules, 1 line: {text}");
+    assert!(!text.contains("rule_violations_total{probe=\"timer\""), "not a cycle probe: {text}");
+    let mut pb_out = Vec::new();
+    let mut counts = [0u64; SPAN];
+    render_protobuf(&mut pb_out, &snapshot(&t, SERIES_PER_FAMILY), &promhist::Map::new(), &mut counts);
+    let mut buf = &pb_out[..];
+    let mut got = Vec::new();
+    while !buf.is_empty() {
+        let f = pb::MetricFamily::decode_length_delimited(&mut buf).unwrap();
+        if f.name.as_deref() != Some("latmon_cycle_rule_violations_total") {
+            continue;
+        }
+        assert_eq!(f.r#type, Some(pb::MetricType::Counter as i32));
+        for m in &f.metric {
+            let label = |k: &str| m.label.iter().find(|p| p.name.as_deref() == Some(k)).and_then(|p| p.value.clone());
+            let v = m.counter.as_ref().and_then(|c| c.value);
+            got.push((label("probe").unwrap_or_default(), label("rule").unwrap_or_default(), v));
+        }
+    }
+    let want: Vec<_> = [("woken_by_lower", 0.0), ("sleep_other", 150.0), ("sleep_relative", 100.0)]
+        .into_iter()
+        .chain([("sleep_realtime_clock", 49.0)])
+        .map(|(r, v)| ("cycle:a\"b".to_string(), r.to_string(), Some(v)))
+        .collect();
+    assert_eq!(got, want, "protobuf: the probe label unescaped, every rule");
+}
+
 /// Lock lines: inversions since start as counters, in count and time; the
 /// family line alone carries the owners it could not follow; other lines
 /// have none of them, and without a lock probe the families are absent.

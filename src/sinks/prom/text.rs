@@ -59,6 +59,16 @@ impl Text<'_> {
                     Esc(label)
                 );
             }
+            Labels::Rule(l, rule) => {
+                let _ = write!(
+                    s,
+                    "{{probe=\"{}\",kind=\"{}\",attach=\"{}\",rule=\"{}\"}}",
+                    Esc(&l.probe),
+                    Esc(&l.kind),
+                    Esc(&l.attach),
+                    rule.word()
+                );
+            }
             Labels::Info(i) => {
                 let _ = write!(
                     s,
