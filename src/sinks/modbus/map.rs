@@ -10,7 +10,9 @@
 //! state 0: PLC addressing does not depend on which probes attached), and
 //! at the fixed address [`EXT_BASE`] one extension block of [`EXT_WORDS`]
 //! per probe block (registers added within the map version), and at
-//! [`THRESHOLD_BASE`] each probe block's alert threshold.
+//! [`THRESHOLD_BASE`] each probe block's alert threshold, and at
+//! [`COUNTER_BASE`] the first [`COUNTER_BLOCKS`] probe blocks' sync
+//! counters (RT sleep rules, lock inversions).
 //! Registers are big-endian (Modbus); 32- and 64-bit values are high word
 //! first (the SunSpec convention) and start at even addresses.
 
@@ -47,7 +49,17 @@ const _: () = assert!(EXT_BASE as usize + MAX_BLOCKS * EXT_WORDS as usize <= THR
 pub const THRESHOLD_BASE: u16 = 0xF000;
 /// Size of each threshold block in registers.
 pub const THRESHOLD_WORDS: u16 = 2;
-const _: () = assert!(THRESHOLD_BASE as usize + MAX_BLOCKS * THRESHOLD_WORDS as usize <= 65_536);
+const _: () = assert!(THRESHOLD_BASE as usize + MAX_BLOCKS * THRESHOLD_WORDS as usize <= COUNTER_BASE as usize);
+/// Address of counter block 0: a `cycle` probe's RT sleep rule counts, a
+/// `lock` line's inversion counts (added within map version 1 after the
+/// threshold blocks, the last free registers of the address space).
+pub const COUNTER_BASE: u16 = 64_000;
+/// Size of each counter block in registers.
+pub const COUNTER_WORDS: u16 = 10;
+/// Counter blocks exist for the first this many probe blocks only: the
+/// 16-bit address space ends there (a lock series past them is still in
+/// its family line's block, configured probes come first).
+pub const COUNTER_BLOCKS: usize = (65_536 - COUNTER_BASE as usize) / COUNTER_WORDS as usize;
 
 /// Header registers (addresses).
 pub mod reg {
@@ -110,6 +122,28 @@ pub mod ext {
     /// u32, µs: the interval's missed time (its miss records'
     /// release -> done summed).
     pub const MISSED_US: u16 = 8;
+}
+
+/// Offsets inside counter block N (at `COUNTER_BASE + COUNTER_WORDS * N`,
+/// N < [`COUNTER_BLOCKS`]): u32 each, the low 32 bits of JSON's u64 totals
+/// since start (they wrap, unlike the saturating counts of the probe
+/// blocks: a PLC takes differences modulo 2^32, and a wrapped counter
+/// still counts where a saturated one would stop). Meaning by family (the
+/// probe block's +2); all 0 for other families.
+pub mod counter {
+    /// cycle: each rule's violations since start, in `Rule::ALL`'s order
+    /// (woken_by_lower, sleep_other, sleep_relative, sleep_realtime_clock).
+    pub const RULES: u16 = 0;
+    /// cycle: rule records lost since start.
+    pub const RULE_RECORDS_LOST: u16 = 8;
+    /// lock: waits lengthened by a priority inversion since start.
+    pub const INVERSIONS: u16 = 0;
+    /// lock: their inversion time since start, µs (rounded up).
+    pub const INVERSION_US: u16 = 2;
+    /// lock, the family line: owners named but not followed since start.
+    pub const OWNERS_REFUSED: u16 = 4;
+    /// lock: waits whose owner was followed since start.
+    pub const OWNED: u16 = 6;
 }
 
 /// [`reg::CAUSE_BLOCK`] when no probe alerted in the interval.
@@ -207,6 +241,8 @@ pub struct Image {
     ext: Vec<u16>,
     /// The threshold blocks, from [`THRESHOLD_BASE`].
     thresholds: Vec<u16>,
+    /// The counter blocks, from [`COUNTER_BASE`].
+    counters: Vec<u16>,
 }
 
 /// µs rounded up (a non-zero latency never reads 0), saturating at u32::MAX.
@@ -235,6 +271,8 @@ impl Image {
         self.ext.resize(blocks * EXT_WORDS as usize, 0);
         self.thresholds.clear();
         self.thresholds.resize(blocks * THRESHOLD_WORDS as usize, 0);
+        self.counters.clear();
+        self.counters.resize(blocks.min(COUNTER_BLOCKS) * COUNTER_WORDS as usize, 0);
         self.put16(reg::MAGIC, MAGIC);
         self.put16(reg::VERSION, MAP_VERSION);
         self.put16(reg::PROBE_COUNT, blocks as u16);
@@ -254,16 +292,16 @@ impl Image {
     }
 
     /// Registers `addr .. addr + count`, or why not.
-    pub fn read(&self, addr: u16, count: u16) -> Result<&[u16], MapError> {
+    pub fn read<'a>(&'a self, addr: u16, count: u16) -> Result<&'a [u16], MapError> {
         if count == 0 {
             return Err(MapError::ZeroCount);
         }
         let (a, end) = (addr as usize, addr as usize + count as usize);
-        let got = match (addr.checked_sub(THRESHOLD_BASE), addr.checked_sub(EXT_BASE)) {
-            (Some(t), _) => self.thresholds.get(t as usize..t as usize + count as usize),
-            (None, Some(e)) => self.ext.get(e as usize..e as usize + count as usize),
-            (None, None) => self.words.get(a..end),
-        };
+        let table = |from: u16, t: &'a [u16]| addr.checked_sub(from).map(|o| t.get(o as usize..o as usize + count as usize));
+        let got = table(COUNTER_BASE, &self.counters)
+            .or_else(|| table(THRESHOLD_BASE, &self.thresholds))
+            .or_else(|| table(EXT_BASE, &self.ext))
+            .unwrap_or_else(|| self.words.get(a..end));
         got.ok_or(MapError::OutOfRange { addr, count, len: self.words.len() })
     }
 
@@ -304,6 +342,29 @@ impl Image {
                 self.ext_put16(base + ext::CAUSE_SHARE as usize, m.share_basis_points(top.ns));
                 self.ext_put32(base + ext::CAUSE_ID as usize, top.id.id());
             }
+        }
+    }
+
+    /// Counter block `pos` (if it has one): a cycle probe's rule counts, a
+    /// lock line's inversion counts, each the low 32 bits (they wrap).
+    fn put_counters(&mut self, pos: usize, p: &ProbeReport) {
+        let base = pos * COUNTER_WORDS as usize;
+        let Some(w) = self.counters.get_mut(base..base + COUNTER_WORDS as usize) else { return };
+        let mut put = |off: u16, v: u64| {
+            let o = off as usize;
+            w[o..o + 2].copy_from_slice(&[(v >> 16) as u16, v as u16]);
+        };
+        if let Some(c) = &p.cycle {
+            for (k, n) in c.total_rule_counts.0.iter().enumerate() {
+                put(counter::RULES + 2 * k as u16, *n);
+            }
+            put(counter::RULE_RECORDS_LOST, c.total_rule_records_lost);
+        }
+        if let Some(l) = &p.lock {
+            put(counter::INVERSIONS, l.total_inversions);
+            put(counter::INVERSION_US, l.total_inversion_ns.div_ceil(1_000));
+            put(counter::OWNERS_REFUSED, l.total_owners_refused.unwrap_or(0));
+            put(counter::OWNED, l.total_owned);
         }
     }
 
@@ -373,6 +434,7 @@ impl Image {
             if let Some(p) = t.report.probes.get(attached) {
                 self.put_probe(base, p);
                 self.put_ext(pos, p);
+                self.put_counters(pos, p);
                 let th = us_ceil(p.threshold_ns);
                 let at = pos * THRESHOLD_WORDS as usize;
                 if let Some(w) = self.thresholds.get_mut(at..at + 2) {
@@ -426,291 +488,5 @@ impl Image {
 }
 
 #[cfg(test)]
-mod tests {
-    use latmon_core::hist::Hist;
-    use latmon_core::ident::{BtfMode, Family, Mechanism};
-    use latmon_core::session::Session;
-    use latmon_core::summary::{FailedProbe, IntervalReport, ProbeInfo};
-
-    use super::*;
-
-    fn info(name: &str, attach: Mechanism) -> ProbeInfo {
-        ProbeInfo {
-            name: name.into(),
-            kind: Family::Runq,
-            attach,
-            mode: String::new(),
-            btf_mode: BtfMode::CoRe,
-            wait: Default::default(),
-        }
-    }
-
-    fn u32_at(w: &[u16], a: u16) -> u32 {
-        (w[a as usize] as u32) << 16 | w[a as usize + 1] as u32
-    }
-
-    fn u64_at(w: &[u16], a: u16) -> u64 {
-        (u32_at(w, a) as u64) << 32 | u32_at(w, a + 2) as u64
-    }
-
-    fn session(failed: Vec<FailedProbe>) -> Session {
-        Session {
-            board: "b".into(),
-            kernel: "k".into(),
-            boot_id: 0xDEAD_BEEF,
-            start_ns: 1_000_000_000,
-            interval_ns: 1_000_000_000,
-            probes: vec![info("runq", Mechanism::TpBtf), info("second-probe-with-long-name", Mechanism::RawTp)],
-            failed,
-            thresholds_ns: Vec::new(),
-        }
-    }
-
-    fn report(seq: u64) -> IntervalReport {
-        let mut prev = Hist::default();
-        prev.record(10);
-        let mut cur = prev.clone();
-        for v in [1_001u64, 2_500, 7_000_000_000_000] {
-            cur.record(v);
-        }
-        cur.drops = 2;
-        cur.alerts = 1;
-        let p = ProbeReport::new(&info("runq", Mechanism::TpBtf), &prev, &cur);
-        let mut q = ProbeReport::new(
-            &info("second-probe-with-long-name", Mechanism::RawTp),
-            &Hist::default(),
-            &Hist::default(),
-        );
-        q.total_count = 0x1_0000_0002;
-        q.count = 5_000_000_000;
-        IntervalReport {
-            seq,
-            time_ns: 5_500_000_000,
-            interval_ns: 1_000_000_001,
-            last: false,
-            probes: vec![p, q],
-            alert_records: Vec::new(),
-            agent: Default::default(),
-        }
-    }
-
-    #[test]
-    fn header_and_blocks() {
-        let failed = vec![FailedProbe { position: 1, name: "timer".into(), kind: Family::Timer, why: "no".into() }];
-        let s = session(failed);
-        let r = report(0x0102_0304_0506_0708);
-        let mut img = Image::default();
-        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 3] }, &AgentStatus::default());
-        let w = img.words();
-        assert_eq!(w.len(), 32 + 3 * 40);
-        assert_eq!(
-            &w[..6],
-            &[
-                MAGIC,
-                MAP_VERSION,
-                3,
-                BLOCK_WORDS,
-                HEADER_WORDS,
-                status::RUNNING | status::PROBE_FAILED | status::READ_ERRORS
-            ]
-        );
-        assert_eq!(u32_at(w, reg::BOOT_ID), 0xDEAD_BEEF);
-        assert_eq!(&w[8..12], &[0x0102, 0x0304, 0x0506, 0x0708], "u64 high word first");
-        assert_eq!(u32_at(w, reg::INTERVAL_US), 1_000_001, "rounded up");
-        assert_eq!(u32_at(w, reg::UPTIME_S), 4);
-        assert_eq!((w[16], w[17]), (2, 1));
-        assert_eq!(u32_at(w, reg::READ_ERRORS), 3);
-
-        // Block 0: runq, attached.
-        let b = HEADER_WORDS;
-        let p = &r.probes[0];
-        assert_eq!(&w[b as usize..b as usize + 4], &[STATE_ATTACHED, 1, 1, 0]);
-        assert_eq!(u64_at(w, b + off::TOTAL_COUNT), 4);
-        assert_eq!(u32_at(w, b + off::COUNT), 3);
-        assert_eq!(u32_at(w, b + off::P50_US), us_ceil(p.p50_ns));
-        assert_eq!(u32_at(w, b + off::MIN_US), us_ceil(p.min_ns));
-        assert_eq!(us_ceil(1_001), 2, "1001 ns reads 2 µs");
-        assert_eq!(u32_at(w, b + off::MAX_US), u32::MAX, "7000 s saturates");
-        assert_eq!((u32_at(w, b + off::DROPS), u32_at(w, b + off::ALERTS)), (2, 1));
-        assert_eq!(&w[(b + off::NAME) as usize..(b + off::NAME + 3) as usize], &[0x7275, 0x6E71, 0]);
-
-        // Block 1: the failed probe keeps its place.
-        let b = HEADER_WORDS + BLOCK_WORDS;
-        assert_eq!(&w[b as usize..b as usize + 4], &[STATE_FAILED, 0, 5, 1]);
-        assert!(w[(b + 4) as usize..(b + off::NAME) as usize].iter().all(|&x| x == 0));
-        assert_eq!(w[(b + off::NAME) as usize], u16::from_be_bytes(*b"ti"));
-
-        // Block 2: the second attached probe.
-        let b = HEADER_WORDS + 2 * BLOCK_WORDS;
-        assert_eq!(&w[b as usize..b as usize + 4], &[STATE_ATTACHED, 2, 1, 2]);
-        assert_eq!(u64_at(w, b + off::TOTAL_COUNT), 0x1_0000_0002);
-        assert_eq!(u32_at(w, b + off::COUNT), u32::MAX, "interval count saturates");
-        let name: Vec<u8> =
-            w[(b + off::NAME) as usize..(b + off::NAME + 8) as usize].iter().flat_map(|x| x.to_be_bytes()).collect();
-        assert_eq!(&name, b"second-probe-wit", "truncated to 16 bytes");
-    }
-
-    #[test]
-    fn thresholds_sit_at_their_blocks_place_after_the_extension_blocks() {
-        let failed = vec![FailedProbe { position: 1, name: "timer".into(), kind: Family::Timer, why: "no".into() }];
-        let s = session(failed);
-        let mut r = report(1);
-        r.probes[0].threshold_ns = 500_000;
-        r.probes[1].threshold_ns = 5_000_000_000_000_001;
-        let mut img = Image::default();
-        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
-        let words = img.read(THRESHOLD_BASE, 6).unwrap();
-        // Block 0: 500 µs; block 1 failed: 0; block 2: µs, saturated.
-        assert_eq!(words, &[0, 500, 0, 0, 0xFFFF, 0xFFFF]);
-        assert_eq!(img.read(THRESHOLD_BASE + 4, 2).unwrap(), &[0xFFFF, 0xFFFF]);
-        assert!(img.read(THRESHOLD_BASE + 5, 2).is_err(), "past the last block");
-        assert!(img.read(THRESHOLD_BASE - 1, 1).is_err(), "between the extension and threshold blocks");
-        // The registers before are where they were.
-        assert_eq!(img.words().len(), 32 + 3 * 40);
-        assert_eq!(img.ext_words().len(), 3 * EXT_WORDS as usize);
-    }
-
-    #[test]
-    fn status_bits_and_final_interval() {
-        let s = session(Vec::new());
-        let mut r = report(1);
-        r.last = true;
-        let mut img = Image::default();
-        let agent = AgentStatus { over_budget: true, bad_requests: 1, link_failed: false };
-        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &agent);
-        assert_eq!(img.words()[reg::STATUS as usize], status::OVER_BUDGET | status::LINK_ERRORS);
-        assert_eq!(u32_at(img.words(), reg::BAD_REQUESTS), 1);
-        assert_eq!(u32_at(img.words(), reg::MISSED), 0);
-        // Kernel-skipped runs: the sum over probes, and a status bit.
-        r.probes[0].total_bpf_missed = 90;
-        r.probes[1].total_bpf_missed = 2;
-        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &agent);
-        assert_eq!(img.words()[reg::STATUS as usize], status::OVER_BUDGET | status::LINK_ERRORS | status::MISSED);
-        assert_eq!(u32_at(img.words(), reg::MISSED), 92);
-    }
-
-    #[test]
-    fn the_top_cause_of_the_probe_with_the_most_late_time() {
-        use latmon_core::causes::{CauseId, CauseSummary, TopCause};
-        let s = session(Vec::new());
-        let mut r = report(3);
-        let mut img = Image::default();
-        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
-        let w = img.words();
-        assert_eq!(w[reg::CAUSE_BLOCK as usize], NO_BLOCK, "no alerts: no block");
-        assert!(w[reg::CAUSE_KIND as usize..reg::EXT_FIRST as usize].iter().all(|&x| x == 0));
-        assert_eq!(w[reg::EXT_FIRST as usize], EXT_BASE);
-        let causes = |alerted_ns: u64, id: CauseId, ns: u64| CauseSummary {
-            alerts: 3,
-            alerted_ns,
-            causes: vec![
-                TopCause { id, name: "hog".into(), ns },
-                TopCause { id: CauseId::Other, name: String::new(), ns: alerted_ns - ns },
-            ],
-            ..Default::default()
-        };
-        r.probes[0].alert_causes = Some(causes(1_000_000, CauseId::Irq { irq: 36 }, 600_000));
-        r.probes[1].alert_causes = Some(causes(4_000_001, CauseId::Task { pid: 70_000 }, 3_600_000));
-        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
-        let w = img.words();
-        assert_eq!((w[reg::CAUSE_BLOCK as usize], w[reg::CAUSE_KIND as usize]), (1, 1), "block 1, a task");
-        assert_eq!(u32_at(w, reg::CAUSE_ID), 70_000);
-        assert_eq!(u32_at(w, reg::CAUSE_ALERTED_US), 4_001, "rounded up");
-        assert_eq!(w[reg::CAUSE_SHARE as usize], 8_999, "89.99 %: rounded down");
-        assert_eq!(w[31], EXT_BASE, "the extension blocks' address (reserved before them)");
-        // The header's other registers are where they were.
-        assert_eq!(u32_at(w, reg::MISSED), 0);
-        assert_eq!(&w[..2], &[MAGIC, MAP_VERSION]);
-    }
-
-    #[test]
-    fn reads_in_and_out_of_range() {
-        let img = Image::empty(2);
-        let len = 32 + 80;
-        assert_eq!(img.read(0, 125).unwrap_err(), MapError::OutOfRange { addr: 0, count: 125, len });
-        assert_eq!(img.read(0, 112).unwrap().len(), 112);
-        assert_eq!(img.read(111, 1).unwrap(), &[0]);
-        assert!(matches!(img.read(112, 1), Err(MapError::OutOfRange { .. })));
-        assert!(matches!(img.read(u16::MAX, 125), Err(MapError::OutOfRange { .. })), "no overflow");
-        assert_eq!(img.read(3, 0), Err(MapError::ZeroCount));
-        assert_eq!(img.read(0, 2).unwrap(), &[MAGIC, MAP_VERSION]);
-    }
-
-    #[test]
-    fn rebuild_reuses_the_buffer_and_clears_old_values() {
-        let s = session(Vec::new());
-        let mut img = Image::default();
-        let r1 = report(1);
-        img.build(&Tick { session: &s, report: &r1, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
-        let ptr = img.words().as_ptr();
-        let mut r2 = report(2);
-        r2.probes[0].max_ns = 0;
-        img.build(&Tick { session: &s, report: &r2, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
-        assert_eq!(img.words().as_ptr(), ptr);
-        assert_eq!(u32_at(img.words(), HEADER_WORDS + off::MAX_US), 0);
-        assert_eq!(u64_at(img.words(), reg::SEQ), 2);
-    }
-
-    #[test]
-    fn codes() {
-        // docs/modbus-map.md's tables: a PLC program reads these numbers.
-        use Mechanism::*;
-        for (m, c) in [(TpBtf, 1), (RawTp, 2), (Tracepoint, 3), (Fentry, 4), (Kprobe, 5), (Uprobe, 6)] {
-            assert_eq!(m.modbus_code(), c, "{m}");
-        }
-        for (k, c) in [
-            (Family::Runq, 1),
-            (Family::Syscall, 2),
-            (Family::Irq, 3),
-            (Family::Softirq, 4),
-            (Family::Timer, 5),
-            (Family::Kfunc, 6),
-            (Family::Ufunc, 7),
-            (Family::Chain, 8),
-            (Family::Cycle, 9),
-            (Family::Lock, 10),
-        ] {
-            assert_eq!(k.modbus_code(), c, "{k}");
-        }
-        assert_eq!(us_ceil(0), 0);
-        assert_eq!(us_ceil(1), 1);
-        assert_eq!(us_ceil(1_000), 1);
-        assert_eq!(us_ceil(u64::MAX), u32::MAX);
-        assert!(MAX_BLOCKS * BLOCK_WORDS as usize + HEADER_WORDS as usize <= 65_536);
-    }
-
-    #[test]
-    fn a_cycle_probes_misses_and_top_cause_in_its_extension_block() {
-        use latmon_core::causes::{CauseId, CauseSummary, TopCause};
-        use latmon_core::cycle::CycleCounts;
-        let s = session(Vec::new());
-        let mut r = report(3);
-        r.probes[1].cycle = Some(CycleCounts { misses: 3, total_misses: 5_000_000_123, ..Default::default() });
-        r.probes[1].miss_causes = Some(CauseSummary {
-            alerts: 3,
-            alerted_ns: 4_000_001,
-            causes: vec![
-                TopCause { id: CauseId::Blocked { on: 1 }, name: "fdatasync".into(), ns: 3_000_000 },
-                TopCause { id: CauseId::Running, name: String::new(), ns: 1_000_001 },
-            ],
-            ..Default::default()
-        });
-        let mut img = Image::default();
-        img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
-        let e = img.ext_words();
-        assert_eq!(e.len(), 2 * EXT_WORDS as usize, "one extension block per probe block");
-        assert!(e[..EXT_WORDS as usize].iter().all(|&x| x == 0), "not a cycle probe: zeros");
-        let b = EXT_WORDS;
-        assert_eq!(u32_at(e, b + ext::TOTAL_MISSES), u32::MAX, "saturates");
-        assert_eq!(u32_at(e, b + ext::MISSES), 3);
-        assert_eq!((e[(b + ext::CAUSE_KIND) as usize], e[(b + ext::CAUSE_SHARE) as usize]), (9, 7499));
-        assert_eq!(u32_at(e, b + ext::CAUSE_ID), 1, "blocked on io");
-        assert_eq!(u32_at(e, b + ext::MISSED_US), 4_001);
-        // Served at EXT_BASE + N * EXT_WORDS; the gap below it and past the
-        // last extension block are outside the map; no block moved.
-        assert_eq!(img.read(EXT_BASE + b, EXT_WORDS).unwrap(), &e[b as usize..]);
-        assert!(img.read(EXT_BASE + 2 * b, 1).is_err());
-        assert!(img.read(EXT_BASE - 1, 2).is_err());
-        assert_eq!(img.words().len(), HEADER_WORDS as usize + 2 * BLOCK_WORDS as usize);
-    }
-}
+#[path = "map_tests.rs"]
+mod tests;
