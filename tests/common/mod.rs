@@ -426,6 +426,28 @@ pub fn mbpoll_try_input_register(port: u16, reg: u16) -> Result<i64, String> {
     v.ok_or_else(|| format!("mbpoll -r {reg}: {text} {}", String::from_utf8_lossy(&out.stderr)))
 }
 
+/// `count` 32-bit values from input register `from` on (function 04,
+/// high word first: mbpoll `-t 3:int -B`), read with mbpoll in one
+/// request, as unsigned values; mbpoll's answer as the error when it read
+/// none (an exception, no server yet).
+pub fn mbpoll_u32s(port: u16, from: u16, count: u16) -> Result<Vec<u32>, String> {
+    let out = Command::new("mbpoll")
+        .args(["-m", "tcp", "-p", &port.to_string(), "-t", "3:int", "-B", "-0", "-1"])
+        .args(["-r", &from.to_string(), "-c", &count.to_string(), "127.0.0.1"])
+        .output()
+        .expect("mbpoll (apt-get install mbpoll)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    (0..count)
+        .map(|k| {
+            let r = from + 2 * k;
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix(&format!("[{r}]:")).and_then(|v| v.split_whitespace().next()?.parse().ok()))
+                .map(|v: i64| v as u32)
+                .ok_or_else(|| format!("mbpoll -r {from} -c {count}, [{r}]: {text} {}", String::from_utf8_lossy(&out.stderr)))
+        })
+        .collect()
+}
+
 /// xorshift64: a reproducible stream for tests that damage, sample or
 /// interleave frames from a seed (the seed is printed by the test that
 /// picks it, so a failure can be replayed).

@@ -17,6 +17,7 @@ use crate::common;
 
 use std::process::Command;
 
+use common::prometheus::{free_port, Prometheus};
 use common::*;
 
 const RULES: [&str; 4] = ["woken_by_lower", "sleep_other", "sleep_relative", "sleep_realtime_clock"];
@@ -50,10 +51,25 @@ type Did = [u64; 3];
 /// injection) under a cycle probe with `env`: what it did, and latmon's
 /// JSON lines.
 fn run_cycle(every: Option<u64>, env: &[(&str, &str)]) -> (Did, Vec<serde_json::Value>) {
+    run_cycle_with(every, env, &[], &|| {}, &|_, _| {})
+}
+
+/// [`run_cycle`] with more of latmon's arguments (`outputs`), `before`
+/// called once latmon runs and `after` once the fixture is done, with
+/// what it did, while latmon still runs.
+fn run_cycle_with(
+    every: Option<u64>,
+    env: &[(&str, &str)],
+    outputs: &[&str],
+    before: &dyn Fn(),
+    after: &dyn Fn(&std::process::Child, Did),
+) -> (Did, Vec<serde_json::Value>) {
     // The first injection is at cycle WARMUP: none beyond the run.
     let (every, warmup) = every.map_or(("1".into(), "1000000"), |e| (e.to_string(), "20"));
     let file = scratch("rules", "io");
-    let child = start_run_env(&["--probe", "cycle,comm=lm_cycle", "--interval", "1s", "--format", "json"], env);
+    let args = ["--probe", "cycle,comm=lm_cycle", "--interval", "1s", "--format", "json"];
+    let child = start_run_env(&[&args[..], outputs].concat(), env);
+    before();
     let out = Command::new(crate::cycle::lm_cycle())
         .args(["2000", "1000", &every, warmup, "0"])
         .arg(&file)
@@ -61,8 +77,6 @@ fn run_cycle(every: Option<u64>, env: &[(&str, &str)]) -> (Did, Vec<serde_json::
         .output()
         .expect("lm_cycle");
     let _ = std::fs::remove_file(&file);
-    let (status, json) = stop(child);
-    assert!(status.success(), "latmon exited with {status}");
     assert!(out.status.success(), "lm_cycle: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     let done = text.lines().find(|l| l.starts_with("done")).unwrap_or_else(|| panic!("no done line: {text}"));
@@ -70,7 +84,11 @@ fn run_cycle(every: Option<u64>, env: &[(&str, &str)]) -> (Did, Vec<serde_json::
         let w = done.split_whitespace().find_map(|w| w.strip_prefix(k)).unwrap_or_else(|| panic!("{k} in {done}"));
         w.parse().unwrap()
     };
-    ([field("relative="), field("realtime="), field("sleeps=")], json_lines(&json))
+    let did = [field("relative="), field("realtime="), field("sleeps=")];
+    after(&child, did);
+    let (status, json) = stop(child);
+    assert!(status.success(), "latmon exited with {status}");
+    (did, json_lines(&json))
 }
 
 /// latmon's counts against what the fixture did (none: every count 0).
@@ -83,16 +101,70 @@ fn check_sleeps(did: Did, lines: &[serde_json::Value]) -> Result<[u64; 4], Strin
     Ok(got)
 }
 
+/// The counts a real Prometheus scraped from latmon, by rule (RULES'
+/// order; None: no such series).
+fn scraped_rules(server: &Prometheus) -> [Option<u64>; 4] {
+    RULES.map(|r| {
+        let q = format!("latmon_cycle_rule_violations_total{{probe=\"cycle\",rule=\"{r}\"}}");
+        server.scalar(&q, None).map(|v| v as u64)
+    })
+}
+
+/// The fixture's counts in rule order (sleep_other, sleep_relative,
+/// sleep_realtime_clock from what lm_cycle did).
+fn wanted(did: Did) -> [u64; 4] {
+    [0, did[2], did[0], did[1]]
+}
+
+/// Counter block 0 (the cycle probe's, docs/modbus-map.md) read with
+/// mbpoll once it holds `want` (the interval after the fixture's last
+/// rule), or what it held last.
+fn modbus_rules(port: u16, want: [u64; 4]) -> Vec<u32> {
+    let read = || mbpoll_u32s(port, 64_000, 5).unwrap_or_else(|e| panic!("{e}"));
+    let want: Vec<u32> = want.iter().map(|&n| n as u32).collect();
+    poll_until(std::time::Duration::from_secs(10), || Some(read()).filter(|r| r[..4] == want[..])).unwrap_or_else(read)
+}
+
 #[test]
 #[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn sleep_rules_count_what_the_loop_did() {
     let _s = serial();
-    let (did, lines) = run_cycle(Some(10), &[]);
+    // The same counts read by a real Prometheus scraping latmon and by
+    // mbpoll from its Modbus map, once the fixture is done.
+    let (pp, mb) = (free_port(), free_port());
+    let (prom, modbus) = (format!("prom://127.0.0.1:{pp}"), format!("modbus-tcp://127.0.0.1:{mb}"));
+    let server = Prometheus::start("rules", &format!("127.0.0.1:{pp}"), false);
+    let outputs = ["--output", "-", "--output", &prom, "--output", &modbus];
+    let seen = std::sync::Mutex::new(([None; 4], Vec::new()));
+    let (did, lines) = run_cycle_with(
+        Some(10),
+        &[],
+        &outputs,
+        // Its first scrape comes seconds after it is ready (discovery).
+        &|| server.wait_for("up{job=\"latmon\"}", 1.0),
+        &|_, did| {
+            let want = wanted(did);
+            let got = poll_until(std::time::Duration::from_secs(30), || {
+                let got = scraped_rules(&server);
+                (got == want.map(Some)).then_some(got)
+            });
+            *seen.lock().unwrap() = (got.unwrap_or_else(|| scraped_rules(&server)), modbus_rules(mb, want));
+        },
+    );
     assert!(did[0] >= 80 && did[1] >= 40 && did[2] >= 40, "the fixture did too little: {did:?}");
     match check_sleeps(did, &lines) {
         Ok(got) => eprintln!("FIGURES rules: total_rule_counts {got:?} (order {RULES:?}), the fixture {did:?}"),
         Err(e) => panic!("{e}"),
     }
+    let json = rule_totals(&lines, "cycle").unwrap_or_else(|e| panic!("{e}"));
+    let (scraped, regs) = seen.into_inner().unwrap();
+    let lost = last_probe(&lines, "cycle").and_then(|p| p["cycle"]["total_rule_records_lost"].as_u64());
+    eprintln!("FIGURES rules: Prometheus scraped {scraped:?}, Modbus 64000.. {regs:?}, JSON {json:?} lost {lost:?}");
+    assert_eq!(scraped, json.map(Some), "latmon_cycle_rule_violations_total vs JSON total_rule_counts");
+    let json32: Vec<u32> = json.iter().chain(&[lost.unwrap_or(u64::MAX)]).map(|&n| n as u32).collect();
+    assert_eq!(regs, json32, "Modbus counter block 0 vs JSON total_rule_counts, total_rule_records_lost");
+    let q = "latmon_cycle_rule_records_lost_total{probe=\"cycle\"}";
+    assert_eq!(server.scalar(q, None), lost.map(|n| n as f64), "records lost, scraped");
     // Each rule broken has its record (at most one per 100 ms), naming
     // the syscall it slept in.
     let recs = rule_records(&lines);
