@@ -211,13 +211,26 @@ fn an_absolute_monotonic_loop_breaks_no_rule() {
 /// blocked (longer than 50 us; uncontended ones take about 1 us), and
 /// latmon's JSON lines.
 fn run_lock(pi: bool, env: &[(&str, &str)]) -> (u32, u32, u64, Vec<serde_json::Value>) {
+    run_lock_with(pi, env, &[], &|| {})
+}
+
+/// [`run_lock`] with more of latmon's arguments (`more`), `after` called
+/// once the fixture is done, while latmon still runs.
+fn run_lock_with(
+    pi: bool,
+    env: &[(&str, &str)],
+    more: &[&str],
+    after: &dyn Fn(),
+) -> (u32, u32, u64, Vec<serde_json::Value>) {
     let cpu = std::thread::available_parallelism().map_or(0, |n| n.get() - 1).to_string();
-    let child = start_run_env(&["--probe", "cycle,comm=lm_lock", "--interval", "1s", "--format", "json"], env);
+    let args = ["--probe", "cycle,comm=lm_lock", "--interval", "1s", "--format", "json"];
+    let child = start_run_env(&[&args[..], more].concat(), env);
     let mut args = vec!["2000", "20", cpu.as_str()];
     if pi {
         args.push("pi");
     }
     let out = Command::new(crate::lock::lm_lock()).args(&args).output().expect("lm_lock");
+    after();
     let (status, json) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     assert!(out.status.success(), "lm_lock: {}", String::from_utf8_lossy(&out.stderr));
@@ -237,11 +250,23 @@ fn run_lock(pi: bool, env: &[(&str, &str)]) -> (u32, u32, u64, Vec<serde_json::V
 #[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn woken_by_lower_counts_each_inversion() {
     let _s = serial();
-    let (high, low, blocked, lines) = run_lock(false, &[]);
+    // A lock probe too, and the Modbus map read with mbpoll once the
+    // fixture is done and two intervals later (the counts are final).
+    let mb = free_port();
+    let modbus = format!("modbus-tcp://127.0.0.1:{mb}");
+    let more = ["--probe", "lock,comm=lm_lock", "--output", "-", "--output", &modbus];
+    let regs = std::sync::Mutex::new(Vec::new());
+    let (high, low, blocked, lines) = run_lock_with(false, &[], &more, &|| {
+        std::thread::sleep(std::time::Duration::from_millis(2_500));
+        let n = mbpoll_input_register(mb, 2) as u16;
+        let blocks = mbpoll_u32s(mb, 64_000, 5 * n).unwrap_or_else(|e| panic!("{e}"));
+        *regs.lock().unwrap() = blocks;
+    });
     let got = rule_totals(&lines, "cycle").unwrap_or_else(|e| panic!("{e}"));
     eprintln!("FIGURES rules, lock: woken_by_lower {} for {blocked} blocked waits of the high loop", got[0]);
     assert!(blocked >= 50, "the fixture blocked {blocked} times, expected ~95");
     assert_eq!(got[0], blocked, "woken_by_lower vs the high loop's blocked waits");
+    check_modbus_counters(&lines, &regs.into_inner().unwrap());
     let rec = rule_records(&lines)
         .into_iter()
         .find(|r| r["rule"] == "woken_by_lower")
@@ -267,4 +292,36 @@ fn woken_by_lower_stays_zero_with_priority_inheritance() {
     let got = rule_totals(&lines, "cycle").unwrap_or_else(|e| panic!("{e}"));
     eprintln!("mutation: woken_by_lower {} for {blocked} blocked PI waits", got[0]);
     assert!(got[0] > 0, "the mutation went unseen: woken_by_lower 0 with PI waits judged as plain ones");
+}
+
+/// Modbus counter blocks (`regs`: 5 u32 per probe block, in block order)
+/// against the last JSON report: the cycle probe's rule counts, and each
+/// lock line's inversions, inversion µs, owners refused (the family line)
+/// and owned; the lock series with inversions among them.
+fn check_modbus_counters(lines: &[serde_json::Value], regs: &[u32]) {
+    let probes = lines.last().and_then(|l| l["probes"].as_array()).expect("a last report");
+    assert_eq!(regs.len(), 5 * probes.len(), "a counter block per probe block: {probes:?}");
+    let mut locks = Vec::new();
+    for (p, r) in probes.iter().zip(regs.chunks(5)) {
+        let want: Vec<u64> = if p["cycle"].is_object() {
+            let c = &p["cycle"];
+            RULES.iter().map(|k| u(&c["total_rule_counts"], k)).chain([u(c, "total_rule_records_lost")]).collect()
+        } else if p["lock"].is_object() {
+            let l = &p["lock"];
+            let refused = l["total_owners_refused"].as_u64().unwrap_or(0);
+            locks.push((p["name"].clone(), r.to_vec()));
+            vec![u(l, "total_inversions"), u(l, "total_inversion_ns").div_ceil(1_000), refused, u(l, "total_owned"), 0]
+        } else {
+            vec![0; 5]
+        };
+        let want: Vec<u32> = want.iter().map(|&n| n as u32).collect();
+        assert_eq!(r, &want[..], "Modbus counter block of {} vs JSON: {p}", p["name"]);
+    }
+    eprintln!("FIGURES rules, lock: Modbus counter blocks of the lock lines (inversions, us, refused, owned, 0): {locks:?}");
+    let family = locks.first().expect("the lock family line");
+    assert!(family.1[0] >= 50, "inversions of the non-PI fixture in Modbus: {locks:?}");
+    assert!(
+        locks.iter().any(|(n, r)| n.as_str().is_some_and(|n| n.ends_with(":ctrl_mutex")) && r[0] == family.1[0]),
+        "ctrl_mutex's series holds the family's inversions: {locks:?}"
+    );
 }
