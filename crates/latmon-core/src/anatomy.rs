@@ -245,12 +245,20 @@ impl Serialize for Preempter {
     }
 }
 
-/// `lm_lock[812] FIFO/10`
-fn push_task(s: &mut String, comm: &str, pid: u32, policy: Policy, prio: i32) {
+/// `lm_lock[812] FIFO/10`: a task in every text line (anatomy causes,
+/// lock owners and preempters, a rule record's waker), the agent's text
+/// and the view's and report's alike.
+pub fn push_task(s: &mut String, comm: &str, pid: u32, policy: Policy, prio: i32) {
     push_clean(s, comm);
     let _ = write!(s, "[{pid}]");
-    // A policy not known (a thread gone before it was read, or a newer
-    // sender's) says nothing a reader could use: the name alone.
+    push_policy(s, policy, prio);
+}
+
+/// ` FIFO/10`, ` OTHER/-5` (policy upper case, as chrt and ps name it; the
+/// priority is rt_priority for FIFO and RR, else the nice value); nothing
+/// for a policy not known (a thread gone before it was read, or a newer
+/// sender's): it says nothing a reader could use.
+pub fn push_policy(s: &mut String, policy: Policy, prio: i32) {
     if !matches!(policy, Policy::Unknown(_)) {
         let _ = write!(s, " {}/{prio}", policy.word().to_ascii_uppercase());
     }
@@ -552,6 +560,32 @@ mod tests {
         // Sums that overflow u64 still end exact.
         let a = Anatomy::from_parts(10, 0, 0, vec![task("x", 1, u64::MAX), task("y", 2, u64::MAX)]);
         assert!(a.sums_to(10), "{a:?}");
+    }
+
+    /// One text for a policy and priority: upper-case policy, rt_priority
+    /// or nice; an unknown policy leaves the name alone.
+    #[test]
+    fn a_task_reads_name_id_policy_and_priority_the_same_everywhere() {
+        let text = |policy, prio| {
+            let mut s = String::new();
+            push_task(&mut s, "lo\x1bw", 812, policy, prio);
+            s
+        };
+        assert_eq!(text(Policy::Fifo, 10), "lo?w[812] FIFO/10");
+        assert_eq!(text(Policy::Rr, 99), "lo?w[812] RR/99");
+        assert_eq!(text(Policy::Other, -5), "lo?w[812] OTHER/-5");
+        assert_eq!(text(Policy::Deadline, 0), "lo?w[812] DEADLINE/0");
+        assert_eq!(text(Policy::Unknown(9), 3), "lo?w[812]");
+        // A lock owner in an inversion and a task cause print the same.
+        let owner =
+            LockOwner { comm: "lo\x1bw".into(), pid: 8, tid: 812, policy: Policy::Fifo, prio: 10, from: OwnerFrom::Pi };
+        let parts = vec![
+            Cause { kind: CauseKind::Inversion { owner, preempted_by: Vec::new() }, ns: 1_000 },
+            Cause { kind: CauseKind::Task { comm: "lo\x1bw".into(), pid: 812, policy: Policy::Fifo, prio: 10 }, ns: 500 },
+        ];
+        let mut s = String::new();
+        Anatomy::from_parts(2_000, 0, 0, parts).render_parts_into(&mut s, 0, 500);
+        assert_eq!(s.matches(&text(Policy::Fifo, 10)).count(), 2, "{s}");
     }
 
     /// A first part wider than the line is cut inside, not dropped: a

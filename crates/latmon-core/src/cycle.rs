@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use crate::anatomy::{BlockedOn, Policy};
+use crate::anatomy::{push_task, BlockedOn, Policy};
 use crate::text::{push_clean, Ns};
 
 /// What a cycle record reports.
@@ -194,8 +194,7 @@ impl CycleMark {
             }
             if let Some(w) = &r.waker {
                 s.push_str(", woken by ");
-                push_clean(s, &w.comm);
-                let _ = write!(s, "[{}] {}/{}", w.tid, w.policy.word(), w.prio);
+                push_task(s, &w.comm, w.tid, w.policy, w.prio);
             }
             return;
         }
@@ -403,6 +402,6 @@ mod tests {
         let mut s = String::new();
         m.render_head_into(&mut s, 0);
         assert!(s.starts_with("rule woken_by_lower in futex, woken by lo"), "{s}");
-        assert!(!s.contains('\x1b') && s.ends_with("[6] fifo/10"), "{s}");
+        assert!(!s.contains('\x1b') && s.ends_with("[6] FIFO/10"), "{s}");
     }
 }
