@@ -414,9 +414,10 @@ struct latmon_lock_key {
 	__u64 uaddr;
 };
 
-/* Per lock series, cumulative (the object's .bss lock_tally[], user space
- * reads it each interval): every wait whose owner was followed, with or
- * without threshold=, and those in which a priority inversion held the
+/* Per lock series, cumulative (the object's .bss
+ * lock_tally[LATMON_LOCK_SERIES], one per slot, slot 0 the overflow; user
+ * space reads it each interval): every wait whose owner was followed, with
+ * or without threshold=, and those in which a priority inversion held the
  * owner off. */
 struct latmon_lock_tally {
 	__u64 followed;	    /* waits whose owner was followed */

@@ -41,6 +41,11 @@ use crate::config::ProbeSpec;
 unsafe impl plain::Plain for latmon_lock_record {}
 const _: () =
     assert!(size_of::<latmon_alert_lock>() == super::alerts::ALERT_RECORD_BYTES + size_of::<latmon_lock_record>());
+// A lock record's anatomy fits a receiver's MAX_CAUSES (32) wire causes
+// whole: its inversion travels as one cause per named preempter plus its
+// folded rest (LOCK_PREEMPTERS + 1), then the other preempters as task
+// causes (LOCK_PREEMPTERS), the unnamed ones', the owner and `other`.
+const _: () = assert!(2 * LOCK_PREEMPTERS + 4 <= latmon_core::anatomy::MAX_CAUSES);
 
 /// Tests only: `LATMON_LOCK_MUTATE=1` charges the owner's preempters to
 /// the owner's own running time (bpf/lock.bpf.c `cfg.mutate`), the wrong
@@ -67,9 +72,12 @@ struct Locks {
     /// mapped likewise (the kernel adds to them).
     tally: *const latmon_lock_tally,
     refused: *const u64,
-    /// Each line's tally at its last read (None: the family line).
+    /// Each line's tally at its last read (None: the family line). At
+    /// most LOCK_SERIES + 1 (65) entries: the series' keys are the slots
+    /// `candidates` hands out, 0..LOCK_SERIES, and the family line.
     last: HashMap<Option<u64>, LockTally>,
-    /// Labels of the slots named so far, by slot.
+    /// Labels of the slots named so far, by slot: at most LOCK_SERIES - 1
+    /// (slot 0 is `overflow`, never looked up).
     labels: HashMap<usize, String>,
     names: SymbolNames,
     _links: Vec<Link>,
