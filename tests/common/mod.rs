@@ -441,9 +441,13 @@ pub fn mbpoll_u32s(port: u16, from: u16, count: u16) -> Result<Vec<u32>, String>
         .map(|k| {
             let r = from + 2 * k;
             text.lines()
-                .find_map(|l| l.trim().strip_prefix(&format!("[{r}]:")).and_then(|v| v.split_whitespace().next()?.parse().ok()))
+                .find_map(|l| {
+                    l.trim().strip_prefix(&format!("[{r}]:")).and_then(|v| v.split_whitespace().next()?.parse().ok())
+                })
                 .map(|v: i64| v as u32)
-                .ok_or_else(|| format!("mbpoll -r {from} -c {count}, [{r}]: {text} {}", String::from_utf8_lossy(&out.stderr)))
+                .ok_or_else(|| {
+                    format!("mbpoll -r {from} -c {count}, [{r}]: {text} {}", String::from_utf8_lossy(&out.stderr))
+                })
         })
         .collect()
 }

@@ -317,7 +317,9 @@ fn check_modbus_counters(lines: &[serde_json::Value], regs: &[u32]) {
         let want: Vec<u32> = want.iter().map(|&n| n as u32).collect();
         assert_eq!(r, &want[..], "Modbus counter block of {} vs JSON: {p}", p["name"]);
     }
-    eprintln!("FIGURES rules, lock: Modbus counter blocks of the lock lines (inversions, us, refused, owned, 0): {locks:?}");
+    eprintln!(
+        "FIGURES rules, lock: Modbus counter blocks of the lock lines (inversions, us, refused, owned, 0): {locks:?}"
+    );
     let family = locks.first().expect("the lock family line");
     assert!(family.1[0] >= 50, "inversions of the non-PI fixture in Modbus: {locks:?}");
     assert!(

@@ -581,7 +581,10 @@ mod tests {
             LockOwner { comm: "lo\x1bw".into(), pid: 8, tid: 812, policy: Policy::Fifo, prio: 10, from: OwnerFrom::Pi };
         let parts = vec![
             Cause { kind: CauseKind::Inversion { owner, preempted_by: Vec::new() }, ns: 1_000 },
-            Cause { kind: CauseKind::Task { comm: "lo\x1bw".into(), pid: 812, policy: Policy::Fifo, prio: 10 }, ns: 500 },
+            Cause {
+                kind: CauseKind::Task { comm: "lo\x1bw".into(), pid: 812, policy: Policy::Fifo, prio: 10 },
+                ns: 500,
+            },
         ];
         let mut s = String::new();
         Anatomy::from_parts(2_000, 0, 0, parts).render_parts_into(&mut s, 0, 500);

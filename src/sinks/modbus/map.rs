@@ -297,7 +297,8 @@ impl Image {
             return Err(MapError::ZeroCount);
         }
         let (a, end) = (addr as usize, addr as usize + count as usize);
-        let table = |from: u16, t: &'a [u16]| addr.checked_sub(from).map(|o| t.get(o as usize..o as usize + count as usize));
+        let table =
+            |from: u16, t: &'a [u16]| addr.checked_sub(from).map(|o| t.get(o as usize..o as usize + count as usize));
         let got = table(COUNTER_BASE, &self.counters)
             .or_else(|| table(THRESHOLD_BASE, &self.thresholds))
             .or_else(|| table(EXT_BASE, &self.ext))

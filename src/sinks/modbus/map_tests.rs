@@ -50,11 +50,8 @@ fn report(seq: u64) -> IntervalReport {
     cur.drops = 2;
     cur.alerts = 1;
     let p = ProbeReport::new(&info("runq", Mechanism::TpBtf), &prev, &cur);
-    let mut q = ProbeReport::new(
-        &info("second-probe-with-long-name", Mechanism::RawTp),
-        &Hist::default(),
-        &Hist::default(),
-    );
+    let mut q =
+        ProbeReport::new(&info("second-probe-with-long-name", Mechanism::RawTp), &Hist::default(), &Hist::default());
     q.total_count = 0x1_0000_0002;
     q.count = 5_000_000_000;
     IntervalReport {

@@ -41,12 +41,9 @@ fn labels_pb(labels: Labels<'_>) -> Vec<pb::LabelPair> {
                 pair("cause", label),
             ]
         }
-        Labels::Rule(l, rule) => vec![
-            pair("probe", &l.probe),
-            pair("kind", &l.kind),
-            pair("attach", &l.attach),
-            pair("rule", rule.word()),
-        ],
+        Labels::Rule(l, rule) => {
+            vec![pair("probe", &l.probe), pair("kind", &l.kind), pair("attach", &l.attach), pair("rule", rule.word())]
+        }
         Labels::Info(i) => vec![
             pair("version", env!("CARGO_PKG_VERSION")),
             pair("kernel", &i.kernel),
