@@ -79,10 +79,10 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
     for l in s.lines() {
         out.histogram(l);
     }
-    lines(out, s, "latmon_probe_drops_total", Counter, "Events the probe lost (full maps, clock anomalies).", |l| {
+    lines(out, s, "latmon_probe_drops_total", Counter, "Events the probe lost (full maps, clock anomalies).", &|l| {
         l.hist.drops as f64
     });
-    lines(out, s, "latmon_probe_alerts_total", Counter, "Events above the probe's alert threshold.", |l| {
+    lines(out, s, "latmon_probe_alerts_total", Counter, "Events above the probe's alert threshold.", &|l| {
         l.hist.alerts as f64
     });
     lines(
@@ -91,7 +91,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         "latmon_probe_alert_records_dropped_total",
         Counter,
         "Alert records that never reached latmon (rate limit, full buffer).",
-        |l| l.hist.alerts_dropped as f64,
+        &|l| l.hist.alerts_dropped as f64,
     );
     lines(
         out,
@@ -99,9 +99,9 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         "latmon_probe_bpf_missed_total",
         Counter,
         "Runs of the probe's BPF programs the kernel skipped (recursion_misses): events it never saw.",
-        |l| l.bpf_missed as f64,
+        &|l| l.bpf_missed as f64,
     );
-    lines(out, s, "latmon_probe_read_errors_total", Counter, "Failed reads of the probe's maps.", |l| {
+    lines(out, s, "latmon_probe_read_errors_total", Counter, "Failed reads of the probe's maps.", &|l| {
         l.read_errors as f64
     });
     lines(
@@ -110,7 +110,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         "latmon_probe_up",
         Gauge,
         "1 while the probe is attached, 0 once detached (see latmon_probe_detached_over_budget).",
-        |l| f64::from(u8::from(l.up)),
+        &|l| f64::from(u8::from(l.up)),
     );
     lines(
         out,
@@ -118,7 +118,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         "latmon_probe_detached_over_budget",
         Gauge,
         "1 when latmon detached the probe because its own cost broke overhead_budget.",
-        |l| f64::from(u8::from(l.detached)),
+        &|l| f64::from(u8::from(l.detached)),
     );
     lines(
         out,
@@ -126,7 +126,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         "latmon_probe_bpf_runs_total",
         Counter,
         "Runs of the probe's BPF programs (kernel events it hooked); latmon's own cost.",
-        |l| l.bpf_runs as f64,
+        &|l| l.bpf_runs as f64,
     );
     lines(
         out,
@@ -134,7 +134,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         "latmon_probe_bpf_run_seconds_total",
         Counter,
         "Time spent in the probe's BPF programs; latmon's own cost.",
-        |l| secs(l.bpf_run_ns),
+        &|l| secs(l.bpf_run_ns),
     );
     lines(
         out,
@@ -142,7 +142,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         "latmon_probe_bpf_seconds_per_event",
         Gauge,
         "BPF time per hooked event over the last interval.",
-        |l| secs(l.bpf_ns_per_event),
+        &|l| secs(l.bpf_ns_per_event),
     );
     lines(
         out,
@@ -150,7 +150,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         "latmon_probe_bpf_events_per_second",
         Gauge,
         "Hooked events per second over the last interval.",
-        |l| l.events_per_s as f64,
+        &|l| l.events_per_s as f64,
     );
     lines(
         out,
@@ -158,7 +158,7 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
         "latmon_probe_bpf_cpu_ratio",
         Gauge,
         "Share of the machine's CPU capacity the probe's BPF took over the last interval (0..1).",
-        |l| l.bpf_cpu_percent / 100.0,
+        &|l| l.bpf_cpu_percent / 100.0,
     );
 
     out.family(
@@ -225,64 +225,48 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
             }
         }
     }
-    if s.lines().iter().any(|l| l.misses.is_some()) {
-        out.family(
-            "latmon_cycle_misses_total",
-            Counter,
-            "Cycles of the loop done after their deadline (release + deadline), since the cycle probe started.",
-        );
-        for l in s.lines() {
-            if let Some(n) = l.misses {
-                out.sample(Labels::Line(l), n as f64);
-            }
-        }
-    }
+    some_lines(
+        out,
+        s,
+        "latmon_cycle_misses_total",
+        Counter,
+        "Cycles of the loop done after their deadline (release + deadline), since the cycle probe started.",
+        &|l| l.misses.map(|n| n as f64),
+    );
     if s.lines().iter().any(|l| l.rules.is_some()) {
         // Every rule of every cycle line, zeros included: rate() needs the
         // series before its first violation.
         out.family("latmon_cycle_rule_violations_total", Counter, "RT sleep rules broken by the watched threads.");
         for l in s.lines() {
-            for (rule, n) in l.rules.iter().flat_map(|r| Rule::ALL.map(|k| (k, r.counts.get(k)))) {
-                out.sample(Labels::Rule(l, rule), n as f64);
-            }
-        }
-        out.family("latmon_cycle_rule_records_lost_total", Counter, "Rule records lost (counted above).");
-        for l in s.lines() {
             if let Some(r) = l.rules {
-                out.sample(Labels::Line(l), r.records_lost as f64);
+                for rule in Rule::ALL {
+                    out.sample(Labels::Rule(l, rule), r.counts.get(rule) as f64);
+                }
             }
         }
     }
-    if s.lines().iter().any(|l| l.lock.is_some()) {
-        out.family(
-            "latmon_lock_inversions_total",
-            Counter,
-            "Lock waits lengthened by a priority inversion, since start.",
-        );
-        for l in s.lines() {
-            if let Some(k) = l.lock {
-                out.sample(Labels::Line(l), k.inversions as f64);
-            }
-        }
-        out.family("latmon_lock_inversion_seconds_total", Counter, "Their inversions' time, summed.");
-        for l in s.lines() {
-            if let Some(k) = l.lock {
-                out.sample(Labels::Line(l), secs(k.inversion_ns));
-            }
-        }
-    }
-    if s.lines().iter().any(|l| l.lock.is_some_and(|k| k.owners_refused.is_some())) {
-        out.family(
-            "latmon_lock_owners_refused_total",
-            Counter,
-            "Lock owners named but not followed: their waits name no inversion.",
-        );
-        for l in s.lines() {
-            if let Some(n) = l.lock.and_then(|k| k.owners_refused) {
-                out.sample(Labels::Line(l), n as f64);
-            }
-        }
-    }
+    some_lines(out, s, "latmon_cycle_rule_records_lost_total", Counter, "Rule records lost (counted above).", &|l| {
+        l.rules.map(|r| r.records_lost as f64)
+    });
+    some_lines(
+        out,
+        s,
+        "latmon_lock_inversions_total",
+        Counter,
+        "Lock waits lengthened by a priority inversion, since start.",
+        &|l| l.lock.map(|k| k.inversions as f64),
+    );
+    some_lines(out, s, "latmon_lock_inversion_seconds_total", Counter, "Their inversions' time, summed.", &|l| {
+        l.lock.map(|k| secs(k.inversion_ns))
+    });
+    some_lines(
+        out,
+        s,
+        "latmon_lock_owners_refused_total",
+        Counter,
+        "Lock owners named but not followed: their waits name no inversion.",
+        &|l| l.lock.and_then(|k| k.owners_refused).map(|n| n as f64),
+    );
     if s.lines().iter().any(|l| l.has_miss_causes) {
         out.family(
             "latmon_cycle_miss_cause_ratio",
@@ -295,41 +279,56 @@ pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
             }
         }
     }
-    if s.lines().iter().any(|l| l.threshold_ns > 0) {
-        out.family(
-            "latmon_probe_threshold_seconds",
-            Gauge,
-            "The probe's alert threshold: latencies above it count in latmon_probe_alerts_total.",
-        );
-        for l in s.lines().iter().filter(|l| l.threshold_ns > 0) {
-            out.sample(Labels::Line(l), secs(l.threshold_ns));
-        }
-    }
-    if s.lines().iter().any(|l| l.folded.is_some()) {
-        out.family(
-            "latmon_series_folded",
-            Gauge,
-            "Series of the family summed into its FAMILY:folded line (over the series limit).",
-        );
-        for l in s.lines() {
-            if let Some(n) = l.folded {
-                out.sample(Labels::Line(l), f64::from(n));
-            }
-        }
-    }
+    some_lines(
+        out,
+        s,
+        "latmon_probe_threshold_seconds",
+        Gauge,
+        "The probe's alert threshold: latencies above it count in latmon_probe_alerts_total.",
+        &|l| (l.threshold_ns > 0).then(|| secs(l.threshold_ns)),
+    );
+    some_lines(
+        out,
+        s,
+        "latmon_series_folded",
+        Gauge,
+        "Series of the family summed into its FAMILY:folded line (over the series limit).",
+        &|l| l.folded.map(f64::from),
+    );
 }
 
-/// A family with one sample per line.
+/// A family with one sample per line. Not generic (`dyn`): one copy of
+/// it for all the families and both formats (the aarch64 binary's size).
 fn lines(
-    out: &mut impl Exposition,
+    out: &mut dyn Exposition,
     s: &Snapshot,
     name: &'static str,
     kind: Kind,
     help: &'static str,
-    v: impl Fn(&Line) -> f64,
+    v: &dyn Fn(&Line) -> f64,
 ) {
     out.family(name, kind, help);
     for l in s.lines() {
         out.sample(Labels::Line(l), v(l));
+    }
+}
+
+/// A family with a sample for each line `v` has one for, if any has.
+fn some_lines(
+    out: &mut dyn Exposition,
+    s: &Snapshot,
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    v: &dyn Fn(&Line) -> Option<f64>,
+) {
+    if s.lines().iter().all(|l| v(l).is_none()) {
+        return;
+    }
+    out.family(name, kind, help);
+    for l in s.lines() {
+        if let Some(x) = v(l) {
+            out.sample(Labels::Line(l), x);
+        }
     }
 }

@@ -28,7 +28,13 @@ fn pair(name: &str, value: &str) -> pb::LabelPair {
 fn labels_pb(labels: Labels<'_>) -> Vec<pb::LabelPair> {
     match labels {
         Labels::None => Vec::new(),
-        Labels::Line(l) => vec![pair("probe", &l.probe), pair("kind", &l.kind), pair("attach", &l.attach)],
+        Labels::Line(l) | Labels::Rule(l, _) => {
+            let mut v = vec![pair("probe", &l.probe), pair("kind", &l.kind), pair("attach", &l.attach)];
+            if let Labels::Rule(_, r) = labels {
+                v.push(pair("rule", r.word()));
+            }
+            v
+        }
         Labels::Output(o) => vec![pair("output", o)],
         Labels::Cause(l, rank) | Labels::MissCause(l, rank) => {
             let (rank, kind, label) = cause_labels(l, rank, matches!(labels, Labels::MissCause(..)));
@@ -40,9 +46,6 @@ fn labels_pb(labels: Labels<'_>) -> Vec<pb::LabelPair> {
                 pair("cause_kind", kind),
                 pair("cause", label),
             ]
-        }
-        Labels::Rule(l, rule) => {
-            vec![pair("probe", &l.probe), pair("kind", &l.kind), pair("attach", &l.attach), pair("rule", rule.word())]
         }
         Labels::Info(i) => vec![
             pair("version", env!("CARGO_PKG_VERSION")),

@@ -37,9 +37,14 @@ impl Text<'_> {
         let s = &mut *self.s;
         match labels {
             Labels::None => {}
-            Labels::Line(l) => {
+            Labels::Line(l) | Labels::Rule(l, _) => {
                 let _ =
                     write!(s, "{{probe=\"{}\",kind=\"{}\",attach=\"{}\"", Esc(&l.probe), Esc(&l.kind), Esc(&l.attach));
+                if let Labels::Rule(_, r) = labels {
+                    s.push_str(",rule=\"");
+                    s.push_str(r.word());
+                    s.push('"');
+                }
                 if let Some(le) = le {
                     let _ = write!(s, ",le=\"{le}\"");
                 }
@@ -57,16 +62,6 @@ impl Text<'_> {
                     Esc(&l.kind),
                     Esc(&l.attach),
                     Esc(label)
-                );
-            }
-            Labels::Rule(l, rule) => {
-                let _ = write!(
-                    s,
-                    "{{probe=\"{}\",kind=\"{}\",attach=\"{}\",rule=\"{}\"}}",
-                    Esc(&l.probe),
-                    Esc(&l.kind),
-                    Esc(&l.attach),
-                    rule.word()
                 );
             }
             Labels::Info(i) => {
