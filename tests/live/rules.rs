@@ -5,10 +5,14 @@
 //!   that in turn sleeps relative (clock_nanosleep, nanosleep), sleeps on
 //!   CLOCK_REALTIME and writes + fdatasyncs (counting its own voluntary
 //!   context switches around it): `total_rule_counts` must equal its
-//!   counts; without injections every count is 0.
+//!   counts, and so must what a real Prometheus scraped
+//!   (`latmon_cycle_rule_violations_total`) and what mbpoll reads from the
+//!   probe's Modbus counter block; without injections every count is 0.
 //! - tests/fixtures/lm_lock.c: the high loop blocked on ctrl_mutex held by
 //!   the low thread is woken by the low one's unlock, once per inversion:
 //!   `woken_by_lower` counts each; with PTHREAD_PRIO_INHERIT it stays 0.
+//!   Under a `lock` probe too, every Modbus counter block (the rules, the
+//!   lock lines' inversions) reads what the last JSON report says.
 //!
 //! The mutation (LATMON_CYCLE_MUTATE=rules: every timer sleep judged
 //! relative, every futex wait not PI) must fail the zero and PI checks.
@@ -17,7 +21,7 @@ use crate::common;
 
 use std::process::Command;
 
-use common::prometheus::{free_port, Prometheus};
+use common::prometheus::{free_port, http_get, Prometheus};
 use common::*;
 
 const RULES: [&str; 4] = ["woken_by_lower", "sleep_other", "sleep_relative", "sleep_realtime_clock"];
@@ -149,6 +153,11 @@ fn sleep_rules_count_what_the_loop_did() {
                 (got == want.map(Some)).then_some(got)
             });
             *seen.lock().unwrap() = (got.unwrap_or_else(|| scraped_rules(&server)), modbus_rules(mb, want));
+            // The exposition with the rule families passes promtool's lint.
+            let (status, body) = http_get(&format!("127.0.0.1:{pp}"), "/metrics").expect("latmon's /metrics");
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body.matches("latmon_cycle_rule_violations_total{").count(), 4, "{body}");
+            promtool_check_metrics(&body);
         },
     );
     assert!(did[0] >= 80 && did[1] >= 40 && did[2] >= 40, "the fixture did too little: {did:?}");
