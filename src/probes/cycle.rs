@@ -498,7 +498,10 @@ mod tests {
         let (_, rec) = decode_alert_cycle(unsafe { plain::as_bytes(&r) }, &["c".into()]).unwrap();
         let a = rec.anatomy.unwrap();
         assert!(a.sums_to(1_100_000), "{a:?}");
-        assert_eq!(a.causes.iter().find(|c| matches!(c.kind, CauseKind::Inversion { .. })).map(|c| c.ns), Some(1_000_000));
+        assert_eq!(
+            a.causes.iter().find(|c| matches!(c.kind, CauseKind::Inversion { .. })).map(|c| c.ns),
+            Some(1_000_000)
+        );
         assert!(!a.causes.iter().any(|c| matches!(c.kind, CauseKind::Blocked { .. })), "{a:?}");
     }
 

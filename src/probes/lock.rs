@@ -283,7 +283,8 @@ impl WaitOwner {
             // The waker: its policy now (the kernel did not follow it).
             (policy, prio) = super::alerts::thread_sched(l.owner_tid).unwrap_or((Policy::Unknown(0), 0));
         }
-        let owner = LockOwner { comm: comm_text(&l.owner_comm), pid: l.owner_tgid, tid: l.owner_tid, policy, prio, from };
+        let owner =
+            LockOwner { comm: comm_text(&l.owner_comm), pid: l.owner_tgid, tid: l.owner_tid, policy, prio, from };
         let inverted: Vec<Preempter> = l.pre.iter().filter(|p| p.inv_ns > 0).map(|p| preempter(p, p.inv_ns)).collect();
         let inversion_ns = inverted.iter().map(|p| p.ns).sum::<u64>() + l.rest_inv_ns;
         Some(WaitOwner { owner, inverted, inversion_ns })
