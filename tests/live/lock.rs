@@ -400,9 +400,37 @@ fn a_cycle_miss_blocked_on_the_mutex_names_the_inversion() {
     let _s = serial();
     // The inverted cycle's response is ~1.6 ms, the one after it ~0.6 ms.
     let cycle = ["--probe", "cycle,comm=lm_lock,name=loop,deadline=1ms"];
-    let (fx, lines) = run_with(false, THRESHOLD_NS, &[], &cycle);
+    let cap = scratch("lock-cycle-frames", "capture.bin");
+    let frames = format!("file:{},format=frames", cap.display());
+    let (fx, lines) =
+        run_with(false, THRESHOLD_NS, &[], &[&cycle[..], &["--output", "-", "--output", &frames]].concat());
     let (named, inversions, dropped) = cycle_check(&fx, &lines).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("FIGURES cycle misses naming the inversion: {named} of {inversions} ({dropped} records dropped)");
+    // Over a frames link (wire revision 10) the misses keep the
+    // inversion as the agent printed it (the owner's pid is not carried).
+    let inverted = |r: &serde_json::Value| {
+        r["causes"].as_array().into_iter().flatten().find(|c| c["kind"] == "inversion").cloned()
+    };
+    let is_loop_miss = |r: &serde_json::Value| r["probe"] == "loop" && r["event"] == "miss" && inverted(r).is_some();
+    let agent: Vec<serde_json::Value> = lines
+        .iter()
+        .flat_map(|l| l["alert_records"].as_array().into_iter().flatten())
+        .filter(|r| is_loop_miss(r))
+        .cloned()
+        .collect();
+    let dec = latmon().arg("decode").arg(format!("file:{}", cap.display())).output().unwrap();
+    assert!(dec.status.success(), "decode: {}", String::from_utf8_lossy(&dec.stderr));
+    let received: Vec<serde_json::Value> = json_lines(&String::from_utf8_lossy(&dec.stdout))
+        .into_iter()
+        .filter(|l| l["type"] == "alert" && is_loop_miss(l))
+        .collect();
+    assert_eq!(received.len(), agent.len(), "every inverted miss crossed the link");
+    for (a, r) in agent.iter().zip(&received) {
+        let (mut ai, ri) = (inverted(a).unwrap(), inverted(r).unwrap());
+        ai["owner"]["pid"] = 0.into();
+        assert_eq!(ai, ri, "an inversion changed on the link:\nagent {a}\nreceived {r}");
+    }
+    eprintln!("FIGURES cycle misses with the inversion over frames: {} of {}", received.len(), agent.len());
     // The lock probe's own records are unchanged by the cycle probe.
     check(&fx, &lines).unwrap_or_else(|e| panic!("{e}"));
     // The mutation: the preempters charged to the owner must fail here too.
