@@ -56,6 +56,7 @@
 #include "anatomy.bpf.h"
 #include "anatomy_merge.bpf.h"
 #include "cycle_release.bpf.h"
+#include "lock_cycle.bpf.h"
 
 #define TASK_RUNNING 0
 #define TASK_UNINTERRUPTIBLE 0x2 /* include/linux/sched.h */
@@ -302,7 +303,13 @@ static __noinline int send_record(void *ctx, struct cycle_thread *t, __u32 tid, 
 	r->cycle.deadline_ns = t->deadline_ns;
 	r->cycle.event = event;
 	r->cycle.doing_syscall = -1;
+	__builtin_memset(&r->lock, 0, sizeof(r->lock));
 	if (event != LATMON_CYCLE_OVERRUN) {
+		struct latmon_lock_record *l = cfg.lock_join ? bpf_map_lookup_elem(&lock_cycle, &tid) : NULL;
+
+		/* Cleared at the release, but a wait may straddle it. */
+		if (l && l->start_ns >= t->release_ns)
+			__builtin_memcpy(&r->lock, l, sizeof(r->lock));
 		r->cycle.done_ns = now;
 	} else if (t->phase == P_RUN) {
 		r->cycle.doing = LATMON_CYCLE_DOING_RUNNING;
@@ -360,6 +367,8 @@ static __always_inline void cycle_done(void *ctx, struct cycle_thread *t, __u32 
  * accounts start over. */
 static __always_inline void release_init(struct cycle_thread *t, struct task_struct *p, __u32 cpu, __u64 now)
 {
+	__u32 tid = p->pid;
+
 	__builtin_memset(&t->acc, 0, sizeof(t->acc));
 	__builtin_memset(&t->exec, 0, sizeof(t->exec));
 	t->acc.timer_irq_delay_ns = now > t->release_ns ? now - t->release_ns : 0;
@@ -369,6 +378,8 @@ static __always_inline void release_init(struct cycle_thread *t, struct task_str
 	t->reported = 0;
 	t->started = 0;
 	t->wake_ns = now;
+	if (cfg.lock_join)
+		bpf_map_delete_elem(&lock_cycle, &tid);
 }
 
 /* The thread runs from `now`: the cycle's first run, if it is. */

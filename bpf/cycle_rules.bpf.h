@@ -89,6 +89,7 @@ static __noinline int send_rule(void *ctx, struct cycle_thread *t, __u32 tid, __
 		return 0;
 	__builtin_memset(&r->anat, 0, sizeof(r->anat));
 	__builtin_memset(&r->cycle, 0, sizeof(r->cycle));
+	__builtin_memset(&r->lock, 0, sizeof(r->lock));
 	r->alert.time_ns = now;
 	r->alert.latency_ns = 0;
 	r->alert.probe_id = LATMON_CYCLE_RULE_ALERT_ID;

@@ -327,7 +327,7 @@ struct latmon_cycle_config {
 	__s32 nr_futex_waitv;
 	__s32 nr_nanosleep;
 	__s32 nr_clock_nanosleep;
-	__u32 pad;
+	__u32 lock_join; /* a lock probe runs: take its waits (bpf/lock_cycle.bpf.h) */
 	char filter_comm[LATMON_COMM_LEN];
 };
 
@@ -390,12 +390,6 @@ struct latmon_cycle_record {
 	char waker_comm[LATMON_COMM_LEN];
 };
 
-struct latmon_alert_cycle {
-	struct latmon_alert alert;
-	struct latmon_anatomy anat;
-	struct latmon_cycle_record cycle;
-};
-
 /* lock: the probe's configuration, set in rodata before load. */
 struct latmon_lock_config {
 	__u64 threshold_ns; /* threshold=: waits above it send a record, 0: none */
@@ -438,11 +432,13 @@ struct latmon_lock_task {
 	char comm[LATMON_COMM_LEN];
 };
 
-/* A wait above threshold=, appended to struct latmon_alert
- * (struct latmon_alert_lock). Times in ns. */
+/* A wait: above threshold=, appended to struct latmon_alert (struct
+ * latmon_alert_lock); inside a cycle, in struct latmon_alert_cycle.
+ * Times in ns. */
 struct latmon_lock_record {
 	__u64 uaddr;
 	__u64 start_ns;	    /* the wait's start (futex entry), CLOCK_MONOTONIC */
+	__u64 end_ns;	    /* its end (the thread running again) */
 	__u64 owner_run_ns; /* the owner's own time on a CPU during the wait */
 	__u64 rest_ns;	    /* preempters beyond LOCK_PREEMPTERS */
 	__u64 rest_inv_ns;  /* their part between the two priorities */
@@ -462,6 +458,20 @@ struct latmon_lock_record {
 
 struct latmon_alert_lock {
 	struct latmon_alert alert;
+	struct latmon_lock_record lock;
+};
+
+/* lock -> cycle: per thread, the longest futex wait with an owner since
+ * the thread's last cycle release (bpf/lock_cycle.bpf.h). */
+#define LATMON_LOCK_CYCLE_THREADS 128
+
+/* A cycle record: the alert, its anatomy, its cycle half, and the
+ * longest lock wait inside the cycle that the lock probe followed
+ * (lock.owner_from LATMON_LOCK_OWNER_NONE: none, or no lock probe). */
+struct latmon_alert_cycle {
+	struct latmon_alert alert;
+	struct latmon_anatomy anat;
+	struct latmon_cycle_record cycle;
 	struct latmon_lock_record lock;
 };
 

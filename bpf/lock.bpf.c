@@ -39,6 +39,7 @@
 #include "alerts.bpf.h"
 #include "core_fixes.bpf.h"
 #include "filter.bpf.h"
+#include "lock_cycle.bpf.h"
 
 #define TASK_RUNNING 0
 #define SCHED_FIFO 1 /* include/uapi/linux/sched.h */
@@ -474,12 +475,50 @@ static __always_inline void tally(__u32 slot, struct lock_owner *o)
 	}
 }
 
+/* The wait of t (series `slot`, ended at `end`) with its owner's account:
+ * false if it has no owner (followed or waker). */
+static __always_inline bool fill_wait(struct latmon_lock_record *l, struct lock_thread *t, __u32 slot, __u64 end)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	struct lock_owner *o = NULL;
+	__u32 otid = t->owner_tid;
+
+	__builtin_memset(l, 0, sizeof(*l));
+	l->uaddr = t->uaddr;
+	l->start_ns = t->start_ns;
+	l->end_ns = end;
+	l->op = t->op;
+	l->slot = slot;
+	l->waiter_policy = cur->policy;
+	l->waiter_prio = prio_of(cur, l->waiter_policy);
+	if (t->owner_live)
+		o = bpf_map_lookup_elem(&lock_owners, &otid);
+	if (o) {
+		l->owner_from = t->owner_from;
+		l->owner_tid = otid;
+		l->owner_tgid = o->tgid;
+		l->owner_policy = o->policy;
+		l->owner_prio = o->prio;
+		l->owner_run_ns = o->run_ns;
+		l->rest_ns = o->rest_ns;
+		l->rest_inv_ns = o->rest_inv_ns;
+		__builtin_memcpy(l->owner_comm, o->comm, sizeof(l->owner_comm));
+		__builtin_memcpy(l->pre, o->pre, sizeof(l->pre));
+	} else if (t->waker_tid) {
+		/* Policy and priority: user space asks the thread. */
+		l->owner_from = LATMON_LOCK_OWNER_WAKER;
+		l->owner_tid = t->waker_tid;
+		l->owner_tgid = t->waker_tgid;
+		l->owner_policy = LATMON_ANAT_POLICY_UNSET;
+		__builtin_memcpy(l->owner_comm, t->waker_comm, sizeof(l->owner_comm));
+	}
+	return l->owner_from != LATMON_LOCK_OWNER_NONE;
+}
+
 static __noinline int send_record(void *ctx, struct lock_thread *t, __u32 slot, __u64 latency, __u64 end)
 {
 	struct latmon_alert_lock *r;
-	struct lock_owner *o = NULL;
-	__u32 zero = 0, otid = t->owner_tid;
-	struct task_struct *cur = bpf_get_current_task_btf();
+	__u32 zero = 0;
 
 	if (slot >= LATMON_LOCK_SERIES)
 		return 0;
@@ -490,41 +529,35 @@ static __noinline int send_record(void *ctx, struct lock_thread *t, __u32 slot, 
 	r = bpf_map_lookup_elem(&lock_scratch, &zero);
 	if (!r)
 		return 0;
-	__builtin_memset(r, 0, sizeof(*r));
+	__builtin_memset(&r->alert, 0, sizeof(r->alert));
 	latmon_alert_fill(&r->alert, slot, latency, end, NULL);
-	r->lock.uaddr = t->uaddr;
-	r->lock.start_ns = t->start_ns;
-	r->lock.op = t->op;
-	r->lock.slot = slot;
-	r->lock.waiter_policy = cur->policy;
-	r->lock.waiter_prio = prio_of(cur, r->lock.waiter_policy);
-	if (t->owner_live)
-		o = bpf_map_lookup_elem(&lock_owners, &otid);
-	if (o) {
-		r->lock.owner_from = t->owner_from;
-		r->lock.owner_tid = otid;
-		r->lock.owner_tgid = o->tgid;
-		r->lock.owner_policy = o->policy;
-		r->lock.owner_prio = o->prio;
-		r->lock.owner_run_ns = o->run_ns;
-		r->lock.rest_ns = o->rest_ns;
-		r->lock.rest_inv_ns = o->rest_inv_ns;
-		__builtin_memcpy(r->lock.owner_comm, o->comm, sizeof(r->lock.owner_comm));
-		__builtin_memcpy(r->lock.pre, o->pre, sizeof(r->lock.pre));
-	} else if (t->waker_tid) {
-		/* Policy and priority: user space asks the thread. */
-		r->lock.owner_from = LATMON_LOCK_OWNER_WAKER;
-		r->lock.owner_tid = t->waker_tid;
-		r->lock.owner_tgid = t->waker_tgid;
-		r->lock.owner_policy = LATMON_ANAT_POLICY_UNSET;
-		__builtin_memcpy(r->lock.owner_comm, t->waker_comm, sizeof(r->lock.owner_comm));
-	}
+	fill_wait(&r->lock, t, slot, end);
 	if (use_ringbuf) {
 		if (bpf_ringbuf_output(&alerts, r, sizeof(*r), 0))
 			latmon_alert_dropped(slot, true);
 	} else if (bpf_perf_event_output(ctx, &alerts_perf, BPF_F_CURRENT_CPU, r, sizeof(*r))) {
 		latmon_alert_dropped(slot, true);
 	}
+	return 0;
+}
+
+/* The wait (tid's, series `slot`, ended at `end`) for a cycle miss that
+ * contains it (bpf/lock_cycle.bpf.h): kept if it has an owner and is the
+ * thread's longest since its last release. */
+static __noinline int keep_for_cycle(struct lock_thread *t, __u32 tid, __u32 slot, __u64 end)
+{
+	struct latmon_alert_lock *r;
+	struct latmon_lock_record *e;
+	__u32 zero = 0;
+
+	e = bpf_map_lookup_elem(&lock_cycle, &tid);
+	if (e && e->end_ns - e->start_ns >= end - t->start_ns)
+		return 0;
+	r = bpf_map_lookup_elem(&lock_scratch, &zero);
+	if (!r || !fill_wait(&r->lock, t, slot, end))
+		return 0;
+	/* Full of threads that are no loops: the LRU evicts one of theirs. */
+	bpf_map_update_elem(&lock_cycle, &tid, &r->lock, BPF_ANY);
 	return 0;
 }
 
@@ -622,6 +655,7 @@ int lock_futex_exit(struct sys_exit_futex_rec *ctx)
 			send_record(ctx, t, slot, latency, end);
 		}
 	}
+	keep_for_cycle(t, tid, slot, end);
 	if (t->owner_live) {
 		otid = t->owner_tid;
 		tally(slot, bpf_map_lookup_elem(&lock_owners, &otid));

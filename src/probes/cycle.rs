@@ -27,7 +27,9 @@ use crate::bpf::limits::{
     ANAT_IRQS, ANAT_TASKS, CS_EXEC, CS_RESPONSE, CS_WAKEUP, CYCLE_DOING_BLOCKED, CYCLE_DOING_RUNNABLE,
     CYCLE_DOING_RUNNING, CYCLE_MISS, CYCLE_OVERRUN, CYCLE_RULE, CYCLE_RULE_ALERT_ID, RULE_WOKEN_BY_LOWER, SOFTIRQ_VECS,
 };
-use crate::bpf::shared::types::{latmon_alert_cycle, latmon_anatomy, latmon_cycle_record, latmon_cycle_stats};
+use crate::bpf::shared::types::{
+    latmon_alert_cycle, latmon_anatomy, latmon_cycle_record, latmon_cycle_stats, latmon_lock_record,
+};
 use crate::config::{ProbeKind, ProbeSpec};
 
 // SAFETY: #[repr(C)] structs of integers generated from bpf/latmon.h.
@@ -35,7 +37,10 @@ unsafe impl plain::Plain for latmon_cycle_record {}
 unsafe impl plain::Plain for latmon_cycle_stats {}
 const _: () = assert!(
     size_of::<latmon_alert_cycle>()
-        == super::alerts::ALERT_RECORD_BYTES + super::alerts::ANATOMY_BYTES + size_of::<latmon_cycle_record>()
+        == super::alerts::ALERT_RECORD_BYTES
+            + super::alerts::ANATOMY_BYTES
+            + size_of::<latmon_cycle_record>()
+            + size_of::<latmon_lock_record>()
 );
 
 /// Tests only: `LATMON_CYCLE_MUTATE=1` charges the loop's own execution
@@ -220,7 +225,7 @@ impl TimerfdHint {
     }
 }
 
-pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
+pub fn open(spec: &ProbeSpec, lock_join: bool) -> Result<Box<dyn Probe>, ProbeError> {
     let probe = spec.name.clone();
     if !super::kernel_btf_present() {
         return Err(ProbeError::KernelFeature {
@@ -235,7 +240,7 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
         });
     }
     let ringbuf = want_ringbuf();
-    let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, ringbuf))?;
+    let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, ringbuf, lock_join))?;
     let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
     let reader = PerCpuHist::new(&skel.maps.cycle_hist).map_err(read_err)?;
     let m = &skel.maps;
@@ -251,13 +256,14 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
     });
     let c = Cycles { alerts, reader, last: CycleCounts::default(), hint, _links: links, _skel: skel };
     let mode = format!(
-        "thread-hash, records via {}{}",
+        "thread-hash, records via {}{}{}",
         if ringbuf { "ringbuf" } else { "perf buffer" },
         match &spec.kind {
             ProbeKind::Cycle { period: Some(p), .. } =>
                 format!(", period {}", latmon_core::text::fmt_ns(p.as_nanos() as u64)),
             _ => ", period detected".into(),
-        }
+        },
+        if lock_join { ", lock waits from the lock probe" } else { "" }
     );
     let info = ProbeInfo {
         name: probe,
@@ -274,7 +280,7 @@ fn nanos(d: Option<std::time::Duration>) -> u64 {
     d.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<CycleSkel<'static>>, Vec<Link>), LoadError> {
+fn load(spec: &ProbeSpec, ringbuf: bool, lock_join: bool) -> Result<(Owned<CycleSkel<'static>>, Vec<Link>), LoadError> {
     let (period, deadline, timerfd) = match &spec.kind {
         ProbeKind::Cycle { period, deadline, timerfd } => (nanos(*period), nanos(*deadline), *timerfd),
         _ => (0, 0, false),
@@ -299,6 +305,7 @@ fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<CycleSkel<'static>>, V
             _ => 0,
         };
         ro.cfg.timerfd = u32::from(timerfd);
+        ro.cfg.lock_join = u32::from(lock_join);
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
         ro.cfg.nr_futex = nr("futex");
         ro.cfg.nr_futex_waitv = nr("futex_waitv");
@@ -307,6 +314,7 @@ fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<CycleSkel<'static>>, V
         ro.use_ringbuf = ringbuf;
         ro.anatomy = true;
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
+        super::lock_cycle::share(&mut open.maps.lock_cycle)?;
         super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
@@ -324,6 +332,9 @@ pub(crate) fn decode_alert_cycle(data: &[u8], names: &[String]) -> Option<(usize
     let at = at + super::alerts::ANATOMY_BYTES;
     let mut c = latmon_cycle_record::default();
     plain::copy_from_bytes(&mut c, data.get(at..at + size_of::<latmon_cycle_record>())?).ok()?;
+    let at = at + size_of::<latmon_cycle_record>();
+    let mut lock = latmon_lock_record::default();
+    plain::copy_from_bytes(&mut lock, data.get(at..at + size_of::<latmon_lock_record>())?).ok()?;
     let sys = |nr: i32| u32::try_from(nr).ok().and_then(super::syscall::name).unwrap_or("").to_string();
     if c.event as usize == CYCLE_RULE {
         let rule = Rule::from_code(c.rule)?;
@@ -374,9 +385,13 @@ pub(crate) fn decode_alert_cycle(data: &[u8], names: &[String]) -> Option<(usize
         super::alerts::anatomy_parts(&anat, &mut parts);
         parts.push(Cause { kind: CauseKind::Running, ns: c.exec.running_ns });
         for (k, b) in c.exec.blocked.iter().enumerate() {
-            if b.ns > 0 {
-                let on = BlockedOn::from_code(k as u32);
-                parts.push(Cause { kind: CauseKind::Blocked { on, syscall: sys(b.syscall) }, ns: b.ns });
+            let on = BlockedOn::from_code(k as u32);
+            let mut ns = b.ns;
+            if on == BlockedOn::Futex {
+                ns -= lock_parts(&lock, ns, &mut parts);
+            }
+            if ns > 0 {
+                parts.push(Cause { kind: CauseKind::Blocked { on, syscall: sys(b.syscall) }, ns });
             }
         }
         let count = u32::try_from(c.exec.fault_count).unwrap_or(u32::MAX);
@@ -384,6 +399,23 @@ pub(crate) fn decode_alert_cycle(data: &[u8], names: &[String]) -> Option<(usize
         rec.anatomy = Some(Anatomy::from_parts(rec.latency_ns, anat.cpu_woken, anat.cpu_ran, parts));
     }
     Some((id, rec))
+}
+
+/// The lock wait inside a cycle (the lock probe's, bpf/lock_cycle.bpf.h)
+/// out of the cycle's `futex_ns` blocked on futexes: the inversion that
+/// held its owner off, then the owner's own time, each at most what is
+/// left of `futex_ns` (the wait may have begun before the loop blocked).
+/// Returns the ns carved; the rest stays `blocked futex`.
+fn lock_parts(lock: &latmon_lock_record, futex_ns: u64, parts: &mut Vec<Cause>) -> u64 {
+    let Some(w) = super::lock::WaitOwner::of(lock) else { return 0 };
+    let inversion = w.inversion_ns.min(futex_ns);
+    let owner = lock.owner_run_ns.min(futex_ns - inversion);
+    if inversion > 0 {
+        parts.push(Cause { ns: inversion, ..w.inversion() });
+    }
+    // Zero too: the owner is named whenever the wait is known.
+    parts.push(Cause { kind: CauseKind::Owner { owner: w.owner }, ns: owner });
+    inversion + owner
 }
 
 fn comm_text(comm: &[i8]) -> String {
@@ -423,6 +455,54 @@ mod tests {
         assert_eq!((m.event, m.done_ns, m.deadline_ns), (CycleEvent::Miss, Some(2_620_000), 2_000_000));
         // A short record is refused, not a panic.
         assert!(decode_alert_cycle(&bytes[..bytes.len() - 1], &["c".into()]).is_none());
+    }
+
+    /// A miss whose loop blocked on a mutex the lock probe followed: the
+    /// futex part becomes the inversion (its preempter's share), the
+    /// owner's own time and the rest of the block; the parts still sum.
+    #[test]
+    fn a_miss_blocked_on_a_followed_lock_names_its_inversion_and_owner() {
+        let mut r = latmon_alert_cycle::default();
+        r.alert.latency_ns = 2_400_000;
+        r.cycle.event = CYCLE_MISS as u32;
+        r.cycle.release_ns = 1_000_000;
+        r.cycle.exec.running_ns = 100_000;
+        r.cycle.exec.blocked[0].ns = 2_300_000;
+        r.cycle.exec.blocked[0].syscall = -1;
+        r.lock.owner_from = crate::bpf::limits::LOCK_OWNER_GLIBC as u32;
+        (r.lock.owner_tid, r.lock.owner_tgid, r.lock.owner_policy, r.lock.owner_prio) = (812, 800, 1, 10);
+        r.lock.owner_comm[..5].copy_from_slice(&[b'c' as i8, b'f' as i8, b'l' as i8, b'o' as i8, b'w' as i8]);
+        r.lock.owner_run_ns = 200_000;
+        r.lock.pre[0] = crate::bpf::shared::types::latmon_lock_task {
+            pid: 813,
+            policy: 1,
+            prio: 50,
+            ns: 2_000_000,
+            inv_ns: 1_900_000,
+            ..Default::default()
+        };
+        // SAFETY: a plain struct viewed as bytes.
+        let (_, rec) = decode_alert_cycle(unsafe { plain::as_bytes(&r) }, &["c".into()]).unwrap();
+        let a = rec.anatomy.unwrap();
+        assert!(a.sums_to(2_400_000), "{a:?}");
+        let inv = a.causes.iter().find(|c| matches!(c.kind, CauseKind::Inversion { .. })).expect("inversion");
+        let CauseKind::Inversion { owner, preempted_by } = &inv.kind else { unreachable!() };
+        assert_eq!((inv.ns, owner.tid, owner.comm.as_str(), preempted_by[0].pid), (1_900_000, 812, "cflow", 813));
+        assert!(a.causes.iter().any(|c| matches!(c.kind, CauseKind::Owner { .. }) && c.ns == 200_000), "{a:?}");
+        let rest = a.causes.iter().find(|c| matches!(c.kind, CauseKind::Blocked { on: BlockedOn::Futex, .. }));
+        assert_eq!(rest.map(|c| c.ns), Some(200_000), "{a:?}");
+        // An inversion longer than the block is cut to it: the sum holds.
+        r.cycle.exec.blocked[0].ns = 1_000_000;
+        r.alert.latency_ns = 1_100_000;
+        // SAFETY: as above.
+        let (_, rec) = decode_alert_cycle(unsafe { plain::as_bytes(&r) }, &["c".into()]).unwrap();
+        let a = rec.anatomy.unwrap();
+        assert!(a.sums_to(1_100_000), "{a:?}");
+        assert_eq!(
+            a.causes.iter().find(|c| matches!(c.kind, CauseKind::Inversion { .. })).map(|c| c.ns),
+            Some(1_000_000)
+        );
+        assert!(!a.causes.iter().any(|c| matches!(c.kind, CauseKind::Blocked { .. })), "{a:?}");
     }
 
     #[test]

@@ -173,6 +173,7 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
     }
     let ringbuf = want_ringbuf();
     let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, ringbuf))?;
+    super::lock_cycle::lock_is_loaded();
     let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
     let reader = PerCpuHist::new(&skel.maps.lock_hist).map_err(read_err)?;
     let bss = skel.maps.bss_data.as_deref().ok_or_else(|| ProbeError::Read {
@@ -221,6 +222,7 @@ fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<LockSkel<'static>>, Ve
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
         ro.use_ringbuf = ringbuf;
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
+        super::lock_cycle::share(&mut open.maps.lock_cycle)?;
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let links = attach_in_order(skel.object(), &PROGRAMS)?;
@@ -247,27 +249,9 @@ pub(crate) fn decode_alert_lock(data: &[u8], names: &[String]) -> Option<(usize,
     let mut l = latmon_lock_record::default();
     plain::copy_from_bytes(&mut l, data.get(at..at + size_of::<latmon_lock_record>())?).ok()?;
     let mut parts = Vec::with_capacity(LOCK_PREEMPTERS + 3);
-    let from = match l.owner_from as usize {
-        LOCK_OWNER_NONE => None,
-        LOCK_OWNER_PI => Some(OwnerFrom::Pi),
-        LOCK_OWNER_GLIBC => Some(OwnerFrom::Glibc),
-        _ => Some(OwnerFrom::Waker),
-    };
-    if let Some(from) = from {
-        let (mut policy, mut prio) = (Policy::from_code(l.owner_policy), l.owner_prio);
-        if l.owner_policy as usize == ANAT_POLICY_UNSET {
-            // The waker: its policy now (the kernel did not follow it).
-            (policy, prio) = super::alerts::thread_sched(l.owner_tid).unwrap_or((Policy::Unknown(0), 0));
-        }
-        let owner =
-            LockOwner { comm: comm_text(&l.owner_comm), pid: l.owner_tgid, tid: l.owner_tid, policy, prio, from };
-        let inverted: Vec<Preempter> = l.pre.iter().filter(|p| p.inv_ns > 0).map(|p| preempter(p, p.inv_ns)).collect();
-        let inv_ns = inverted.iter().map(|p| p.ns).sum::<u64>() + l.rest_inv_ns;
-        if inv_ns > 0 {
-            parts.push(Cause {
-                kind: CauseKind::Inversion { owner: owner.clone(), preempted_by: inverted },
-                ns: inv_ns,
-            });
+    if let Some(w) = WaitOwner::of(&l) {
+        if w.inversion_ns > 0 {
+            parts.push(w.inversion());
         }
         for p in l.pre.iter().filter(|p| p.ns > p.inv_ns) {
             let q = preempter(p, p.ns - p.inv_ns);
@@ -277,10 +261,50 @@ pub(crate) fn decode_alert_lock(data: &[u8], names: &[String]) -> Option<(usize,
             });
         }
         parts.push(Cause { kind: CauseKind::TaskRest, ns: l.rest_ns - l.rest_inv_ns.min(l.rest_ns) });
-        parts.push(Cause { kind: CauseKind::Owner { owner }, ns: l.owner_run_ns });
+        parts.push(Cause { kind: CauseKind::Owner { owner: w.owner }, ns: l.owner_run_ns });
     }
     rec.anatomy = Some(Anatomy::from_parts(rec.latency_ns, rec.cpu, rec.cpu, parts));
     Some((id, rec))
+}
+
+/// Who a wait waited for (struct latmon_lock_record), and the inversion
+/// that held the owner off: its preempters' time while their priority
+/// lay between the owner's and the waiter's.
+pub(crate) struct WaitOwner {
+    pub owner: LockOwner,
+    pub inverted: Vec<Preempter>,
+    /// The inverted preempters' time, the folded rest's included.
+    pub inversion_ns: u64,
+}
+
+impl WaitOwner {
+    /// None: the wait has no owner (no followed owner, no waker).
+    pub(crate) fn of(l: &latmon_lock_record) -> Option<WaitOwner> {
+        let from = match l.owner_from as usize {
+            LOCK_OWNER_NONE => return None,
+            LOCK_OWNER_PI => OwnerFrom::Pi,
+            LOCK_OWNER_GLIBC => OwnerFrom::Glibc,
+            _ => OwnerFrom::Waker,
+        };
+        let (mut policy, mut prio) = (Policy::from_code(l.owner_policy), l.owner_prio);
+        if l.owner_policy as usize == ANAT_POLICY_UNSET {
+            // The waker: its policy now (the kernel did not follow it).
+            (policy, prio) = super::alerts::thread_sched(l.owner_tid).unwrap_or((Policy::Unknown(0), 0));
+        }
+        let owner =
+            LockOwner { comm: comm_text(&l.owner_comm), pid: l.owner_tgid, tid: l.owner_tid, policy, prio, from };
+        let inverted: Vec<Preempter> = l.pre.iter().filter(|p| p.inv_ns > 0).map(|p| preempter(p, p.inv_ns)).collect();
+        let inversion_ns = inverted.iter().map(|p| p.ns).sum::<u64>() + l.rest_inv_ns;
+        Some(WaitOwner { owner, inverted, inversion_ns })
+    }
+
+    /// The inversion as one cause of `inversion_ns`.
+    pub(crate) fn inversion(&self) -> Cause {
+        Cause {
+            kind: CauseKind::Inversion { owner: self.owner.clone(), preempted_by: self.inverted.clone() },
+            ns: self.inversion_ns,
+        }
+    }
 }
 
 #[cfg(test)]

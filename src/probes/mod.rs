@@ -10,6 +10,7 @@ pub mod features;
 pub mod func;
 pub mod irq;
 pub mod lock;
+mod lock_cycle;
 mod percpu;
 pub mod runq;
 pub mod series;
@@ -39,6 +40,9 @@ pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> 
             out[i] = Some(r);
         }
     }
+    // A cycle probe takes a lock probe's waits into its misses when one
+    // runs (bpf/lock_cycle.bpf.h); none: no map work at its releases.
+    let lock_join = lock_cycle::lock_loaded() || specs.iter().any(|s| matches!(s.kind, ProbeKind::Lock));
     out.into_iter()
         .zip(specs)
         .map(|(done, spec)| {
@@ -49,7 +53,7 @@ pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> 
                 ProbeKind::Softirq => irq::open(spec, irq::Family::Softirq, irq::ThreadPath::Off),
                 ProbeKind::Timer => timer::open(spec, false),
                 ProbeKind::Chain { .. } => timer::open(spec, true),
-                ProbeKind::Cycle { .. } => cycle::open(spec),
+                ProbeKind::Cycle { .. } => cycle::open(spec, lock_join),
                 ProbeKind::Lock => lock::open(spec),
                 other => Err(ProbeError::Unsupported { probe: spec.name.clone(), kind: other.family() }),
             })
