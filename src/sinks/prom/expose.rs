@@ -63,8 +63,9 @@ pub(super) trait Exposition {
     fn histogram(&mut self, line: &Line);
 }
 
-/// Every metric, in order.
-pub(super) fn expose(s: &Snapshot, out: &mut impl Exposition) {
+/// Every metric, in order. `dyn`, not generic: one copy for both formats
+/// (1.9 KB less of the aarch64 binary than one per format).
+pub(super) fn expose(s: &Snapshot, out: &mut dyn Exposition) {
     use Kind::{Counter, Gauge};
     out.family("latmon_info", Gauge, "latmon version, kernel and board (always 1).");
     out.sample(Labels::Info(s), 1.0);
