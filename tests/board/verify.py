@@ -551,7 +551,6 @@ if board in ("rt-arm64", "rt-amd64"):
                 p = lk.last.get(name, {})
                 return p.get("total_alerts", 0), dropped_of(frames, name, p), shed_of(frames, name)
             lock.inversions_named(lk, frames, accounted_lock)
-            lock.cycle_misses_name_inversion(lk, frames)
 elif board == "armmp":
     a = Section("nobtf")
     if a.ran_to_the_end():
