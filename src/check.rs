@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use anyhow::Result;
+use crate::error::Result;
 use latmon_core::ident::{BtfMode, Mechanism};
 use serde::Serialize;
 
@@ -218,7 +218,7 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
         if !c.housekeeping_cpus.is_empty() {
             let online = hygiene::online_cpu_list();
             if !c.housekeeping_cpus.iter().any(|x| online.contains(x)) {
-                anyhow::bail!("housekeeping_cpus {:?}: none is online (online: {online:?})", c.housekeeping_cpus);
+                crate::bail!("housekeeping_cpus {:?}: none is online (online: {online:?})", c.housekeeping_cpus);
             }
         }
         if let Some(u) = &c.user {

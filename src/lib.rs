@@ -14,6 +14,7 @@ pub mod bpf;
 pub mod check;
 pub mod config;
 pub mod cost;
+pub mod error;
 pub mod hygiene;
 pub mod privs;
 pub mod probes;

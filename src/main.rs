@@ -7,8 +7,8 @@ mod no_unwinder;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use latmon::error::{Context, Error, Result};
 
 use latmon::config::{parse_duration, Config, Format, ProbeSpec};
 use latmon::probes;
@@ -148,7 +148,7 @@ fn load_config(c: &Common) -> Result<Config> {
         cfg.probes = c.probes.iter().map(|s| ProbeSpec::parse(s)).collect::<Result<_, _>>()?;
     }
     if let Some(p) = &cfg.btf_path {
-        probes::set_btf_path(std::path::Path::new(p)).map_err(anyhow::Error::msg)?;
+        probes::set_btf_path(std::path::Path::new(p)).map_err(Error::msg)?;
     }
     Ok(cfg)
 }
@@ -162,9 +162,9 @@ fn read_config_file(path: &std::path::Path) -> Result<String> {
     let mut bytes = Vec::new();
     f.take(max + 1).read_to_end(&mut bytes).with_context(|| format!("reading config {}", path.display()))?;
     if bytes.len() as u64 > max {
-        anyhow::bail!("config {}: larger than {max} bytes", path.display());
+        latmon::bail!("config {}: larger than {max} bytes", path.display());
     }
-    String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("config {}: not UTF-8 text", path.display()))
+    String::from_utf8(bytes).map_err(|_| Error::msg(format!("config {}: not UTF-8 text", path.display())))
 }
 
 /// The config of `latmon run`: the file (or default), then the flags.
@@ -207,7 +207,7 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         crlf: false,
     };
     // Outputs start (bind, open) before the agent: mistakes fail early.
-    let mut sinks = sinks::open_all(&cfg.outputs, cfg.format, text).map_err(anyhow::Error::msg)?;
+    let mut sinks = sinks::open_all(&cfg.outputs, cfg.format, text).map_err(Error::msg)?;
     let reload = || run_config(&a);
     let opts = agent::RunOptions {
         reload: a.common.config.is_some().then_some(&reload as &dyn Fn() -> Result<Config>),
@@ -230,7 +230,7 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     let config_name = a.common.config.as_ref().map_or("built-in default".into(), |p| p.display().to_string());
     let measure = parse_duration(&a.measure)?;
     if measure > latmon::config::MAX_INTERVAL {
-        anyhow::bail!("--measure {}: at most {:?}", a.measure, latmon::config::MAX_INTERVAL);
+        latmon::bail!("--measure {}: at most {:?}", a.measure, latmon::config::MAX_INTERVAL);
     }
     let (rep, privileged) = check::run(config_name, load_config(&a.common), measure);
     if a.json {

@@ -28,7 +28,8 @@ use std::fs::File;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use crate::bail;
+use crate::error::Result;
 use latmon_core::hist::Hist;
 use latmon_core::session::Session;
 use latmon_core::summary::{FailedProbe, IntervalReport, ProbeInfo, ProbeReport, ProbeState};

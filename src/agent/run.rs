@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use crate::error::Result;
 
 use super::signals::wait_signal;
 use super::{require_bpf_privilege, Agent, Notifier};

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use nix::sys::signal::{SigSet, Signal};
 
 /// The thread that collects the signals (the one that blocked them first).

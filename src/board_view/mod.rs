@@ -9,14 +9,14 @@ pub mod source;
 use std::io::{self, IsTerminal};
 use std::time::Duration;
 
-use anyhow::Result;
+use crate::error::Result;
 use latmon_core::wire::LinkStats;
 
 /// `latmon decode SOURCE`: a JSON line per frame on stdout until the
 /// source ends (or `duration` passes); link statistics on stderr.
 pub fn run_decode(word: &str, duration: Option<Duration>) -> Result<LinkStats> {
     let mut src = source::open(word, false)?;
-    latmon_core::receiver::run_decode(&mut src, duration, &mut io::stdout().lock(), &mut io::stderr())
+    Ok(latmon_core::receiver::run_decode(&mut src, duration, &mut io::stdout().lock(), &mut io::stderr())?)
 }
 
 /// `latmon view SOURCE`: the plain screen, redrawn as frames arrive; on a
@@ -32,5 +32,5 @@ pub fn run_view(word: &str, duration: Option<Duration>) -> Result<()> {
         (ok && ws.ws_row > 0 && ws.ws_col > 0).then_some((ws.ws_col, ws.ws_row))
     };
     let (out, err) = (&mut io::stdout().lock(), &mut io::stderr());
-    latmon_core::receiver::run_view_sized(&mut src, tty, replay, duration, out, err, &size)
+    Ok(latmon_core::receiver::run_view_sized(&mut src, tty, replay, duration, out, err, &size)?)
 }

@@ -11,7 +11,6 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
 use serde::Serialize;
 
 use crate::summary::{AlertRecord, IntervalReport, ProbeReport};
@@ -237,7 +236,7 @@ pub fn run_decode(
     duration: Option<Duration>,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
-) -> Result<LinkStats> {
+) -> io::Result<LinkStats> {
     let mut dec = FrameDecoder::new();
     let mut tracker = Tracker::new();
     let deadline = duration.map(|d| Instant::now() + d);
@@ -534,7 +533,7 @@ pub fn run_view(
     duration: Option<Duration>,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
-) -> Result<()> {
+) -> io::Result<()> {
     run_view_sized(src, tty, replay, duration, stdout, stderr, &|| None)
 }
 
@@ -548,7 +547,7 @@ pub fn run_view_sized(
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
     size: &dyn Fn() -> Option<(u16, u16)>,
-) -> Result<()> {
+) -> io::Result<()> {
     let name = src.name().to_string();
     let mut dec = FrameDecoder::new();
     let mut tracker = Tracker::new();

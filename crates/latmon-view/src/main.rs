@@ -102,6 +102,7 @@ fn run(cli: Cli) -> Result<()> {
                     &mut io::stderr(),
                     &size,
                 )
+                .map_err(Into::into)
             } else {
                 let src = source::open(&word, true, true).map_err(|e| anyhow!(e))?;
                 live::run(src, duration)
@@ -111,6 +112,7 @@ fn run(cli: Cli) -> Result<()> {
             let mut src = source::open(&word, false, false).map_err(|e| anyhow!(e))?;
             latmon_core::receiver::run_decode(&mut src, duration, &mut io::stdout().lock(), &mut io::stderr())
                 .map(|_| ())
+                .map_err(Into::into)
         }
         Cmd::Report { capture, output } => {
             let path = capture.strip_prefix("file:").unwrap_or(&capture);
