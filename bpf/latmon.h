@@ -311,6 +311,19 @@ struct latmon_tp_field {
 	__u8 is_signed; /* sign-extend when shorter than 8 bytes */
 };
 
+/* timer and chain (one object, two modes): the probe's configuration, set
+ * in rodata before load. */
+struct latmon_timer_config {
+	__u64 threshold_ns; /* threshold=, 0: none */
+	__u32 filter_pid;   /* pid=, 0: any */
+	__u32 chain;	    /* 1: chain mode (IRQ causes too, stage histograms
+			     * instead of TS_TIMER) */
+	__u32 response;	    /* chain with a response function (its uretprobe
+			     * is attached) */
+	__u32 pad;
+	char filter_comm[LATMON_COMM_LEN];
+};
+
 /* cycle: the probe's configuration, set in rodata before load. */
 struct latmon_cycle_config {
 	__u64 period_ns;    /* period=, 0: detected from the releases */
