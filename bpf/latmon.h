@@ -311,6 +311,16 @@ struct latmon_tp_field {
 	__u8 is_signed; /* sign-extend when shorter than 8 bytes */
 };
 
+/* runq: the probe's configuration, set in rodata before load. Filters:
+ * 0 / empty means "all". */
+struct latmon_runq_config {
+	__u64 threshold_ns; /* a wait above it counts in `alerts` and becomes
+			     * an alert record, 0: none */
+	__u32 filter_tgid;  /* pid=, 0: any */
+	__u32 pad;
+	char filter_comm[LATMON_COMM_LEN];
+};
+
 /* timer and chain (one object, two modes): the probe's configuration, set
  * in rodata before load. */
 struct latmon_timer_config {
