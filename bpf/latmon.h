@@ -321,6 +321,11 @@ struct latmon_runq_config {
 	char filter_comm[LATMON_COMM_LEN];
 };
 
+/* irq and softirq: the probe's configuration, set in rodata before load. */
+struct latmon_irq_config {
+	__u64 threshold_ns; /* threshold=, 0: none */
+};
+
 /* timer and chain (one object, two modes): the probe's configuration, set
  * in rodata before load. */
 struct latmon_timer_config {
