@@ -326,6 +326,23 @@ struct latmon_irq_config {
 	__u64 threshold_ns; /* threshold=, 0: none */
 };
 
+/* syscall: the probe's configuration, set in rodata before load. */
+struct latmon_syscall_config {
+	__u64 threshold_ns; /* threshold=, 0: none */
+	__s32 filter_id;    /* syscall=, -1: every syscall */
+	__u32 filter_pid;   /* pid=, 0: any */
+	/* futex and futex_time64 on this architecture (-1: none): their wait
+	 * ops are counted as LATMON_SYSCALL_FUTEX_WAIT (CO-RE builds, which
+	 * can read the syscall's arguments from its pt_regs). */
+	__s32 futex_nr;
+	__s32 futex_time64_nr;
+	char filter_comm[LATMON_COMM_LEN];
+	/* Per syscall id (and LATMON_SYSCALL_FUTEX_WAIT): 1 if its calls wait
+	 * and must not alert (`waits=alert` leaves it all 0). A timeout is
+	 * not late. */
+	__u8 quiet_id[LATMON_SYSCALL_IDS];
+};
+
 /* timer and chain (one object, two modes): the probe's configuration, set
  * in rodata before load. */
 struct latmon_timer_config {
