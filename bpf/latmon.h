@@ -343,6 +343,19 @@ struct latmon_syscall_config {
 	__u8 quiet_id[LATMON_SYSCALL_IDS];
 };
 
+/* func: the configuration of one copy of the object (a set of probes),
+ * set in rodata before load. Arrays are indexed by probe id; 0 / empty
+ * means "no filter". */
+struct latmon_func_config {
+	__u32 nr_probes;
+	/* A fentry copy's one probe (its programs get no cookie); the no-BTF
+	 * build has no fentry copy: 0. */
+	__u32 fentry_probe_id;
+	__u32 filter_tgid[LATMON_MAX_FUNC_PROBES];  /* pid= */
+	__u64 threshold_ns[LATMON_MAX_FUNC_PROBES]; /* threshold=, 0: none */
+	char filter_comm[LATMON_MAX_FUNC_PROBES][LATMON_COMM_LEN];
+};
+
 /* timer and chain (one object, two modes): the probe's configuration, set
  * in rodata before load. */
 struct latmon_timer_config {

@@ -23,6 +23,7 @@ struct latmon_tp_field shared_tp_field;
 struct latmon_runq_config shared_runq_config;
 struct latmon_irq_config shared_irq_config;
 struct latmon_syscall_config shared_syscall_config;
+struct latmon_func_config shared_func_config;
 struct latmon_timer_config shared_timer_config;
 struct latmon_cycle_config shared_cycle_config;
 struct latmon_cycle_bin shared_cycle_bin;
