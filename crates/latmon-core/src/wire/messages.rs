@@ -122,19 +122,32 @@ pub struct Summary {
 
 impl Serialize for Summary {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut t = s.serialize_tuple(7)?;
-        t.serialize_element(&self.seq)?;
-        t.serialize_element(&self.boot_id)?;
-        t.serialize_element(&self.time_ns)?;
-        t.serialize_element(&self.last)?;
-        t.serialize_element(&self.probes)?;
-        // Trailing zero fields are left out: a receiver reads them as 0.
-        if self.merge != 0 || self.base_seq != 0 {
-            t.serialize_element(&self.merge)?;
-            t.serialize_element(&self.base_seq)?;
-        }
-        t.end()
+        let head = (self.seq, self.boot_id, self.time_ns, self.last);
+        ser_summary(s, head, &self.probes, (self.merge, self.base_seq))
     }
+}
+
+/// A Summary body, owned or from the encoder's borrowed parts: `head` is
+/// (seq, boot_id, time_ns, last), `link` the revision 3 (merge, base_seq),
+/// left out when both are 0 (a receiver reads them as 0, and a revision 2
+/// summary keeps its bytes).
+pub(crate) fn ser_summary<S: Serializer, P: Serialize + ?Sized>(
+    s: S,
+    head: (u64, u32, u64, bool),
+    probes: &P,
+    link: (u8, u64),
+) -> Result<S::Ok, S::Error> {
+    let mut t = s.serialize_tuple(7)?;
+    t.serialize_element(&head.0)?;
+    t.serialize_element(&head.1)?;
+    t.serialize_element(&head.2)?;
+    t.serialize_element(&head.3)?;
+    t.serialize_element(probes)?;
+    if link != (0, 0) {
+        t.serialize_element(&link.0)?;
+        t.serialize_element(&link.1)?;
+    }
+    t.end()
 }
 
 /// What changed in one interval (kind 5, revision 3), for the probes with

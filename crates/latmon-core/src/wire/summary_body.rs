@@ -5,7 +5,7 @@
 use serde::ser::SerializeSeq;
 use serde::{Serialize, Serializer};
 
-use super::ser_probe;
+use super::{ser_probe, ser_summary};
 use crate::hist::Hist;
 
 #[derive(Clone, Copy, Debug)]
@@ -88,8 +88,7 @@ impl Serialize for PartRef<'_> {
     }
 }
 
-/// Summary (kind 2) body from borrowed parts; the revision 3 fields only
-/// when not zero (so a revision 2 summary keeps its bytes).
+/// Summary (kind 2) body from borrowed parts (the bytes of [`Summary`](super::Summary)).
 pub(super) struct SummaryRef<'a> {
     pub(super) seq: u64,
     pub(super) boot_id: u32,
@@ -101,18 +100,8 @@ pub(super) struct SummaryRef<'a> {
 
 impl Serialize for SummaryRef<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeTuple;
-        let mut t = s.serialize_tuple(7)?;
-        t.serialize_element(&self.seq)?;
-        t.serialize_element(&self.boot_id)?;
-        t.serialize_element(&self.time_ns)?;
-        t.serialize_element(&self.last)?;
-        t.serialize_element(&self.probes)?;
-        if self.link != LinkHeader::default() {
-            t.serialize_element(&self.link.merge)?;
-            t.serialize_element(&self.link.base_seq)?;
-        }
-        t.end()
+        let head = (self.seq, self.boot_id, self.time_ns, self.last);
+        ser_summary(s, head, &self.probes, (self.link.merge, self.link.base_seq))
     }
 }
 
