@@ -107,12 +107,7 @@ static __always_inline __u32 slot(__u32 d)
  * a known frame is never 0 (0 means "no SP": kprobe, fentry). */
 static __always_inline __u32 frame_id(__u64 entry_sp) { return (__u32)entry_sp | 1; }
 
-/* Set before load. Index: probe id. 0 / empty means "no filter". */
-const volatile __u32 nr_probes = 0;
-const volatile __u32 fentry_probe_id = 0;
-const volatile __u32 filter_tgid[MAX_PROBES] = {};
-const volatile char filter_comm[MAX_PROBES][LATMON_COMM_LEN] = {};
-const volatile __u64 threshold_ns[MAX_PROBES] = {};
+const volatile struct latmon_func_config cfg = {};
 
 struct func_key {
 	__u32 tid;
@@ -154,16 +149,16 @@ static __always_inline void count_drops(__u32 id, __u64 n)
 static __always_inline bool wanted(__u32 id, __u64 pid_tgid)
 {
 	char comm[LATMON_COMM_LEN];
-	__u32 want_tgid = filter_tgid[PROBE_IDX(id)];
+	__u32 want_tgid = cfg.filter_tgid[PROBE_IDX(id)];
 
 	if (want_tgid && (pid_tgid >> 32) != want_tgid)
 		return false;
-	if (!filter_comm[PROBE_IDX(id)][0])
+	if (!cfg.filter_comm[PROBE_IDX(id)][0])
 		return true;
 	if (bpf_get_current_comm(comm, sizeof(comm)))
 		return false;
 	for (int i = 0; i < LATMON_COMM_LEN; i++) {
-		if (comm[i] != filter_comm[PROBE_IDX(id)][i])
+		if (comm[i] != cfg.filter_comm[PROBE_IDX(id)][i])
 			return false;
 		if (!comm[i])
 			break;
@@ -291,7 +286,7 @@ static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
 		h = latmon_hist_get(&func_hist, id);
 		if (h) {
 			latmon_hist_record_atomic(h, delta);
-			if (threshold_ns[PROBE_IDX(id)] && delta > threshold_ns[PROBE_IDX(id)]) {
+			if (cfg.threshold_ns[PROBE_IDX(id)] && delta > cfg.threshold_ns[PROBE_IDX(id)]) {
 				__sync_fetch_and_add(&h->alerts, 1);
 				latmon_alert(ctx, id, delta, now, NULL);
 			}
@@ -304,10 +299,10 @@ static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
 
 #ifndef LATMON_NO_BTF
 SEC("fentry")
-int BPF_PROG(func_fentry) { return on_entry(fentry_probe_id, 0); }
+int BPF_PROG(func_fentry) { return on_entry(cfg.fentry_probe_id, 0); }
 
 SEC("fexit")
-int BPF_PROG(func_fexit) { return on_return(ctx, fentry_probe_id, 0); }
+int BPF_PROG(func_fexit) { return on_return(ctx, cfg.fentry_probe_id, 0); }
 #endif
 
 /* ---- kprobe/kretprobe: probe id in the attach cookie ------------------- */
@@ -341,7 +336,7 @@ int func_task_exit(void *ctx)
 	struct func_stack *st;
 
 	for (__u32 id = 0; id < MAX_PROBES; id++) {
-		if (id >= nr_probes)
+		if (id >= cfg.nr_probes)
 			break;
 		key.probe_id = id;
 		st = bpf_map_lookup_elem(&func_stamps, &key);

@@ -56,7 +56,7 @@
 #define LATMON_ALERT_IDS (LATMON_SOFTIRQ_VECS + LATMON_IRQ_ALERT_SLOTS)
 #include "alerts.bpf.h"
 
-const volatile __u64 threshold_ns = 0;
+const volatile struct latmon_irq_config cfg = {};
 
 /* Histogram entries that could not be created (hash full). */
 __u64 irq_lost;
@@ -146,7 +146,7 @@ static __always_inline bool record_into(struct latmon_hist *h, __s64 delta)
 		return false;
 	}
 	latmon_hist_record(h, delta);
-	if (threshold_ns && delta > threshold_ns) {
+	if (cfg.threshold_ns && delta > cfg.threshold_ns) {
 		h->alerts++;
 		return true;
 	}
@@ -283,7 +283,7 @@ static __always_inline void thread_ran(void *ctx, struct thread_stamp *st, __u64
 	__s64 stage = st->wake_ns - st->entry_ns, run = now - st->wake_ns;
 	struct latmon_alert_who who = {};
 
-	if (threshold_ns) {
+	if (cfg.threshold_ns) {
 		who.pid = t->tgid;
 		who.tid = t->pid;
 		who.comm = &t->comm;

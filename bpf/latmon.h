@@ -311,6 +311,64 @@ struct latmon_tp_field {
 	__u8 is_signed; /* sign-extend when shorter than 8 bytes */
 };
 
+/* runq: the probe's configuration, set in rodata before load. Filters:
+ * 0 / empty means "all". */
+struct latmon_runq_config {
+	__u64 threshold_ns; /* a wait above it counts in `alerts` and becomes
+			     * an alert record, 0: none */
+	__u32 filter_tgid;  /* pid=, 0: any */
+	__u32 pad;
+	char filter_comm[LATMON_COMM_LEN];
+};
+
+/* irq and softirq: the probe's configuration, set in rodata before load. */
+struct latmon_irq_config {
+	__u64 threshold_ns; /* threshold=, 0: none */
+};
+
+/* syscall: the probe's configuration, set in rodata before load. */
+struct latmon_syscall_config {
+	__u64 threshold_ns; /* threshold=, 0: none */
+	__s32 filter_id;    /* syscall=, -1: every syscall */
+	__u32 filter_pid;   /* pid=, 0: any */
+	/* futex and futex_time64 on this architecture (-1: none): their wait
+	 * ops are counted as LATMON_SYSCALL_FUTEX_WAIT (CO-RE builds, which
+	 * can read the syscall's arguments from its pt_regs). */
+	__s32 futex_nr;
+	__s32 futex_time64_nr;
+	char filter_comm[LATMON_COMM_LEN];
+	/* Per syscall id (and LATMON_SYSCALL_FUTEX_WAIT): 1 if its calls wait
+	 * and must not alert (`waits=alert` leaves it all 0). A timeout is
+	 * not late. */
+	__u8 quiet_id[LATMON_SYSCALL_IDS];
+};
+
+/* func: the configuration of one copy of the object (a set of probes),
+ * set in rodata before load. Arrays are indexed by probe id; 0 / empty
+ * means "no filter". */
+struct latmon_func_config {
+	__u32 nr_probes;
+	/* A fentry copy's one probe (its programs get no cookie); the no-BTF
+	 * build has no fentry copy: 0. */
+	__u32 fentry_probe_id;
+	__u32 filter_tgid[LATMON_MAX_FUNC_PROBES];  /* pid= */
+	__u64 threshold_ns[LATMON_MAX_FUNC_PROBES]; /* threshold=, 0: none */
+	char filter_comm[LATMON_MAX_FUNC_PROBES][LATMON_COMM_LEN];
+};
+
+/* timer and chain (one object, two modes): the probe's configuration, set
+ * in rodata before load. */
+struct latmon_timer_config {
+	__u64 threshold_ns; /* threshold=, 0: none */
+	__u32 filter_pid;   /* pid=, 0: any */
+	__u32 chain;	    /* 1: chain mode (IRQ causes too, stage histograms
+			     * instead of TS_TIMER) */
+	__u32 response;	    /* chain with a response function (its uretprobe
+			     * is attached) */
+	__u32 pad;
+	char filter_comm[LATMON_COMM_LEN];
+};
+
 /* cycle: the probe's configuration, set in rodata before load. */
 struct latmon_cycle_config {
 	__u64 period_ns;    /* period=, 0: detected from the releases */

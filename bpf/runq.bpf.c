@@ -45,11 +45,7 @@
 
 #define TASK_RUNNING 0
 
-/* Filters, set before load. 0 / empty means "all". */
-const volatile __u32 filter_tgid = 0;
-const volatile char filter_comm[LATMON_COMM_LEN] = {};
-/* A wait above it counts in `alerts` and becomes an alert record. */
-const volatile __u64 threshold_ns = 0;
+const volatile struct latmon_runq_config cfg = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -87,12 +83,12 @@ static __always_inline bool comm_wanted(struct task_struct *t)
 {
 	char comm[LATMON_COMM_LEN];
 
-	if (!filter_comm[0])
+	if (!cfg.filter_comm[0])
 		return true;
 	if (bpf_probe_read_kernel_str(comm, sizeof(comm), &t->comm) < 0)
 		return false;
 	for (int i = 0; i < LATMON_COMM_LEN; i++) {
-		if (comm[i] != filter_comm[i])
+		if (comm[i] != cfg.filter_comm[i])
 			return false;
 		if (!comm[i])
 			break;
@@ -105,7 +101,7 @@ static __always_inline bool wanted(__u32 pid, __u32 tgid, struct task_struct *t)
 {
 	if (!pid)
 		return false;
-	if (filter_tgid && tgid != filter_tgid)
+	if (cfg.filter_tgid && tgid != cfg.filter_tgid)
 		return false;
 	return comm_wanted(t);
 }
@@ -125,7 +121,7 @@ static __always_inline void record(void *ctx, __s64 delta_ns, const struct latmo
 		return;
 	}
 	latmon_hist_record(h, delta_ns);
-	if (threshold_ns && delta_ns > threshold_ns) {
+	if (cfg.threshold_ns && delta_ns > cfg.threshold_ns) {
 		h->alerts++;
 		/* At sched_switch the current task is still prev: the record
 		 * names the task switched in. */
@@ -406,14 +402,14 @@ static __always_inline int wakeup_tp(void *ctx, const volatile struct latmon_tp_
 
 	if (!pid)
 		return 0;
-	if (filter_tgid) {
+	if (cfg.filter_tgid) {
 		/* A new task has not run yet: admitted when its creator
 		 * (current) belongs to the process. */
-		if (new_task ? (bpf_get_current_pid_tgid() >> 32) != filter_tgid
+		if (new_task ? (bpf_get_current_pid_tgid() >> 32) != cfg.filter_tgid
 			     : !bpf_map_lookup_elem(&runq_tids, &pid))
 			return 0;
 	}
-	if (!latmon_tp_comm_is(ctx, comm_f, filter_comm))
+	if (!latmon_tp_comm_is(ctx, comm_f, cfg.filter_comm))
 		return 0;
 	stamp_tid(pid, anatomy ? latmon_tp_read(ctx, cpu_f) : 0);
 	return 0;
@@ -441,8 +437,8 @@ int runq_switch_tp(void *ctx)
 		anat_switch_tp(ctx, prev, latmon_tp_read(ctx, &switch_prev_prio), &switch_prev_comm, now_ns);
 	}
 
-	if (filter_tgid && prev) {
-		if ((bpf_get_current_pid_tgid() >> 32) == filter_tgid) {
+	if (cfg.filter_tgid && prev) {
+		if ((bpf_get_current_pid_tgid() >> 32) == cfg.filter_tgid) {
 			__u8 one = 1;
 
 			bpf_map_update_elem(&runq_tids, &prev, &one, BPF_ANY);
@@ -465,7 +461,7 @@ int runq_switch_tp(void *ctx)
 	}
 	/* A preempted task stays runnable: its wait starts now, on this CPU
 	 * (after next gave back its anatomy slot). */
-	if (prev_wanted && !(state & (report_max - 1)) && latmon_tp_comm_is(ctx, &switch_prev_comm, filter_comm))
+	if (prev_wanted && !(state & (report_max - 1)) && latmon_tp_comm_is(ctx, &switch_prev_comm, cfg.filter_comm))
 		stamp_tid(prev, bpf_get_smp_processor_id());
 	return 0;
 }

@@ -61,19 +61,12 @@
 #define LATMON_ALERT_IDS LATMON_SYSCALL_SLOTS
 #include "alerts.bpf.h"
 
-/* Set before load. filter_id < 0: every syscall. */
-const volatile __s32 filter_id = -1;
-const volatile __u32 filter_pid = 0;
-const volatile char filter_comm[LATMON_COMM_LEN] = {};
-const volatile __u64 threshold_ns = 0;
-/* futex and futex_time64 on this architecture (-1: none): their wait ops
- * are counted as LATMON_SYSCALL_FUTEX_WAIT (CO-RE builds, which can read
- * the syscall's arguments from its pt_regs). */
-const volatile __s32 futex_nr = -1;
-const volatile __s32 futex_time64_nr = -1;
-/* Per syscall id (and LATMON_SYSCALL_FUTEX_WAIT): 1 if its calls wait and
- * must not alert (`waits=alert` leaves it all 0). A timeout is not late. */
-const volatile __u8 quiet_id[LATMON_SYSCALL_IDS] = {};
+/* The -1s stand until the loader sets them: no syscall filter, no futex. */
+const volatile struct latmon_syscall_config cfg = {
+	.filter_id = -1,
+	.futex_nr = -1,
+	.futex_time64_nr = -1,
+};
 
 /* id -> slot (0: none yet; LATMON_SYSCALL_SLOTS: none left, use slot 0). */
 __u32 sc_slot_of[LATMON_SYSCALL_IDS];
@@ -164,7 +157,7 @@ static __always_inline void record(void *ctx, __u64 id, __u64 start_ns)
 		return;
 	}
 	latmon_hist_record(h, delta);
-	if (threshold_ns && delta > threshold_ns && !(id < LATMON_SYSCALL_IDS && quiet_id[id])) {
+	if (cfg.threshold_ns && delta > cfg.threshold_ns && !(id < LATMON_SYSCALL_IDS && cfg.quiet_id[id])) {
 		h->alerts++;
 		latmon_alert(ctx, slot, delta, now, NULL);
 	}
@@ -184,9 +177,9 @@ static __always_inline void enter(long id, long as_id)
 {
 	struct sc_stamp *s;
 
-	if (filter_id >= 0 && id != filter_id)
+	if (cfg.filter_id >= 0 && id != cfg.filter_id)
 		return;
-	if (!latmon_current_wanted(filter_pid, filter_comm))
+	if (!latmon_current_wanted(cfg.filter_pid, cfg.filter_comm))
 		return;
 	s = cpu_stamp();
 	if (!s)
@@ -204,7 +197,7 @@ static __always_inline long futex_split(long id, struct pt_regs *regs)
 {
 	unsigned long cmd;
 
-	if (id != futex_nr && id != futex_time64_nr)
+	if (id != cfg.futex_nr && id != cfg.futex_time64_nr)
 		return id;
 	cmd = PT_REGS_PARM2_CORE_SYSCALL(regs) & 0x7f;
 	if (cmd == 0 /* FUTEX_WAIT */ || cmd == 9 /* FUTEX_WAIT_BITSET */ || cmd == 11 /* FUTEX_WAIT_REQUEUE_PI */)

@@ -78,13 +78,7 @@
 
 extern const void hrtimer_wakeup __ksym;
 
-const volatile __u32 filter_pid = 0;
-const volatile char filter_comm[LATMON_COMM_LEN] = {};
-const volatile __u64 threshold_ns = 0;
-/* Chain mode: IRQ causes too, stage histograms instead of TS_TIMER. */
-const volatile bool chain = false;
-/* Chain mode with a response function (its uretprobe is attached). */
-const volatile bool response = false;
+const volatile struct latmon_timer_config cfg = {};
 
 /* Stamps waiting for their task to run; sched_switch skips the storage
  * lookup while there are none (nearly always). */
@@ -186,7 +180,7 @@ static __always_inline void record_end(void *ctx, __u32 series, __u64 delta, str
 	if (!h)
 		return;
 	latmon_hist_record(h, delta);
-	if (!threshold_ns || delta <= threshold_ns)
+	if (!cfg.threshold_ns || delta <= cfg.threshold_ns)
 		return;
 	h->alerts++;
 	if (t) {
@@ -225,7 +219,7 @@ static __noinline int task_ran(void *ctx, struct task_struct *t, struct wake_sta
 			an = &slot->acc;
 		}
 	}
-	if (!an && anatomy && now == st->wake_ns && total > threshold_ns) {
+	if (!an && anatomy && now == st->wake_ns && total > cfg.threshold_ns) {
 		struct latmon_anatomy *blank = anat_blank();
 
 		if (blank) {
@@ -233,7 +227,7 @@ static __noinline int task_ran(void *ctx, struct task_struct *t, struct wake_sta
 			an = blank;
 		}
 	}
-	if (!chain) {
+	if (!cfg.chain) {
 		if (total < 0)
 			count_drop(LATMON_TS_TIMER);
 		else
@@ -295,7 +289,7 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 	/* The IRQ thread woken for a handler that returned IRQ_WAKE_THREAD:
 	 * __irq_wake_thread() runs after irq_handler_exit, still in the
 	 * hardirq. Checked by name: IRQ threads are "irq/N-NAME". */
-	if (chain && c->thread_irq_ns) {
+	if (cfg.chain && c->thread_irq_ns) {
 		start = c->thread_irq_ns;
 		c->thread_irq_ns = 0;
 		if ((p->flags & PF_KTHREAD) && p->comm[0] == 'i' && p->comm[1] == 'r' && p->comm[2] == 'q' &&
@@ -317,11 +311,11 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 		cause = LATMON_TS_CHAIN_TIMER;
 		if (e->entry_ns > start)
 			irq_delay = e->entry_ns - start;
-	} else if (chain && c->irq_ns) {
+	} else if (cfg.chain && c->irq_ns) {
 		start = c->irq_ns;
 		cause = LATMON_TS_CHAIN_IRQ;
 		hops = 0;
-	} else if (chain && chain_carriers > 0) {
+	} else if (cfg.chain && chain_carriers > 0) {
 		carry = bpf_task_storage_get(&chain_carry, bpf_get_current_task_btf(), 0, 0);
 		if (!carry || !carry->irq_ns)
 			return 0;
@@ -331,7 +325,7 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 	} else {
 		return 0;
 	}
-	if (!latmon_task_wanted_btf(p, filter_pid, filter_comm)) {
+	if (!latmon_task_wanted_btf(p, cfg.filter_pid, cfg.filter_comm)) {
 		/* An IRQ's wakeup of a kernel thread: it carries the event on. */
 		if (cause != LATMON_TS_CHAIN_TIMER && (p->flags & PF_KTHREAD) && hops < LATMON_CHAIN_MAX_HOPS) {
 			carry = bpf_task_storage_get(&chain_carry, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -346,7 +340,7 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 	}
 	st = bpf_task_storage_get(&timer_stamp, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
-		count_drop(chain ? LATMON_TS_CHAIN : LATMON_TS_TIMER);
+		count_drop(cfg.chain ? LATMON_TS_CHAIN : LATMON_TS_TIMER);
 		return 0;
 	}
 	now = bpf_ktime_get_ns();
@@ -357,7 +351,7 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 		task_ran(ctx, p, st, st->wake_ns);
 	/* The last event's thread ran but never returned from the response
 	 * function before this new event. */
-	if (response && st->start_ns && st->running == RAN)
+	if (cfg.response && st->start_ns && st->running == RAN)
 		count_drop(LATMON_TS_CHAIN_RESPONSE);
 	__sync_fetch_and_add(&timer_pending, 1);
 	st->start_ns = start;

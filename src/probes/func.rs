@@ -48,7 +48,8 @@ use super::common::{clear_libbpf_warning, ladder, libbpf_error, set_comm, thresh
 use super::PerCpuHist;
 use crate::bpf::func::{FuncSkel, FuncSkelBuilder, OpenFuncSkel};
 use crate::bpf::func_nobtf::{FuncNobtfSkel, FuncNobtfSkelBuilder, OpenFuncNobtfSkel};
-use crate::bpf::limits::{COMM_LEN, MAX_FUNC_PROBES};
+use crate::bpf::limits::MAX_FUNC_PROBES;
+use crate::bpf::shared::types::latmon_func_config;
 use crate::config::{ProbeKind, ProbeSpec};
 
 /// What every copy of the object is configured with before load.
@@ -82,23 +83,11 @@ trait Loaded {
     fn maps(&self) -> Maps<'_>;
 }
 
-/// The rodata `SetConfig` sets, in either build's skeleton.
-struct Rodata<'a> {
-    nr_probes: &'a mut u32,
-    fentry_probe_id: &'a mut u32,
-    use_ringbuf: &'a mut bool,
-    filter_tgid: &'a mut [u32],
-    filter_comm: &'a mut [[i8; COMM_LEN]],
-    threshold_ns: &'a mut [u64],
-}
-
 impl SetConfig<'_> {
-    /// Set a copy's rodata: filters, thresholds, probe count and alert
-    /// transport.
-    fn apply(&self, ro: Rodata<'_>, fentry_probe_id: u32) {
-        *ro.nr_probes = self.specs.len() as u32;
-        *ro.fentry_probe_id = fentry_probe_id;
-        *ro.use_ringbuf = self.use_ringbuf;
+    /// Set a copy's configuration: filters, thresholds, probe count.
+    fn apply(&self, ro: &mut latmon_func_config, fentry_probe_id: u32) {
+        ro.nr_probes = self.specs.len() as u32;
+        ro.fentry_probe_id = fentry_probe_id;
         for (id, spec) in self.specs.iter().enumerate() {
             ro.filter_tgid[id] = spec.pid.unwrap_or(0);
             set_comm(&mut ro.filter_comm[id], spec.comm.as_deref());
@@ -125,15 +114,8 @@ macro_rules! open_func {
                 .rodata_data
                 .as_deref_mut()
                 .ok_or_else(|| LoadError::Object("func object has no rodata".into()))?;
-            let ro = Rodata {
-                nr_probes: &mut ro.nr_probes,
-                fentry_probe_id: &mut ro.fentry_probe_id,
-                use_ringbuf: &mut ro.use_ringbuf,
-                filter_tgid: &mut ro.filter_tgid,
-                filter_comm: &mut ro.filter_comm,
-                threshold_ns: &mut ro.threshold_ns,
-            };
-            cfg.apply(ro, fentry_probe_id);
+            cfg.apply(&mut ro.cfg, fentry_probe_id);
+            ro.use_ringbuf = cfg.use_ringbuf;
             keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, cfg.use_ringbuf)?;
             Ok(open)
         }

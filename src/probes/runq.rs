@@ -162,9 +162,9 @@ macro_rules! maps_of {
 macro_rules! set_knobs {
     ($ro:expr, $spec:expr, $ringbuf:expr, $anatomy:expr) => {{
         let ro = &mut *$ro;
-        ro.filter_tgid = $spec.pid.unwrap_or(0);
-        set_comm(&mut ro.filter_comm, $spec.comm.as_deref());
-        ro.threshold_ns = threshold_ns($spec);
+        ro.cfg.threshold_ns = threshold_ns($spec);
+        ro.cfg.filter_tgid = $spec.pid.unwrap_or(0);
+        set_comm(&mut ro.cfg.filter_comm, $spec.comm.as_deref());
         ro.use_ringbuf = $ringbuf;
         ro.anatomy = $anatomy;
         ro.tally_causes = $anatomy && super::alerts::causes_wanted($spec);

@@ -315,12 +315,12 @@ fn quiet_waits(quiet: &mut [u8; SYSCALL_IDS], spec: &ProbeSpec, filter_id: i32) 
 macro_rules! set_knobs {
     ($ro:expr, $spec:expr, $filter_id:expr, $ringbuf:expr) => {{
         let ro = &mut *$ro;
-        ro.filter_id = $filter_id;
-        ro.filter_pid = $spec.pid.unwrap_or(0);
-        set_comm(&mut ro.filter_comm, $spec.comm.as_deref());
-        ro.threshold_ns = threshold_ns($spec);
+        ro.cfg.filter_id = $filter_id;
+        ro.cfg.filter_pid = $spec.pid.unwrap_or(0);
+        set_comm(&mut ro.cfg.filter_comm, $spec.comm.as_deref());
+        ro.cfg.threshold_ns = threshold_ns($spec);
         ro.use_ringbuf = $ringbuf;
-        quiet_waits(&mut ro.quiet_id, $spec, $filter_id);
+        quiet_waits(&mut ro.cfg.quiet_id, $spec, $filter_id);
     }};
 }
 
@@ -344,7 +344,7 @@ fn load_core(spec: &ProbeSpec, filter_id: i32, mech: Mechanism, ringbuf: bool) -
             .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
         set_knobs!(ro, spec, filter_id, ringbuf);
-        (ro.futex_nr, ro.futex_time64_nr) = futex_numbers();
+        (ro.cfg.futex_nr, ro.cfg.futex_time64_nr) = futex_numbers();
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::common::autoload_only(open.open_object_mut(), wanted);
         open.load().map_err(|e| libbpf_error("load", &e))

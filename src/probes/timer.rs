@@ -244,11 +244,11 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, LoadErro
             .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
-        ro.filter_pid = spec.pid.unwrap_or(0);
-        set_comm(&mut ro.filter_comm, spec.comm.as_deref());
-        ro.threshold_ns = threshold_ns(spec);
-        ro.chain = chain;
-        ro.response = response.is_some();
+        ro.cfg.threshold_ns = threshold_ns(spec);
+        ro.cfg.filter_pid = spec.pid.unwrap_or(0);
+        ro.cfg.chain = u32::from(chain);
+        ro.cfg.response = u32::from(response.is_some());
+        set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
         ro.use_ringbuf = ringbuf;
         ro.anatomy = anatomy;
         ro.tally_causes = super::alerts::causes_wanted(spec);

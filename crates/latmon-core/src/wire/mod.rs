@@ -29,6 +29,10 @@ mod frame;
 #[cfg(feature = "std")]
 mod messages;
 #[cfg(feature = "std")]
+mod status;
+#[cfg(feature = "std")]
+mod summary_body;
+#[cfg(feature = "std")]
 mod thresholds;
 // Feature "testkit": the latmon crate's tests (src/sinks/frames/budget/) reuse
 // `model_hist`; its other helpers serve only this crate's tests.
@@ -49,6 +53,10 @@ pub use fixed::{Applied, FixedReceiver, FixedTracker, Received};
 pub use frame::*;
 #[cfg(feature = "std")]
 pub use messages::*;
+#[cfg(feature = "std")]
+pub use status::*;
+#[cfg(feature = "std")]
+pub use summary_body::{Entries, LinkHeader, SummaryHeader};
 #[cfg(feature = "std")]
 pub use tracker::*;
 
