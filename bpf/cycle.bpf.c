@@ -154,6 +154,11 @@ __s64 cycle_live;
  * second one is (then the hash decides). */
 __u32 watched_one;
 __u32 watched_many;
+/* CPUs whose cycle_watch is armed: the overrun check's gate before its
+ * per-CPU lookup (every switch, IRQ and hrtimer expiry on the machine
+ * runs it). Changed only by whoever moves a watch's tid between 0 and a
+ * thread with an atomic exchange, so it stays exact. */
+__s64 watches;
 
 static __always_inline void count_drop(void)
 {
@@ -248,9 +253,10 @@ static __always_inline void slot_hold(struct cycle_thread *t, __u32 tid, __u32 c
 	/* anatomy: user space's "kernel has bpf_map_lookup_percpu_elem". */
 	w = anatomy ? bpf_map_lookup_percpu_elem(&cycle_watch, &zero, cpu) : NULL;
 	if (w && !t->reported && t->deadline_ns) {
-		w->tid = tid;
 		w->deadline_ns = t->deadline_ns;
 		w->release_ns = t->release_ns;
+		if (!__sync_lock_test_and_set(&w->tid, tid))
+			__sync_fetch_and_add(&watches, 1);
 	}
 }
 
@@ -458,8 +464,8 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now, boo
 		slot_return(t);
 	}
 	w = bpf_map_lookup_elem(&cycle_watch, &zero);
-	if (w && w->tid == tid)
-		w->tid = 0;
+	if (w && w->tid == tid && __sync_val_compare_and_swap(&w->tid, tid, 0) == tid)
+		__sync_fetch_and_add(&watches, -1);
 	if (!release) {
 		t->phase = P_NONE;
 		return;
@@ -488,7 +494,7 @@ static __always_inline void overrun_check(void *ctx)
 	__u32 zero = 0, tid;
 	__u64 now;
 
-	if (cycle_live <= 0)
+	if (watches <= 0)
 		return;
 	w = bpf_map_lookup_elem(&cycle_watch, &zero);
 	if (!w || !w->tid)
@@ -496,8 +502,10 @@ static __always_inline void overrun_check(void *ctx)
 	now = bpf_ktime_get_ns();
 	if (now <= w->deadline_ns)
 		return;
-	tid = w->tid;
-	w->tid = 0;
+	tid = __sync_lock_test_and_set(&w->tid, 0);
+	if (!tid)
+		return;
+	__sync_fetch_and_add(&watches, -1);
 	t = bpf_map_lookup_elem(&cycle_threads, &tid);
 	if (!t || t->release_ns != w->release_ns || t->phase < P_WAIT)
 		return;
@@ -598,7 +606,10 @@ int BPF_PROG(cycle_switch, bool preempt, struct task_struct *prev, struct task_s
 	struct anat_slot *s;
 	__u64 now = 0;
 
-	if (cycle_live <= 0)
+	/* Nothing to do (no slot held, no watch armed, neither task
+	 * watched): five loads and compares. */
+	if (cycle_live <= 0 ||
+	    (anat_held <= 0 && watches <= 0 && !watched_many && prev->pid != watched_one && next->pid != watched_one))
 		return 0;
 	/* anat_switch, with the clock read only where a slot is held. */
 	s = anat_held_here();
