@@ -154,6 +154,11 @@ __s64 cycle_live;
  * second one is (then the hash decides). */
 __u32 watched_one;
 __u32 watched_many;
+/* CPUs whose cycle_watch is armed: the overrun check's gate before its
+ * per-CPU lookup (every switch, IRQ and hrtimer expiry on the machine
+ * runs it). Changed only by whoever moves a watch's tid between 0 and a
+ * thread with an atomic exchange, so it stays exact. */
+__s64 watches;
 
 static __always_inline void count_drop(void)
 {
@@ -248,9 +253,10 @@ static __always_inline void slot_hold(struct cycle_thread *t, __u32 tid, __u32 c
 	/* anatomy: user space's "kernel has bpf_map_lookup_percpu_elem". */
 	w = anatomy ? bpf_map_lookup_percpu_elem(&cycle_watch, &zero, cpu) : NULL;
 	if (w && !t->reported && t->deadline_ns) {
-		w->tid = tid;
 		w->deadline_ns = t->deadline_ns;
 		w->release_ns = t->release_ns;
+		if (!__sync_lock_test_and_set(&w->tid, tid))
+			__sync_fetch_and_add(&watches, 1);
 	}
 }
 
@@ -458,8 +464,8 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now, boo
 		slot_return(t);
 	}
 	w = bpf_map_lookup_elem(&cycle_watch, &zero);
-	if (w && w->tid == tid)
-		w->tid = 0;
+	if (w && w->tid == tid && __sync_val_compare_and_swap(&w->tid, tid, 0) == tid)
+		__sync_fetch_and_add(&watches, -1);
 	if (!release) {
 		t->phase = P_NONE;
 		return;
@@ -488,7 +494,7 @@ static __always_inline void overrun_check(void *ctx)
 	__u32 zero = 0, tid;
 	__u64 now;
 
-	if (cycle_live <= 0)
+	if (watches <= 0)
 		return;
 	w = bpf_map_lookup_elem(&cycle_watch, &zero);
 	if (!w || !w->tid)
@@ -496,8 +502,10 @@ static __always_inline void overrun_check(void *ctx)
 	now = bpf_ktime_get_ns();
 	if (now <= w->deadline_ns)
 		return;
-	tid = w->tid;
-	w->tid = 0;
+	tid = __sync_lock_test_and_set(&w->tid, 0);
+	if (!tid)
+		return;
+	__sync_fetch_and_add(&watches, -1);
 	t = bpf_map_lookup_elem(&cycle_threads, &tid);
 	if (!t || t->release_ns != w->release_ns || t->phase < P_WAIT)
 		return;
@@ -509,40 +517,7 @@ static __always_inline void overrun_check(void *ctx)
 	send_record(ctx, t, tid, LATMON_CYCLE_OVERRUN, now);
 }
 
-/* TP_PROTO(struct task_struct *p) */
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(cycle_wakeup, struct task_struct *p)
-{
-	struct cycle_thread *t = thread_of(p->pid);
-	__u64 now;
-
-	if (!t)
-		return 0;
-	now = bpf_ktime_get_ns();
-	if (t->phase == P_SLEEP) {
-		/* A timer wakes at or after its expiry: earlier is a signal
-		 * (the sleep returns -EINTR, the loop sleeps again or not). */
-		if (now < t->release_ns)
-			return 0;
-		release_init(t, p, latmon_task_cpu_btf(p), now);
-	} else if (t->phase == P_BLOCKED) {
-		__u32 k = t->blocked_on & (LATMON_CYCLE_BLOCKED_KINDS - 1);
-
-		t->exec.blocked[k].ns += now > t->blocked_ns ? now - t->blocked_ns : 0;
-		t->exec.blocked[k].syscall = t->blocked_sys;
-	} else {
-		return 0;
-	}
-	if (latmon_task_on_cpu_btf(p)) {
-		/* Woken before it was off its CPU: it runs on, no switch. */
-		run_start(t, now);
-		t->phase = P_RUN;
-	} else {
-		t->phase = P_WAIT;
-	}
-	slot_hold(t, p->pid, latmon_task_cpu_btf(p), now);
-	return 0;
-}
+#include "cycle_wake.bpf.h"
 
 /* What a thread that blocks now sleeps on. */
 static __always_inline __u32 blocked_on(__s64 state, __s32 sys)
@@ -565,7 +540,10 @@ int BPF_PROG(cycle_switch, bool preempt, struct task_struct *prev, struct task_s
 	struct anat_slot *s;
 	__u64 now = 0;
 
-	if (cycle_live <= 0)
+	/* Nothing to do (no slot held, no watch armed, neither task
+	 * watched): five loads and compares. */
+	if (cycle_live <= 0 ||
+	    (anat_held <= 0 && watches <= 0 && !watched_many && prev->pid != watched_one && next->pid != watched_one))
 		return 0;
 	/* anat_switch, with the clock read only where a slot is held. */
 	s = anat_held_here();
@@ -611,6 +589,19 @@ int BPF_PROG(cycle_switch, bool preempt, struct task_struct *prev, struct task_s
 	if (t)
 		rule_block(ctx, t, prev);
 	t = thread_of(next->pid);
+	if (t && t->phase == P_BLOCKED) {
+		/* Switched in while blocked by the events: its wakeup came
+		 * as it was going to sleep (sched_waking saw it still queued,
+		 * the switch out then saw it block). The block ends now. */
+		__u32 k = t->blocked_on & (LATMON_CYCLE_BLOCKED_KINDS - 1);
+
+		if (!now)
+			now = bpf_ktime_get_ns();
+		t->exec.blocked[k].ns += now > t->blocked_ns ? now - t->blocked_ns : 0;
+		t->exec.blocked[k].syscall = t->blocked_sys;
+		t->phase = P_WAIT;
+		t->st.unseen++;
+	}
 	if (t && t->phase == P_SLEEP && t->release_ns) {
 		/* Switched in past its release before any wakeup was seen:
 		 * the release is now. */

@@ -178,23 +178,22 @@ static __always_inline void rule_block(void *ctx, struct cycle_thread *t, struct
 	rule_broken(ctx, t, prev->pid, LATMON_RULE_SLEEP_OTHER, sys);
 }
 
-/* TP_PROTO(struct task_struct *p): in the waker's context. */
-SEC("tp_btf/sched_waking")
-int BPF_PROG(cycle_waking, struct task_struct *p)
+/* sched_waking of watched thread p (t), in the waker's context (current):
+ * a plain futex wait ended by a lower-priority futex caller breaks
+ * woken_by_lower. */
+static __always_inline void rule_waking(void *ctx, struct cycle_thread *t, struct task_struct *p)
 {
-	struct cycle_thread *t = thread_of(p->pid);
 	struct task_struct *cur;
 
-	if (!t || !t->futex_wait)
-		return 0;
+	if (!t->futex_wait)
+		return;
 	t->futex_wait = 0;
 	cur = bpf_get_current_task_btf();
 	/* Lower: a larger effective prio number (0..99 real-time, 100..139
 	 * fair); a waker boosted to the waiter's priority is not lower. */
 	if (syscall_of(cur) != cfg.nr_futex || cur->prio <= p->prio)
-		return 0;
+		return;
 	rule_broken(ctx, t, p->pid, LATMON_RULE_WOKEN_BY_LOWER, t->futex_sys);
-	return 0;
 }
 
 #endif /* __CYCLE_RULES_BPF_H */

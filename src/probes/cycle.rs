@@ -50,14 +50,15 @@ const _: () = assert!(
 pub const MUTATE_ENV: &str = "LATMON_CYCLE_MUTATE";
 
 /// Programs in attach order: the interrupt exits before their entries,
-/// the consumers (switch) before the producers (wakeup, the sleeps).
+/// the consumers (switch, migrate) before the producers (waking, the
+/// sleeps).
 const PROGRAMS: [&str; 11] = [
     "cycle_irq_exit",
     "cycle_softirq_exit",
     "cycle_irq_entry",
     "cycle_softirq_entry",
     "cycle_switch",
-    "cycle_wakeup",
+    "cycle_migrate",
     "cycle_waking",
     "cycle_hrtimer_expire",
     "cycle_clock_nanosleep_exit",
