@@ -399,7 +399,8 @@ struct latmon_cycle_record {
 struct latmon_lock_config {
 	__u64 threshold_ns; /* threshold=: waits above it send a record, 0: none */
 	__u32 filter_tid;   /* pid=TID, 0: any */
-	__u32 mutate;	    /* tests only: 1 charges the owner's preempters to the owner */
+	__u32 mutate;	    /* tests only: 1 charges the owner's preempters to the owner,
+			     * 2 takes futex_waitv's second waiter for the series */
 	char filter_comm[LATMON_COMM_LEN];
 	__u32 owner_walk; /* 1: find owners by the thread-group walk even where the kfunc is */
 	__u32 pad;

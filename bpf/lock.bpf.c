@@ -56,6 +56,7 @@
 #define FUTEX_TID_MASK 0x3fffffff
 /* struct futex_waitv { __u64 val; __u64 uaddr; __u32 flags; __u32 __reserved; } */
 #define FUTEX_WAITV_UADDR_OFFSET 8
+#define FUTEX_WAITV_SIZE 24
 
 const volatile struct latmon_lock_config cfg = {};
 
@@ -278,7 +279,7 @@ static __always_inline void charge(struct lock_owner *o, struct task_struct *p, 
 	bool between = p->prio > o->waiter_prio_eff && p->prio < o->prio_eff;
 	__u32 pid = p->pid;
 
-	if (cfg.mutate) {
+	if (cfg.mutate == 1) {
 		/* Tests only: the preempter's time charged to the owner, the
 		 * wrong attribution the live test must catch. */
 		o->run_ns += ns;
@@ -694,7 +695,11 @@ int lock_futex_waitv_enter(struct sys_enter_futex_waitv_rec *ctx)
 
 	if (!ctx->nr_futexes)
 		return 0; /* -EINVAL, no wait */
-	if (bpf_probe_read_user(&uaddr, sizeof(uaddr), (void *)(ctx->waiters + FUTEX_WAITV_UADDR_OFFSET))) {
+	/* Tests only (cfg.mutate 2): the second waiter's word, the wrong
+	 * series the live test must catch. */
+	if (bpf_probe_read_user(
+		    &uaddr, sizeof(uaddr),
+		    (void *)(ctx->waiters + FUTEX_WAITV_UADDR_OFFSET + (cfg.mutate == 2 ? FUTEX_WAITV_SIZE : 0)))) {
 		if (wanted_now(tid))
 			count_drop();
 		return 0;

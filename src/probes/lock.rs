@@ -44,7 +44,8 @@ const _: () =
 
 /// Tests only: `LATMON_LOCK_MUTATE=1` charges the owner's preempters to
 /// the owner's own running time (bpf/lock.bpf.c `cfg.mutate`), the wrong
-/// attribution the live test must catch.
+/// attribution the live test must catch; `=waitv` takes a futex_waitv
+/// wait's second waiter's word for its series instead of the first.
 pub const MUTATE_ENV: &str = "LATMON_LOCK_MUTATE";
 
 /// Tests only: `LATMON_LOCK_OWNER_WALK=1` finds owners by walking the
@@ -240,7 +241,11 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
         name: probe,
         kind: spec.kind.family(),
         attach: mech,
-        mode: format!("thread-hash, lock series, syscalls {}{}", names_of(&calls), super::alert_mode(threshold, ringbuf)),
+        mode: format!(
+            "thread-hash, lock series, syscalls {}{}",
+            names_of(&calls),
+            super::alert_mode(threshold, ringbuf)
+        ),
         btf_mode: BtfMode::CoRe,
         wait: Default::default(),
     };
@@ -264,7 +269,11 @@ fn load(
         let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
         ro.cfg.threshold_ns = threshold_ns(spec);
         ro.cfg.filter_tid = spec.pid.unwrap_or(0);
-        ro.cfg.mutate = u32::from(std::env::var(MUTATE_ENV).as_deref() == Ok("1"));
+        ro.cfg.mutate = match std::env::var(MUTATE_ENV).as_deref() {
+            Ok("1") => 1,
+            Ok("waitv") => 2,
+            _ => 0,
+        };
         ro.cfg.owner_walk = u32::from(std::env::var(OWNER_WALK_ENV).as_deref() == Ok("1"));
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
         ro.use_ringbuf = ringbuf;
