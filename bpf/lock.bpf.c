@@ -611,24 +611,20 @@ static __always_inline struct lock_thread *thread_enter(__u32 tid)
 }
 
 /* A wait of the watched thread starts: op is the futex command or a
- * LATMON_LOCK_OP_*, owner_from/owner the candidate read at the entry. */
-static __always_inline void wait_begin(__u64 uaddr, __u32 op, __u32 owner_from, __s32 owner)
+ * LATMON_LOCK_OP_*; no owner yet. NULL: the thread is not watched. */
+static __always_inline struct lock_thread *wait_begin(__u64 uaddr, __u32 op)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct lock_thread *t;
 	__u32 tid = (__u32)pid_tgid;
 
 	if (cfg.filter_tid && tid != cfg.filter_tid)
-		return;
+		return NULL;
 	t = bpf_map_lookup_elem(&lock_threads, &tid);
 	if (!t) {
 		t = thread_enter(tid);
 		if (!t)
-			return;
-	}
-	if (owner <= 0 || (__u32)owner == tid) {
-		owner = 0;
-		owner_from = LATMON_LOCK_OWNER_NONE;
+			return NULL;
 	}
 	t->start_ns = bpf_ktime_get_ns();
 	t->end_ns = 0;
@@ -638,18 +634,24 @@ static __always_inline void wait_begin(__u64 uaddr, __u32 op, __u32 owner_from, 
 	t->phase = T_IN;
 	t->owner_live = 0;
 	t->waker_tid = 0;
-	t->owner_from = owner_from;
-	t->owner_tid = owner;
+	t->owner_from = LATMON_LOCK_OWNER_NONE;
+	t->owner_tid = 0;
+	return t;
 }
 
-/* futex(2) and 32-bit arm's futex_time64 (same arguments). */
+/* futex(2) and 32-bit arm's futex_time64 (same arguments). The owner is
+ * read only for a watched thread: an unwatched one pays no user read. */
 static __always_inline int futex_enter(__u64 uaddr, __u64 op)
 {
 	__u32 cmd = op & FUTEX_CMD_MASK, word = 0, from = LATMON_LOCK_OWNER_NONE;
+	struct lock_thread *t;
 	__s32 owner = 0;
 
 	if (cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET && cmd != FUTEX_LOCK_PI && cmd != FUTEX_LOCK_PI2 &&
 	    cmd != FUTEX_WAIT_REQUEUE_PI)
+		return 0;
+	t = wait_begin(uaddr, cmd);
+	if (!t)
 		return 0;
 	if (cmd == FUTEX_LOCK_PI || cmd == FUTEX_LOCK_PI2) {
 		if (!bpf_probe_read_user(&word, sizeof(word), (void *)uaddr)) {
@@ -661,7 +663,10 @@ static __always_inline int futex_enter(__u64 uaddr, __u64 op)
 		if (!bpf_probe_read_user(&owner, sizeof(owner), (void *)(uaddr + LATMON_LOCK_GLIBC_OWNER_OFFSET)))
 			from = LATMON_LOCK_OWNER_GLIBC;
 	}
-	wait_begin(uaddr, cmd, from, owner);
+	if (owner <= 0 || (__u32)owner == (__u32)bpf_get_current_pid_tgid())
+		return 0;
+	t->owner_from = from;
+	t->owner_tid = owner;
 	return 0;
 }
 
@@ -679,7 +684,7 @@ int lock_futex_time64_enter(struct sys_enter_futex_rec *ctx) { return futex_ente
 SEC("tracepoint/syscalls/sys_enter_futex_wait")
 int lock_futex_wait_enter(struct sys_enter_futex_wait_rec *ctx)
 {
-	wait_begin(ctx->uaddr, LATMON_LOCK_OP_FUTEX_WAIT2, LATMON_LOCK_OWNER_NONE, 0);
+	wait_begin(ctx->uaddr, LATMON_LOCK_OP_FUTEX_WAIT2);
 	return 0;
 }
 
@@ -704,7 +709,7 @@ int lock_futex_waitv_enter(struct sys_enter_futex_waitv_rec *ctx)
 			count_drop();
 		return 0;
 	}
-	wait_begin(uaddr, LATMON_LOCK_OP_FUTEX_WAITV, LATMON_LOCK_OWNER_NONE, 0);
+	wait_begin(uaddr, LATMON_LOCK_OP_FUTEX_WAITV);
 	return 0;
 }
 
