@@ -187,6 +187,11 @@
 #define LATMON_LOCK_OWNER_PI 1	  /* the PI futex word's TID (FUTEX_TID_MASK) */
 #define LATMON_LOCK_OWNER_GLIBC 2 /* glibc pthread_mutex_t __data.__owner */
 #define LATMON_LOCK_OWNER_WAKER 3 /* the thread that woke the waiter */
+/* A wait's op (struct latmon_lock_record's op): the futex command
+ * (FUTEX_CMD_MASK, below 128) for futex and futex_time64, else which
+ * syscall. */
+#define LATMON_LOCK_OP_FUTEX_WAIT2 256 /* futex2's futex_wait (6.7+) */
+#define LATMON_LOCK_OP_FUTEX_WAITV 257 /* futex_waitv (5.16+) */
 /* glibc's struct __pthread_mutex_s: int __lock, unsigned __count, int
  * __owner, on x86_64, aarch64 and 32-bit arm alike (sysdeps/nptl/
  * bits/struct_mutex.h): the owner's TID 8 bytes after the futex word. */
@@ -452,7 +457,8 @@ struct latmon_cycle_record {
 struct latmon_lock_config {
 	__u64 threshold_ns; /* threshold=: waits above it send a record, 0: none */
 	__u32 filter_tid;   /* pid=TID, 0: any */
-	__u32 mutate;	    /* tests only: 1 charges the owner's preempters to the owner */
+	__u32 mutate;	    /* tests only: 1 charges the owner's preempters to the owner,
+			     * 2 takes futex_waitv's second waiter for the series */
 	char filter_comm[LATMON_COMM_LEN];
 	__u32 owner_walk; /* 1: find owners by the thread-group walk even where the kfunc is */
 	__u32 pad;
@@ -500,7 +506,7 @@ struct latmon_lock_record {
 	__u64 owner_run_ns; /* the owner's own time on a CPU during the wait */
 	__u64 rest_ns;	    /* preempters beyond LOCK_PREEMPTERS */
 	__u64 rest_inv_ns;  /* their part between the two priorities */
-	__u32 op;	    /* the futex command (FUTEX_WAIT, FUTEX_LOCK_PI, ...) */
+	__u32 op;	    /* the futex command (FUTEX_WAIT, ...) or LATMON_LOCK_OP_* */
 	__u32 slot;	    /* its series */
 	__u32 owner_from;   /* LATMON_LOCK_OWNER_* */
 	__u32 owner_tid;

@@ -1,19 +1,21 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR MIT)
 /*
  * lock: the futex waits of watched threads, from the wait's start (its
- * futex call, a wait command: FUTEX_WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2,
- * WAIT_REQUEUE_PI) to the thread running again (its switch-in after the
+ * futex or futex_time64 call with a wait command: FUTEX_WAIT,
+ * WAIT_BITSET, LOCK_PI, LOCK_PI2, WAIT_REQUEUE_PI; a futex_wait or
+ * futex_waitv call) to the thread running again (its switch-in after the
  * block; a wait that never blocked ends at the call's return). One
  * histogram per lock (thread group, futex address).
  *
  * The owner: for LOCK_PI and LOCK_PI2 the futex word's TID; for the other
- * waits glibc's pthread_mutex_t owner (__data.__owner, LOCK_GLIBC_OWNER_
+ * futex commands glibc's pthread_mutex_t owner (__data.__owner, LOCK_GLIBC_OWNER_
  * OFFSET bytes after the word: the wait may be on a mutex), both read at
  * the call's entry. Plausible only if that thread is alive in the
  * waiter's thread group (checked when the waiter blocks, through
  * bpf_task_from_pid, 6.2+; on older kernels by walking the waiter's
- * thread group, at most LOCK_GROUP_WALK threads); else the owner is the
- * thread that woke the waiter (sched_waking), known only at the end.
+ * thread group, at most LOCK_GROUP_WALK threads); else, and for futex_wait
+ * and futex_waitv, the owner is the thread that woke the waiter
+ * (sched_waking), known only at the end.
  *
  * While the waiter is blocked, its owner is followed (lock_owners, keyed
  * by its thread id): its own time on a CPU, and, while it is runnable and
@@ -52,6 +54,9 @@
 #define FUTEX_LOCK_PI2 13
 #define FUTEX_CMD_MASK 127 /* ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME) */
 #define FUTEX_TID_MASK 0x3fffffff
+/* struct futex_waitv { __u64 val; __u64 uaddr; __u32 flags; __u32 __reserved; } */
+#define FUTEX_WAITV_UADDR_OFFSET 8
+#define FUTEX_WAITV_SIZE 24
 
 const volatile struct latmon_lock_config cfg = {};
 
@@ -183,6 +188,24 @@ struct sys_enter_futex_rec {
 	__u64 args[4];
 };
 
+/* include/trace/events/syscalls.h: every argument a u64 slot. */
+struct sys_enter_futex_wait_rec {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 uaddr;
+	__u64 args[5]; /* val, mask, flags, timeout, clockid */
+};
+
+struct sys_enter_futex_waitv_rec {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 waiters; /* struct futex_waitv[nr_futexes], user memory */
+	__u64 nr_futexes;
+	__u64 args[3]; /* flags, timeout, clockid */
+};
+
 struct sys_exit_futex_rec {
 	__u64 common;
 	__s32 nr;
@@ -256,7 +279,7 @@ static __always_inline void charge(struct lock_owner *o, struct task_struct *p, 
 	bool between = p->prio > o->waiter_prio_eff && p->prio < o->prio_eff;
 	__u32 pid = p->pid;
 
-	if (cfg.mutate) {
+	if (cfg.mutate == 1) {
 		/* Tests only: the preempter's time charged to the owner, the
 		 * wrong attribution the live test must catch. */
 		o->run_ns += ns;
@@ -561,14 +584,20 @@ static __noinline int keep_for_cycle(struct lock_thread *t, __u32 tid, __u32 slo
 	return 0;
 }
 
-/* A watched thread enters if it passes the filter (comm=, or pid= the
- * thread id). NULL: not wanted, or no room. */
+/* Whether the current thread passes the filter (comm=, or pid= the
+ * thread id; the filter's comm half only). */
+static __always_inline bool wanted_now(__u32 tid)
+{
+	return cfg.filter_tid ? tid == cfg.filter_tid : latmon_current_wanted(0, cfg.filter_comm);
+}
+
+/* A watched thread enters if it passes the filter. NULL: not wanted, or
+ * no room. */
 static __always_inline struct lock_thread *thread_enter(__u32 tid)
 {
 	struct lock_thread z = {};
 
-	/* pid= is the thread id here: the filter's comm half only. */
-	if (cfg.filter_tid ? tid != cfg.filter_tid : !latmon_current_wanted(0, cfg.filter_comm))
+	if (!wanted_now(tid))
 		return NULL;
 	if (bpf_map_update_elem(&lock_threads, &tid, &z, BPF_NOEXIST)) {
 		count_drop(); /* LOCK_THREADS watched already */
@@ -581,57 +610,111 @@ static __always_inline struct lock_thread *thread_enter(__u32 tid)
 	return bpf_map_lookup_elem(&lock_threads, &tid);
 }
 
-SEC("tracepoint/syscalls/sys_enter_futex")
-int lock_futex_enter(struct sys_enter_futex_rec *ctx)
+/* A wait of the watched thread starts: op is the futex command or a
+ * LATMON_LOCK_OP_*; no owner yet. NULL: the thread is not watched. */
+static __always_inline struct lock_thread *wait_begin(__u64 uaddr, __u32 op)
 {
-	__u32 cmd = ctx->op & FUTEX_CMD_MASK, word = 0;
-	__u64 pid_tgid, uaddr = ctx->uaddr;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct lock_thread *t;
-	__u32 tid;
-	__s32 owner = 0;
+	__u32 tid = (__u32)pid_tgid;
 
-	if (cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET && cmd != FUTEX_LOCK_PI && cmd != FUTEX_LOCK_PI2 &&
-	    cmd != FUTEX_WAIT_REQUEUE_PI)
-		return 0;
-	pid_tgid = bpf_get_current_pid_tgid();
-	tid = (__u32)pid_tgid;
 	if (cfg.filter_tid && tid != cfg.filter_tid)
-		return 0;
+		return NULL;
 	t = bpf_map_lookup_elem(&lock_threads, &tid);
 	if (!t) {
 		t = thread_enter(tid);
 		if (!t)
-			return 0;
+			return NULL;
 	}
 	t->start_ns = bpf_ktime_get_ns();
 	t->end_ns = 0;
 	t->uaddr = uaddr;
 	t->tgid = pid_tgid >> 32;
-	t->op = cmd;
+	t->op = op;
 	t->phase = T_IN;
 	t->owner_live = 0;
 	t->waker_tid = 0;
 	t->owner_from = LATMON_LOCK_OWNER_NONE;
+	t->owner_tid = 0;
+	return t;
+}
+
+/* futex(2) and 32-bit arm's futex_time64 (same arguments). The owner is
+ * read only for a watched thread: an unwatched one pays no user read. */
+static __always_inline int futex_enter(__u64 uaddr, __u64 op)
+{
+	__u32 cmd = op & FUTEX_CMD_MASK, word = 0, from = LATMON_LOCK_OWNER_NONE;
+	struct lock_thread *t;
+	__s32 owner = 0;
+
+	if (cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET && cmd != FUTEX_LOCK_PI && cmd != FUTEX_LOCK_PI2 &&
+	    cmd != FUTEX_WAIT_REQUEUE_PI)
+		return 0;
+	t = wait_begin(uaddr, cmd);
+	if (!t)
+		return 0;
 	if (cmd == FUTEX_LOCK_PI || cmd == FUTEX_LOCK_PI2) {
 		if (!bpf_probe_read_user(&word, sizeof(word), (void *)uaddr)) {
 			owner = word & FUTEX_TID_MASK;
-			t->owner_from = LATMON_LOCK_OWNER_PI;
+			from = LATMON_LOCK_OWNER_PI;
 		}
 	} else if (cmd != FUTEX_WAIT_REQUEUE_PI) {
 		/* A condition variable's word: no owner (checked at the block). */
 		if (!bpf_probe_read_user(&owner, sizeof(owner), (void *)(uaddr + LATMON_LOCK_GLIBC_OWNER_OFFSET)))
-			t->owner_from = LATMON_LOCK_OWNER_GLIBC;
+			from = LATMON_LOCK_OWNER_GLIBC;
 	}
-	if (owner <= 0 || (__u32)owner == tid) {
-		owner = 0;
-		t->owner_from = LATMON_LOCK_OWNER_NONE;
-	}
+	if (owner <= 0 || (__u32)owner == (__u32)bpf_get_current_pid_tgid())
+		return 0;
+	t->owner_from = from;
 	t->owner_tid = owner;
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_exit_futex")
-int lock_futex_exit(struct sys_exit_futex_rec *ctx)
+SEC("tracepoint/syscalls/sys_enter_futex")
+int lock_futex_enter(struct sys_enter_futex_rec *ctx) { return futex_enter(ctx->uaddr, ctx->op); }
+
+/* 32-bit arm with a 64-bit time_t (glibc 2.34+ _TIME_BITS=64): glibc
+ * calls futex_time64; no such tracepoint on 64-bit kernels (user space
+ * leaves this program out there). */
+SEC("tracepoint/syscalls/sys_enter_futex_time64")
+int lock_futex_time64_enter(struct sys_enter_futex_rec *ctx) { return futex_enter(ctx->uaddr, ctx->op); }
+
+/* futex2's futex_wait (kernel 6.7+, commit 27b88f3519e2): a plain wait,
+ * neither PI nor a glibc mutex: the owner is the waker. */
+SEC("tracepoint/syscalls/sys_enter_futex_wait")
+int lock_futex_wait_enter(struct sys_enter_futex_wait_rec *ctx)
+{
+	wait_begin(ctx->uaddr, LATMON_LOCK_OP_FUTEX_WAIT2);
+	return 0;
+}
+
+/* futex_waitv (kernel 5.16+, commit bf69bad38cf6): a wait on up to 128
+ * words at once; its series is the first waiter's word (waiters[0].uaddr,
+ * read from user memory; an unreadable array is a drop). The owner is the
+ * waker. */
+SEC("tracepoint/syscalls/sys_enter_futex_waitv")
+int lock_futex_waitv_enter(struct sys_enter_futex_waitv_rec *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 uaddr = 0;
+
+	if (!ctx->nr_futexes)
+		return 0; /* -EINVAL, no wait */
+	/* Tests only (cfg.mutate 2): the second waiter's word, the wrong
+	 * series the live test must catch. */
+	if (bpf_probe_read_user(
+		    &uaddr, sizeof(uaddr),
+		    (void *)(ctx->waiters + FUTEX_WAITV_UADDR_OFFSET + (cfg.mutate == 2 ? FUTEX_WAITV_SIZE : 0)))) {
+		if (wanted_now(tid))
+			count_drop();
+		return 0;
+	}
+	wait_begin(uaddr, LATMON_LOCK_OP_FUTEX_WAITV);
+	return 0;
+}
+
+/* Every exit: the same body (a thread is in one syscall at a time). */
+static __always_inline int futex_exit(void *ctx)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct lock_thread *t = thread_of(tid);
@@ -665,6 +748,18 @@ int lock_futex_exit(struct sys_exit_futex_rec *ctx)
 	t->phase = T_NONE;
 	return 0;
 }
+
+SEC("tracepoint/syscalls/sys_exit_futex")
+int lock_futex_exit(struct sys_exit_futex_rec *ctx) { return futex_exit(ctx); }
+
+SEC("tracepoint/syscalls/sys_exit_futex_time64")
+int lock_futex_time64_exit(struct sys_exit_futex_rec *ctx) { return futex_exit(ctx); }
+
+SEC("tracepoint/syscalls/sys_exit_futex_wait")
+int lock_futex_wait_exit(struct sys_exit_futex_rec *ctx) { return futex_exit(ctx); }
+
+SEC("tracepoint/syscalls/sys_exit_futex_waitv")
+int lock_futex_waitv_exit(struct sys_exit_futex_rec *ctx) { return futex_exit(ctx); }
 
 /* sched_waking, not sched_wakeup: it fires in the waker's own context;
  * a remote wakeup's sched_wakeup fires on the woken task's CPU, from

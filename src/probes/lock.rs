@@ -49,7 +49,8 @@ const _: () = assert!(2 * LOCK_PREEMPTERS + 4 <= latmon_core::anatomy::MAX_CAUSE
 
 /// Tests only: `LATMON_LOCK_MUTATE=1` charges the owner's preempters to
 /// the owner's own running time (bpf/lock.bpf.c `cfg.mutate`), the wrong
-/// attribution the live test must catch.
+/// attribution the live test must catch; `=waitv` takes a futex_waitv
+/// wait's second waiter's word for its series instead of the first.
 pub const MUTATE_ENV: &str = "LATMON_LOCK_MUTATE";
 
 /// Tests only: `LATMON_LOCK_OWNER_WALK=1` finds owners by walking the
@@ -58,9 +59,53 @@ pub const MUTATE_ENV: &str = "LATMON_LOCK_MUTATE";
 /// on a kernel that has it.
 pub const OWNER_WALK_ENV: &str = "LATMON_LOCK_OWNER_WALK";
 
-/// Programs in attach order: the consumers (switch, exit) before the
-/// producer (the futex entry that starts a wait).
-const PROGRAMS: [&str; 4] = ["lock_switch", "lock_waking", "lock_futex_exit", "lock_futex_enter"];
+/// A futex syscall the probe follows: its tracepoints' programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FutexSyscall {
+    pub name: &'static str,
+    enter: &'static str,
+    exit: &'static str,
+    /// Left out where the kernel lacks it (futex_time64: 32-bit kernels
+    /// only; futex_wait: 6.7+; futex_waitv: 5.16+), else its absence
+    /// refuses the probe.
+    optional: bool,
+}
+
+const fn syscall(name: &'static str, enter: &'static str, exit: &'static str, optional: bool) -> FutexSyscall {
+    FutexSyscall { name, enter, exit, optional }
+}
+
+/// Every futex syscall with a wait the probe can follow.
+const SYSCALLS: [FutexSyscall; 4] = [
+    syscall("futex", "lock_futex_enter", "lock_futex_exit", false),
+    syscall("futex_time64", "lock_futex_time64_enter", "lock_futex_time64_exit", true),
+    syscall("futex_wait", "lock_futex_wait_enter", "lock_futex_wait_exit", true),
+    syscall("futex_waitv", "lock_futex_waitv_enter", "lock_futex_waitv_exit", true),
+];
+
+/// The syscalls followed on a kernel where `has(name)` says whether its
+/// `syscalls:sys_enter_NAME` tracepoint exists: the optional ones it has,
+/// and futex always (attaching it fails with the reason if it is missing).
+pub(crate) fn followed(has: impl Fn(&str) -> bool) -> Vec<FutexSyscall> {
+    SYSCALLS.iter().copied().filter(|s| !s.optional || has(s.name)).collect()
+}
+
+/// Programs in attach order: the consumers (switch, exits) before the
+/// producers (the entries that start a wait).
+fn programs(calls: &[FutexSyscall]) -> Vec<&'static str> {
+    let mut p = vec!["lock_switch", "lock_waking"];
+    p.extend(calls.iter().map(|s| s.exit));
+    p.extend(calls.iter().map(|s| s.enter));
+    p
+}
+
+/// Whether this kernel has the tracepoint syscalls:sys_enter_NAME (its
+/// tracefs directory; tracefs at its own mount point, or under debugfs).
+fn has_syscall_tracepoint(name: &str) -> bool {
+    ["/sys/kernel/tracing/events/syscalls", "/sys/kernel/debug/tracing/events/syscalls"]
+        .iter()
+        .any(|root| std::path::Path::new(&format!("{root}/sys_enter_{name}")).is_dir())
+}
 
 struct Locks {
     alerts: Alerts,
@@ -172,7 +217,8 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
         });
     }
     let ringbuf = want_ringbuf();
-    let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, ringbuf))?;
+    let calls = followed(has_syscall_tracepoint);
+    let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, ringbuf, &calls))?;
     super::lock_cycle::lock_is_loaded();
     let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
     let reader = PerCpuHist::new(&skel.maps.lock_hist).map_err(read_err)?;
@@ -203,29 +249,48 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
         name: probe,
         kind: spec.kind.family(),
         attach: mech,
-        mode: format!("thread-hash, lock series{}", super::alert_mode(threshold, ringbuf)),
+        mode: format!(
+            "thread-hash, lock series, syscalls {}{}",
+            names_of(&calls),
+            super::alert_mode(threshold, ringbuf)
+        ),
         btf_mode: BtfMode::CoRe,
         wait: Default::default(),
     };
     Ok(Box::new(Family::new(info, Box::new(l))))
 }
 
-fn load(spec: &ProbeSpec, ringbuf: bool) -> Result<(Owned<LockSkel<'static>>, Vec<Link>), LoadError> {
+/// The followed syscalls for the probe's mode: `futex+futex_wait+futex_waitv`.
+fn names_of(calls: &[FutexSyscall]) -> String {
+    calls.iter().map(|s| s.name).collect::<Vec<_>>().join("+")
+}
+
+fn load(
+    spec: &ProbeSpec,
+    ringbuf: bool,
+    calls: &[FutexSyscall],
+) -> Result<(Owned<LockSkel<'static>>, Vec<Link>), LoadError> {
+    let wanted = programs(calls);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open =
             LockSkelBuilder::default().open_opts(super::open_opts(), storage).map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
         ro.cfg.threshold_ns = threshold_ns(spec);
         ro.cfg.filter_tid = spec.pid.unwrap_or(0);
-        ro.cfg.mutate = u32::from(std::env::var(MUTATE_ENV).as_deref() == Ok("1"));
+        ro.cfg.mutate = match std::env::var(MUTATE_ENV).as_deref() {
+            Ok("1") => 1,
+            Ok("waitv") => 2,
+            _ => 0,
+        };
         ro.cfg.owner_walk = u32::from(std::env::var(OWNER_WALK_ENV).as_deref() == Ok("1"));
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
         ro.use_ringbuf = ringbuf;
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::lock_cycle::share(&mut open.maps.lock_cycle)?;
+        super::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
-    let links = attach_in_order(skel.object(), &PROGRAMS)?;
+    let links = attach_in_order(skel.object(), &wanted)?;
     Ok((skel, links))
 }
 
@@ -368,6 +433,48 @@ mod tests {
         assert_eq!(json["preempted_by"][0]["policy"], "fifo");
         // A short record is refused, not a panic.
         assert!(decode_alert_lock(&bytes[..bytes.len() - 1], &["l".into(), "l".into()]).is_none());
+    }
+
+    #[test]
+    fn syscalls_without_a_tracepoint_are_left_out_futex_never() {
+        let names = |have: &[&str]| {
+            let calls = followed(|n| have.contains(&n));
+            (names_of(&calls), programs(&calls))
+        };
+        // The 6.18 x86_64 host: no futex_time64 (a 32-bit syscall).
+        let (n, p) = names(&["futex", "futex_wait", "futex_waitv"]);
+        assert_eq!(n, "futex+futex_wait+futex_waitv");
+        assert!(!p.iter().any(|p| p.contains("time64")), "{p:?}");
+        // A 6.1 armv7 board: futex_time64 and futex_waitv, no futex_wait.
+        let (n, p) = names(&["futex", "futex_time64", "futex_waitv"]);
+        assert_eq!(n, "futex+futex_time64+futex_waitv");
+        assert_eq!(
+            p,
+            [
+                "lock_switch",
+                "lock_waking",
+                "lock_futex_exit",
+                "lock_futex_time64_exit",
+                "lock_futex_waitv_exit",
+                "lock_futex_enter",
+                "lock_futex_time64_enter",
+                "lock_futex_waitv_enter"
+            ]
+        );
+        // futex is never left out: its absence is the attach error.
+        assert_eq!(names(&[]).0, "futex");
+    }
+
+    #[test]
+    fn the_object_has_exactly_the_programs_named_here() {
+        let mut want = programs(&SYSCALLS);
+        want.sort();
+        let mut storage = MaybeUninit::uninit();
+        let open = LockSkelBuilder::default().open(&mut storage).expect("open the lock object");
+        let mut have: Vec<String> =
+            open.open_object().progs().map(|p| p.name().to_string_lossy().into_owned()).collect();
+        have.sort();
+        assert_eq!(have, want);
     }
 
     #[test]

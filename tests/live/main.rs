@@ -18,6 +18,7 @@ mod kernel_misses;
 mod links;
 mod links_paced;
 mod lock;
+mod lock_kinds;
 mod modbus;
 mod nobtf_tracepoint;
 mod prom_native;
