@@ -81,7 +81,7 @@ SRC_URI = "\
 "
 require ${BPN}-crates.inc
 
-SRCREV_latmon ??= "f585bbe45dadc6f4da63b851a29e3ad5a4367621"
+SRCREV_latmon ??= "f6bb3023229451fb27021e0bb55c93888bfbccf3"
 SRCREV_FORMAT = "latmon"
 
 inherit cargo cargo-update-recipe-crates pkgconfig systemd update-rc.d
