@@ -461,7 +461,7 @@ struct latmon_lock_config {
 			     * 2 takes futex_waitv's second waiter for the series */
 	char filter_comm[LATMON_COMM_LEN];
 	__u32 owner_walk; /* 1: find owners by the thread-group walk even where the kfunc is */
-	__u32 pad;
+	__u32 cycle_join; /* a cycle probe runs: hand it the waits (bpf/lock_cycle.bpf.h) */
 };
 
 /* A lock series: the futex word's thread group and address (user space

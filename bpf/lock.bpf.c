@@ -738,7 +738,8 @@ static __always_inline int futex_exit(void *ctx)
 			send_record(ctx, t, slot, latency, end);
 		}
 	}
-	keep_for_cycle(t, tid, slot, end);
+	if (cfg.cycle_join)
+		keep_for_cycle(t, tid, slot, end);
 	if (t->owner_live) {
 		otid = t->owner_tid;
 		tally(slot, bpf_map_lookup_elem(&lock_owners, &otid));

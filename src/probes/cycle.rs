@@ -242,6 +242,7 @@ pub fn open(spec: &ProbeSpec, lock_join: bool) -> Result<Box<dyn Probe>, ProbeEr
     }
     let ringbuf = want_ringbuf();
     let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, ringbuf, lock_join))?;
+    super::lock_cycle::cycle_is_loaded();
     let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
     let reader = PerCpuHist::new(&skel.maps.cycle_hist).map_err(read_err)?;
     let m = &skel.maps;

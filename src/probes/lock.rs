@@ -202,7 +202,7 @@ fn label_ok(name: &str) -> bool {
     !name.is_empty() && name.len() <= 64 && name.bytes().all(|c| c.is_ascii_graphic())
 }
 
-pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
+pub fn open(spec: &ProbeSpec, cycle_join: bool) -> Result<Box<dyn Probe>, ProbeError> {
     let probe = spec.name.clone();
     if !super::kernel_btf_present() {
         return Err(ProbeError::KernelFeature {
@@ -218,7 +218,7 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
     }
     let ringbuf = want_ringbuf();
     let calls = followed(has_syscall_tracepoint);
-    let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, ringbuf, &calls))?;
+    let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, ringbuf, &calls, cycle_join))?;
     super::lock_cycle::lock_is_loaded();
     let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
     let reader = PerCpuHist::new(&skel.maps.lock_hist).map_err(read_err)?;
@@ -269,6 +269,7 @@ fn load(
     spec: &ProbeSpec,
     ringbuf: bool,
     calls: &[FutexSyscall],
+    cycle_join: bool,
 ) -> Result<(Owned<LockSkel<'static>>, Vec<Link>), LoadError> {
     let wanted = programs(calls);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
@@ -283,6 +284,7 @@ fn load(
             _ => 0,
         };
         ro.cfg.owner_walk = u32::from(std::env::var(OWNER_WALK_ENV).as_deref() == Ok("1"));
+        ro.cfg.cycle_join = u32::from(cycle_join);
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
         ro.use_ringbuf = ringbuf;
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;

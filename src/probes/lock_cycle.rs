@@ -18,6 +18,18 @@ static MAP: Mutex<Option<MapHandle>> = Mutex::new(None);
 /// A lock probe loaded in this process (a cycle probe opened later by a
 /// reload joins it; one opened before it does not: docs/probes.md).
 static LOCK_LOADED: AtomicBool = AtomicBool::new(false);
+/// The same for a cycle probe: a lock probe hands its waits over only
+/// when one runs (no map work at each futex wait otherwise).
+static CYCLE_LOADED: AtomicBool = AtomicBool::new(false);
+
+pub(super) fn cycle_loaded() -> bool {
+    CYCLE_LOADED.load(Ordering::Relaxed)
+}
+
+/// The cycle probe's object is loaded with the shared map.
+pub(super) fn cycle_is_loaded() {
+    CYCLE_LOADED.store(true, Ordering::Relaxed);
+}
 
 pub(super) fn lock_loaded() -> bool {
     LOCK_LOADED.load(Ordering::Relaxed)
@@ -46,6 +58,8 @@ pub(super) fn share(map: &mut OpenMapMut<'_>) -> Result<(), LoadError> {
         .map_err(|e| libbpf_error("create the lock_cycle map", &e))?;
         *shared = Some(handle);
     }
-    let fd = shared.as_ref().map(|m| m.as_fd()).ok_or_else(|| LoadError::Object("no lock_cycle map".into()))?;
-    map.reuse_fd(fd).map_err(|e| libbpf_error("share the lock_cycle map", &e))
+    if let Some(handle) = shared.as_ref() {
+        map.reuse_fd(handle.as_fd()).map_err(|e| libbpf_error("share the lock_cycle map", &e))?;
+    }
+    Ok(())
 }

@@ -43,6 +43,7 @@ pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> 
     // A cycle probe takes a lock probe's waits into its misses when one
     // runs (bpf/lock_cycle.bpf.h); none: no map work at its releases.
     let lock_join = lock_cycle::lock_loaded() || specs.iter().any(|s| matches!(s.kind, ProbeKind::Lock));
+    let cycle_join = lock_cycle::cycle_loaded() || specs.iter().any(|s| matches!(s.kind, ProbeKind::Cycle { .. }));
     out.into_iter()
         .zip(specs)
         .map(|(done, spec)| {
@@ -54,7 +55,7 @@ pub fn open_all(specs: &[ProbeSpec]) -> Vec<Result<Box<dyn Probe>, ProbeError>> 
                 ProbeKind::Timer => timer::open(spec, false),
                 ProbeKind::Chain { .. } => timer::open(spec, true),
                 ProbeKind::Cycle { .. } => cycle::open(spec, lock_join),
-                ProbeKind::Lock => lock::open(spec),
+                ProbeKind::Lock => lock::open(spec, cycle_join),
                 other => Err(ProbeError::Unsupported { probe: spec.name.clone(), kind: other.family() }),
             })
         })
