@@ -248,7 +248,6 @@ mod tests {
     fn rec(probe: u16, event: Option<CycleEvent>, latency_ns: u64, running_ns: u64) -> AlertRecord {
         AlertRecord {
             id: ProbeId(probe),
-            probe: format!("p{probe}"),
             pid: 1,
             tid: 1,
             comm: "loop".into(),

@@ -100,12 +100,12 @@ fn comm_text(comm: &[i8]) -> String {
 }
 
 impl latmon_alert {
-    /// The summary's record of this alert, from probe `probe`.
-    fn record(&self, probe: String) -> AlertRecord {
+    /// The summary's record of this alert.
+    fn record(&self) -> AlertRecord {
         AlertRecord {
-            // The agent stamps the id as it drains the probe's records.
+            // The agent stamps the id as it drains the probe's records:
+            // the record's row, which names it at the outputs.
             id: latmon_core::ident::ProbeId::NONE,
-            probe,
             pid: self.pid,
             tid: self.tid,
             comm: comm_text(&self.comm),
@@ -151,9 +151,10 @@ impl latmon_anatomy {
     }
 }
 
-/// Decodes one alert record: `decode_alert`, or `decode_alert_anat` for
-/// objects that append anatomies.
-pub(crate) type DecodeAlert = fn(&[u8], &[String]) -> Option<(usize, AlertRecord)>;
+/// Decodes one alert record of an object with `ids` alert ids (its
+/// object-local id, below `ids`, and the record): `decode_alert`, or
+/// `decode_alert_anat` for objects that append anatomies.
+pub(crate) type DecodeAlert = fn(&[u8], usize) -> Option<(usize, AlertRecord)>;
 
 /// Alert records waiting for the agent, per probe id; bounded in total.
 #[derive(Default)]
@@ -178,13 +179,7 @@ pub(crate) struct AlertFeed {
 }
 
 impl AlertFeed {
-    pub(crate) fn spawn(
-        map: MapHandle,
-        ringbuf: bool,
-        names: Vec<String>,
-        decode: DecodeAlert,
-    ) -> Result<Self, LoadError> {
-        let n = names.len();
+    pub(crate) fn spawn(map: MapHandle, ringbuf: bool, n: usize, decode: DecodeAlert) -> Result<Self, LoadError> {
         let queue = Arc::new(Mutex::new(AlertQueue {
             per_probe: vec![VecDeque::new(); n],
             dropped: vec![0; n],
@@ -208,7 +203,7 @@ impl AlertFeed {
             .spawn(move || {
                 let mut irq_names = IrqNames::default();
                 let mut push = move |data: &[u8]| {
-                    push_record(&q, &names, decode, data, &mut |rec| {
+                    push_record(&q, n, decode, data, &mut |rec| {
                         irq_names.name(rec);
                         name_policies(rec);
                         if let Ok(mut c) = cm.lock() {
@@ -380,12 +375,12 @@ fn name_policies(rec: &mut AlertRecord) {
 /// queue it.
 fn push_record(
     queue: &Mutex<AlertQueue>,
-    names: &[String],
+    ids: usize,
     decode: DecodeAlert,
     data: &[u8],
     name_irqs: &mut dyn FnMut(&mut AlertRecord),
 ) {
-    let Some((id, mut rec)) = decode(data, names) else {
+    let Some((id, mut rec)) = decode(data, ids) else {
         if let Ok(mut q) = queue.lock() {
             q.bad += 1;
         }
@@ -402,20 +397,19 @@ fn push_record(
 }
 
 /// A kernel alert record as the summary's `AlertRecord` (lossy UTF-8
-/// comm), named after its id's entry of `names`.
-pub(crate) fn decode_alert(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
+/// comm), with its object-local id; None for an id of `ids` or more.
+pub(crate) fn decode_alert(data: &[u8], ids: usize) -> Option<(usize, AlertRecord)> {
     let mut raw = latmon_alert::default();
     // Perf buffer samples may carry trailing padding; never less.
     plain::copy_from_bytes(&mut raw, data.get(..ALERT_RECORD_BYTES)?).ok()?;
     let id = raw.probe_id as usize;
-    let probe = names.get(id)?.clone();
-    Some((id, raw.record(probe)))
+    (id < ids).then(|| (id, raw.record()))
 }
 
 /// As decode_alert, for objects that append an anatomy to some records
 /// (struct latmon_alert_anat): a record that long has one.
-pub(crate) fn decode_alert_anat(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
-    let (id, mut rec) = decode_alert(data, names)?;
+pub(crate) fn decode_alert_anat(data: &[u8], ids: usize) -> Option<(usize, AlertRecord)> {
+    let (id, mut rec) = decode_alert(data, ids)?;
     if let Some(bytes) = data.get(ALERT_RECORD_BYTES..ALERT_RECORD_BYTES + ANATOMY_BYTES) {
         let mut raw = latmon_anatomy::default();
         plain::copy_from_bytes(&mut raw, bytes).ok()?;
@@ -462,13 +456,14 @@ pub(crate) struct Alerts {
 
 impl Alerts {
     /// The alert half of a loaded object; with `records`, its reader too,
-    /// naming each id's records by `names(number of ids)` and decoding
-    /// them with `decode`.
+    /// decoding records with `decode`. `ids`: how many alert ids the
+    /// object uses (None: as many as its drop counters); a record of
+    /// another id is counted as undecodable.
     pub(crate) fn new(
         maps: AlertMaps<'_>,
         records: bool,
         ringbuf: bool,
-        names: impl FnOnce(usize) -> Vec<String>,
+        ids: Option<usize>,
         decode: DecodeAlert,
     ) -> Result<Self, ReadError> {
         let drops = super::PerCpu::new(maps.drops)?;
@@ -477,8 +472,8 @@ impl Alerts {
         }
         let map = if ringbuf { maps.ring } else { maps.perf };
         let handle = MapHandle::try_from(map).map_err(|e| ReadError::libbpf("alert buffer", &e))?;
-        let names = names(maps.drops.max_entries() as usize);
-        let feed = AlertFeed::spawn(handle, ringbuf, names, decode).map_err(|e| ReadError::Feed(e.to_string()))?;
+        let ids = ids.unwrap_or(maps.drops.max_entries() as usize);
+        let feed = AlertFeed::spawn(handle, ringbuf, ids, decode).map_err(|e| ReadError::Feed(e.to_string()))?;
         Ok(Alerts { feed: Some(feed), drops, causes: None })
     }
 
@@ -549,8 +544,8 @@ impl Alerts {
 mod tests {
     use super::*;
 
-    fn decode(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
-        decode_alert(data, names)
+    fn decode(data: &[u8], ids: usize) -> Option<(usize, AlertRecord)> {
+        decode_alert(data, ids)
     }
 
     fn raw(id: u32, comm: &[u8]) -> Vec<u8> {
@@ -572,30 +567,29 @@ mod tests {
 
     #[test]
     fn alert_records_decode_with_lossy_comm_and_never_panic() {
-        let names = vec!["a".to_string(), "b".to_string()];
-        let (id, r) = decode(&raw(1, b"ctrl\xffloop"), &names).unwrap();
-        assert_eq!((id, r.probe.as_str(), r.pid, r.tid, r.cpu), (1, "b", 7, 8, 1));
+        let ids = 2;
+        let (id, r) = decode(&raw(1, b"ctrl\xffloop"), ids).unwrap();
+        assert_eq!((id, r.pid, r.tid, r.cpu), (1, 7, 8, 1));
         assert_eq!(r.comm, "ctrl\u{fffd}loop");
         assert_eq!(r.latency_ns, 2_000_000);
         // A full 16-byte comm without NUL stays within the array.
-        assert_eq!(decode(&raw(0, b"0123456789abcdef"), &names).unwrap().1.comm, "0123456789abcdef");
+        assert_eq!(decode(&raw(0, b"0123456789abcdef"), ids).unwrap().1.comm, "0123456789abcdef");
         // Unknown probe id, short record: rejected, not a panic.
-        assert!(decode(&raw(2, b"x"), &names).is_none());
-        assert!(decode(&raw(0, b"x")[..20], &names).is_none());
+        assert!(decode(&raw(2, b"x"), ids).is_none());
+        assert!(decode(&raw(0, b"x")[..20], ids).is_none());
         // Perf samples padded past the struct still decode.
         let mut padded = raw(0, b"x");
         padded.extend([0u8; 4]);
-        assert!(decode(&padded, &names).is_some());
+        assert!(decode(&padded, ids).is_some());
     }
 
     #[test]
     fn the_queue_is_bounded_and_counts_what_it_drops() {
-        let names = vec!["a".to_string()];
         let q = Mutex::new(AlertQueue { per_probe: vec![VecDeque::new()], dropped: vec![0], ..Default::default() });
         for _ in 0..ALERT_QUEUE + 3 {
-            push_record(&q, &names, decode, &raw(0, b"x"), &mut |_| {});
+            push_record(&q, 1, decode, &raw(0, b"x"), &mut |_| {});
         }
-        push_record(&q, &names, decode, b"short", &mut |_| {});
+        push_record(&q, 1, decode, b"short", &mut |_| {});
         let q = q.into_inner().unwrap();
         assert_eq!((q.held, q.dropped[0], q.bad), (ALERT_QUEUE, 3, 1));
     }
@@ -625,7 +619,6 @@ mod tests {
         };
         let mut rec = AlertRecord {
             id: latmon_core::ident::ProbeId::NONE,
-            probe: "runq".into(),
             pid: 1,
             tid: 1,
             comm: "x".into(),

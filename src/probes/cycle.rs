@@ -247,8 +247,7 @@ pub fn open(spec: &ProbeSpec, lock_join: bool) -> Result<Box<dyn Probe>, ProbeEr
     let reader = PerCpuHist::new(&skel.maps.cycle_hist).map_err(read_err)?;
     let m = &skel.maps;
     let maps = AlertMaps { drops: &m.alert_drops, ring: &m.alerts, perf: &m.alerts_perf };
-    let alerts =
-        Alerts::new(maps, true, ringbuf, |ids| vec![probe.clone(); ids], decode_alert_cycle).map_err(read_err)?;
+    let alerts = Alerts::new(maps, true, ringbuf, None, decode_alert_cycle).map_err(read_err)?;
     let following_timerfd = matches!(spec.kind, ProbeKind::Cycle { timerfd: true, .. });
     let hint = (!following_timerfd).then(|| TimerfdHint {
         probe: probe.clone(),
@@ -326,8 +325,8 @@ fn load(spec: &ProbeSpec, ringbuf: bool, lock_join: bool) -> Result<(Owned<Cycle
 
 /// The record of a miss, overrun or slow response (struct
 /// latmon_alert_cycle): the alert, its anatomy and its cycle half.
-pub(crate) fn decode_alert_cycle(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
-    let (id, mut rec) = decode_alert(data, names)?;
+pub(crate) fn decode_alert_cycle(data: &[u8], ids: usize) -> Option<(usize, AlertRecord)> {
+    let (id, mut rec) = decode_alert(data, ids)?;
     let at = super::alerts::ALERT_RECORD_BYTES;
     let mut anat = latmon_anatomy::default();
     plain::copy_from_bytes(&mut anat, data.get(at..at + super::alerts::ANATOMY_BYTES)?).ok()?;
@@ -447,7 +446,7 @@ mod tests {
         r.cycle.exec.blocked[1].syscall = -1;
         // SAFETY: a plain struct viewed as bytes.
         let bytes = unsafe { plain::as_bytes(&r) };
-        let (_, rec) = decode_alert_cycle(bytes, &["c".into()]).unwrap();
+        let (_, rec) = decode_alert_cycle(bytes, 1).unwrap();
         let a = rec.anatomy.unwrap();
         assert!(a.sums_to(1_620_000), "{a:?}");
         assert_eq!(a.causes[0], Cause { kind: CauseKind::Running, ns: 1_500_000 });
@@ -456,7 +455,7 @@ mod tests {
         let m = rec.cycle.unwrap();
         assert_eq!((m.event, m.done_ns, m.deadline_ns), (CycleEvent::Miss, Some(2_620_000), 2_000_000));
         // A short record is refused, not a panic.
-        assert!(decode_alert_cycle(&bytes[..bytes.len() - 1], &["c".into()]).is_none());
+        assert!(decode_alert_cycle(&bytes[..bytes.len() - 1], 1).is_none());
     }
 
     /// A miss whose loop blocked on a mutex the lock probe followed: the
@@ -484,7 +483,7 @@ mod tests {
             ..Default::default()
         };
         // SAFETY: a plain struct viewed as bytes.
-        let (_, rec) = decode_alert_cycle(unsafe { plain::as_bytes(&r) }, &["c".into()]).unwrap();
+        let (_, rec) = decode_alert_cycle(unsafe { plain::as_bytes(&r) }, 1).unwrap();
         let a = rec.anatomy.unwrap();
         assert!(a.sums_to(2_400_000), "{a:?}");
         let inv = a.causes.iter().find(|c| matches!(c.kind, CauseKind::Inversion { .. })).expect("inversion");
@@ -497,7 +496,7 @@ mod tests {
         r.cycle.exec.blocked[0].ns = 1_000_000;
         r.alert.latency_ns = 1_100_000;
         // SAFETY: as above.
-        let (_, rec) = decode_alert_cycle(unsafe { plain::as_bytes(&r) }, &["c".into()]).unwrap();
+        let (_, rec) = decode_alert_cycle(unsafe { plain::as_bytes(&r) }, 1).unwrap();
         let a = rec.anatomy.unwrap();
         assert!(a.sums_to(1_100_000), "{a:?}");
         assert_eq!(
@@ -521,7 +520,7 @@ mod tests {
         r.cycle.waker_comm[..3].copy_from_slice(&[b'l' as i8, b'o' as i8, b'w' as i8]);
         // SAFETY: a plain struct viewed as bytes.
         let bytes = unsafe { plain::as_bytes(&r) };
-        let (id, rec) = decode_alert_cycle(bytes, &["c".into(), "c".into()]).unwrap();
+        let (id, rec) = decode_alert_cycle(bytes, 2).unwrap();
         assert_eq!(id, CYCLE_RULE_ALERT_ID);
         assert!(rec.anatomy.is_none());
         let m = rec.cycle.unwrap();
@@ -533,6 +532,6 @@ mod tests {
         // A rule this agent does not know is refused, not a panic.
         r.cycle.rule = 9;
         // SAFETY: as above.
-        assert!(decode_alert_cycle(unsafe { plain::as_bytes(&r) }, &["c".into(), "c".into()]).is_none());
+        assert!(decode_alert_cycle(unsafe { plain::as_bytes(&r) }, 2).is_none());
     }
 }

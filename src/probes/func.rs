@@ -282,8 +282,8 @@ fn load_set(specs: &[&ProbeSpec]) -> Result<FuncSet, LoadError> {
     let hist = PerCpuHist::new(maps.hist).map_err(LoadError::from)?;
     let alert_maps = AlertMaps { drops: maps.alert_drops, ring: maps.alerts, perf: maps.alerts_perf };
     // Record ids are positions among the specs.
-    let names = |_| specs.iter().map(|s| s.name.clone()).collect();
-    let alerts = Alerts::new(alert_maps, specs.iter().any(|s| threshold_ns(s) > 0), use_ringbuf, names, decode_alert)
+    let ids = Some(specs.len());
+    let alerts = Alerts::new(alert_maps, specs.iter().any(|s| threshold_ns(s) > 0), use_ringbuf, ids, decode_alert)
         .map_err(LoadError::from)?;
     let set =
         FuncSet { alerts: alerts.into(), hist: hist.into(), use_ringbuf, btf_mode, _exit_link: exit_link.ok(), skel };

@@ -358,8 +358,7 @@ fn loaded<S: Skel<'static> + 'static>(
     let links = attach_in_order(skel.object(), wanted)?;
     let m = maps(&skel);
     let alerts =
-        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode_alert)
-            .map_err(LoadError::from)?;
+        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, None, decode_alert).map_err(LoadError::from)?;
     let alert_ids = MapHandle::try_from(m.alert_ids).map_err(|e| libbpf_error("irq_alert_id", &e))?;
     let reader = PerCpuHist::new(match family {
         Family::Irq => m.irq_hist,

@@ -231,8 +231,7 @@ pub fn open(spec: &ProbeSpec, cycle_join: bool) -> Result<Box<dyn Probe>, ProbeE
     let m = &skel.maps;
     let maps = AlertMaps { drops: &m.alert_drops, ring: &m.alerts, perf: &m.alerts_perf };
     let threshold = threshold_ns(spec);
-    let alerts = Alerts::new(maps, threshold > 0, ringbuf, |ids| vec![probe.clone(); ids], decode_alert_lock)
-        .map_err(read_err)?;
+    let alerts = Alerts::new(maps, threshold > 0, ringbuf, None, decode_alert_lock).map_err(read_err)?;
     let l = Locks {
         alerts,
         reader,
@@ -310,8 +309,8 @@ fn preempter(t: &latmon_lock_task, ns: u64) -> Preempter {
 /// priority lay between the owner's and the waiter's), the other
 /// preemptions as task causes; the rest is `other` (the waiter's way into
 /// and out of the sleep, the owner asleep or unseen).
-pub(crate) fn decode_alert_lock(data: &[u8], names: &[String]) -> Option<(usize, AlertRecord)> {
-    let (id, mut rec) = decode_alert(data, names)?;
+pub(crate) fn decode_alert_lock(data: &[u8], ids: usize) -> Option<(usize, AlertRecord)> {
+    let (id, mut rec) = decode_alert(data, ids)?;
     let at = super::alerts::ALERT_RECORD_BYTES;
     let mut l = latmon_lock_record::default();
     plain::copy_from_bytes(&mut l, data.get(at..at + size_of::<latmon_lock_record>())?).ok()?;
@@ -402,7 +401,7 @@ mod tests {
         r.lock.pre[1] = task(20, b"ktimers/0", 99, 30_000, 0);
         // SAFETY: a plain struct viewed as bytes.
         let bytes = unsafe { plain::as_bytes(&r) };
-        let (id, rec) = decode_alert_lock(bytes, &["l".into(), "l".into()]).unwrap();
+        let (id, rec) = decode_alert_lock(bytes, 2).unwrap();
         assert_eq!(id, 1);
         let a = rec.anatomy.clone().unwrap();
         assert!(a.sums_to(2_300_000), "{a:?}");
@@ -417,10 +416,11 @@ mod tests {
             "late 2300 us: inversion 2020 us: held by lm_lock[812] FIFO/10, preempted by lm_lock[813] FIFO/50 2020 us, \
              held by lm_lock[812] FIFO/10 running 150 us, ktimers/0[20] FIFO/99 30 us, other 100 us"
         );
-        // The text line under the record's ALERT line names the lock.
-        let rec = AlertRecord { probe: "lm_lock:ctrl_mutex".into(), ..rec };
+        // The text line under the record's ALERT line names the lock, from
+        // the name of the series the record is of.
         let mut line = String::new();
-        assert!(latmon_core::summary::render_detail_into(&mut line, &rec, usize::MAX));
+        let named = latmon_core::summary::Named { name: "lm_lock:ctrl_mutex", record: &rec };
+        assert!(latmon_core::summary::render_detail_into(&mut line, named, usize::MAX));
         assert!(
             line.starts_with(
                 "wait 2.30ms on ctrl_mutex: inversion 2020 us: held by lm_lock[812] FIFO/10, \
@@ -434,7 +434,7 @@ mod tests {
         assert_eq!(json["preempted_by"][0]["pid"], 813);
         assert_eq!(json["preempted_by"][0]["policy"], "fifo");
         // A short record is refused, not a panic.
-        assert!(decode_alert_lock(&bytes[..bytes.len() - 1], &["l".into(), "l".into()]).is_none());
+        assert!(decode_alert_lock(&bytes[..bytes.len() - 1], 2).is_none());
     }
 
     #[test]
@@ -485,7 +485,7 @@ mod tests {
         r.alert.latency_ns = 5_000;
         // SAFETY: a plain struct viewed as bytes.
         let bytes = unsafe { plain::as_bytes(&r) };
-        let (_, rec) = decode_alert_lock(bytes, &["l".into()]).unwrap();
+        let (_, rec) = decode_alert_lock(bytes, 1).unwrap();
         assert_eq!(rec.anatomy.unwrap().causes, vec![Cause { kind: CauseKind::Other, ns: 5_000 }]);
     }
 }

@@ -95,9 +95,7 @@ fn loaded<S: Skel<'static> + 'static>(
 ) -> Result<Loaded, LoadError> {
     let m = maps(&skel);
     let reader = PerCpuHist::new(m.hist).map_err(LoadError::from)?;
-    let mut alerts =
-        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode)
-            .map_err(LoadError::from)?;
+    let mut alerts = Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, None, decode).map_err(LoadError::from)?;
     if let (true, Some((tally, epoch))) = (anatomy && super::alerts::causes_wanted(spec), m.causes) {
         alerts = alerts.with_causes(tally, epoch).map_err(LoadError::from)?;
     }

@@ -204,7 +204,9 @@ impl Probe for Family {
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
         let mut guard = self.shared.borrow_mut();
         let sh = &mut *guard;
-        let from = out.len();
+        // The agent stamps what lands in `out` with this line's id: the
+        // family's own records are this line's, each series' wait in its
+        // stash for its own line.
         for k in &mut sh.known {
             if k.slot.role == Role::Family {
                 sh.source.drain_alerts(k.slot.key, out);
@@ -212,7 +214,6 @@ impl Probe for Family {
                 sh.source.drain_alerts(k.slot.key, &mut k.stash);
             }
         }
-        name_records(&mut out[from..], &self.info.name);
         if std::mem::take(&mut sh.reread) {
             sh.fresh = false;
         }
@@ -285,9 +286,7 @@ impl Probe for Series {
 
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
         let mut sh = self.shared.borrow_mut();
-        let from = out.len();
         out.append(&mut sh.known[self.index].stash);
-        name_records(&mut out[from..], &self.info.name);
     }
 
     fn lock_counts(&mut self, out: &mut Option<LockCounts>) -> Result<(), ProbeError> {
@@ -317,12 +316,6 @@ impl Probe for Waits {
             out.merge(&k.hist);
         }
         Ok(())
-    }
-}
-
-fn name_records(records: &mut [AlertRecord], name: &str) {
-    for r in records.iter_mut().filter(|r| r.probe != name) {
-        r.probe = name.to_string();
     }
 }
 
@@ -444,10 +437,9 @@ mod tests {
         assert!(fam.new_series().is_empty());
     }
 
-    fn record(probe: &str, latency_ns: u64) -> AlertRecord {
+    fn record(latency_ns: u64) -> AlertRecord {
         AlertRecord {
             id: latmon_core::ident::ProbeId::NONE,
-            probe: probe.into(),
             pid: 1,
             tid: 1,
             comm: "c".into(),
@@ -459,8 +451,7 @@ mod tests {
         }
     }
 
-    /// A source whose records carry no name (as syscall's, whose labels
-    /// come from the kernel later).
+    /// A source with one record per series, its latency the series' key.
     struct Alerting;
 
     impl Source for Alerting {
@@ -474,22 +465,24 @@ mod tests {
             Ok(())
         }
         fn drain_alerts(&mut self, key: u64, out: &mut Vec<AlertRecord>) {
-            out.push(record("", key));
+            out.push(record(key));
         }
     }
 
     #[test]
-    fn alert_records_are_named_after_the_line_that_drains_them() {
+    fn alert_records_go_to_the_line_they_are_of() {
+        // The agent stamps what a line drains with that line's id, which
+        // names the records at the outputs.
         let mut fam = Family::new(info(), Box::new(Alerting));
         let mut born = fam.new_series();
         assert_eq!(born.len(), 1);
-        let mut out = vec![record("earlier", 0)];
-        fam.drain_alerts(&mut out);
-        born[0].drain_alerts(&mut out);
-        let got: Vec<(&str, u64)> = out.iter().map(|r| (r.probe.as_str(), r.latency_ns)).collect();
-        assert_eq!(got, [("earlier", 0), ("fam", 2), ("fam:read", 1)], "records already in `out` keep their names");
-        born[0].drain_alerts(&mut out);
-        assert_eq!(out.len(), 3, "a series takes what the family drained for it, once");
+        let (mut family, mut series) = (vec![record(0)], Vec::new());
+        fam.drain_alerts(&mut family);
+        born[0].drain_alerts(&mut series);
+        let lat = |v: &[AlertRecord]| v.iter().map(|r| r.latency_ns).collect::<Vec<_>>();
+        assert_eq!((lat(&family), lat(&series)), (vec![0, 2], vec![1]), "records already drained stay");
+        born[0].drain_alerts(&mut series);
+        assert_eq!(series.len(), 1, "a series takes what the family drained for it, once");
     }
 
     #[test]

@@ -290,8 +290,7 @@ fn loaded<S: Skel<'static> + 'static>(
     let m = maps(&skel);
     let reader = PerCpuHist::new(m.hist).map_err(LoadError::from)?;
     let alerts =
-        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, |ids| vec![spec.name.clone(); ids], decode_alert)
-            .map_err(LoadError::from)?;
+        Alerts::new(m.alerts, spec.threshold.is_some(), ringbuf, None, decode_alert).map_err(LoadError::from)?;
     let slot_ids = m.slot_ids.ok_or_else(|| LoadError::Object("no .bss".into()))?;
     let progs = super::common::loaded_prog_fds(skel.object());
     Ok(Loaded { alerts, reader, slot_ids, progs, links, skel: Box::new(skel) })

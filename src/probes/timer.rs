@@ -185,7 +185,7 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
     let m = &skel.maps;
     let maps = AlertMaps { drops: &m.alert_drops, ring: &m.alerts, perf: &m.alerts_perf };
     let mut alerts =
-        Alerts::new(maps, spec.threshold.is_some(), ringbuf, |ids| alert_names(&probe, ids), decode_alert_anat)
+        Alerts::new(maps, spec.threshold.is_some(), ringbuf, Some(crate::bpf::limits::TIMER_SERIES), decode_alert_anat)
             .map_err(read_err)?;
     if super::alerts::causes_wanted(spec) {
         alerts = alerts.with_causes(&m.cause_tally, &m.cause_epoch).map_err(read_err)?;
@@ -219,17 +219,6 @@ fn response_of(spec: &ProbeSpec) -> Option<&UserFunc> {
         ProbeKind::Chain { response } => response.as_ref(),
         _ => None,
     }
-}
-
-/// The names of the alert records of `ids` series (TIMER_SERIES): record
-/// ids are series numbers; `timer` alerts on its one series, `chain` on
-/// its end-to-end lines.
-fn alert_names(probe: &str, ids: usize) -> Vec<String> {
-    let mut names = vec![String::new(); ids.max(crate::bpf::limits::TIMER_SERIES)];
-    names[TS_TIMER] = probe.to_string();
-    names[TS_CHAIN] = probe.to_string();
-    names[TS_CHAIN_TO_RESPONSE] = format!("{probe}:to-response");
-    names
 }
 
 fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, LoadError> {

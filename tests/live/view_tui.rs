@@ -360,9 +360,10 @@ fn cycle_stream() -> Vec<u8> {
         let head = SummaryHeader { seq, boot_id: 42, time_ns: seq * 1_000_000_000, last: false };
         enc.summary(head, &hs, &mut out).unwrap();
     }
-    let rec = |probe: &str, latency_ns, anatomy, cycle| AlertRecord {
+    // A frame carries the probe's id (enc.alert's second argument), which
+    // the receiver names from the Hello.
+    let rec = |latency_ns, anatomy, cycle| AlertRecord {
         id: latmon_core::ident::ProbeId::NONE,
-        probe: probe.into(),
         pid: 700,
         tid: 701,
         comm: "ctrl_loop".into(),
@@ -387,13 +388,11 @@ fn cycle_stream() -> Vec<u8> {
         Cause { kind: CauseKind::PageFaults { count: 7 }, ns: 0 },
     ];
     let miss = rec(
-        "cycle",
         1_620_000,
         Some(Anatomy::from_parts(1_620_000, 1, 1, parts)),
         Some(mark(CycleEvent::Miss, Some(2_001_620_000), None)),
     );
     let overrun = rec(
-        "cycle",
         1_000_000,
         None,
         Some(mark(CycleEvent::Overrun, None, Some(Doing::Blocked { on: BlockedOn::Futex, syscall: "futex".into() }))),
@@ -401,7 +400,7 @@ fn cycle_stream() -> Vec<u8> {
     enc.alert(42, 0, &miss, &mut out).unwrap();
     enc.alert(42, 0, &overrun, &mut out).unwrap();
     for _ in 0..80 {
-        enc.alert(42, 3, &rec("runq", 30_000, None, None), &mut out).unwrap();
+        enc.alert(42, 3, &rec(30_000, None, None), &mut out).unwrap();
     }
     bytes
 }

@@ -495,7 +495,7 @@ fn crc_valid_frames_with_inconsistent_bodies_never_panic_and_stay_bounded() {
             dec.feed(&wire[at..at + n], &mut |r| match r {
                 Ok(f) => {
                     let ev = tracker.on_frame(f);
-                    cycles += matches!(&ev, Event::Alert(a) if a.cycle.is_some()) as u64;
+                    cycles += matches!(&ev, Event::Alert(a) if a.record.cycle.is_some()) as u64;
                     view.on_event(&ev);
                     events += 1;
                     if events % JSON_EVERY as u64 == 0 {

@@ -208,7 +208,7 @@ proptest! {
         prop_assert_eq!(&dropped, &s.dropped);
         let probes: Vec<ProbeHealth> = parts.into_iter().flat_map(|p| p.probes).collect();
         prop_assert_eq!(probes, s.probes);
-        let _ = AlertRecord { id: latmon_core::ident::ProbeId::NONE, probe: String::new(), pid, tid, comm, cpu, latency_ns: lat, time_ns: time, anatomy: None, cycle: None };
+        let _ = AlertRecord { id: latmon_core::ident::ProbeId::NONE, pid, tid, comm, cpu, latency_ns: lat, time_ns: time, anatomy: None, cycle: None };
     }
 
     /// Any anatomy an agent builds reaches the receiver with parts that sum
@@ -236,7 +236,7 @@ proptest! {
         }).collect();
         let anatomy = Anatomy::from_parts(lat, woken, ran, causes);
         prop_assert!(anatomy.sums_to(lat), "{:?}", anatomy);
-        let rec = AlertRecord { id: latmon_core::ident::ProbeId::NONE, probe: "timer".into(), pid: 1, tid: 2, comm: "c".into(), cpu: 0, latency_ns: lat, time_ns: 3, anatomy: Some(anatomy), cycle: None };
+        let rec = AlertRecord { id: latmon_core::ident::ProbeId::NONE, pid: 1, tid: 2, comm: "c".into(), cpu: 0, latency_ns: lat, time_ns: 3, anatomy: Some(anatomy), cycle: None };
         let mut enc = Encoder::new();
         let mut frames = Vec::new();
         enc.alert(7, 0, &rec, &mut |b| frames.push(b.to_vec())).unwrap();
@@ -248,7 +248,7 @@ proptest! {
         let mut t = Tracker::new();
         let Event::Alert(r) = t.on_frame(Frame::Alert(a)) else { panic!("not an alert event") };
         if lat > 0 {
-            let back = r.anatomy.expect("an anatomy with parts");
+            let back = r.record.anatomy.expect("an anatomy with parts");
             prop_assert!(back.sums_to(lat), "{:?}", back);
             prop_assert_eq!((back.cpu_woken, back.cpu_ran), (woken, ran));
             let line = back.render(lat);
@@ -293,7 +293,6 @@ fn sample_frames(rng: &mut XorShift, n: usize) -> Vec<Vec<u8>> {
             1 => {
                 let a = AlertRecord {
                     id: latmon_core::ident::ProbeId::NONE,
-                    probe: "runq".into(),
                     pid: rng.next() as u32,
                     tid: 1,
                     comm: "ctrl".into(),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::summary::{AlertRecord, IntervalReport, ProbeReport};
+use crate::summary::{IntervalReport, Named, ProbeReport};
 use crate::table::{SortBy, Table};
 use crate::text::fmt_ns;
 use crate::wire::{Event, FrameDecoder, FrameError, Hello, LinkStats, Status, Tracker};
@@ -117,7 +117,7 @@ pub fn json_line(r: &Result<Event, FrameError>) -> String {
             })
         }
         Ok(Event::Request(r)) => crate::json::to_string(&Tagged::<crate::wire::Request> { ty: "request", body: r }),
-        Ok(Event::Alert(a)) => crate::json::to_string(&Tagged::<AlertRecord> { ty: "alert", body: a }),
+        Ok(Event::Alert(a)) => crate::json::to_string(&Tagged::<Named> { ty: "alert", body: &a.named() }),
         Ok(Event::Status(s)) => crate::json::to_string(&Tagged::<Status> { ty: "status", body: s }),
         Ok(Event::Unknown { kind }) => crate::json::to_string(&UnknownLine { ty: "unknown", kind: *kind }),
         Err(e) => crate::json::to_string(&BadLine { ty: "bad_frame", reason: e.reason(), error: &e.to_string() }),
@@ -312,7 +312,7 @@ pub const ALERT_WIDTH: usize = 120;
 pub struct View {
     /// Latest interval report per probe, by probe id (position in Hello).
     latest: Vec<Option<ProbeReport>>,
-    pub alerts: VecDeque<AlertRecord>,
+    pub alerts: VecDeque<crate::wire::ReceivedAlert>,
     pub alerts_seen: u64,
     pub seq: u64,
     pub time_ns: u64,
@@ -465,13 +465,14 @@ impl View {
         // chose: `shown` and the anatomy write printable ASCII only, so a
         // byte cut is a character cut.
         let width = ALERT_WIDTH;
-        for a in &self.alerts {
+        for got in &self.alerts {
+            let a = &got.record;
             let start = s.len();
             let _ = write!(
                 s,
                 "  {:>14.6}s  {:<12} pid {:<7} tid {:<7} {:<16} cpu {:<3} latency {}",
                 a.time_ns as f64 / 1e9,
-                shown(&a.probe),
+                shown(&got.probe),
                 a.pid,
                 a.tid,
                 shown(&a.comm),
@@ -487,7 +488,7 @@ impl View {
             // of 1.00ms: running ...`), else the anatomy's.
             let at = s.len();
             s.push_str("    ");
-            if crate::summary::render_detail_into(&mut s, a, width - 4) {
+            if crate::summary::render_detail_into(&mut s, got.named(), width - 4) {
                 s.push('\n');
             } else {
                 s.truncate(at);
@@ -707,17 +708,19 @@ mod tests {
             .unwrap();
         FrameDecoder::new().feed(&bytes, &mut |r| v.on_event(&t.on_frame(r.unwrap())));
         for a in 0..12 {
-            v.on_event(&Event::Alert(AlertRecord {
-                id: crate::ident::ProbeId::NONE,
+            v.on_event(&Event::Alert(crate::wire::ReceivedAlert {
                 probe: "syscall:s3".into(),
-                pid: a,
-                tid: a,
-                comm: "ctrl".into(),
-                cpu: 0,
-                latency_ns: 9_000_000,
-                time_ns: 5,
-                anatomy: None,
-                cycle: None,
+                record: crate::summary::AlertRecord {
+                    id: crate::ident::ProbeId::NONE,
+                    pid: a,
+                    tid: a,
+                    comm: "ctrl".into(),
+                    cpu: 0,
+                    latency_ns: 9_000_000,
+                    time_ns: 5,
+                    anatomy: None,
+                    cycle: None,
+                },
             }));
         }
         let link = LinkStats::default();
@@ -904,8 +907,15 @@ mod tests {
         }
         let s = v.render("tcp://x", &LinkStats::default(), &t, None);
         // The agent's text for the same records (summary.rs).
-        let report =
-            crate::summary::IntervalReport { alert_records: v.alerts.iter().cloned().collect(), ..Default::default() };
+        // Row 0 named as the Hello names probe 0, the records' id.
+        let report = crate::summary::IntervalReport {
+            probes: vec![crate::summary::ProbeReport {
+                name: v.alerts[0].probe.clone(),
+                ..crate::summary::ProbeReport::empty()
+            }],
+            alert_records: v.alerts.iter().map(|a| a.record.clone()).collect(),
+            ..Default::default()
+        };
         let mut agent = String::new();
         crate::summary::render_alerts_into(&mut agent, &report, 8, ALERT_WIDTH);
         let details = |text: &str| -> Vec<String> {

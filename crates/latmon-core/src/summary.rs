@@ -191,10 +191,9 @@ pub struct AlertRecord {
     /// The probe's place in the report's list (`IntervalReport::probes`,
     /// `Session::probes`, the wire's probe id): what outputs key on. The
     /// agent stamps it as it drains a probe's records; a receiver takes
-    /// the frame's. Not serialized (`probe` names it).
+    /// the frame's. Outputs name it (JSON `probe`, the ALERT line) from
+    /// their probe list: see [`Named`].
     pub id: crate::ident::ProbeId,
-    /// Probe name (as in `ProbeReport::name`), for text and JSON.
-    pub probe: String,
     pub pid: u32,
     pub tid: u32,
     pub comm: String,
@@ -211,23 +210,33 @@ pub struct AlertRecord {
     pub cycle: Option<crate::cycle::CycleMark>,
 }
 
+/// A record with its probe's name, as JSON writes it: the name comes
+/// from the output's probe list (the report's row, the sender's Hello)
+/// at the moment of writing, never from the record.
+#[derive(Debug, Clone, Copy)]
+pub struct Named<'a> {
+    pub name: &'a str,
+    pub record: &'a AlertRecord,
+}
+
 /// By hand, not derived: the anatomy's fields sit beside the others
 /// (serde's `flatten` would do it with a buffering serializer, larger).
-impl Serialize for AlertRecord {
+impl Serialize for Named<'_> {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
+        let r = self.record;
         let mut st = ser.serialize_map(None)?;
-        st.serialize_entry("probe", &self.probe)?;
-        st.serialize_entry("pid", &self.pid)?;
-        st.serialize_entry("tid", &self.tid)?;
-        st.serialize_entry("comm", &self.comm)?;
-        st.serialize_entry("cpu", &self.cpu)?;
-        st.serialize_entry("latency_ns", &self.latency_ns)?;
-        st.serialize_entry("time_ns", &self.time_ns)?;
-        if let Some(c) = &self.cycle {
+        st.serialize_entry("probe", self.name)?;
+        st.serialize_entry("pid", &r.pid)?;
+        st.serialize_entry("tid", &r.tid)?;
+        st.serialize_entry("comm", &r.comm)?;
+        st.serialize_entry("cpu", &r.cpu)?;
+        st.serialize_entry("latency_ns", &r.latency_ns)?;
+        st.serialize_entry("time_ns", &r.time_ns)?;
+        if let Some(c) = &r.cycle {
             c.serialize_fields(&mut st)?;
         }
-        if let Some(a) = &self.anatomy {
+        if let Some(a) = &r.anatomy {
             st.serialize_entry("cpu_woken", &a.cpu_woken)?;
             st.serialize_entry("cpu_ran", &a.cpu_ran)?;
             st.serialize_entry("causes", &a.causes)?;
@@ -237,26 +246,60 @@ impl Serialize for AlertRecord {
 }
 
 /// One interval (the JSON output is one of these per line).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct IntervalReport {
     pub seq: u64,
     /// CLOCK_MONOTONIC at the end of the interval (the clock BPF stamps use).
     pub time_ns: u64,
     pub interval_ns: u64,
     /// True for the summary flushed at exit (its interval may be short).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub last: bool,
     pub probes: Vec<ProbeReport>,
     /// Alert records that arrived during the interval (bounded per interval
     /// by the kernel's rate limit; the per-probe `alerts` counts are exact).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Each record's id is its row in `probes`.
     pub alert_records: Vec<AlertRecord>,
     /// The agent's own cost and budget state (default when decoded from
     /// frames).
     pub agent: AgentStatus,
 }
 
+/// By hand, not derived: each alert record is written with its row's
+/// name (`Named`). Field order and omissions as the derived form had
+/// (`last` only when true, `alert_records` only when some).
+impl Serialize for IntervalReport {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        struct Records<'a>(&'a IntervalReport);
+        impl Serialize for Records<'_> {
+            fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+                ser.collect_seq(self.0.alert_records.iter().map(|a| Named { name: self.0.probe_name(a.id), record: a }))
+            }
+        }
+        let mut st = ser.serialize_map(None)?;
+        st.serialize_entry("seq", &self.seq)?;
+        st.serialize_entry("time_ns", &self.time_ns)?;
+        st.serialize_entry("interval_ns", &self.interval_ns)?;
+        if self.last {
+            st.serialize_entry("last", &self.last)?;
+        }
+        st.serialize_entry("probes", &self.probes)?;
+        if !self.alert_records.is_empty() {
+            st.serialize_entry("alert_records", &Records(self))?;
+        }
+        st.serialize_entry("agent", &self.agent)?;
+        st.end()
+    }
+}
+
 impl IntervalReport {
+    /// The name of row `id`, for a record's text and JSON; empty for an
+    /// id no row has (a record is always drained into its own row's id,
+    /// so this is a bug's trace, not a case outputs meet).
+    pub fn probe_name(&self, id: crate::ident::ProbeId) -> &str {
+        self.probes.get(id.index()).map_or("", |p| p.name.as_str())
+    }
+
     /// What a single "over budget" status bit shows: over budget now, or
     /// running degraded because a probe was detached over budget.
     pub fn over_budget_alarm(&self) -> bool {
@@ -548,10 +591,11 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize, width:
         let _ = write!(s, " ({dropped} more, records dropped)");
     }
     s.push('\n');
-    for a in r.alert_records.iter().take(max) {
+    for rec in r.alert_records.iter().take(max) {
+        let a = Named { name: r.probe_name(rec.id), record: rec };
         render_alert_line_into(s, a, width);
         s.push('\n');
-        if a.anatomy.as_ref().is_some_and(|an| an.is_lock_wait()) {
+        if rec.anatomy.as_ref().is_some_and(|an| an.is_lock_wait()) {
             // A lock wait's owner and inversion do not fit one 80-column
             // line beside the lock's name: up to three lines, at whole pieces.
             let mut full = String::new();
@@ -583,7 +627,8 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize, width:
 /// show a record with this line. Printable ASCII only (names are
 /// cleaned), so a byte cut is a character cut: an overlong line ends in
 /// `~`.
-pub fn render_detail_into(s: &mut String, a: &AlertRecord, width: usize) -> bool {
+pub fn render_detail_into(s: &mut String, named: Named<'_>, width: usize) -> bool {
+    let (a, name) = (named.record, named.name);
     let start = s.len();
     match (&a.anatomy, &a.cycle) {
         (Some(an), Some(c)) => {
@@ -596,7 +641,7 @@ pub fn render_detail_into(s: &mut String, a: &AlertRecord, width: usize) -> bool
             // lock: `wait 1.52ms on ctrl_mutex: inversion ...`, the lock
             // being the series the record is of (`NAME:LOCK`).
             let _ = write!(s, "wait {} on ", Ns(a.latency_ns));
-            push_clean(s, a.probe.rsplit_once(':').map_or(a.probe.as_str(), |(_, lock)| lock));
+            push_clean(s, name.rsplit_once(':').map_or(name, |(_, lock)| lock));
             s.push(':');
             an.render_parts_into(s, start, width);
         }
@@ -616,11 +661,12 @@ pub fn render_detail_into(s: &mut String, a: &AlertRecord, width: usize) -> bool
 /// only when it is not the process's main thread. A long probe name is
 /// cut (`~`) to make room, down to [`ALERT_NAME_MIN`] characters; if the
 /// line is still too long (pid_max pids, thousands of CPUs), its end is cut.
-pub fn render_alert_line_into(s: &mut String, a: &AlertRecord, width: usize) {
+pub fn render_alert_line_into(s: &mut String, named: Named<'_>, width: usize) {
+    let a = named.record;
     let start = s.len();
     s.push_str("  ALERT ");
     let name_at = s.len();
-    push_clean(s, &a.probe);
+    push_clean(s, named.name);
     let name_end = s.len();
     let _ = write!(
         s,
@@ -797,8 +843,7 @@ mod tests {
         cur.alerts = 5;
         cur.alerts_dropped = 2;
         let rec = AlertRecord {
-            id: crate::ident::ProbeId::NONE,
-            probe: "ctrl".into(),
+            id: crate::ident::ProbeId(1),
             pid: 10,
             tid: 11,
             comm: "ctrl_loop".into(),
@@ -809,6 +854,7 @@ mod tests {
             cycle: None,
         };
         let mut probe = ProbeReport::new(&info(), &prev, &cur);
+        probe.name = "ctrl".into();
         probe.alert_causes = Some(crate::causes::CauseSummary {
             alerts: 5,
             alerted_ns: 4_000_000,
@@ -826,7 +872,9 @@ mod tests {
             time_ns: 0,
             interval_ns: 1_000_000_000,
             last: false,
-            probes: vec![probe],
+            // The records name row 1, not row 0: outputs name a record
+            // by its id's row.
+            probes: vec![ProbeReport { name: "other".into(), ..ProbeReport::new(&info(), &prev, &prev) }, probe],
             alert_records: vec![rec.clone(), {
                 use crate::anatomy::{Anatomy, Cause, CauseKind, Policy};
                 let hog = CauseKind::Task { comm: "hog".into(), pid: 4242, policy: Policy::Fifo, prio: 90 };
@@ -850,6 +898,10 @@ mod tests {
         assert!(t.contains("  ALERT ctrl  2.10ms  at 12.000000s  cpu 1  ctrl_loop[10] tid 11\n"), "{t}");
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["alert_records"][0]["latency_ns"], 2_100_000);
+        assert_eq!(
+            (&v["alert_records"][0]["probe"], &v["alert_records"][1]["probe"]),
+            (&"ctrl".into(), &"ctrl".into())
+        );
         // No anatomy: no anatomy keys; with one, they sum to latency_ns.
         assert!(v["alert_records"][0].get("causes").is_none() && v["alert_records"][0].get("cpu_woken").is_none());
         let a = &v["alert_records"][1];
@@ -857,9 +909,9 @@ mod tests {
         let sum: u64 = a["causes"].as_array().unwrap().iter().map(|c| c["ns"].as_u64().unwrap()).sum();
         assert_eq!(sum, 2_100_000);
         assert_eq!(a["causes"][0]["comm"], "hog");
-        assert_eq!(v["probes"][0]["alerts_dropped"], 2);
-        assert_eq!(v["probes"][0]["alert_causes"]["causes"][0]["share"], 0.9);
-        assert_eq!(v["probes"][0]["alert_causes"]["folded_parts"], 2);
+        assert_eq!(v["probes"][1]["alerts_dropped"], 2);
+        assert_eq!(v["probes"][1]["alert_causes"]["causes"][0]["share"], 0.9);
+        assert_eq!(v["probes"][1]["alert_causes"]["folded_parts"], 2);
         assert!(!t.contains("MISSED"), "no kernel misses, no word about them: {t}");
     }
 
@@ -904,8 +956,7 @@ mod tests {
             ],
         );
         let rec = AlertRecord {
-            id: crate::ident::ProbeId::NONE,
-            probe: "timer".into(),
+            id: crate::ident::ProbeId(0),
             pid: 1,
             tid: 1,
             comm: "ctrl".into(),
@@ -915,7 +966,8 @@ mod tests {
             anatomy: Some(a),
             cycle: None,
         };
-        let v = serde_json::to_value(&rec).unwrap();
+        let v = serde_json::to_value(Named { name: "timer", record: &rec }).unwrap();
+        assert_eq!(v["probe"], "timer");
         assert_eq!((v["cpu_woken"].as_u64(), v["cpu_ran"].as_u64()), (Some(1), Some(2)));
         let c = &v["causes"];
         assert_eq!(

@@ -681,6 +681,11 @@ mod tests {
         IntervalReport { seq: 3, time_ns: 0, interval_ns: SEC, probes, ..IntervalReport::default() }
     }
 
+    /// The id of the row named `name`: what a record of it carries.
+    fn row(r: &IntervalReport, name: &str) -> crate::ident::ProbeId {
+        crate::ident::ProbeId::at(r.probes.iter().position(|p| p.name == name).expect("a row of that name"))
+    }
+
     fn table(r: &IntervalReport, by: SortBy) -> String {
         let mut s = String::new();
         Table::default().render_into(&mut s, r.probes.as_slice(), r.interval_ns, by);
@@ -832,8 +837,7 @@ mod tests {
         r.agent = AgentStatus { cost_measured: true, online_cpus: 2, rss_bytes: 4 << 20, ..AgentStatus::default() };
         for i in 0..40 {
             r.alert_records.push(AlertRecord {
-                id: crate::ident::ProbeId::NONE,
-                probe: "syscall:2".into(),
+                id: row(&r, "syscall:2"),
                 pid: i,
                 tid: i,
                 comm: "ctrl".into(),
@@ -892,6 +896,9 @@ mod tests {
         let evil = "syscall:\x1b]0;pwned\x07\u{202e}_and_a_long_tail_too";
         let mut probes = vec![a, d, probe("syscall", "syscall", 5, 10)];
         probes.push(probe(evil, "syscall", 1, 999_999_999_999));
+        // Rows for the records below (a record is named by its row).
+        probes.push(probe("t", "runq", 1, 10));
+        probes.push(probe("cycle", "cycle", 1, 10));
         let mut r = report(probes);
         r.interval_ns = 1;
         // Alert records: the largest values a kernel gives (pid_max 2^22,
@@ -905,8 +912,7 @@ mod tests {
         let parts: Vec<Cause> = (4_194_000..4_194_006).map(hog).collect();
         for name in [long, "t"] {
             r.alert_records.push(AlertRecord {
-                id: crate::ident::ProbeId::NONE,
-                probe: name.into(),
+                id: row(&r, name),
                 pid: 4_194_303,
                 tid: 4_194_302,
                 comm: "robot_ctrl_loop".into(),
@@ -918,8 +924,7 @@ mod tests {
             });
         }
         r.alert_records.push(AlertRecord {
-            id: crate::ident::ProbeId::NONE,
-            probe: "cycle".into(),
+            id: row(&r, "cycle"),
             pid: 19_187,
             tid: 19_190,
             comm: "ctrl_loop".into(),
@@ -969,8 +974,7 @@ mod tests {
         p.alerts = 1;
         let mut r = report(vec![p]);
         r.alert_records.push(AlertRecord {
-            id: crate::ident::ProbeId::NONE,
-            probe: "runq".into(),
+            id: row(&r, "runq"),
             pid: 1,
             tid: 2,
             comm: "\x1b[2Jctrl\r\n".into(),

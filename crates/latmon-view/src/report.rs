@@ -35,9 +35,10 @@ use std::io::Read;
 
 use anyhow::{anyhow, Context, Result};
 use latmon_core::hist::Hist;
-use latmon_core::summary::AlertRecord;
 use latmon_core::text::fmt_ns;
-use latmon_core::wire::{Event, FrameDecoder, Hello, LinkStats, Tracker, MAX_PROBES, STATUS_COST_MEASURED};
+use latmon_core::wire::{
+    Event, FrameDecoder, Hello, LinkStats, ReceivedAlert, Tracker, MAX_PROBES, STATUS_COST_MEASURED,
+};
 use plotters::prelude::{BLUE, GREEN, MAGENTA, RED};
 
 mod charts;
@@ -142,7 +143,7 @@ impl Capture {
 
     /// The alert records of the table: the worst [`MAX_ALERT_ROWS`], in
     /// time order.
-    pub fn alert_rows(&self) -> Vec<&AlertRecord> {
+    pub fn alert_rows(&self) -> Vec<&ReceivedAlert> {
         self.worst.in_time_order()
     }
 
@@ -198,13 +199,14 @@ impl Capture {
                 }
                 self.health.push(ts, v);
             }
-            Event::Alert(a) => {
+            Event::Alert(got) => {
+                let a = &got.record;
                 self.alerts_seen += 1;
                 let time_ns = a.time_ns.saturating_sub(start);
-                let k = match self.alert_marks.iter().position(|(n, _)| *n == a.probe) {
+                let k = match self.alert_marks.iter().position(|(n, _)| *n == got.probe) {
                     Some(k) => k,
                     None if self.alert_marks.len() < MAX_ALERT_PROBES => {
-                        self.alert_marks.push((a.probe.clone(), Envelope::new(ALERT_BUCKETS)));
+                        self.alert_marks.push((got.probe.clone(), Envelope::new(ALERT_BUCKETS)));
                         self.alert_marks.len() - 1
                     }
                     None => {
@@ -216,8 +218,8 @@ impl Capture {
                     }
                 };
                 self.alert_marks[k].1.push(time_ns as f64 / 1e9, [a.latency_ns as f64]);
-                self.worst.offer(a, time_ns);
-                self.misses.offer(a, time_ns);
+                self.worst.offer(got, time_ns);
+                self.misses.offer(got, time_ns);
             }
             _ => {}
         }
@@ -325,16 +327,17 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
             let _ = writeln!(o, "<p>The {} worst of {} records, in time order.</p>", rows.len(), c.alerts_seen);
         }
         o.push_str("<table id=\"alerts\"><tr><th>time (s)</th><th>probe</th><th>latency</th><th>pid</th><th>tid</th><th>comm</th><th>cpu</th><th>what delayed it</th></tr>\n");
-        for a in rows {
+        for got in rows {
+            let a = &got.record;
             // What delayed it, as the agent prints it (a cycle record's
             // `miss 1.62ms of 1.00ms: ...`, else the anatomy's line).
             let mut detail = String::new();
-            latmon_core::summary::render_detail_into(&mut detail, a, usize::MAX);
+            latmon_core::summary::render_detail_into(&mut detail, got.named(), usize::MAX);
             let _ = writeln!(
                 o,
                 "<tr><td class=\"num\">{:.6}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
                 a.time_ns as f64 / 1e9,
-                esc(&a.probe),
+                esc(&got.probe),
                 fmt_ns(a.latency_ns),
                 a.pid,
                 a.tid,
@@ -399,6 +402,7 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
 
 #[cfg(test)]
 mod tests {
+    use latmon_core::summary::AlertRecord;
     use latmon_core::wire::{encode_to_vec, Alert, BucketScheme, Encoder, Frame, ProbeDesc, SummaryHeader};
 
     use super::*;
@@ -478,7 +482,7 @@ mod tests {
         );
         assert_eq!(c.totals[0].as_ref().unwrap().count, 15);
         assert_eq!((c.alerts_seen, c.alert_rows().len()), (1, 1));
-        assert_eq!(c.alert_rows()[0].time_ns, 3_000_000_000, "time since the agent started");
+        assert_eq!(c.alert_rows()[0].record.time_ns, 3_000_000_000, "time since the agent started");
         assert!(c.link.errors() > 0, "the damaged tail is counted");
         assert!(Capture::read(&b"not a capture"[..]).unwrap_err().to_string().contains("no summary"));
     }
@@ -561,17 +565,19 @@ mod tests {
     /// the earlier), listed in time order.
     #[test]
     fn the_alert_table_keeps_the_worst_in_time_order() {
-        let rec = |t: u64, lat: u64| AlertRecord {
-            id: latmon_core::ident::ProbeId::NONE,
+        let rec = |t: u64, lat: u64| ReceivedAlert {
             probe: "runq".into(),
-            pid: 1,
-            tid: 1,
-            comm: "c".into(),
-            cpu: 0,
-            latency_ns: lat,
-            time_ns: t,
-            anatomy: None,
-            cycle: None,
+            record: AlertRecord {
+                id: latmon_core::ident::ProbeId::NONE,
+                pid: 1,
+                tid: 1,
+                comm: "c".into(),
+                cpu: 0,
+                latency_ns: lat,
+                time_ns: t,
+                anatomy: None,
+                cycle: None,
+            },
         };
         let mut w = Worst::new(MAX_ALERT_ROWS);
         let n = 3 * MAX_ALERT_ROWS as u64;
@@ -584,9 +590,9 @@ mod tests {
         w.offer(&rec(n, n - MAX_ALERT_ROWS as u64), n);
         let rows = w.in_time_order();
         assert_eq!(rows.len(), MAX_ALERT_ROWS);
-        assert!(rows.windows(2).all(|p| p[0].time_ns < p[1].time_ns));
-        let least = rows.iter().map(|r| r.latency_ns).min().unwrap();
+        assert!(rows.windows(2).all(|p| p[0].record.time_ns < p[1].record.time_ns));
+        let least = rows.iter().map(|r| r.record.latency_ns).min().unwrap();
         assert_eq!(least, n - MAX_ALERT_ROWS as u64, "exactly the worst");
-        assert!(rows.iter().all(|r| r.time_ns != n), "of two equal the earlier stays");
+        assert!(rows.iter().all(|r| r.record.time_ns != n), "of two equal the earlier stays");
     }
 }

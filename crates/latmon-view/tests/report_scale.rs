@@ -80,7 +80,6 @@ fn base_capture() -> Vec<u8> {
         if seq % 3 == 0 {
             let a = AlertRecord {
                 id: latmon_core::ident::ProbeId::NONE,
-                probe: String::new(),
                 pid: 7,
                 tid: 7,
                 comm: "ctrl".into(),

@@ -170,7 +170,7 @@ impl Serialize for CycleOut<'_> {
 mod tests {
     use super::super::tests::{golden_cycle_alert, golden_overrun_alert};
     use super::super::*;
-    use crate::summary::{render_detail_into, AlertRecord};
+    use crate::summary::{render_detail_into, AlertRecord, Named};
 
     /// The frames of `alerts` after a Hello naming probe 0 `cycle:ctrl`.
     fn stream(alerts: &[Alert]) -> Vec<u8> {
@@ -201,7 +201,7 @@ mod tests {
     }
 
     /// What `Tracker` makes of `bytes` (frames, alert records).
-    fn receive(bytes: &[u8]) -> (Vec<Result<Frame, FrameError>>, Vec<AlertRecord>) {
+    fn receive(bytes: &[u8]) -> (Vec<Result<Frame, FrameError>>, Vec<ReceivedAlert>) {
         let (mut frames, mut recs) = (Vec::new(), Vec::new());
         let mut t = Tracker::new();
         FrameDecoder::new().feed(bytes, &mut |r| {
@@ -219,7 +219,6 @@ mod tests {
     fn record_of(a: &Alert) -> AlertRecord {
         AlertRecord {
             id: crate::ident::ProbeId(0),
-            probe: "cycle:ctrl".into(),
             pid: a.pid,
             tid: a.tid,
             comm: a.comm.clone(),
@@ -231,7 +230,7 @@ mod tests {
         }
     }
 
-    fn detail(a: &AlertRecord) -> String {
+    fn detail(a: Named<'_>) -> String {
         let mut s = String::new();
         assert!(render_detail_into(&mut s, a, usize::MAX));
         s
@@ -264,10 +263,11 @@ mod tests {
             // same text line.
             let (frames, recs) = receive(&[&stream(&[])[..], &v].concat());
             assert!(frames.iter().all(|f| f.is_ok()), "{frames:?}");
-            assert_eq!(recs, std::slice::from_ref(&rec), "{name}");
-            assert_eq!(crate::json::to_string(&recs[0]).unwrap(), crate::json::to_string(&rec).unwrap());
-            assert_eq!(detail(&recs[0]), line, "{name}");
-            let json = crate::json::to_string(&recs[0]).unwrap();
+            let sent = Named { name: "cycle:ctrl", record: &rec };
+            assert_eq!((recs.len(), &recs[0].record, recs[0].probe.as_str()), (1, &rec, "cycle:ctrl"), "{name}");
+            assert_eq!(crate::json::to_string(&recs[0].named()).unwrap(), crate::json::to_string(&sent).unwrap());
+            assert_eq!(detail(recs[0].named()), line, "{name}");
+            let json = crate::json::to_string(&recs[0].named()).unwrap();
             assert!(json.contains(&format!("\"event\":\"{}\"", rec.cycle.as_ref().unwrap().event.word())), "{json}");
         }
     }
@@ -307,7 +307,7 @@ mod tests {
         }
         // An older sender's Alert reads as no cycle record.
         let (_, recs) = receive(&stream(&[Alert { cycle: WireCycle::default(), ..golden_cycle_alert() }]));
-        assert_eq!((recs.len(), recs[0].cycle.is_none(), recs[0].anatomy.is_some()), (1, true, true));
+        assert_eq!((recs.len(), recs[0].record.cycle.is_none(), recs[0].record.anatomy.is_some()), (1, true, true));
     }
 
     #[test]
@@ -349,13 +349,13 @@ mod tests {
         assert_eq!(ok, [true, false, true, true, true, false], "{frames:?}");
         assert!(matches!(&frames[1], Err(FrameError::Body { why, .. }) if why.contains("65-byte name")));
         // At the bound: kept, shown clean.
-        let line = detail(&recs[0]);
+        let line = detail(recs[0].named());
         assert!(line.starts_with("overrun 1.00ms of 1.00ms, runnable behind ") && !line.contains('\x1b'), "{line}");
         // A newer sender's event: a plain alert; an unknown state: not said.
-        assert_eq!(recs[1].cycle, None);
-        let c = recs[2].cycle.as_ref().unwrap();
+        assert_eq!(recs[1].record.cycle, None);
+        let c = recs[2].record.cycle.as_ref().unwrap();
         assert_eq!((c.doing.as_ref(), c.done_ns), (None, Some(0)));
-        assert_eq!(detail(&recs[2]), "overrun 1.00ms of 0ns, 1 migrations", "a deadline before the release");
+        assert_eq!(detail(recs[2].named()), "overrun 1.00ms of 0ns, 1 migrations", "a deadline before the release");
         // The supervisor's receiver judges the same frames the same way.
         let mut fixed = FixedReceiver::<2, 8, 4>::new();
         fixed.feed(&bytes, |_, _| {});

@@ -911,7 +911,6 @@ fn golden_vectors_match_spec_byte_for_byte() {
     if let Frame::Alert(a) = &g[2].1 {
         let rec = AlertRecord {
             id: crate::ident::ProbeId::NONE,
-            probe: "runq".into(),
             pid: a.pid,
             tid: a.tid,
             comm: a.comm.clone(),
@@ -932,7 +931,6 @@ fn golden_vectors_match_spec_byte_for_byte() {
     assert!(anatomy.sums_to(a.latency_ns));
     let rec = AlertRecord {
         id: crate::ident::ProbeId::NONE,
-        probe: "timer".into(),
         pid: a.pid,
         tid: a.tid,
         comm: a.comm.clone(),
@@ -947,7 +945,7 @@ fn golden_vectors_match_spec_byte_for_byte() {
     assert_eq!(anatomy::to_wire(&anatomy), a.causes);
     let mut t = Tracker::new();
     match t.on_frame(Frame::Alert(a)) {
-        Event::Alert(r) => assert_eq!(r.anatomy, Some(anatomy)),
+        Event::Alert(r) => assert_eq!(r.record.anatomy, Some(anatomy)),
         e => panic!("{e:?}"),
     }
 }
@@ -1016,12 +1014,12 @@ fn hostile_cause_lists_are_refused_not_allocated() {
     assert!(matches!(decode_payload(&body), Err(FrameError::Body { .. })));
 }
 
-/// An alert record of `probe` with `anatomy` through the agent's encoder
-/// and back: the frame's length and the decoded Alert.
-fn through_the_wire(probe: &str, latency_ns: u64, anatomy: crate::anatomy::Anatomy) -> (usize, Alert) {
+/// An alert record with `anatomy` through the agent's encoder and back
+/// (as probe 0: a frame carries the id, never the name): the frame's
+/// length and the decoded Alert.
+fn through_the_wire(latency_ns: u64, anatomy: crate::anatomy::Anatomy) -> (usize, Alert) {
     let rec = AlertRecord {
         id: crate::ident::ProbeId::NONE,
-        probe: probe.into(),
         pid: 1,
         tid: 1,
         comm: "c".into(),
@@ -1050,7 +1048,7 @@ fn an_anatomy_too_large_for_a_frame_folds_its_smallest_parts_into_other() {
         })
         .collect();
     let anatomy = Anatomy::from_parts(1_000_000, 0, 0, parts);
-    let (len, a) = through_the_wire("timer", 1_000_000, anatomy);
+    let (len, a) = through_the_wire(1_000_000, anatomy);
     assert!(len <= FRAME_BUDGET, "{len} bytes");
     let back = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
     assert!(back.sums_to(1_000_000), "{back:?}");
@@ -1091,7 +1089,7 @@ fn an_inversion_crosses_with_its_owner_and_each_preempter() {
         "docs/wire-format.md's Cause kinds 11 and 12"
     );
     assert_eq!(w[3].policy, 0x21, "FIFO in the low nibble, glibc (2) in the high one");
-    let (_, a) = through_the_wire("lock:m", 1_400_000, anatomy.clone());
+    let (_, a) = through_the_wire(1_400_000, anatomy.clone());
     let back = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
     assert!(back.sums_to(1_400_000), "{back:?}");
     // The same anatomy but the owner's process id, which is not carried.
@@ -1152,7 +1150,7 @@ fn an_anatomy_over_the_receivers_cause_count_is_folded_to_fit() {
     };
     let anatomy = Anatomy::from_parts(400, 0, 0, (0..10).map(inv).collect());
     assert!(anatomy::to_wire(&anatomy).len() > MAX_CAUSES);
-    let (_, a) = through_the_wire("lock:m", 400, anatomy);
+    let (_, a) = through_the_wire(400, anatomy);
     assert!(a.causes.len() <= MAX_CAUSES, "{} causes", a.causes.len());
     let back = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
     assert!(back.sums_to(400), "{back:?}");

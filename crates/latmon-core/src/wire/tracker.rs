@@ -5,7 +5,7 @@
 use super::*;
 use crate::hist::{Hist, BUCKETS};
 use crate::ident::{AttachSaid, KindSaid};
-use crate::summary::{AlertRecord, IntervalReport, ProbeReport};
+use crate::summary::{AlertRecord, IntervalReport, Named, ProbeReport};
 
 /// What a received frame means, for display or JSON.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,13 +26,31 @@ pub enum Event {
         merge: u8,
         inexact: Vec<u16>,
     },
-    Alert(AlertRecord),
+    Alert(ReceivedAlert),
     Status(Status),
     /// A receiver's request (seen when reading the agent's side of a link).
     Request(Request),
     Unknown {
         kind: u8,
     },
+}
+
+/// An alert record as a receiver got it, its wire probe id resolved to
+/// the sender's name for it once, on arrival. Receivers keep records
+/// longer than a sender's probe table lasts (an agent restarted with
+/// another configuration reuses ids), so they key records by this name;
+/// a record whose id no Hello named is `#ID`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceivedAlert {
+    pub probe: String,
+    pub record: AlertRecord,
+}
+
+impl ReceivedAlert {
+    /// The record with its name, for text and JSON.
+    pub fn named(&self) -> Named<'_> {
+        Named { name: &self.probe, record: &self.record }
+    }
 }
 
 /// A probe as a sender's Hello described it: its words, the family and
@@ -243,17 +261,19 @@ impl Tracker {
             Frame::Summary(s) => self.on_summary(s),
             Frame::Alert(a) => {
                 self.new_boot(a.boot_id);
-                Event::Alert(AlertRecord {
-                    id: crate::ident::ProbeId(a.probe),
+                Event::Alert(ReceivedAlert {
                     probe: self.probe_name(a.probe),
-                    pid: a.pid,
-                    tid: a.tid,
-                    comm: a.comm,
-                    cpu: a.cpu,
-                    latency_ns: a.latency_ns,
-                    time_ns: a.time_ns,
-                    anatomy: super::anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes),
-                    cycle: super::cycle::from_wire(&a.cycle),
+                    record: AlertRecord {
+                        id: crate::ident::ProbeId(a.probe),
+                        pid: a.pid,
+                        tid: a.tid,
+                        comm: a.comm,
+                        cpu: a.cpu,
+                        latency_ns: a.latency_ns,
+                        time_ns: a.time_ns,
+                        anatomy: super::anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes),
+                        cycle: super::cycle::from_wire(&a.cycle),
+                    },
                 })
             }
             Frame::Status(s) => {

@@ -21,7 +21,7 @@ use latmon_core::hist::Hist;
 use latmon_core::receiver::shown;
 use latmon_core::summary::{AlertRecord, ProbeReport};
 use latmon_core::table::{Rest, NO_LINE};
-use latmon_core::wire::{Event, LinkStats, Tracker};
+use latmon_core::wire::{Event, LinkStats, ReceivedAlert, Tracker};
 
 /// Points of percentile history kept per row (3 minutes at 1 s intervals).
 pub const HISTORY: usize = 180;
@@ -131,7 +131,7 @@ pub struct Live {
     rows: Vec<Option<Row>>,
     /// Cumulative histograms since start, by id (the selected row's plot).
     totals: Vec<Option<Hist>>,
-    pub alerts: VecDeque<AlertRecord>,
+    pub alerts: VecDeque<ReceivedAlert>,
     pub alerts_seen: u64,
     /// Cycle records by probe (at most MISS_PROBES).
     pub misses: Vec<MissLog>,
@@ -254,7 +254,7 @@ impl Live {
                 }
                 self.alerts.push_front(a.clone());
                 // A rule record is no cycle's end: not logged with misses.
-                if let Some(c) = a.cycle.as_ref().filter(|c| c.rule.is_none()) {
+                if let Some(c) = a.record.cycle.as_ref().filter(|c| c.rule.is_none()) {
                     self.log_miss(a, c.event);
                 }
             }
@@ -266,7 +266,7 @@ impl Live {
         }
     }
 
-    fn log_miss(&mut self, a: &AlertRecord, event: latmon_core::cycle::CycleEvent) {
+    fn log_miss(&mut self, a: &ReceivedAlert, event: latmon_core::cycle::CycleEvent) {
         use latmon_core::cycle::CycleEvent;
         let at = match self.misses.iter().position(|l| l.probe == a.probe) {
             Some(i) => i,
@@ -300,7 +300,7 @@ impl Live {
         if log.recs.len() == MISSES_KEPT {
             log.recs.pop_back();
         }
-        log.recs.push_front(a.clone());
+        log.recs.push_front(a.record.clone());
     }
 
     /// The cycle records of the probe named `probe` (a family line).
@@ -774,9 +774,8 @@ mod tests {
         let mut l = fed(&[&[1_000]]);
         let t = Tracker::new();
         for i in 0..(ALERTS_KEPT as u64 + 10) {
-            let a = AlertRecord {
+            let record = AlertRecord {
                 id: latmon_core::ident::ProbeId::NONE,
-                probe: "p0".into(),
                 pid: 1,
                 tid: 1,
                 comm: "c".into(),
@@ -786,10 +785,10 @@ mod tests {
                 anatomy: None,
                 cycle: None,
             };
-            l.on_event(&Event::Alert(a), &t, &LinkStats::default());
+            l.on_event(&Event::Alert(ReceivedAlert { probe: "p0".into(), record }), &t, &LinkStats::default());
         }
         assert_eq!(l.alerts.len(), ALERTS_KEPT);
-        assert_eq!(l.alerts[0].latency_ns, ALERTS_KEPT as u64 + 9, "newest first");
+        assert_eq!(l.alerts[0].record.latency_ns, ALERTS_KEPT as u64 + 9, "newest first");
         let mut q: VecDeque<u64> = (0..HISTORY as u64 * 2).collect();
         q.truncate(HISTORY);
         assert_eq!(sparkline(&q, 10).chars().count(), 10);
@@ -798,7 +797,7 @@ mod tests {
 
     /// A cycle probe's miss (with its parts) and overrun, as the agent
     /// makes them.
-    fn cycle_records(probe: &str) -> [AlertRecord; 2] {
+    fn cycle_records() -> [AlertRecord; 2] {
         use latmon_core::anatomy::{Anatomy, BlockedOn, Cause, CauseKind};
         use latmon_core::cycle::{CycleEvent, CycleMark, Doing};
         let parts = vec![
@@ -817,7 +816,6 @@ mod tests {
         };
         let rec = |latency_ns, anatomy, cycle| AlertRecord {
             id: latmon_core::ident::ProbeId::NONE,
-            probe: probe.into(),
             pid: 1234,
             tid: 1240,
             comm: "ctrl_loop".into(),
@@ -854,12 +852,11 @@ mod tests {
         t.on_frame(Frame::Hello(hello(&["cycle", "cycle:wakeup", "cycle:exec", "runq"])));
         let mut bytes = Vec::new();
         let mut enc = Encoder::new();
-        for r in cycle_records("cycle") {
+        for r in cycle_records() {
             enc.alert(7, 0, &r, &mut |f| bytes.extend_from_slice(f)).unwrap();
         }
         // Then a flood of another probe's alerts: more than the shared list keeps.
-        let flood =
-            AlertRecord { probe: "runq".into(), anatomy: None, cycle: None, ..cycle_records("runq")[1].clone() };
+        let flood = AlertRecord { anatomy: None, cycle: None, ..cycle_records()[1].clone() };
         for _ in 0..ALERTS_KEPT + 5 {
             enc.alert(7, 3, &flood, &mut |f| bytes.extend_from_slice(f)).unwrap();
         }

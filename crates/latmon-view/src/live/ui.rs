@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use latmon_core::hist::Hist;
 use latmon_core::receiver::shown;
-use latmon_core::summary::render_detail_into;
+use latmon_core::summary::{render_detail_into, Named};
 use latmon_core::text::fmt_ns;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -336,9 +336,10 @@ fn draw_plots(f: &mut Frame, area: Rect, m: &Live, r: &Row, alerts: bool) {
     let mine: Vec<Line> = m
         .alerts
         .iter()
-        .filter(|a| a.probe == r.report.name)
+        .filter(|got| got.probe == r.report.name)
         .take(room)
-        .flat_map(|a| {
+        .flat_map(|got| {
+            let a = &got.record;
             let head = Line::from(format!(
                 "{:>12.3}s {} pid {} {} cpu {} {}",
                 a.time_ns as f64 / 1e9,
@@ -346,11 +347,11 @@ fn draw_plots(f: &mut Frame, area: Rect, m: &Live, r: &Row, alerts: bool) {
                 a.pid,
                 shown(&a.comm),
                 a.cpu,
-                shown(&a.probe)
+                shown(&got.probe)
             ));
             // What delayed it, as the agent prints it, when the record says.
             let mut why = String::from("    ");
-            let why = render_detail_into(&mut why, a, width).then(|| Line::from(why));
+            let why = render_detail_into(&mut why, got.named(), width).then(|| Line::from(why));
             std::iter::once(head).chain(why)
         })
         .take(room)
@@ -381,7 +382,7 @@ fn draw_misses(f: &mut Frame, area: Rect, log: &MissLog) {
         .map(|a| {
             let mut s = format!("{:>11.6}s {}[{}] cpu {}  ", a.time_ns as f64 / 1e9, shown(&a.comm), a.tid, a.cpu);
             let room = width.saturating_sub(s.len());
-            if !render_detail_into(&mut s, a, room) {
+            if !render_detail_into(&mut s, Named { name: &log.probe, record: a }, room) {
                 s.push_str(&fmt_ns(a.latency_ns));
             }
             Line::from(s)

@@ -16,8 +16,9 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use latmon_core::anatomy::{Cause, CauseKind, SOFTIRQ_NAMES};
 use latmon_core::cycle::CycleEvent;
-use latmon_core::summary::{render_detail_into, AlertRecord};
+use latmon_core::summary::render_detail_into;
 use latmon_core::text::fmt_ns;
+use latmon_core::wire::ReceivedAlert;
 use plotters::prelude::*;
 
 use super::charts::{e, legend, svg, time_axis, Key, Mark, FONT, LEGEND_WIDE, LIGHT_LINES};
@@ -98,14 +99,15 @@ fn label(c: &Cause) -> String {
 impl Misses {
     /// Offer a record (those without a cycle half are not this module's)
     /// whose time since start is `time_ns`.
-    pub fn offer(&mut self, a: &AlertRecord, time_ns: u64) {
+    pub fn offer(&mut self, got: &ReceivedAlert, time_ns: u64) {
+        let a = &got.record;
         // A rule record is no cycle's end: not a miss, overrun or response.
         let Some(c) = a.cycle.as_ref().filter(|c| c.rule.is_none()) else { return };
-        let at = match self.probes.iter().position(|p| p.probe == a.probe) {
+        let at = match self.probes.iter().position(|p| p.probe == got.probe) {
             Some(i) => i,
             None if self.probes.len() < MAX_MISS_PROBES => {
                 self.probes.push(MissProbe {
-                    probe: a.probe.clone(),
+                    probe: got.probe.clone(),
                     misses: 0,
                     overruns: 0,
                     responses: 0,
@@ -147,7 +149,7 @@ impl Misses {
             CycleEvent::Response => p.responses += 1,
             CycleEvent::Rule => {}
         }
-        self.rows.offer(a, time_ns);
+        self.rows.offer(got, time_ns);
     }
 
     /// `running 81.2 %, blocked on io in fdatasync 12.0 %, ...` of the
@@ -201,14 +203,15 @@ impl Misses {
             let _ = writeln!(o, "<p>The {} longest of {seen} records, in time order.</p>", rows.len());
         }
         o.push_str("<table id=\"misses\"><tr><th>time (s)</th><th>probe</th><th>task</th><th>cpu</th><th>the record, as the agent prints it</th></tr>\n");
-        for a in rows {
+        for got in rows {
+            let a = &got.record;
             let mut line = String::new();
-            render_detail_into(&mut line, a, usize::MAX);
+            render_detail_into(&mut line, got.named(), usize::MAX);
             let _ = writeln!(
                 o,
                 "<tr><td class=\"num\">{:.6}</td><td>{}</td><td>{}[{}]</td><td class=\"num\">{}</td><td>{}</td></tr>",
                 a.time_ns as f64 / 1e9,
-                esc(&a.probe),
+                esc(&got.probe),
                 esc(&a.comm),
                 a.tid,
                 a.cpu,
@@ -283,6 +286,7 @@ mod tests {
     use latmon_core::anatomy::{Anatomy, BlockedOn};
     use latmon_core::cycle::{CycleMark, Doing};
     use latmon_core::hist::Hist;
+    use latmon_core::summary::AlertRecord;
     use latmon_core::wire::{encode_to_vec, BucketScheme, Encoder, Frame, Hello, ProbeDesc, SummaryHeader};
 
     use super::super::{html, Capture};
@@ -290,7 +294,7 @@ mod tests {
 
     /// A miss of `probe` at `t_s` seconds (its parts sum to 1.62 ms) and
     /// an overrun runnable behind a task named `behind`.
-    fn records(probe: &str, t_s: u64, behind: &str) -> [AlertRecord; 2] {
+    fn records(probe: &str, t_s: u64, behind: &str) -> [ReceivedAlert; 2] {
         let release = t_s * 1_000_000_000;
         let parts = vec![
             Cause { kind: CauseKind::Running, ns: 1_500_000 },
@@ -306,17 +310,19 @@ mod tests {
             migrations: 0,
             rule: None,
         };
-        let rec = |latency_ns, anatomy, cycle| AlertRecord {
-            id: latmon_core::ident::ProbeId::NONE,
+        let rec = |latency_ns, anatomy, cycle| ReceivedAlert {
             probe: probe.into(),
-            pid: 40,
-            tid: 41,
-            comm: "ctrl".into(),
-            cpu: 1,
-            latency_ns,
-            time_ns: release + latency_ns,
-            anatomy,
-            cycle: Some(cycle),
+            record: AlertRecord {
+                id: latmon_core::ident::ProbeId::NONE,
+                pid: 40,
+                tid: 41,
+                comm: "ctrl".into(),
+                cpu: 1,
+                latency_ns,
+                time_ns: release + latency_ns,
+                anatomy,
+                cycle: Some(cycle),
+            },
         };
         [
             rec(
@@ -368,7 +374,7 @@ mod tests {
                 h.record(900_000);
                 h.record(1_620_000);
                 for r in records(&names[i], seq, behind) {
-                    enc.alert(7, i as u16, &r, &mut out).unwrap();
+                    enc.alert(7, i as u16, &r.record, &mut out).unwrap();
                 }
             }
             let head = SummaryHeader { seq, boot_id: 7, time_ns: seq * 1_000_000_000 + 500_000_000, last: seq == 5 };

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use latmon_core::summary::AlertRecord;
+use latmon_core::wire::ReceivedAlert;
 
 /// Buckets kept per series: a percentile chart's plot is ~480 px wide,
 /// so more would not be seen (between half and all of them are drawn).
@@ -156,7 +156,7 @@ struct Ranked {
     latency_ns: u64,
     /// Arrival order: of equal latencies the earlier is kept.
     order: u64,
-    rec: AlertRecord,
+    rec: ReceivedAlert,
 }
 
 impl PartialEq for Ranked {
@@ -182,7 +182,8 @@ impl Worst {
     }
 
     /// Offer a record whose time since start is `time_ns`.
-    pub(super) fn offer(&mut self, rec: &AlertRecord, time_ns: u64) {
+    pub(super) fn offer(&mut self, got: &ReceivedAlert, time_ns: u64) {
+        let rec = &got.record;
         let order = self.seen;
         self.seen += 1;
         let key = |r: &Ranked| (r.latency_ns, std::cmp::Reverse(r.order));
@@ -190,17 +191,18 @@ impl Worst {
         if self.heap.len() == self.cap && least >= Some((rec.latency_ns, std::cmp::Reverse(order))) {
             return; // not among the worst: not even cloned
         }
-        let rec = AlertRecord { time_ns, ..rec.clone() };
-        self.heap.push(std::cmp::Reverse(Ranked { latency_ns: rec.latency_ns, order, rec }));
+        let mut rec = got.clone();
+        rec.record.time_ns = time_ns;
+        self.heap.push(std::cmp::Reverse(Ranked { latency_ns: rec.record.latency_ns, order, rec }));
         if self.heap.len() > self.cap {
             self.heap.pop();
         }
     }
 
     /// The kept records in time order.
-    pub(super) fn in_time_order(&self) -> Vec<&AlertRecord> {
+    pub(super) fn in_time_order(&self) -> Vec<&ReceivedAlert> {
         let mut v: Vec<&Ranked> = self.heap.iter().map(|r| &r.0).collect();
-        v.sort_by_key(|r| (r.rec.time_ns, r.order));
+        v.sort_by_key(|r| (r.rec.record.time_ns, r.order));
         v.into_iter().map(|r| &r.rec).collect()
     }
 }

@@ -205,7 +205,6 @@ fn a_probe_flooding_alerts_cannot_shed_every_record_of_another() {
     let mut shed_status = Vec::new();
     let rec = |probe: u16, i: u64| AlertRecord {
         id: latmon_core::ident::ProbeId(probe),
-        probe: session.probes[probe as usize].name.clone(),
         pid: 1,
         tid: 1,
         comm: "task".into(),
@@ -291,7 +290,6 @@ fn alerts_are_shed_beyond_their_share_and_counted() {
     f.pacer.refill(2_000_000_000);
     let a = AlertRecord {
         id: latmon_core::ident::ProbeId::NONE,
-        probe: "p".into(),
         pid: 1,
         tid: 1,
         comm: "c".into(),
