@@ -8,10 +8,11 @@
  * full is counted per id in alert_drops.
  *
  * The including object defines LATMON_ALERT_IDS (how many ids: probes, or
- * series) before including; it gets its own maps (alert_tat, alert_drops,
- * alerts, alerts_perf) and `use_ringbuf` rodata. User space creates only
- * the buffer it uses (the other's autocreate is off); `use_ringbuf` is
- * constant at load, so the verifier prunes the other branch.
+ * series) and declares its family's `cfg` (bpf/latmon.h) before
+ * including; it gets its own maps (alert_tat, alert_drops, alerts,
+ * alerts_perf). User space creates only the buffer it uses (the other's
+ * autocreate is off) and says which in cfg.common.use_ringbuf, constant at
+ * load, so the verifier prunes the other branch.
  *
  * Kernel helpers only (no kernel types): the no-BTF builds include it too.
  */
@@ -24,7 +25,6 @@
 #error "define LATMON_ALERT_IDS before including alerts.bpf.h"
 #endif
 
-const volatile bool use_ringbuf = true;
 /* Never read: puts the record's layout into the skeleton, so user space
  * decodes records through the generated types::latmon_alert. */
 const volatile struct latmon_alert alert_layout = {};
@@ -127,7 +127,7 @@ static __always_inline void latmon_alert(void *ctx, __u32 id, __u64 delta, __u64
 		latmon_alert_dropped(id, false);
 		return;
 	}
-	if (use_ringbuf) {
+	if (cfg.common.use_ringbuf) {
 		struct latmon_alert *a = bpf_ringbuf_reserve(&alerts, sizeof(*a), 0);
 
 		if (!a) {
@@ -161,7 +161,8 @@ struct {
 } alert_scratch SEC(".maps");
 
 /* As latmon_alert() at now, with the anatomy `an` appended (NULL: the
- * short record, no anatomy), its causes tallied (tally_causes). A BPF subprogram, not inlined: the record's
+ * short record, no anatomy), its causes tallied (cfg.common.tally_causes).
+ * A BPF subprogram, not inlined: the record's
  * copy is long, and every caller would carry it (binary size). */
 static __noinline int latmon_alert_anat(void *ctx, __u32 id, __u64 delta, const struct latmon_alert_who *who,
 					const struct latmon_anatomy *an)
@@ -171,7 +172,7 @@ static __noinline int latmon_alert_anat(void *ctx, __u32 id, __u64 delta, const 
 	__u32 zero = 0;
 
 	/* Before the token bucket: refused records' time counts too. */
-	if (tally_causes) {
+	if (cfg.common.tally_causes) {
 		if (an)
 			latmon_cause_tally(id, delta, an);
 		else
@@ -185,7 +186,7 @@ static __noinline int latmon_alert_anat(void *ctx, __u32 id, __u64 delta, const 
 		latmon_alert_dropped(id, false);
 		return 0;
 	}
-	if (use_ringbuf) {
+	if (cfg.common.use_ringbuf) {
 		a = bpf_ringbuf_reserve(&alerts, sizeof(*a), 0);
 		if (!a) {
 			latmon_alert_dropped(id, true);

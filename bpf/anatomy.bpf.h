@@ -35,6 +35,10 @@
  * are untrusted: read through CO-RE (anat_switch_raw). The no-BTF build
  * takes what sched_switch's record says of prev (pid, comm, priority) and
  * the current task's ids (bpf_get_current_*): see its section below.
+ *
+ * The including object declares its family's `cfg` (bpf/latmon.h) before
+ * including: cfg.common.anatomy (constant at load) says whether anything
+ * is accounted.
  */
 #ifndef __ANATOMY_BPF_H
 #define __ANATOMY_BPF_H
@@ -48,9 +52,6 @@
 
 #define LATMON_SCHED_FIFO 1 /* include/uapi/linux/sched.h */
 #define LATMON_SCHED_RR 2
-
-/* Set before load: account anatomies (a threshold is set). */
-const volatile bool anatomy = false;
 
 struct anat_slot {
 	__u64 waiter;	/* key of the waiting task (see above), 0: free */
@@ -103,14 +104,14 @@ static __always_inline struct anat_slot *anat_local(void)
 	return bpf_map_lookup_elem(&anat_cpu, &zero);
 }
 
-/* Any CPU's slot. Guarded by the constant `anatomy`: user space leaves it
- * false on kernels without bpf_map_lookup_percpu_elem (5.19), and the
+/* Any CPU's slot. Guarded by the constant cfg.common.anatomy: user space
+ * leaves it 0 on kernels without bpf_map_lookup_percpu_elem (5.19), and the
  * verifier then never sees the call. */
 static __always_inline struct anat_slot *anat_slot_of(__u32 cpu)
 {
 	__u32 zero = 0;
 
-	if (!anatomy)
+	if (!cfg.common.anatomy)
 		return NULL;
 	return bpf_map_lookup_percpu_elem(&anat_cpu, &zero, cpu);
 }
@@ -335,7 +336,7 @@ static __always_inline __u32 anat_claim_key(__u64 p, __u32 cpu, __u64 now)
 {
 	struct anat_slot *s;
 
-	if (!anatomy)
+	if (!cfg.common.anatomy)
 		return 0;
 	s = anat_slot_of(cpu);
 	if (!s)

@@ -27,11 +27,12 @@
  * functions where an object defines LATMON_CAUSES_GLOBAL (timer: its chain
  * programs exceed the verifier's limit when every path to an alert checks
  * the tally again); a global function is checked at load even when
- * tally_causes is off, and its pointer argument and the compare-and-swap
- * need kernel 5.12. Elsewhere (runq, whose raw_tp and no-BTF rungs serve
- * kernels from 4.17) they are static subprograms: with tally_causes off
- * (user space sets it only with the anatomy, kernel 5.19) the verifier
- * never walks them and the older kernels load the object.
+ * cfg.common.tally_causes is off, and its pointer argument and the
+ * compare-and-swap need kernel 5.12. Elsewhere (runq, whose raw_tp and
+ * no-BTF rungs serve kernels from 4.17) they are static subprograms: with
+ * the tally off (user space sets it only with the anatomy, kernel 5.19)
+ * the verifier never walks them and the older kernels load the object.
+ * The including object declares its family's `cfg` first (alerts.bpf.h).
  */
 #ifndef __CAUSES_BPF_H
 #define __CAUSES_BPF_H
@@ -47,8 +48,6 @@
  * timer's delay (`other` is what is left). */
 #define LATMON_CAUSE_PARTS (LATMON_ANAT_TASKS + LATMON_ANAT_IRQS + LATMON_SOFTIRQ_VECS + 3)
 
-/* Set before load: tally the causes of alerts (anatomies are accounted). */
-const volatile bool tally_causes = false;
 /* Per alert id: advanced by user space before each read (a map, not a
  * global: user space writes one id's without touching the rest). */
 struct {

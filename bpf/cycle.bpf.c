@@ -49,6 +49,14 @@
 #include <bpf/bpf_core_read.h>
 #include "latmon.h"
 #include "maps.bpf.h"
+/* Before the shared headers, which read cfg.common. 0 is a syscall number
+ * (read on x86_64): "none" is -1 until user space sets the numbers. */
+const volatile struct latmon_cycle_config cfg = {
+	.nr_futex = -1,
+	.nr_futex_waitv = -1,
+	.nr_nanosleep = -1,
+	.nr_clock_nanosleep = -1,
+};
 /* 0: misses, overruns, slow responses; LATMON_CYCLE_RULE_ALERT_ID: rules. */
 #define LATMON_ALERT_IDS 2
 #include "alerts.bpf.h"
@@ -60,14 +68,6 @@
 
 #define TASK_RUNNING 0
 #define TASK_UNINTERRUPTIBLE 0x2 /* include/linux/sched.h */
-/* 0 is a syscall number (read on x86_64): "none" is -1 until user space
- * sets the numbers. */
-const volatile struct latmon_cycle_config cfg = {
-	.nr_futex = -1,
-	.nr_futex_waitv = -1,
-	.nr_nanosleep = -1,
-	.nr_clock_nanosleep = -1,
-};
 
 /* Phases of a watched thread. */
 #define P_NONE 0    /* no cycle known yet */
@@ -250,8 +250,8 @@ static __always_inline void slot_hold(struct cycle_thread *t, __u32 tid, __u32 c
 	}
 	if (!t->anat)
 		t->anat = anat_claim_key(t->key, cpu, now);
-	/* anatomy: user space's "kernel has bpf_map_lookup_percpu_elem". */
-	w = anatomy ? bpf_map_lookup_percpu_elem(&cycle_watch, &zero, cpu) : NULL;
+	/* cfg.common.anatomy: user space's "kernel has bpf_map_lookup_percpu_elem". */
+	w = cfg.common.anatomy ? bpf_map_lookup_percpu_elem(&cycle_watch, &zero, cpu) : NULL;
 	if (w && !t->reported && t->deadline_ns) {
 		w->deadline_ns = t->deadline_ns;
 		w->release_ns = t->release_ns;
@@ -329,7 +329,7 @@ static __noinline int send_record(void *ctx, struct cycle_thread *t, __u32 tid, 
 		r->cycle.doing_pid = (__u32)bpf_get_current_pid_tgid();
 		bpf_get_current_comm(r->cycle.doing_comm, sizeof(r->cycle.doing_comm));
 	}
-	if (use_ringbuf) {
+	if (cfg.common.use_ringbuf) {
 		if (bpf_ringbuf_output(&alerts, r, sizeof(*r), 0))
 			latmon_alert_dropped(0, true);
 	} else if (bpf_perf_event_output(ctx, &alerts_perf, BPF_F_CURRENT_CPU, r, sizeof(*r))) {

@@ -105,7 +105,7 @@ static __noinline int send_rule(void *ctx, struct cycle_thread *t, __u32 tid, __
 	r->cycle.rule_syscall = sys;
 	if (rule == LATMON_RULE_WOKEN_BY_LOWER)
 		waker_fill(&r->cycle, bpf_get_current_task_btf());
-	if (use_ringbuf) {
+	if (cfg.common.use_ringbuf) {
 		if (bpf_ringbuf_output(&alerts, r, sizeof(*r), 0))
 			latmon_alert_dropped(LATMON_CYCLE_RULE_ALERT_ID, true);
 	} else if (bpf_perf_event_output(ctx, &alerts_perf, BPF_F_CURRENT_CPU, r, sizeof(*r))) {

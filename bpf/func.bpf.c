@@ -65,6 +65,8 @@
 #include <bpf/bpf_tracing.h>
 #include "latmon.h"
 #include "maps.bpf.h"
+/* Before the shared headers, which read cfg.common. */
+const volatile struct latmon_func_config cfg = {};
 #define LATMON_ALERT_IDS LATMON_MAX_FUNC_PROBES
 #include "alerts.bpf.h"
 
@@ -106,8 +108,6 @@ static __always_inline __u32 slot(__u32 d)
 /* A frame's identity: the low 32 bits of its entry SP, bit 0 set so that
  * a known frame is never 0 (0 means "no SP": kprobe, fentry). */
 static __always_inline __u32 frame_id(__u64 entry_sp) { return (__u32)entry_sp | 1; }
-
-const volatile struct latmon_func_config cfg = {};
 
 struct func_key {
 	__u32 tid;

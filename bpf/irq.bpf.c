@@ -53,10 +53,10 @@
 #include <bpf/bpf_core_read.h>
 #include "core_fixes.bpf.h"
 #endif
+/* Before the shared headers, which read cfg.common. */
+const volatile struct latmon_irq_config cfg = {};
 #define LATMON_ALERT_IDS (LATMON_SOFTIRQ_VECS + LATMON_IRQ_ALERT_SLOTS)
 #include "alerts.bpf.h"
-
-const volatile struct latmon_irq_config cfg = {};
 
 /* Histogram entries that could not be created (hash full). */
 __u64 irq_lost;

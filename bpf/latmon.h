@@ -316,9 +316,25 @@ struct latmon_tp_field {
 	__u8 is_signed; /* sign-extend when shorter than 8 bytes */
 };
 
+/* The switches the shared headers read (bpf/alerts.bpf.h, anatomy.bpf.h,
+ * causes.bpf.h), the first member `common` of every family's config: one
+ * config per object, filled once from the spec. Constant at load like the
+ * rest of `cfg` (rodata), so the verifier prunes the branch a switch turns
+ * off: the perf path with the ring buffer, the anatomy's accounting
+ * without a threshold, the cause tally's static subprograms. */
+struct latmon_common_config {
+	__u32 use_ringbuf;  /* 1: alerts go to the ring buffer (kernel 5.8),
+			     * 0: to the perf buffer */
+	__u32 anatomy;	    /* account anatomies (a threshold is set; cycle:
+			     * the kernel has bpf_map_lookup_percpu_elem) */
+	__u32 tally_causes; /* tally alerts' causes (anatomies accounted) */
+	__u32 pad;
+};
+
 /* runq: the probe's configuration, set in rodata before load. Filters:
  * 0 / empty means "all". */
 struct latmon_runq_config {
+	struct latmon_common_config common;
 	__u64 threshold_ns; /* a wait above it counts in `alerts` and becomes
 			     * an alert record, 0: none */
 	__u32 filter_tgid;  /* pid=, 0: any */
@@ -328,11 +344,13 @@ struct latmon_runq_config {
 
 /* irq and softirq: the probe's configuration, set in rodata before load. */
 struct latmon_irq_config {
+	struct latmon_common_config common;
 	__u64 threshold_ns; /* threshold=, 0: none */
 };
 
 /* syscall: the probe's configuration, set in rodata before load. */
 struct latmon_syscall_config {
+	struct latmon_common_config common;
 	__u64 threshold_ns; /* threshold=, 0: none */
 	__s32 filter_id;    /* syscall=, -1: every syscall */
 	__u32 filter_pid;   /* pid=, 0: any */
@@ -352,6 +370,7 @@ struct latmon_syscall_config {
  * set in rodata before load. Arrays are indexed by probe id; 0 / empty
  * means "no filter". */
 struct latmon_func_config {
+	struct latmon_common_config common;
 	__u32 nr_probes;
 	/* A fentry copy's one probe (its programs get no cookie); the no-BTF
 	 * build has no fentry copy: 0. */
@@ -364,6 +383,7 @@ struct latmon_func_config {
 /* timer and chain (one object, two modes): the probe's configuration, set
  * in rodata before load. */
 struct latmon_timer_config {
+	struct latmon_common_config common;
 	__u64 threshold_ns; /* threshold=, 0: none */
 	__u32 filter_pid;   /* pid=, 0: any */
 	__u32 chain;	    /* 1: chain mode (IRQ causes too, stage histograms
@@ -376,6 +396,7 @@ struct latmon_timer_config {
 
 /* cycle: the probe's configuration, set in rodata before load. */
 struct latmon_cycle_config {
+	struct latmon_common_config common;
 	__u64 period_ns;    /* period=, 0: detected from the releases */
 	__u64 deadline_ns;  /* deadline=, 0: the period */
 	__u64 threshold_ns; /* threshold=, 0: none */
@@ -455,6 +476,7 @@ struct latmon_cycle_record {
 
 /* lock: the probe's configuration, set in rodata before load. */
 struct latmon_lock_config {
+	struct latmon_common_config common;
 	__u64 threshold_ns; /* threshold=: waits above it send a record, 0: none */
 	__u32 filter_tid;   /* pid=TID, 0: any */
 	__u32 mutate;	    /* tests only: 1 charges the owner's preempters to the owner,

@@ -36,6 +36,8 @@
 #include <bpf/bpf_core_read.h>
 #include "latmon.h"
 #include "maps.bpf.h"
+/* Before the shared headers, which read cfg.common. */
+const volatile struct latmon_lock_config cfg = {};
 /* Alert ids are histogram slots: a record names its lock's series. */
 #define LATMON_ALERT_IDS LATMON_LOCK_SERIES
 #include "alerts.bpf.h"
@@ -57,8 +59,6 @@
 /* struct futex_waitv { __u64 val; __u64 uaddr; __u32 flags; __u32 __reserved; } */
 #define FUTEX_WAITV_UADDR_OFFSET 8
 #define FUTEX_WAITV_SIZE 24
-
-const volatile struct latmon_lock_config cfg = {};
 
 /* Kernel 6.2 (commit 3f0e6f2b41d3): a task by its pid, referenced. */
 extern struct task_struct *bpf_task_from_pid(s32 pid) __ksym __weak;
@@ -555,7 +555,7 @@ static __noinline int send_record(void *ctx, struct lock_thread *t, __u32 slot, 
 	__builtin_memset(&r->alert, 0, sizeof(r->alert));
 	latmon_alert_fill(&r->alert, slot, latency, end, NULL);
 	fill_wait(&r->lock, t, slot, end);
-	if (use_ringbuf) {
+	if (cfg.common.use_ringbuf) {
 		if (bpf_ringbuf_output(&alerts, r, sizeof(*r), 0))
 			latmon_alert_dropped(slot, true);
 	} else if (bpf_perf_event_output(ctx, &alerts_perf, BPF_F_CURRENT_CPU, r, sizeof(*r))) {

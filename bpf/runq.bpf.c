@@ -34,6 +34,8 @@
 #include "latmon.h"
 #include "maps.bpf.h"
 #include "tpfield.bpf.h"
+/* Before the shared headers, which read cfg.common. */
+const volatile struct latmon_runq_config cfg = {};
 #define LATMON_ALERT_IDS 1
 #define LATMON_ALERT_ANATOMY
 #include "alerts.bpf.h"
@@ -44,8 +46,6 @@
 #include "anatomy.bpf.h"
 
 #define TASK_RUNNING 0
-
-const volatile struct latmon_runq_config cfg = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -350,8 +350,8 @@ const volatile struct latmon_tp_field wakeup_cpu = {};
 const volatile struct latmon_tp_field wakeup_new_pid = {};
 const volatile struct latmon_tp_field wakeup_new_comm = {};
 const volatile struct latmon_tp_field wakeup_new_cpu = {};
-/* anatomy only (user space sets them when `anatomy` is): prev's priority,
- * the IRQ number and the softirq vector. */
+/* anatomy only (user space sets them when cfg.common.anatomy is): prev's
+ * priority, the IRQ number and the softirq vector. */
 const volatile struct latmon_tp_field switch_prev_prio = {};
 const volatile struct latmon_tp_field irq_entry_irq = {};
 const volatile struct latmon_tp_field irq_exit_irq = {};
@@ -411,7 +411,7 @@ static __always_inline int wakeup_tp(void *ctx, const volatile struct latmon_tp_
 	}
 	if (!latmon_tp_comm_is(ctx, comm_f, cfg.filter_comm))
 		return 0;
-	stamp_tid(pid, anatomy ? latmon_tp_read(ctx, cpu_f) : 0);
+	stamp_tid(pid, cfg.common.anatomy ? latmon_tp_read(ctx, cpu_f) : 0);
 	return 0;
 }
 

@@ -20,6 +20,7 @@ struct latmon_cause_entry shared_cause_entry;
 struct latmon_cause_tally shared_cause_tally;
 struct latmon_irq_key shared_irq_key;
 struct latmon_tp_field shared_tp_field;
+struct latmon_common_config shared_common_config;
 struct latmon_runq_config shared_runq_config;
 struct latmon_irq_config shared_irq_config;
 struct latmon_syscall_config shared_syscall_config;

@@ -57,16 +57,16 @@
 #include "maps.bpf.h"
 #include "filter.bpf.h"
 #include "tpfield.bpf.h"
-/* Alert ids are histogram slots: a record names its syscall's series. */
-#define LATMON_ALERT_IDS LATMON_SYSCALL_SLOTS
-#include "alerts.bpf.h"
-
-/* The -1s stand until the loader sets them: no syscall filter, no futex. */
+/* Before the shared headers, which read cfg.common. The -1s stand until
+ * the loader sets them: no syscall filter, no futex. */
 const volatile struct latmon_syscall_config cfg = {
 	.filter_id = -1,
 	.futex_nr = -1,
 	.futex_time64_nr = -1,
 };
+/* Alert ids are histogram slots: a record names its syscall's series. */
+#define LATMON_ALERT_IDS LATMON_SYSCALL_SLOTS
+#include "alerts.bpf.h"
 
 /* id -> slot (0: none yet; LATMON_SYSCALL_SLOTS: none left, use slot 0). */
 __u32 sc_slot_of[LATMON_SYSCALL_IDS];

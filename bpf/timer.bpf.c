@@ -69,6 +69,8 @@
 #include "maps.bpf.h"
 #include "filter.bpf.h"
 #include "core_fixes.bpf.h"
+/* Before the shared headers, which read cfg.common. */
+const volatile struct latmon_timer_config cfg = {};
 #define LATMON_ALERT_IDS LATMON_TIMER_SERIES
 #define LATMON_ALERT_ANATOMY
 /* The tally as global functions: see causes.bpf.h (chain's verifier limit). */
@@ -77,8 +79,6 @@
 #include "anatomy.bpf.h"
 
 extern const void hrtimer_wakeup __ksym;
-
-const volatile struct latmon_timer_config cfg = {};
 
 /* Stamps waiting for their task to run; sched_switch skips the storage
  * lookup while there are none (nearly always). */
@@ -219,7 +219,7 @@ static __noinline int task_ran(void *ctx, struct task_struct *t, struct wake_sta
 			an = &slot->acc;
 		}
 	}
-	if (!an && anatomy && now == st->wake_ns && total > cfg.threshold_ns) {
+	if (!an && cfg.common.anatomy && now == st->wake_ns && total > cfg.threshold_ns) {
 		struct latmon_anatomy *blank = anat_blank();
 
 		if (blank) {
@@ -268,7 +268,7 @@ int BPF_PROG(timer_expire_btf, struct hrtimer *hrtimer, ktime_t *now)
 	e = &c->exp[hrtimer->is_soft & 1];
 	e->sleeper = (__u64)task;
 	e->expires_ns = hrtimer->_softexpires - hrtimer->base->offset;
-	if (anatomy)
+	if (cfg.common.anatomy)
 		e->entry_ns = bpf_ktime_get_ns();
 	return 0;
 }
@@ -420,7 +420,7 @@ int BPF_PROG(chain_irq_entry_btf, int irq, struct irqaction *action)
 
 	/* anatomy: chain's own hardirq programs do its accounting (no second
 	 * pair of programs on every interrupt: src/probes/timer.rs). */
-	if (anatomy)
+	if (cfg.common.anatomy)
 		anat_irq_entry(irq);
 	if (c) {
 		c->irq_ns = bpf_ktime_get_ns();
@@ -435,7 +435,7 @@ int BPF_PROG(chain_irq_exit_btf, int irq, struct irqaction *action, int ret)
 {
 	struct timer_cpu *c = cpu_state();
 
-	if (anatomy)
+	if (cfg.common.anatomy)
 		anat_irq_exit(irq);
 	if (!c)
 		return 0;

@@ -18,7 +18,7 @@ use latmon_core::ident::{Family, Mechanism};
 use latmon_core::summary::{AlertRecord, ProbeInfo};
 use libbpf_rs::{Link, Object, OpenObject, PrintLevel};
 
-use crate::bpf::shared::types::latmon_tp_field;
+use crate::bpf::shared::types::{latmon_common_config, latmon_tp_field};
 use crate::config::ProbeSpec;
 
 /// Why a probe is not running.
@@ -278,6 +278,21 @@ impl<S> Drop for Owned<S> {
 /// it; a threshold beyond u64 ns saturates.
 pub(crate) fn threshold_ns(spec: &ProbeSpec) -> u64 {
     spec.threshold.map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// An object's `cfg.common` (bpf/latmon.h): the switches its shared BPF
+/// headers read. `ringbuf`: alerts through the ring buffer, not the perf
+/// buffer (the one `keep_alert_buffer` creates); `anatomy` and
+/// `tally_causes`: the families with an anatomy (timer, runq, cycle)
+/// account it and tally alerts' causes. Being rodata, what is off is
+/// pruned by the verifier, not tested per event.
+pub(crate) fn common_config(ringbuf: bool, anatomy: bool, tally_causes: bool) -> latmon_common_config {
+    latmon_common_config {
+        use_ringbuf: ringbuf.into(),
+        anatomy: anatomy.into(),
+        tally_causes: tally_causes.into(),
+        ..Default::default()
+    }
 }
 
 /// The `mode` words of a probe with threshold alerts (`threshold_ns`

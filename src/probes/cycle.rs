@@ -312,8 +312,7 @@ fn load(spec: &ProbeSpec, ringbuf: bool, lock_join: bool) -> Result<(Owned<Cycle
         ro.cfg.nr_futex_waitv = nr("futex_waitv");
         ro.cfg.nr_nanosleep = nr("nanosleep");
         ro.cfg.nr_clock_nanosleep = nr("clock_nanosleep");
-        ro.use_ringbuf = ringbuf;
-        ro.anatomy = true;
+        ro.cfg.common = super::common::common_config(ringbuf, true, false);
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::lock_cycle::share(&mut open.maps.lock_cycle)?;
         super::autoload_only(open.open_object_mut(), &wanted);

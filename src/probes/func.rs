@@ -84,8 +84,10 @@ trait Loaded {
 }
 
 impl SetConfig<'_> {
-    /// Set a copy's configuration: filters, thresholds, probe count.
+    /// Set a copy's configuration: alert buffer, filters, thresholds, probe
+    /// count.
     fn apply(&self, ro: &mut latmon_func_config, fentry_probe_id: u32) {
+        ro.common = super::common::common_config(self.use_ringbuf, false, false);
         ro.nr_probes = self.specs.len() as u32;
         ro.fentry_probe_id = fentry_probe_id;
         for (id, spec) in self.specs.iter().enumerate() {
@@ -115,7 +117,6 @@ macro_rules! open_func {
                 .as_deref_mut()
                 .ok_or_else(|| LoadError::Object("func object has no rodata".into()))?;
             cfg.apply(&mut ro.cfg, fentry_probe_id);
-            ro.use_ringbuf = cfg.use_ringbuf;
             keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, cfg.use_ringbuf)?;
             Ok(open)
         }

@@ -400,8 +400,8 @@ fn load_core(
             .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
+        ro.cfg.common = super::common::common_config(ringbuf, false, false);
         ro.cfg.threshold_ns = threshold_ns(spec);
-        ro.use_ringbuf = ringbuf;
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::common::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
@@ -423,8 +423,8 @@ fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, Lo
             .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
+        ro.cfg.common = super::common::common_config(ringbuf, false, false);
         ro.cfg.threshold_ns = threshold_ns(spec);
-        ro.use_ringbuf = ringbuf;
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         match family {
             Family::Irq => {

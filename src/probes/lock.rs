@@ -285,7 +285,7 @@ fn load(
         ro.cfg.owner_walk = u32::from(std::env::var(OWNER_WALK_ENV).as_deref() == Ok("1"));
         ro.cfg.cycle_join = u32::from(cycle_join);
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
-        ro.use_ringbuf = ringbuf;
+        ro.cfg.common = super::common::common_config(ringbuf, false, false);
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::lock_cycle::share(&mut open.maps.lock_cycle)?;
         super::autoload_only(open.open_object_mut(), &wanted);

@@ -163,9 +163,8 @@ macro_rules! set_knobs {
         ro.cfg.threshold_ns = threshold_ns($spec);
         ro.cfg.filter_tgid = $spec.pid.unwrap_or(0);
         set_comm(&mut ro.cfg.filter_comm, $spec.comm.as_deref());
-        ro.use_ringbuf = $ringbuf;
-        ro.anatomy = $anatomy;
-        ro.tally_causes = $anatomy && super::alerts::causes_wanted($spec);
+        ro.cfg.common =
+            super::common::common_config($ringbuf, $anatomy, $anatomy && super::alerts::causes_wanted($spec));
     }};
 }
 

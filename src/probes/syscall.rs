@@ -318,7 +318,7 @@ macro_rules! set_knobs {
         ro.cfg.filter_pid = $spec.pid.unwrap_or(0);
         set_comm(&mut ro.cfg.filter_comm, $spec.comm.as_deref());
         ro.cfg.threshold_ns = threshold_ns($spec);
-        ro.use_ringbuf = $ringbuf;
+        ro.cfg.common = super::common::common_config($ringbuf, false, false);
         quiet_waits(&mut ro.cfg.quiet_id, $spec, $filter_id);
     }};
 }

@@ -238,9 +238,7 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, LoadErro
         ro.cfg.chain = u32::from(chain);
         ro.cfg.response = u32::from(response.is_some());
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
-        ro.use_ringbuf = ringbuf;
-        ro.anatomy = anatomy;
-        ro.tally_causes = super::alerts::causes_wanted(spec);
+        ro.cfg.common = super::common::common_config(ringbuf, anatomy, super::alerts::causes_wanted(spec));
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::common::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))

@@ -298,27 +298,43 @@ pub fn all_prog_ids() -> Vec<u64> {
     progs.as_array().unwrap().iter().map(|p| p["id"].as_u64().unwrap()).collect()
 }
 
+/// tests/fixtures/`source`.c compiled with `cc -Wall <flags>` into
+/// `bin` in this test binary's fixture directory, once per test binary:
+/// later calls for the same `bin` return the first build. The binary's
+/// name is the comm the tests filter on.
+pub fn compile_fixture(source: &str, bin: &str, flags: &[&str]) -> &'static std::path::Path {
+    static BUILT: std::sync::Mutex<Vec<(String, &'static std::path::Path)>> = std::sync::Mutex::new(Vec::new());
+    // Held while compiling: two tests asking at once get one build.
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(name, _)| name == bin) {
+        return path;
+    }
+    let dir = std::env::temp_dir().join(format!("latmon-fixtures-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(bin);
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{source}.c"));
+    let out = Command::new("cc")
+        .arg("-Wall")
+        .args(flags)
+        .arg("-o")
+        .arg(&path)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("cc (gcc) is needed to build the test fixture {}: {e}", src.display()));
+    assert!(out.status.success(), "cc {} failed: {}", src.display(), String::from_utf8_lossy(&out.stderr));
+    // Readable and executable by everyone: some tests run latmon as
+    // nobody after it drops its privileges.
+    let _ = Command::new("chmod").args(["-R", "a+rX"]).arg(&dir).status();
+    let path: &'static std::path::Path = Box::leak(path.into_boxed_path());
+    built.push((bin.to_string(), path));
+    path
+}
+
 /// `lm-target` (tests/fixtures/lm_target.c), the traced program of the
-/// ufunc tests, compiled once per test binary with `cc -g -O0`.
+/// ufunc tests: with debug info and unoptimised, so its functions stay
+/// where its symbols say.
 pub fn lm_target() -> &'static std::path::Path {
-    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("latmon-target-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let bin = dir.join("lm-target");
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm_target.c");
-        let out = Command::new("cc")
-            .args(["-g", "-O0", "-pthread", "-Wall", "-o"])
-            .arg(&bin)
-            .arg(&src)
-            .output()
-            .expect("cc (gcc) is needed to build the ufunc test target");
-        assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
-        // Readable and executable by everyone: some tests run latmon as
-        // nobody after it drops its privileges.
-        let _ = Command::new("chmod").args(["-R", "a+rX"]).arg(&dir).status();
-        bin
-    })
+    compile_fixture("lm_target", "lm-target", &["-g", "-O0", "-pthread"])
 }
 
 /// One end of a pty pair: the test holds the master, a program (latmon,

@@ -21,18 +21,9 @@ const PERIOD_NS: u64 = 1_000_000;
 /// CYCLE_PERIOD_MIN_STEPS releases) and the fixture's first release.
 const SETTLE: usize = 12;
 
-/// tests/fixtures/lm_cycle.c, compiled once per test binary.
+/// tests/fixtures/lm_cycle.c.
 pub(crate) fn lm_cycle() -> &'static std::path::Path {
-    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("latmon-cycle-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let bin = dir.join("lm_cycle");
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm_cycle.c");
-        let out = Command::new("cc").args(["-O2", "-Wall", "-o"]).arg(&bin).arg(&src).output().expect("cc");
-        assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
-        bin
-    })
+    compile_fixture("lm_cycle", "lm_cycle", &["-O2"])
 }
 
 /// One cycle as the fixture logged it.

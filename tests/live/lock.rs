@@ -24,18 +24,9 @@ const SERIES: &str = "lm_lock:ctrl_mutex";
 /// with room for this VM's jitter; an inverted wait is ~1.5 ms.
 const PI_SHORT_NS: u64 = 600_000;
 
-/// tests/fixtures/lm_lock.c, compiled once per test binary.
+/// tests/fixtures/lm_lock.c.
 pub(crate) fn lm_lock() -> &'static std::path::Path {
-    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("latmon-lock-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let bin = dir.join("lm_lock");
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm_lock.c");
-        let out = Command::new("cc").args(["-O2", "-Wall", "-pthread", "-o"]).arg(&bin).arg(&src).output().expect("cc");
-        assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
-        bin
-    })
+    compile_fixture("lm_lock", "lm_lock", &["-O2", "-pthread"])
 }
 
 /// What the fixture logged (CLOCK_MONOTONIC ns).

@@ -24,18 +24,9 @@ const PROBE: &str = "lock,comm=lmfx_wait,name=lmfx,threshold=500us";
 /// series), so every wait's record comes through.
 const WAITS: usize = 25;
 
-/// tests/fixtures/lm_futex2.c, compiled once per test binary.
+/// tests/fixtures/lm_futex2.c.
 fn lm_futex2() -> &'static std::path::Path {
-    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("latmon-futex2-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let bin = dir.join("lm_futex2");
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm_futex2.c");
-        let out = Command::new("cc").args(["-O2", "-Wall", "-pthread", "-o"]).arg(&bin).arg(&src).output().expect("cc");
-        assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
-        bin
-    })
+    compile_fixture("lm_futex2", "lm_futex2", &["-O2", "-pthread"])
 }
 
 /// What the fixture logged (CLOCK_MONOTONIC ns).
