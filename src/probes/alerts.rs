@@ -423,7 +423,7 @@ pub(crate) fn decode_alert_anat(data: &[u8], ids: usize) -> Option<(usize, Alert
 /// Before load: create only the alert buffer in use (`ringbuf`: `ring`,
 /// the object's `alerts`; else `perf`, its `alerts_perf`) of an open
 /// skeleton that includes bpf/alerts.bpf.h; the BPF side picks it by its
-/// `use_ringbuf` rodata.
+/// `cfg.common.use_ringbuf`.
 pub(crate) fn keep_alert_buffer<'a>(
     ring: &mut OpenMapMut<'a>,
     perf: &mut OpenMapMut<'a>,
