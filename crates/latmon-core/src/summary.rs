@@ -69,7 +69,7 @@ impl Serialize for ProbeState {
 }
 
 /// One probe's line in an interval summary (the JSON contract's field names).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ProbeReport {
     pub name: String,
     /// Family and mechanism: known ones as types, a word this build does
@@ -325,45 +325,7 @@ impl ProbeReport {
 
     /// A report with no name and no counts (to be filled).
     pub fn empty() -> Self {
-        ProbeReport {
-            name: String::new(),
-            kind: Said::default(),
-            attach: Said::default(),
-            wait: false,
-            waits: false,
-            count: 0,
-            total_count: 0,
-            min_ns: 0,
-            max_ns: 0,
-            mean_ns: 0,
-            p50_ns: 0,
-            p90_ns: 0,
-            p99_ns: 0,
-            p999_ns: 0,
-            buckets: Vec::new(),
-            drops: 0,
-            total_drops: 0,
-            alerts: 0,
-            total_alerts: 0,
-            alerts_dropped: 0,
-            total_alerts_dropped: 0,
-            state: ProbeState::Running,
-            bpf_runs: 0,
-            bpf_run_time_ns: 0,
-            total_bpf_runs: 0,
-            total_bpf_run_time_ns: 0,
-            bpf_missed: 0,
-            total_bpf_missed: 0,
-            bpf_ns_per_event: 0,
-            events_per_s: 0,
-            bpf_cpu_percent: 0.0,
-            alert_causes: None,
-            miss_causes: None,
-            lock: None,
-            cycle: None,
-            threshold_ns: 0,
-            hist: false,
-        }
+        ProbeReport::default()
     }
 
     /// Rebuild in place from the cumulative snapshots at the start and end
