@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::hist::{Hist, BUCKETS};
-use crate::ident::{AttachSaid, BtfMode, Family, KindSaid, Mechanism, Said, Wait};
+use crate::ident::{AttachSaid, BtfMode, Family, KindSaid, Mechanism, Wait};
 use crate::text::{push_clean, wrap_pieces_into, Ns};
 
 /// Static facts about an attached probe.
