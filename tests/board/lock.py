@@ -24,8 +24,8 @@ def inversions_named(s, frames, accounted):
     each wait record that crossed the link (wire revision 10: an
     inversion's own cause kind, one cause per preempter) names the
     inversion with the medium thread among its preempters, its share
-    within 20 % or 200 us (100 us on the host, tests/live/lock.rs) of the
-    fixture's measure of its spin inside the wait, and the low thread as
+    within -20 % .. +40 % or 200 us (20 % or 100 us on the host,
+    tests/live/lock.rs) of the fixture's measure of its spin inside the wait, and the low thread as
     the owner; the parts sum to the latency. The host feeds no UART bytes
     in this section (run.sh): the console's IRQ thread (FIFO 50) would lie
     between the owner's and the waiter's priorities too.
@@ -60,7 +60,12 @@ def inversions_named(s, frames, accounted):
             continue
         inversion = next((c for c in r.get("causes", []) if c.get("kind") == "inversion"), {})
         c = next((p for p in inversion.get("preempted_by", []) if p.get("pid") == med), None)
-        if c and abs(c["ns"] - w[2]) <= max(w[2] // 5, 200_000):
+        # latmon's share is the medium thread's whole run while the owner
+        # was preempted: the fixture's timed spin plus the thread's own
+        # wake and sleep path around it, which under TCG adds up to ~40 %
+        # of a 2 ms spin (board medians 0.98-1.14, worst 1.31 in 15 runs).
+        # So -20 % .. +40 % here; the host test holds +-20 % / 100 us.
+        if c and -max(w[2] // 5, 200_000) <= c["ns"] - w[2] <= max(w[2] * 2 // 5, 200_000):
             named.append(c["ns"] / w[2])
         else:
             wrong.append((w[2], r.get("causes")))
