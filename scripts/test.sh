@@ -214,4 +214,4 @@ if [ $boards = 1 ]; then
 fi
 stage "bitbake checks (waited for)" bitbake_wait
 table
-echo "test.sh: all stages passed in $(( $(date +%s) - t0 )) s (FLAKY tests, if any, are named in nextest's summary above)"
+echo "test.sh: all stages passed in $(( $(date +%s) - t0 )) s (FLAKY tests and boards, if any, are named above: nextest's summary, the boards' lines)"
