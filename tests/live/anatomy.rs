@@ -78,8 +78,21 @@ fn periodic_loop_on(
 /// low-weight SCHED_OTHER one) skips them, where [`periodic_loop`] would run
 /// them back to back on deadlines already past; so each of its cycles is a
 /// timer armed in the future and a wakeup that can wait.
-fn paced_loop(comm: &str, policy: i32, prio: i32, cycles: u32) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
-    loop_thread(test_cpu(), comm, policy, prio, cycles, Missed::Skip)
+///
+/// Each cycle busy-waits `work_ns` after its wakeup: a SCHED_OTHER loop
+/// whose cycles cost less than its weight's share of the CPU builds up lag
+/// under EEVDF and preempts its competitor on most wakeups (at nice 10
+/// against -10 the share is 1.1 %, 11 us a period, about what a bare
+/// wakeup costs; CI saw 1 wait in 1 000 cycles once, 230 in others), so
+/// a loop that is to wait must ask for more than its share.
+fn paced_loop(
+    comm: &str,
+    policy: i32,
+    prio: i32,
+    cycles: u32,
+    work_ns: u64,
+) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
+    loop_thread(test_cpu(), comm, policy, prio, cycles, Missed::Skip(work_ns))
 }
 
 /// What a loop does with periods it was kept from.
@@ -87,8 +100,9 @@ fn paced_loop(comm: &str, policy: i32, prio: i32, cycles: u32) -> std::thread::J
 enum Missed {
     /// Runs them, late, back to back (cyclictest's absolute deadlines).
     RunLate,
-    /// Skips them: the next deadline is 1 ms after now.
-    Skip,
+    /// Skips them: the next deadline is 1 ms after now; each cycle
+    /// busy-waits this many ns once it runs.
+    Skip(u64),
 }
 
 fn loop_thread(
@@ -107,12 +121,18 @@ fn loop_thread(
             let mut next = now_ns();
             let mut deadlines = Vec::with_capacity(cycles as usize);
             for _ in 0..cycles {
-                if let Missed::Skip = missed {
+                if let Missed::Skip(_) = missed {
                     next = next.max(now_ns());
                 }
                 next += 1_000_000;
                 sleep_until(next);
-                deadlines.push((next, now_ns()));
+                let woke = now_ns();
+                deadlines.push((next, woke));
+                if let Missed::Skip(work_ns) = missed {
+                    while now_ns() < woke + work_ns {
+                        std::hint::spin_loop();
+                    }
+                }
             }
             deadlines
         })
@@ -763,7 +783,8 @@ fn a_sched_other_competitor_is_named() {
             tid
         })
         .unwrap();
-    paced_loop(loop_comm, libc::SCHED_OTHER, 10, 1_000).join().unwrap();
+    // 50 us a cycle, over four times its share.
+    paced_loop(loop_comm, libc::SCHED_OTHER, 10, 300, 50_000).join().unwrap();
     stop_comp.store(true, Ordering::Relaxed);
     let comp_tid = comp.join().unwrap();
     let (status, out) = stop(child);
