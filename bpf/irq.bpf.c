@@ -15,7 +15,9 @@
  *    The primary handler wakes the thread right after irq_handler_exit on
  *    the same CPU (__irq_wake_thread), so sched_waking of exactly that task
  *    on this CPU ties the wakeup to the interrupt; the entry time then rides
- *    in the thread's task storage to its switch-in. Only with tp_btf.
+ *    in the thread's task slot to its switch-in (task_slot.bpf.h: task
+ *    storage, or a tid hash on PREEMPT_RT kernels where creating task
+ *    storage in sched_waking is unsafe, CVE-2024-58070). Only with tp_btf.
  *  - softirq, per vector: softirq_entry -> softirq_exit. Softirqs do not
  *    nest on a CPU (on PREEMPT_RT they run in task context under a per-CPU
  *    lock, so the time can include preemption by higher-priority tasks).
@@ -34,7 +36,7 @@
  * Kernels without BTF: classic tracepoints irq/irq_handler_entry, _exit
  * (`irq`) and irq/softirq_entry, _exit (`vec`), at the offsets and sizes
  * user space took from their tracefs format files. No threaded path there
- * (it needs task storage).
+ * (it needs task slots, hence BTF).
  */
 /* LATMON_NO_BTF_VARIANT: build.rs also builds this file as irq_nobtf
  * (-DLATMON_NO_BTF, nobtf.h instead of vmlinux.h, no CO-RE relocation):
@@ -123,12 +125,9 @@ struct {
 } irq_alert_id SEC(".maps");
 
 #ifndef LATMON_NO_BTF
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct thread_stamp);
-} irq_thread_stamp SEC(".maps");
+#include "task_slot.bpf.h"
+/* Only IRQ threads get one. */
+LATMON_TASK_SLOT(irq_thread_stamp, struct thread_stamp, LATMON_KTHREAD_SLOTS)
 #endif
 
 static __always_inline struct irq_cpu *cpu_state(void)
@@ -309,9 +308,11 @@ int BPF_PROG(irq_thread_waking_btf, struct task_struct *p)
 	if (!c || !c->thread || c->thread != (__u64)p)
 		return 0;
 	c->thread = 0;
-	st = bpf_task_storage_get(&irq_thread_stamp, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!st)
+	st = irq_thread_stamp_create(p);
+	if (!st) {
+		record_irq(ctx, c->thread_irq, LATMON_IRQ_KIND_THREAD, -1, NULL); /* a drop */
 		return 0;
+	}
 	/* Still in flight from the previous interrupt, yet the thread has
 	 * gone to sleep again since: it ran without a traced switch-in (see
 	 * irq_thread_switch_btf), from that wakeup on. */
@@ -335,15 +336,29 @@ int BPF_PROG(irq_thread_switch_btf, bool preempt, struct task_struct *prev, stru
 
 	if (irq_thread_pending <= 0)
 		return 0;
-	st = bpf_task_storage_get(&irq_thread_stamp, next, 0, 0);
+	st = irq_thread_stamp_get(next);
 	if (st && st->entry_ns)
 		thread_ran(ctx, st, bpf_ktime_get_ns(), next);
 	/* prev leaves the CPU with a wakeup in flight: it was woken while
 	 * still on its way to sleep and picked again without a switch
 	 * (prev == next is not traced); it ran from the wakeup on. */
-	st = bpf_task_storage_get(&irq_thread_stamp, prev, 0, 0);
+	st = irq_thread_stamp_get(prev);
 	if (st && st->entry_ns)
 		thread_ran(ctx, st, st->wake_ns, prev);
+	return 0;
+}
+
+/* TP_PROTO(struct task_struct *p): tid-hash slots only. An exiting IRQ
+ * thread's entry goes while its thread id is its own, its wakeup in
+ * flight recorded first, as its final switch would (see above). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(irq_thread_exit_btf, struct task_struct *p)
+{
+	struct thread_stamp *st = irq_thread_stamp_get(p);
+
+	if (st && st->entry_ns)
+		thread_ran(ctx, st, st->wake_ns, p);
+	irq_thread_stamp_delete(p);
 	return 0;
 }
 

@@ -27,6 +27,20 @@
 #define LATMON_MAX_STAMPS 10240 /* in-flight start stamps (threads) */
 #define LATMON_COMM_LEN 16	/* TASK_COMM_LEN */
 #define LATMON_SELFTEST_VALUES 512
+/* Per-task state created from sched_waking / sched_switch (rq lock held,
+ * preemption off) lives in task storage, or - where creating task
+ * storage there is unsafe: PREEMPT_RT kernels before 6.12.16, 6.13.4 and
+ * 6.14 (CVE-2024-58070; src/rtkernel.rs) - in a preallocated hash keyed
+ * by thread id (bpf/task_slot.bpf.h), bounded by LATMON_MAX_STAMPS
+ * entries, or KTHREAD_SLOTS for state only kernel threads get (IRQ
+ * threads, chain's carriers). A task that finds no entry is a drop. */
+#define LATMON_KTHREAD_SLOTS 1024
+#define LATMON_TASK_SLOT_STORAGE 0 /* task storage */
+#define LATMON_TASK_SLOT_HASH 1	   /* the tid hash */
+/* Tests only (LATMON_RT_HASH_MUTATE=1): the tid hash with every new
+ * entry keyed by the current task, not the task it is for - the wrong
+ * key the live test of the hash path must catch. */
+#define LATMON_TASK_SLOT_HASH_MUTATED 2
 
 /* syscall: raw syscall ids below SYSCALL_IDS get a histogram slot the first
  * time they complete, up to SYSCALL_SLOTS - 1 distinct syscalls; slot 0
@@ -328,7 +342,8 @@ struct latmon_common_config {
 	__u32 anatomy;	    /* account anatomies (a threshold is set; cycle:
 			     * the kernel has bpf_map_lookup_percpu_elem) */
 	__u32 tally_causes; /* tally alerts' causes (anatomies accounted) */
-	__u32 pad;
+	__u32 task_slot;    /* where per-task state created in atomic context
+			     * lives (bpf/task_slot.bpf.h): LATMON_TASK_SLOT_* */
 };
 
 /* runq: the probe's configuration, set in rodata before load. Filters:

@@ -58,8 +58,13 @@
  * The sleeper's task is read from the hrtimer_sleeper that contains the
  * timer with bpf_probe_read_kernel: container_of() on the trusted hrtimer
  * pointer is refused by the verifier. hrtimer_wakeup's address comes from
- * kallsyms through libbpf's typeless __ksym. tp_btf only (task storage;
- * the uretprobe reads the same storage through bpf_get_current_task_btf).
+ * kallsyms through libbpf's typeless __ksym. tp_btf only (task slots;
+ * the uretprobe reads the same slot through bpf_get_current_task_btf).
+ *
+ * Per-task state (the stamps, chain's carriers) lives in task slots
+ * (task_slot.bpf.h): task storage, or on PREEMPT_RT kernels where
+ * creating it in sched_waking is unsafe (CVE-2024-58070) a tid hash,
+ * emptied by timer_task_exit_btf as each task exits.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -77,6 +82,7 @@ const volatile struct latmon_timer_config cfg = {};
 #define LATMON_CAUSES_GLOBAL
 #include "alerts.bpf.h"
 #include "anatomy.bpf.h"
+#include "task_slot.bpf.h"
 
 extern const void hrtimer_wakeup __ksym;
 
@@ -133,12 +139,7 @@ struct irq_carry {
 	__u32 pad;
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct irq_carry);
-} chain_carry SEC(".maps");
+LATMON_TASK_SLOT(chain_carry, struct irq_carry, LATMON_KTHREAD_SLOTS)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -147,12 +148,7 @@ struct {
 	__type(value, struct latmon_hist);
 } timer_hist SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct wake_stamp);
-} timer_stamp SEC(".maps");
+LATMON_TASK_SLOT(timer_stamp, struct wake_stamp, LATMON_MAX_STAMPS)
 
 static __always_inline struct timer_cpu *cpu_state(void)
 {
@@ -294,13 +290,15 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 		c->thread_irq_ns = 0;
 		if ((p->flags & PF_KTHREAD) && p->comm[0] == 'i' && p->comm[1] == 'r' && p->comm[2] == 'q' &&
 		    p->comm[3] == '/') {
-			carry = bpf_task_storage_get(&chain_carry, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-			if (carry) {
-				if (!carry->irq_ns)
-					__sync_fetch_and_add(&chain_carriers, 1);
-				carry->irq_ns = start;
-				carry->hops = 1;
+			carry = chain_carry_create(p);
+			if (!carry) {
+				count_drop(LATMON_TS_CHAIN); /* its event may be lost */
+				return 0;
 			}
+			if (!carry->irq_ns)
+				__sync_fetch_and_add(&chain_carriers, 1);
+			carry->irq_ns = start;
+			carry->hops = 1;
 			return 0;
 		}
 	}
@@ -316,7 +314,7 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 		cause = LATMON_TS_CHAIN_IRQ;
 		hops = 0;
 	} else if (cfg.chain && chain_carriers > 0) {
-		carry = bpf_task_storage_get(&chain_carry, bpf_get_current_task_btf(), 0, 0);
+		carry = chain_carry_get(bpf_get_current_task_btf());
 		if (!carry || !carry->irq_ns)
 			return 0;
 		start = carry->irq_ns;
@@ -328,17 +326,19 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 	if (!latmon_task_wanted_btf(p, cfg.filter_pid, cfg.filter_comm)) {
 		/* An IRQ's wakeup of a kernel thread: it carries the event on. */
 		if (cause != LATMON_TS_CHAIN_TIMER && (p->flags & PF_KTHREAD) && hops < LATMON_CHAIN_MAX_HOPS) {
-			carry = bpf_task_storage_get(&chain_carry, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-			if (carry) {
-				if (!carry->irq_ns)
-					__sync_fetch_and_add(&chain_carriers, 1);
-				carry->irq_ns = start;
-				carry->hops = hops + 1;
+			carry = chain_carry_create(p);
+			if (!carry) {
+				count_drop(LATMON_TS_CHAIN); /* its event may be lost */
+				return 0;
 			}
+			if (!carry->irq_ns)
+				__sync_fetch_and_add(&chain_carriers, 1);
+			carry->irq_ns = start;
+			carry->hops = hops + 1;
 		}
 		return 0;
 	}
-	st = bpf_task_storage_get(&timer_stamp, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	st = timer_stamp_create(p);
 	if (!st) {
 		count_drop(cfg.chain ? LATMON_TS_CHAIN : LATMON_TS_TIMER);
 		return 0;
@@ -388,7 +388,7 @@ int BPF_PROG(timer_switch_btf, bool preempt, struct task_struct *prev, struct ta
 	/* chain: a kernel thread that carried an IRQ goes to sleep - its
 	 * activation, and what it wakes for that IRQ, is over. */
 	if (chain_carriers > 0 && (prev->flags & PF_KTHREAD) && latmon_task_state(prev) != 0) {
-		struct irq_carry *carry = bpf_task_storage_get(&chain_carry, prev, 0, 0);
+		struct irq_carry *carry = chain_carry_get(prev);
 
 		if (carry && carry->irq_ns) {
 			carry->irq_ns = 0;
@@ -397,16 +397,38 @@ int BPF_PROG(timer_switch_btf, bool preempt, struct task_struct *prev, struct ta
 	}
 	if (timer_pending <= 0)
 		return 0;
-	st = bpf_task_storage_get(&timer_stamp, next, 0, 0);
+	st = timer_stamp_get(next);
 	if (st && st->start_ns && st->running == WAITING)
 		task_ran(ctx, next, st, now ? now : bpf_ktime_get_ns());
 	/* prev leaves the CPU with a wakeup still in flight: it ran without
 	 * a switch-in, so it never left the CPU - woken while going to sleep
 	 * and picked again by the same __schedule() (prev == next is not
 	 * traced). It ran from the wakeup on. */
-	st = bpf_task_storage_get(&timer_stamp, prev, 0, 0);
+	st = timer_stamp_get(prev);
 	if (st && st->start_ns && st->running == WAITING)
 		task_ran(ctx, prev, st, st->wake_ns);
+	return 0;
+}
+
+/* TP_PROTO(struct task_struct *p): tid-hash slots only (task storage goes
+ * with its task by itself). The exiting task's entries go while its
+ * thread id is still its own; a wakeup still in flight is recorded first,
+ * as its final switch would record it (it ran untraced, from the wakeup
+ * on: see timer_switch_btf). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(timer_task_exit_btf, struct task_struct *p)
+{
+	struct wake_stamp *st = timer_stamp_get(p);
+	struct irq_carry *carry = chain_carry_get(p);
+
+	if (st && st->start_ns && st->running == WAITING)
+		task_ran(ctx, p, st, st->wake_ns);
+	if (carry && carry->irq_ns) {
+		carry->irq_ns = 0;
+		__sync_fetch_and_add(&chain_carriers, -1);
+	}
+	timer_stamp_delete(p);
+	chain_carry_delete(p);
 	return 0;
 }
 
@@ -484,14 +506,14 @@ int BPF_PROG(anat_softirq_exit_btf, unsigned int vec_nr)
 /* ---- chain: the response function returns ----------------------------- */
 
 /* Attached as a uretprobe on the response function (for the chain's pid,
- * or every process: the storage lookup finds only the followed thread). */
+ * or every process: the slot lookup finds only the followed thread). */
 SEC("uretprobe")
 int chain_response(struct pt_regs *ctx)
 {
 	struct wake_stamp *st;
 	__u64 now;
 
-	st = bpf_task_storage_get(&timer_stamp, bpf_get_current_task_btf(), 0, 0);
+	st = timer_stamp_get(bpf_get_current_task_btf());
 	if (!st || !st->start_ns)
 		return 0;
 	/* Running user code with the wakeup still in flight: it ran without

@@ -82,6 +82,10 @@ pub struct CheckReport {
     /// LATMON_FORCE_NO_BTF is set: BTF is ignored, as if there were none.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     force_no_btf: bool,
+    /// Whether task storage may be created from the scheduler's
+    /// tracepoints here (src/rtkernel.rs), and why; or why
+    /// LATMON_RT_TASK_STORAGE is invalid.
+    task_storage: String,
     config: String,
     config_ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -200,6 +204,11 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
         btf: std::path::Path::new("/sys/kernel/btf/vmlinux").exists(),
         btf_source: None,
         force_no_btf: probes::no_btf_forced(),
+        task_storage: match probes::task_storage_here() {
+            Ok(ts) if ts.safe => ts.to_string(),
+            Ok(ts) => format!("{ts}: runq and syscall via raw_tp, timer, chain and irq threads in tid hashes"),
+            Err(e) => format!("invalid: {e}"),
+        },
         config: config_name,
         config_ok: true,
         config_error: None,
@@ -338,6 +347,7 @@ pub fn print_text(r: &CheckReport) {
             _ => String::new(),
         }
     );
+    let _ = writeln!(o, "task storage {}", r.task_storage);
     match &r.config_error {
         None => {
             let _ = writeln!(o, "config       ok ({})", r.config);

@@ -20,6 +20,7 @@ use libbpf_rs::{Link, Object, OpenObject, PrintLevel};
 
 use crate::bpf::shared::types::{latmon_common_config, latmon_tp_field};
 use crate::config::ProbeSpec;
+use crate::rtkernel::TaskStorage;
 
 /// Why a probe is not running.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +42,8 @@ pub enum ProbeError {
     /// The spec cannot apply here (e.g. a syscall name this architecture
     /// does not have).
     Spec { probe: String, why: String },
+    /// An environment setting latmon reads is invalid (the text names it).
+    Env { probe: String, why: String },
 }
 
 impl fmt::Display for ProbeError {
@@ -60,7 +63,7 @@ impl fmt::Display for ProbeError {
             Self::Read { probe, why } => write!(f, "probe {probe}: reading maps: {why}"),
             Self::Target { probe, what } => write!(f, "probe {probe}: {what}"),
             Self::TooMany { probe, what } => write!(f, "probe {probe}: not started: {what}"),
-            Self::Spec { probe, why } => write!(f, "probe {probe}: {why}"),
+            Self::Spec { probe, why } | Self::Env { probe, why } => write!(f, "probe {probe}: {why}"),
         }
     }
 }
@@ -293,6 +296,69 @@ pub(crate) fn common_config(ringbuf: bool, anatomy: bool, tally_causes: bool) ->
         tally_causes: tally_causes.into(),
         ..Default::default()
     }
+}
+
+/// Tests only: `LATMON_RT_HASH_MUTATE=1` keys every new tid-hash entry by
+/// the current task instead of the task it is for
+/// (LATMON_TASK_SLOT_HASH_MUTATED, bpf/task_slot.bpf.h): the wrong key
+/// the live test of the hash path must catch.
+pub const HASH_MUTATE_ENV: &str = "LATMON_RT_HASH_MUTATE";
+
+/// The verdict on creating task storage in atomic context on this kernel
+/// (src/rtkernel.rs): from uname, unless LATMON_RT_TASK_STORAGE says; an
+/// invalid override is the probe's error.
+pub(crate) fn task_storage(probe: &str) -> Result<TaskStorage, ProbeError> {
+    task_storage_here().map_err(|e| ProbeError::Env { probe: probe.to_string(), why: e.to_string() })
+}
+
+/// The verdict on this kernel, as `task_storage` takes it (`latmon check`
+/// says it).
+pub fn task_storage_here() -> Result<TaskStorage, crate::rtkernel::OverrideError> {
+    let (release, version) = nix::sys::utsname::uname()
+        .map(|u| (u.release().to_string_lossy().into_owned(), u.version().to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let value = std::env::var(crate::rtkernel::ENV).ok();
+    TaskStorage::with_override(value.as_deref(), &release, &version)
+}
+
+/// `cfg.common.task_slot` (bpf/latmon.h LATMON_TASK_SLOT_*) for a verdict:
+/// the tid hash where task storage is unsafe.
+pub(crate) fn task_slot(ts: &TaskStorage) -> u32 {
+    use crate::bpf::limits::{TASK_SLOT_HASH, TASK_SLOT_HASH_MUTATED, TASK_SLOT_STORAGE};
+    let slot = match ts.safe {
+        true => TASK_SLOT_STORAGE,
+        false if std::env::var(HASH_MUTATE_ENV).is_ok_and(|v| v == "1") => TASK_SLOT_HASH_MUTATED,
+        false => TASK_SLOT_HASH,
+    };
+    slot as u32
+}
+
+/// The mode words of a family whose per-task state is in tid hashes
+/// because task storage is unsafe here: `tid-hash (PREEMPT_RT: CVE-...)`;
+/// logged once per probe with the whole verdict.
+pub(crate) fn tid_hash_mode(probe: &str, ts: &TaskStorage) -> String {
+    log::info!(
+        "probe {probe}: task storage created in atomic context is {ts}: per-task state in preallocated tid hashes"
+    );
+    format!("tid-hash ({})", ts.mode_note())
+}
+
+/// A task-storage rung (tp_btf of runq and syscall) refused where
+/// creating task storage under the rq lock is unsafe: the ladder goes on
+/// to raw_tp's hash.
+pub(crate) fn task_storage_refused(ts: &TaskStorage) -> LoadError {
+    LoadError::Refused(format!("creates task storage under the rq lock, {ts}"))
+}
+
+/// The mode words of a family that skipped its task-storage rung for
+/// `mech` (` (tp_btf skipped, PREEMPT_RT: CVE-...)`), logged once with the
+/// verdict.
+pub(crate) fn storage_rung_skipped(probe: &str, ts: &TaskStorage, mech: Mechanism) -> String {
+    log::info!(
+        "probe {probe}: tp_btf skipped: task storage created in atomic context is {ts}; {mech} keeps its stamps in a \
+         preallocated hash"
+    );
+    format!(" (tp_btf skipped, {})", ts.mode_note())
 }
 
 /// The `mode` words of a probe with threshold alerts (`threshold_ns`

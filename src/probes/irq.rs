@@ -75,11 +75,20 @@ pub enum ThreadPath {
     On,
 }
 
-/// Programs in attach order for a family, mechanism and thread path. The
-/// switch program goes before the waking program that creates stamps.
-fn programs(family: Family, mech: Mechanism, threads: bool) -> Vec<&'static str> {
+/// Programs in attach order for a family, mechanism and thread path (its
+/// stamps in a tid hash: `hash`). The switch program goes before the
+/// waking program that creates stamps; with the hash, the exit program
+/// that deletes them goes first.
+fn programs(family: Family, mech: Mechanism, threads: bool, hash: bool) -> Vec<&'static str> {
     let btf = mech == Mechanism::TpBtf;
     match family {
+        Family::Irq if btf && threads && hash => vec![
+            "irq_thread_exit_btf",
+            "irq_thread_switch_btf",
+            "irq_thread_waking_btf",
+            "irq_exit_btf",
+            "irq_entry_btf",
+        ],
         Family::Softirq if mech == Mechanism::Tracepoint => vec!["softirq_exit_tp", "softirq_entry_tp"],
         Family::Irq if mech == Mechanism::Tracepoint => vec!["irq_exit_tp", "irq_entry_tp"],
         Family::Softirq if btf => vec!["softirq_exit_btf", "softirq_entry_btf"],
@@ -290,13 +299,22 @@ pub fn open(spec: &ProbeSpec, family: Family, threads: ThreadPath) -> Result<Box
         };
     let kind = family.ident();
     let ringbuf = want_ringbuf();
+    // The thread path creates its stamps in sched_waking: where task
+    // storage is unsafe there, in a tid hash.
+    let storage = if threads { Some(super::common::task_storage(&probe)?) } else { None };
+    let slot = storage.as_ref().map_or(0, super::common::task_slot);
     let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
         Mechanism::Tracepoint => load_tp(spec, family, ringbuf),
         _ if !core => Err(super::common::needs_btf(kind)),
-        _ => load_core(spec, family, mech, threads, ringbuf),
+        _ => load_core(spec, family, mech, threads, slot, ringbuf),
     })?;
     let mode = match family {
-        Family::Irq if threads && mech == Mechanism::TpBtf => "per-cpu stamp, irq threads".to_string(),
+        Family::Irq if threads && mech == Mechanism::TpBtf => match &storage {
+            Some(ts) if !ts.safe => {
+                format!("per-cpu stamp, irq threads in {}", super::common::tid_hash_mode(&probe, ts))
+            }
+            _ => "per-cpu stamp, irq threads".to_string(),
+        },
         _ if mech == Mechanism::Tracepoint => format!("per-cpu stamp, {}", super::common::TP_LAYOUT),
         _ => "per-cpu stamp".to_string(),
     } + &super::common::alert_mode(threshold_ns(spec), ringbuf);
@@ -387,21 +405,29 @@ macro_rules! maps_of {
     }};
 }
 
+/// `slot`: where the thread path's stamps live (cfg.common.task_slot).
 fn load_core(
     spec: &ProbeSpec,
     family: Family,
     mech: Mechanism,
     threads: bool,
+    slot: u32,
     ringbuf: bool,
 ) -> Result<Loaded, LoadError> {
-    let wanted = programs(family, mech, threads);
+    let hash = slot != crate::bpf::limits::TASK_SLOT_STORAGE as u32;
+    let wanted = programs(family, mech, threads, hash);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open = IrqSkelBuilder::default()
             .open_opts(super::common::open_opts(), storage)
             .map_err(|e| libbpf_error("open", &e))?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
         ro.cfg.common = super::common::common_config(ringbuf, false, false);
+        ro.cfg.common.task_slot = slot;
         ro.cfg.threshold_ns = threshold_ns(spec);
+        if !hash {
+            // Task storage: the hash stays unused.
+            open.maps.irq_thread_stamp_by_tid.set_max_entries(1).map_err(|e| libbpf_error("irq_thread_stamp", &e))?;
+        }
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::common::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
@@ -417,7 +443,7 @@ fn load_tp(spec: &ProbeSpec, family: Family, ringbuf: bool) -> Result<Loaded, Lo
         Family::Irq => [fmt("irq_handler_entry")?, fmt("irq_handler_exit")?],
         Family::Softirq => [fmt("softirq_entry")?, fmt("softirq_exit")?],
     };
-    let wanted = programs(family, Mechanism::Tracepoint, false);
+    let wanted = programs(family, Mechanism::Tracepoint, false, false);
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| -> Result<_, LoadError> {
         let mut open = IrqNobtfSkelBuilder::default()
             .open_opts(super::common::open_opts(), storage)
@@ -452,10 +478,18 @@ mod tests {
     #[test]
     fn program_sets() {
         use Mechanism::{RawTp, TpBtf, Tracepoint};
-        assert_eq!(programs(Family::Softirq, RawTp, false), ["softirq_exit_raw", "softirq_entry_raw"]);
-        assert_eq!(programs(Family::Irq, RawTp, true), ["irq_exit_raw", "irq_entry_raw"], "no thread path on raw_tp");
-        assert_eq!(programs(Family::Irq, TpBtf, true).len(), 4);
-        assert_eq!(programs(Family::Irq, Tracepoint, true), ["irq_exit_tp", "irq_entry_tp"], "no thread path");
-        assert_eq!(programs(Family::Softirq, Tracepoint, false), ["softirq_exit_tp", "softirq_entry_tp"]);
+        assert_eq!(programs(Family::Softirq, RawTp, false, false), ["softirq_exit_raw", "softirq_entry_raw"]);
+        assert_eq!(
+            programs(Family::Irq, RawTp, true, true),
+            ["irq_exit_raw", "irq_entry_raw"],
+            "no thread path on raw_tp"
+        );
+        assert_eq!(programs(Family::Irq, TpBtf, true, false).len(), 4);
+        // The tid hash: its exit program (deletes entries) first.
+        let hash = programs(Family::Irq, TpBtf, true, true);
+        assert_eq!((hash.len(), hash[0]), (5, "irq_thread_exit_btf"));
+        assert_eq!(programs(Family::Irq, TpBtf, false, true), ["irq_exit_btf", "irq_entry_btf"]);
+        assert_eq!(programs(Family::Irq, Tracepoint, true, true), ["irq_exit_tp", "irq_entry_tp"], "no thread path");
+        assert_eq!(programs(Family::Softirq, Tracepoint, false, false), ["softirq_exit_tp", "softirq_entry_tp"]);
     }
 }

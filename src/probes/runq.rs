@@ -5,7 +5,9 @@
 //! Attach ladder: tp_btf (task storage) -> raw_tp (pid hash), both of the
 //! CO-RE build, -> tracepoint: the no-BTF build (pid hash), reading the
 //! sched_wakeup(_new) and sched_switch records at the offsets their tracefs
-//! format files give. Without kernel BTF only the last runs.
+//! format files give. Without kernel BTF only the last runs. Where creating
+//! task storage under the rq lock is unsafe (PREEMPT_RT before the fix of
+//! CVE-2024-58070, src/rtkernel.rs) tp_btf is refused: raw_tp runs.
 //!
 //! Anatomies (a threshold is set) on every rung: each loads its own
 //! irq/softirq programs beside its sched ones (bpf/anatomy.bpf.h); the
@@ -107,12 +109,19 @@ pub fn open(spec: &ProbeSpec) -> Result<Box<dyn Probe>, ProbeError> {
     let probe = spec.name.clone();
     let core = super::common::kernel_btf_present();
     let ringbuf = want_ringbuf();
+    let storage = super::common::task_storage(&probe)?;
     let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
         Mechanism::Tracepoint => load_tp(spec, ringbuf),
         _ if !core => Err(super::common::needs_btf(Family::Runq)),
+        // sched_wakeup runs under the rq lock: raw_tp's pid hash instead.
+        Mechanism::TpBtf if !storage.safe => Err(super::common::task_storage_refused(&storage)),
         _ => load_core(spec, mech, ringbuf),
     })?;
-    let mut mode = mode(mech) + &super::common::alert_mode(threshold_ns(spec), ringbuf);
+    let mut mode = mode(mech);
+    if !storage.safe && mech == Mechanism::RawTp {
+        mode += &super::common::storage_rung_skipped(&probe, &storage, mech);
+    }
+    mode += &super::common::alert_mode(threshold_ns(spec), ringbuf);
     if super::alerts::anatomy_wanted(spec) {
         mode += ", anatomy";
     }

@@ -6,7 +6,9 @@
 //!
 //! Attach ladder: tp_btf -> raw_tp (CO-RE build) -> tracepoint: the no-BTF
 //! build, sys_enter's `id` at the offset its tracefs format gives. Without
-//! kernel BTF only the last runs.
+//! kernel BTF only the last runs. Where creating task storage under the
+//! rq lock is unsafe (PREEMPT_RT before the fix of CVE-2024-58070,
+//! src/rtkernel.rs) tp_btf is refused: raw_tp runs.
 //!
 //! `threshold=`: a syscall slower than it becomes an alert record about the
 //! task that made it (every build; ring buffer or perf buffer), named after
@@ -235,12 +237,20 @@ pub fn open(spec: &ProbeSpec, only: Option<&str>) -> Result<Box<dyn Probe>, Prob
     };
     let core = super::common::kernel_btf_present();
     let ringbuf = want_ringbuf();
+    let storage = super::common::task_storage(&probe)?;
     let (l, mech) = ladder(&probe, &ladder_for(spec), |mech| match mech {
         Mechanism::Tracepoint => load_tp(spec, filter_id, ringbuf),
         _ if !core => Err(super::common::needs_btf(ident::Family::Syscall)),
+        // tp_btf parks in task storage at sched_switch (rq lock held):
+        // raw_tp's tid hash instead.
+        Mechanism::TpBtf if !storage.safe => Err(super::common::task_storage_refused(&storage)),
         _ => load_core(spec, filter_id, mech, ringbuf),
     })?;
-    let mode = mode(mech) + &super::common::alert_mode(threshold_ns(spec), ringbuf);
+    let mut mode = mode(mech);
+    if !storage.safe && mech == Mechanism::RawTp {
+        mode += &super::common::storage_rung_skipped(&probe, &storage, mech);
+    }
+    mode += &super::common::alert_mode(threshold_ns(spec), ringbuf);
     let info = ProbeInfo {
         name: probe,
         kind: ident::Family::Syscall,

@@ -38,13 +38,15 @@ use crate::bpf::limits::{
 use crate::bpf::timer::{TimerSkel, TimerSkelBuilder};
 use crate::config::{ProbeKind, ProbeSpec, UserFunc};
 
-/// Programs in attach order: the consumer (sched_switch) before the stamp
-/// producers, the hrtimer program last; the anatomy's (exits before
+/// Programs in attach order: with tid-hash slots (`hash`) the exit program
+/// that deletes them first, then the consumer (sched_switch) before the
+/// stamp producers, the hrtimer program last; the anatomy's (exits before
 /// entries) when anatomies are accounted. chain's hardirq programs do the
 /// anatomy's hardirq accounting too: every interrupt runs two programs of
 /// this object, not four (docs/probes.md, "Gate and cost").
-fn programs(chain: bool, anatomy: bool) -> Vec<&'static str> {
-    let mut p = vec!["timer_switch_btf", "timer_waking_btf"];
+fn programs(chain: bool, anatomy: bool, hash: bool) -> Vec<&'static str> {
+    let mut p = if hash { vec!["timer_task_exit_btf"] } else { Vec::new() };
+    p.extend(["timer_switch_btf", "timer_waking_btf"]);
     if chain {
         p.extend(["chain_irq_exit_btf", "chain_irq_entry_btf"]);
     }
@@ -179,7 +181,11 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
             .map_err(|e| ProbeError::Target { probe: probe.clone(), what: format!("response: {e}") })?;
     }
     let ringbuf = want_ringbuf();
-    let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, chain, ringbuf))?;
+    // Stamps are created in sched_waking: where task storage is unsafe
+    // there, in tid hashes.
+    let storage = super::common::task_storage(&probe)?;
+    let slot = super::common::task_slot(&storage);
+    let ((skel, links), mech) = ladder(&probe, &spec.ladder(), |_| load(spec, chain, slot, ringbuf))?;
     let read_err = |why| ProbeError::Read { probe: probe.clone(), why };
     let reader = PerCpuHist::new(&skel.maps.timer_hist).map_err(read_err)?;
     let m = &skel.maps;
@@ -192,9 +198,10 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
     }
     let response = response_of(spec);
     let t = Timers { alerts, reader, response: response.is_some(), _links: links, _skel: skel };
+    let store = if storage.safe { "task-storage".into() } else { super::common::tid_hash_mode(&probe, &storage) };
     let mut mode = match response {
-        Some(f) => format!("task-storage, response: uretprobe {}:{}", f.binary, f.symbol),
-        None => "task-storage".into(),
+        Some(f) => format!("{store}, response: uretprobe {}:{}", f.binary, f.symbol),
+        None => store,
     } + &super::common::alert_mode(threshold_ns(spec), ringbuf);
     if super::alerts::anatomy_wanted(spec) {
         mode += ", anatomy";
@@ -221,10 +228,12 @@ fn response_of(spec: &ProbeSpec) -> Option<&UserFunc> {
     }
 }
 
-fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, LoadError> {
+/// `slot`: where per-task state lives (cfg.common.task_slot).
+fn load(spec: &ProbeSpec, chain: bool, slot: u32, ringbuf: bool) -> Result<Loaded, LoadError> {
     let response = response_of(spec);
     let anatomy = super::alerts::anatomy_wanted(spec);
-    let mut wanted = programs(chain, anatomy);
+    let hash = slot != crate::bpf::limits::TASK_SLOT_STORAGE as u32;
+    let mut wanted = programs(chain, anatomy, hash);
     if response.is_some() {
         wanted.push("chain_response");
     }
@@ -239,6 +248,12 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, LoadErro
         ro.cfg.response = u32::from(response.is_some());
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
         ro.cfg.common = super::common::common_config(ringbuf, anatomy, super::alerts::causes_wanted(spec));
+        ro.cfg.common.task_slot = slot;
+        if !hash {
+            // Task storage: the hashes stay unused.
+            open.maps.timer_stamp_by_tid.set_max_entries(1).map_err(|e| libbpf_error("timer_stamp", &e))?;
+            open.maps.chain_carry_by_tid.set_max_entries(1).map_err(|e| libbpf_error("chain_carry", &e))?;
+        }
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::common::autoload_only(open.open_object_mut(), &wanted);
         open.load().map_err(|e| libbpf_error("load", &e))
@@ -263,7 +278,7 @@ fn load(spec: &ProbeSpec, chain: bool, ringbuf: bool) -> Result<Loaded, LoadErro
         }
     })?;
     // Links drop in order: the producers detach first, the uretprobe last.
-    let mut links = attach_in_order(skel.object(), &programs(chain, anatomy))?;
+    let mut links = attach_in_order(skel.object(), &programs(chain, anatomy, hash))?;
     links.push(ret);
     Ok((skel, links))
 }
@@ -274,8 +289,8 @@ mod tests {
 
     #[test]
     fn chain_accounts_the_anatomys_hardirqs_in_its_own_programs() {
-        let timer = programs(false, true);
-        let chain = programs(true, true);
+        let timer = programs(false, true, false);
+        let chain = programs(true, true, false);
         assert!(timer.contains(&"anat_irq_entry_btf") && timer.contains(&"anat_irq_exit_btf"), "{timer:?}");
         assert!(!chain.iter().any(|p| p.starts_with("anat_irq_")), "{chain:?}");
         assert!(chain.contains(&"chain_irq_entry_btf") && chain.contains(&"anat_softirq_entry_btf"), "{chain:?}");
@@ -287,6 +302,15 @@ mod tests {
                 assert!(matches!((pos(exit), pos(entry)), (Some(a), Some(b)) if a < b), "{p:?}");
             }
         }
-        assert!(!programs(true, false).iter().any(|p| p.starts_with("anat_")));
+        assert!(!programs(true, false, false).iter().any(|p| p.starts_with("anat_")));
+    }
+
+    #[test]
+    fn tid_hash_slots_are_deleted_at_exit_by_the_first_program_attached() {
+        for (chain, anatomy) in [(false, false), (true, true)] {
+            let p = programs(chain, anatomy, true);
+            assert_eq!(p[0], "timer_task_exit_btf", "{p:?}");
+            assert_eq!(&p[1..], programs(chain, anatomy, false), "the rest as with task storage");
+        }
     }
 }

@@ -474,7 +474,23 @@ if board in ("rt-arm64", "rt-amd64"):
         s.say(s.run_rc == 0, "latmon run exited 0 when stopped (SIGINT) after the workload")
         s.say(len(s.summaries) >= 3,
               f"{len(s.summaries)} summaries arrived as frames over the link UART and decoded on the host")
-        s.say(s.last.get("runq", {}).get("attach") == "tp_btf" and s.total("runq") > 0,
+        # Debian bookworm's 6.1 PREEMPT_RT kernels predate the fix of
+        # CVE-2024-58070 (6.12.16, 6.13.4, 6.14): creating task storage
+        # under the rq lock allocates with sleeping locks there. latmon
+        # must see it from uname alone (no override in the guest) and keep
+        # per-task state out of task storage (src/rtkernel.rs).
+        ts = s.check.get("task_storage") or ""
+        s.say(ts.startswith("unsafe (PREEMPT_RT 6.1.") and "CVE-2024-58070" in ts,
+              f"latmon check judges task storage in atomic context on kernel {s.check['kernel']}: {ts}")
+        rt_modes = {n: (s.plan.get(n, {}).get("attach"), s.plan.get(n, {}).get("mode") or "")
+                    for n in ("runq", "runq-sleep", "irq", "timer-sleep", "chain-rx") if n in s.plan}
+        want = {n: ("raw_tp", "tp_btf skipped, PREEMPT_RT: CVE-2024-58070") if n.startswith("runq")
+                else ("tp_btf", "tid-hash (PREEMPT_RT: CVE-2024-58070)") for n in rt_modes}
+        s.say(all(a == want[n][0] and want[n][1] in m for n, (a, m) in rt_modes.items())
+              and "timer-sleep" in rt_modes and "irq" in rt_modes,
+              f"no task storage created under the rq lock: runq via raw_tp, timer/chain/irq threads in tid "
+              f"hashes: {rt_modes}")
+        s.say(s.last.get("runq", {}).get("attach") == "raw_tp" and s.total("runq") > 0,
               f"runq attached via {s.last.get('runq', {}).get('attach')} and counted {s.total('runq')} run-queue events")
         s.say(s.total("runq-sleep") >= 300,
               f"runq filtered by comm=sleep counted {s.total('runq-sleep')} wakeups of 300 sleep processes")

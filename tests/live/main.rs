@@ -22,6 +22,7 @@ mod lock_kinds;
 mod modbus;
 mod nobtf_tracepoint;
 mod prom_native;
+mod rt_hash;
 mod rules;
 mod runq;
 mod supervisor;
