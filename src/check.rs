@@ -72,6 +72,18 @@ struct PlanCost {
 }
 
 #[derive(Serialize)]
+struct Placement {
+    cpus: Vec<u32>,
+    /// Why those CPUs.
+    why: String,
+    /// `SCHED_OTHER nice 10` or `SCHED_IDLE`: never a real-time policy.
+    sched: String,
+    /// Memory locked (mlockall): asked for, and granted where check could
+    /// try.
+    mlockall: bool,
+}
+
+#[derive(Serialize)]
 pub struct CheckReport {
     kernel: String,
     /// The kernel exposes its own BTF.
@@ -86,6 +98,9 @@ pub struct CheckReport {
     /// tracepoints here (src/rtkernel.rs), and why; or why
     /// LATMON_RT_TASK_STORAGE is invalid.
     task_storage: String,
+    /// Each PREEMPT_RT hazard's verdict and the path taken
+    /// (src/rtsafety.rs); the maps are judged once the probes loaded.
+    rt_safety: crate::rtsafety::RtSafety,
     config: String,
     config_ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,6 +120,13 @@ pub struct CheckReport {
     /// The CPUs latmon's threads would run on (`housekeeping_cpus`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     housekeeping_cpus: Vec<u32>,
+    /// Where latmon's threads would run and how (src/hygiene.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    placement: Option<Placement>,
+    /// Page faults of this process in the measurement's second half,
+    /// reading the probes as the agent does (0: none in steady state).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    steady_page_faults: Option<u64>,
     /// The user latmon would drop to (`user`/`group`), resolved.
     #[serde(skip_serializing_if = "Option::is_none")]
     drop_to: Option<String>,
@@ -209,6 +231,7 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
             Ok(ts) => format!("{ts}: runq and syscall via raw_tp, timer, chain and irq threads in tid hashes"),
             Err(e) => format!("invalid: {e}"),
         },
+        rt_safety: probes::rt_safety_here(false),
         config: config_name,
         config_ok: true,
         config_error: None,
@@ -219,6 +242,8 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
         measure_error: None,
         bpf_cpu_percent: None,
         housekeeping_cpus: Vec::new(),
+        placement: None,
+        steady_page_faults: None,
         drop_to: None,
         rv_rtapp: rv_rtapp_line(),
     };
@@ -238,6 +263,16 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
     if let Ok(c) = &cfg {
         rep.outputs = output_plans(c);
         rep.housekeeping_cpus = c.housekeeping_cpus.clone();
+        let (cpus, why) = hygiene::placement(c);
+        rep.placement = Some(Placement {
+            cpus,
+            why,
+            sched: match c.sched {
+                crate::config::Sched::Other => format!("SCHED_OTHER nice {}", c.nice),
+                crate::config::Sched::Idle => "SCHED_IDLE".into(),
+            },
+            mlockall: c.mlockall,
+        });
         rep.drop_to = c
             .user
             .as_ref()
@@ -252,6 +287,13 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
             rep.config_error = Some(format!("{e:#}"));
         }
         (Ok(cfg), Ok(())) => {
+            // As `latmon run` would (so the steady-state page faults below
+            // are run's): CPUs, policy, mlockall.
+            match hygiene::apply(cfg) {
+                // What was locked, not what was asked.
+                Ok(applied) => rep.placement.iter_mut().for_each(|p| p.mlockall = applied.mlocked),
+                Err(e) => log::warn!("check: {e}"),
+            }
             probes::route_libbpf_logs();
             probes::ensure_tracefs();
             rep.features = features::detect();
@@ -279,11 +321,14 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
                 }
                 rep.probes.push(plan);
             }
+            // The maps loaded are those `latmon run` would load.
+            rep.rt_safety = probes::rt_safety_here(true);
             if !measure.is_zero() && !opened_ok.is_empty() {
                 let (at, mut ps): (Vec<usize>, Vec<_>) = opened_ok.into_iter().unzip();
                 match agent::measure(&mut ps, measure) {
-                    Ok((costs, wall, cpus)) => {
+                    Ok((costs, wall, cpus, faults)) => {
                         rep.measure_ns = wall;
+                        rep.steady_page_faults = Some(faults);
                         let mut all = cost::Cost::default();
                         for c in &costs {
                             all.add(*c);
@@ -347,7 +392,10 @@ pub fn print_text(r: &CheckReport) {
             _ => String::new(),
         }
     );
-    let _ = writeln!(o, "task storage {}", r.task_storage);
+    let _ = writeln!(o, "rt safety    each PREEMPT_RT hazard's verdict, then what latmon does");
+    for (hazard, v) in r.rt_safety.rows() {
+        let _ = writeln!(o, "  {hazard:<12} {}\n  {:<12} -> {}", v.verdict, "", v.path);
+    }
     match &r.config_error {
         None => {
             let _ = writeln!(o, "config       ok ({})", r.config);
@@ -367,8 +415,15 @@ pub fn print_text(r: &CheckReport) {
             }
         }
     }
-    if !r.housekeeping_cpus.is_empty() {
-        let _ = writeln!(o, "housekeeping CPUs {:?}", r.housekeeping_cpus);
+    if let Some(p) = &r.placement {
+        let _ = writeln!(
+            o,
+            "runs on      CPUs {:?} ({}), {}{}",
+            p.cpus,
+            p.why,
+            p.sched,
+            if p.mlockall { ", memory locked (mlockall)" } else { ", memory NOT locked (mlockall = false)" }
+        );
     }
     for out in &r.outputs {
         if let Some(e) = &out.error {
@@ -396,6 +451,13 @@ pub fn print_text(r: &CheckReport) {
             "own cost     measured over {:.2}s: BPF {:.4}% of the machine's CPU (per probe below)",
             r.measure_ns as f64 / 1e9,
             r.bpf_cpu_percent.unwrap_or(0.0)
+        );
+    }
+    if let Some(f) = r.steady_page_faults {
+        let _ = writeln!(
+            o,
+            "page faults  {f} in steady state (the measurement's second half, reading the probes){}",
+            if f == 0 { "" } else { ": memory not locked?" }
         );
     }
     if let Some(e) = &r.measure_error {

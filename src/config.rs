@@ -459,7 +459,8 @@ pub struct Config {
     pub sched: Sched,
     /// Nice value with `sched = "other"` (default 10: below ordinary work).
     pub nice: i32,
-    /// Lock all of latmon's memory (mlockall MCL_CURRENT | MCL_FUTURE).
+    /// Lock all of latmon's memory (mlockall MCL_CURRENT | MCL_FUTURE;
+    /// default true: no page fault in steady state).
     pub mlockall: bool,
     /// Drop to this user (and `group`, else the user's primary group) once
     /// every probe is attached, with every capability cleared.
@@ -508,7 +509,7 @@ impl Default for Config {
             housekeeping_cpus: Vec::new(),
             sched: Sched::Other,
             nice: DEFAULT_NICE,
-            mlockall: false,
+            mlockall: true,
             user: None,
             group: None,
         }
@@ -556,7 +557,7 @@ impl Config {
         }
         c.sched = raw.sched.unwrap_or_default();
         c.nice = raw.nice.unwrap_or(DEFAULT_NICE);
-        c.mlockall = raw.mlockall.unwrap_or(false);
+        c.mlockall = raw.mlockall.unwrap_or(true);
         c.user = raw.user;
         c.group = raw.group;
         c.validate()?;
@@ -857,7 +858,7 @@ mod tests {
         let z = Config::default();
         assert_eq!(
             (z.sched, z.nice, z.mlockall, z.user, z.overhead_budget),
-            (Sched::Other, DEFAULT_NICE, false, None, None)
+            (Sched::Other, DEFAULT_NICE, true, None, None)
         );
     }
 

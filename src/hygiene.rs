@@ -3,12 +3,15 @@
 //! threads' way. Applied once, in the main thread, before any other thread
 //! exists, so every thread (outputs, alert readers, the Prometheus server)
 //! inherits it:
-//! - CPU affinity: `housekeeping_cpus` (sched_setaffinity on the process);
+//! - CPU affinity: `housekeeping_cpus` (sched_setaffinity on the process),
+//!   by default the online CPUs that are neither isolated (`isolcpus`) nor
+//!   tickless (`nohz_full`): those are the real-time threads' own;
 //! - policy: SCHED_OTHER at `nice` (default 10), or SCHED_IDLE; an RT
 //!   policy inherited from the parent is reset — never an RT priority;
-//! - `mlockall = true`: MCL_CURRENT | MCL_FUTURE (RLIMIT_MEMLOCK raised
-//!   first while still root, so later allocations stay lockable after the
-//!   privilege drop).
+//! - `mlockall = true` (the default): MCL_CURRENT | MCL_FUTURE
+//!   (RLIMIT_MEMLOCK raised first while still root, so later allocations
+//!   stay lockable after the privilege drop): no page fault in steady state
+//!   ([`page_faults`], counted every interval).
 //!
 //! The BPF programs themselves run wherever the events happen; only their
 //! cost can be bounded (src/cost/).
@@ -23,11 +26,13 @@ pub struct Applied {
     pub sched: &'static str,
     pub nice: i32,
     pub mlocked: bool,
+    /// Why latmon runs on `cpus`, in words.
+    pub placement: String,
 }
 
 impl std::fmt::Display for Applied {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CPUs {:?}, {}", self.cpus, self.sched)?;
+        write!(f, "CPUs {:?} ({}), {}", self.cpus, self.placement, self.sched)?;
         if self.sched == "SCHED_OTHER" {
             write!(f, " nice {}", self.nice)?;
         }
@@ -66,6 +71,44 @@ pub fn parse_cpu_list(s: &str) -> Vec<u32> {
     out
 }
 
+/// The CPUs the kernel keeps for itself and latmon by default: the online
+/// ones that are neither `isolated` (isolcpus) nor `nohz_full`; all online
+/// ones when that leaves none. Also why, in words.
+pub fn housekeeping_default(online: &[u32], isolated: &[u32], nohz_full: &[u32]) -> (Vec<u32>, String) {
+    let rt: Vec<u32> = online.iter().copied().filter(|c| isolated.contains(c) || nohz_full.contains(c)).collect();
+    let house: Vec<u32> = online.iter().copied().filter(|c| !rt.contains(c)).collect();
+    if rt.is_empty() {
+        return (online.to_vec(), "no CPU isolated or nohz_full: any online CPU".into());
+    }
+    if house.is_empty() {
+        return (online.to_vec(), format!("every online CPU is isolated or nohz_full ({rt:?}): any of them"));
+    }
+    (house, format!("housekeeping: not isolcpus {isolated:?} or nohz_full {nohz_full:?}"))
+}
+
+/// Where latmon's threads go and why: the config's `housekeeping_cpus`,
+/// else [`housekeeping_default`] from sysfs (an I/O edge).
+pub fn placement(cfg: &Config) -> (Vec<u32>, String) {
+    if !cfg.housekeeping_cpus.is_empty() {
+        return (cfg.housekeeping_cpus.clone(), "housekeeping_cpus in the config".into());
+    }
+    let read =
+        |f: &str| parse_cpu_list(&std::fs::read_to_string(format!("/sys/devices/system/cpu/{f}")).unwrap_or_default());
+    housekeeping_default(&online_cpu_list(), &read("isolated"), &read("nohz_full"))
+}
+
+/// The process's page faults so far, minor and major (getrusage: every
+/// thread's, the exited ones' included).
+pub fn page_faults() -> u64 {
+    // SAFETY: all-zero is a valid rusage; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0;
+    }
+    (ru.ru_minflt as u64).saturating_add(ru.ru_majflt as u64)
+}
+
 /// Why a hygiene setting could not be applied; each names the setting.
 #[derive(Debug)]
 pub enum HygieneError {
@@ -97,15 +140,16 @@ fn refused(setting: String, err: impl Into<std::io::Error>) -> HygieneError {
 /// Apply the config's affinity, policy and memory locking to the calling
 /// thread (and so to every thread created after). Errors name the setting.
 pub fn apply(cfg: &Config) -> Result<Applied, HygieneError> {
-    if !cfg.housekeeping_cpus.is_empty() {
+    let (cpus, placement) = placement(cfg);
+    // Inherited affinity stays when every online CPU is latmon's anyway.
+    if !cpus.is_empty() && (!cfg.housekeeping_cpus.is_empty() || cpus != online_cpu_list()) {
         let online = online_cpu_list();
-        let usable: Vec<u32> =
-            cfg.housekeeping_cpus.iter().copied().filter(|c| online.is_empty() || online.contains(c)).collect();
+        let usable: Vec<u32> = cpus.iter().copied().filter(|c| online.is_empty() || online.contains(c)).collect();
         if usable.is_empty() {
-            return Err(HygieneError::NoneOnline { cpus: cfg.housekeeping_cpus.clone(), online });
+            return Err(HygieneError::NoneOnline { cpus, online });
         }
-        if usable.len() < cfg.housekeeping_cpus.len() {
-            log::warn!("housekeeping_cpus {:?}: only {usable:?} are online; using those", cfg.housekeeping_cpus);
+        if usable.len() < cpus.len() {
+            log::warn!("housekeeping_cpus {cpus:?}: only {usable:?} are online; using those");
         }
         let mut set = nix::sched::CpuSet::new();
         for &c in &usable {
@@ -144,17 +188,27 @@ pub fn apply(cfg: &Config) -> Result<Applied, HygieneError> {
         if nix::unistd::geteuid().is_root() {
             let inf = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
             // SAFETY: valid rlimit.
+            // Refused without CAP_SYS_RESOURCE (some containers): root's
+            // CAP_IPC_LOCK still locks beyond the limit; the privilege
+            // drop's case is mlock_before_drop's.
             if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &inf) } != 0 {
-                log::warn!("mlockall: raising RLIMIT_MEMLOCK: {}", std::io::Error::last_os_error());
+                log::debug!("mlockall: raising RLIMIT_MEMLOCK: {}", std::io::Error::last_os_error());
             }
         }
+        // A monitor that runs unlocked beats one that does not run: the
+        // default is on, and a user without CAP_IPC_LOCK under a small
+        // RLIMIT_MEMLOCK gets the warning, not a refusal.
         // SAFETY: plain syscall.
         if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
-            return Err(refused("mlockall = true".into(), std::io::Error::last_os_error()));
+            log::warn!(
+                "mlockall = true: {}: memory NOT locked (page faults possible in steady state)",
+                std::io::Error::last_os_error()
+            );
+        } else {
+            mlocked = true;
         }
-        mlocked = true;
     }
-    Ok(Applied { cpus: current_affinity(), sched: name, nice: cfg.nice, mlocked })
+    Ok(Applied { cpus: current_affinity(), sched: name, nice: cfg.nice, mlocked, placement })
 }
 
 /// Before the privilege drop, with `mlockall = true`: without
@@ -185,6 +239,21 @@ pub fn mlock_before_drop() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_avoids_isolated_and_tickless_cpus() {
+        let online = [0, 1, 2, 3];
+        let (cpus, why) = housekeeping_default(&online, &[2, 3], &[]);
+        assert_eq!(cpus, [0, 1]);
+        assert!(why.contains("isolcpus [2, 3]"), "{why}");
+        assert_eq!(housekeeping_default(&online, &[], &[1, 2, 3]).0, [0]);
+        assert_eq!(housekeeping_default(&online, &[3], &[2]).0, [0, 1]);
+        let (cpus, why) = housekeeping_default(&online, &[], &[]);
+        assert_eq!((cpus.as_slice(), why.as_str()), (&online[..], "no CPU isolated or nohz_full: any online CPU"));
+        let (cpus, why) = housekeeping_default(&online, &[0, 1, 2, 3], &[]);
+        assert_eq!(cpus, online, "nowhere else to go");
+        assert!(why.starts_with("every online CPU is isolated"), "{why}");
+    }
 
     #[test]
     fn cpu_lists() {

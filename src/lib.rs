@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 //! latmon: an eBPF latency monitor for real-time Linux robot controllers.
 //!
-//! Pure models (`config`, `tpformat`, `rtkernel`, the outputs' models
+//! Pure models (`config`, `tpformat`, `rtkernel`, `rtsafety`, the outputs' models
 //! `sinks::modbus::map` and `sinks::prom::hist`) carry their
 //! unit tests and do no I/O; so do those shared with the technician's tools,
 //! in crates/latmon-core (`latmon_core::{hist, ident, summary, table, wire,
@@ -20,5 +20,6 @@ pub mod privs;
 pub mod probes;
 pub mod procfs;
 pub mod rtkernel;
+pub mod rtsafety;
 pub mod sinks;
 pub mod tpformat;

@@ -198,6 +198,9 @@ fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     };
     let applied = hygiene::apply(&cfg)?;
     log::info!("threads: {applied}");
+    for (hazard, v) in probes::rt_safety_here(false).rows() {
+        log::info!("rt safety: {hazard}: {}; {}", v.verdict, v.path);
+    }
     if identity.is_some() {
         privs::prepare().context("preparing the privilege drop")?;
     }

@@ -107,13 +107,13 @@ impl std::error::Error for OverrideError {}
 
 /// Whether `uname -v` says PREEMPT_RT (scripts/mkcompile_h adds the word
 /// for CONFIG_PREEMPT_RT).
-fn preempt_rt(version: &str) -> bool {
+pub(crate) fn preempt_rt(version: &str) -> bool {
     version.split_whitespace().any(|w| w == "PREEMPT_RT")
 }
 
 /// The kernel's upstream version: the release's, or a later one of the
 /// same major.minor that `uname -v` names (a distribution's).
-fn upstream(release: &str, version: &str) -> Option<KernelVersion> {
+pub(crate) fn upstream(release: &str, version: &str) -> Option<KernelVersion> {
     let rel = KernelVersion::parse(release)?;
     let named = version
         .split_whitespace()

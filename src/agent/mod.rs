@@ -103,6 +103,8 @@ pub struct Agent {
     generation: u64,
     rss: Option<File>,
     page_size: u64,
+    /// The process's page faults (minor + major) at the last interval.
+    faults_before: u64,
     /// False once privileges are dropped: no new probe can be loaded.
     privileged: bool,
     /// A BPF statistics read failed (logged once).
@@ -168,6 +170,7 @@ impl Agent {
             generation: 0,
             rss: File::open("/proc/self/statm").ok(),
             page_size,
+            faults_before: crate::hygiene::page_faults(),
             privileged: true,
             cost_read_failed: false,
             failed,
@@ -325,10 +328,12 @@ fn session(cfg: &Config, start_ns: u64, generation: u64, probes: Vec<ProbeInfo>,
 
 /// `latmon check`'s self-measurement: each probe's BPF cost over `d`
 /// (BPF statistics on, probes attached, whatever the machine does
-/// meanwhile). Returns per probe `(cost, events counted)`, the wall time
-/// and online CPUs; Err (BPF_ENABLE_STATS's) when statistics cannot be
-/// enabled.
-pub fn measure(probes: &mut [Box<dyn Probe>], d: Duration) -> std::io::Result<(Vec<Cost>, u64, u32)> {
+/// meanwhile). The probes are read every 100 ms, as the agent reads them
+/// each interval, and the page faults of the second half counted (steady
+/// state: 0 with `mlockall`). Returns per probe `(cost, events counted)`,
+/// the wall time, online CPUs and those faults; Err (BPF_ENABLE_STATS's)
+/// when statistics cannot be enabled.
+pub fn measure(probes: &mut [Box<dyn Probe>], d: Duration) -> std::io::Result<(Vec<Cost>, u64, u32, u64)> {
     let _guard = cost::enable_stats()?;
     let mut table = CostTable::default();
     let progs: Vec<Vec<RawFd>> = probes.iter().map(|p| p.bpf_programs()).collect();
@@ -339,7 +344,20 @@ pub fn measure(probes: &mut [Box<dyn Probe>], d: Duration) -> std::io::Result<(V
     }
     table.sample();
     let t0 = monotonic_ns();
-    std::thread::sleep(d);
+    let mut scratch = Hist::default();
+    let mut faults_from = None;
+    let half = d / 2;
+    let started = std::time::Instant::now();
+    while started.elapsed() < d {
+        std::thread::sleep(Duration::from_millis(100).min(d.saturating_sub(started.elapsed())));
+        for p in probes.iter_mut() {
+            let _ = p.read(&mut scratch);
+        }
+        if faults_from.is_none() && started.elapsed() >= half {
+            faults_from = Some(crate::hygiene::page_faults());
+        }
+    }
+    let steady_faults = crate::hygiene::page_faults().saturating_sub(faults_from.unwrap_or(u64::MAX));
     let (all, _) = table.sample();
     let wall = monotonic_ns().saturating_sub(t0);
     let mut events = vec![0u64; probes.len()];
@@ -352,7 +370,7 @@ pub fn measure(probes: &mut [Box<dyn Probe>], d: Duration) -> std::io::Result<(V
     let mut out = vec![Cost::default(); probes.len()];
     table.split(|i| events[i], &mut out);
     log::debug!("check: all programs {} runs, {} ns over {wall} ns", all.runs, all.run_time_ns);
-    Ok((out, wall, cost::online_cpus()))
+    Ok((out, wall, cost::online_cpus(), steady_faults))
 }
 
 /// Fail early, with the reason, when this process cannot load BPF at all:

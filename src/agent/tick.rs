@@ -101,6 +101,9 @@ impl Agent {
             self.totals[i].clone_from(&s.prev);
         }
         self.report.agent.rss_bytes = self.rss_bytes();
+        let faults = crate::hygiene::page_faults();
+        self.report.agent.page_faults = faults.saturating_sub(self.faults_before);
+        self.faults_before = faults;
         let tick =
             Tick { session: &self.session, report: &self.report, totals: &self.totals, read_errors: &self.read_errors };
         crate::sinks::share_link_stats(sinks);

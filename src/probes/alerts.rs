@@ -55,8 +55,9 @@ pub(crate) const ANATOMY_BYTES: usize =
 const ALERT_POLL: Duration = Duration::from_millis(100);
 
 /// Environment override of the alert transport, for tests and for kernels
-/// whose ring buffer is present but unwanted: `ringbuf` or `perf`.
-pub const ALERT_BUFFER_ENV: &str = "LATMON_ALERT_BUFFER";
+/// whose ring buffer is present but unwanted: `ringbuf` or `perf`
+/// (src/rtsafety.rs chooses with it).
+pub use crate::rtsafety::ALERT_BUFFER_ENV;
 
 /// Environment switch for cost measurements: `LATMON_ANATOMY=off` sends
 /// alert records without anatomies (and loads none of its programs).
@@ -79,12 +80,17 @@ pub(crate) fn causes_wanted(spec: &crate::config::ProbeSpec) -> bool {
     anatomy_wanted(spec) && std::env::var(CAUSES_ENV).as_deref() != Ok("off")
 }
 
+/// The ring buffer carries the alert records: the kernel has one, it is
+/// safe here (src/rtsafety.rs: its lock sleeps on PREEMPT_RT before
+/// 8b62645b09f8) and LATMON_ALERT_BUFFER does not say `perf`; the
+/// perf buffer otherwise.
 pub(crate) fn want_ringbuf() -> bool {
-    match std::env::var(ALERT_BUFFER_ENV).as_deref() {
-        Ok("perf") => false,
-        Ok("ringbuf") => true,
-        _ => super::features::try_ringbuf().is_ok(),
+    let choice = super::common::alert_buffer_here();
+    if !choice.ringbuf {
+        log::debug!("alert records: {}", choice.path);
+        return false;
     }
+    super::features::try_ringbuf().is_ok()
 }
 
 impl latmon_alert_drops {

@@ -21,6 +21,7 @@ use libbpf_rs::{Link, Object, OpenObject, PrintLevel};
 use crate::bpf::shared::types::{latmon_common_config, latmon_tp_field};
 use crate::config::ProbeSpec;
 use crate::rtkernel::TaskStorage;
+use crate::rtsafety::{AlertBuffer, MapFdInfo, RingbufLock, RtSafety, ALERT_BUFFER_ENV};
 
 /// Why a probe is not running.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,11 +315,39 @@ pub(crate) fn task_storage(probe: &str) -> Result<TaskStorage, ProbeError> {
 /// The verdict on this kernel, as `task_storage` takes it (`latmon check`
 /// says it).
 pub fn task_storage_here() -> Result<TaskStorage, crate::rtkernel::OverrideError> {
-    let (release, version) = nix::sys::utsname::uname()
-        .map(|u| (u.release().to_string_lossy().into_owned(), u.version().to_string_lossy().into_owned()))
-        .unwrap_or_default();
+    let (release, version) = uname_release_version();
     let value = std::env::var(crate::rtkernel::ENV).ok();
     TaskStorage::with_override(value.as_deref(), &release, &version)
+}
+
+/// This process's loaded BPF maps (/proc/self/fdinfo), for the
+/// `map_alloc` verdict (src/rtsafety.rs).
+pub fn own_maps() -> Vec<MapFdInfo> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fdinfo") else { return Vec::new() };
+    dir.flatten().filter_map(|e| std::fs::read_to_string(e.path()).ok()).filter_map(|t| MapFdInfo::parse(&t)).collect()
+}
+
+/// `uname -r` and `uname -v` (empty when uname fails).
+fn uname_release_version() -> (String, String) {
+    nix::sys::utsname::uname()
+        .map(|u| (u.release().to_string_lossy().into_owned(), u.version().to_string_lossy().into_owned()))
+        .unwrap_or_default()
+}
+
+/// This kernel's RT-safety verdicts (`latmon check`), the loaded maps
+/// judged when `with_maps`.
+pub fn rt_safety_here(with_maps: bool) -> RtSafety {
+    let (release, version) = uname_release_version();
+    let env = std::env::var(ALERT_BUFFER_ENV).ok();
+    let maps = if with_maps { own_maps() } else { Vec::new() };
+    RtSafety::judge(task_storage_here(), &release, &version, env.as_deref(), &maps)
+}
+
+/// The alert buffer for this kernel and LATMON_ALERT_BUFFER.
+pub fn alert_buffer_here() -> AlertBuffer {
+    let (release, version) = uname_release_version();
+    let env = std::env::var(ALERT_BUFFER_ENV).ok();
+    AlertBuffer::choose(&RingbufLock::judge(&release, &version), env.as_deref())
 }
 
 /// `cfg.common.task_slot` (bpf/latmon.h LATMON_TASK_SLOT_*) for a verdict:

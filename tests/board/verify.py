@@ -482,6 +482,16 @@ if board in ("rt-arm64", "rt-amd64"):
         ts = s.check.get("task_storage") or ""
         s.say(ts.startswith("unsafe (PREEMPT_RT 6.1.") and "CVE-2024-58070" in ts,
               f"latmon check judges task storage in atomic context on kernel {s.check['kernel']}: {ts}")
+        # The other hazards (src/rtsafety.rs): Debian's 6.1.176+ RT kernels
+        # carry 8b62645b09f8 (stable 6.1.115), so the ring buffer stays;
+        # every loaded hash map is preallocated.
+        safety = s.check.get("rt_safety") or {}
+        rb = (safety.get("ringbuf") or {}).get("verdict") or ""
+        s.say(set(safety) >= {"task_storage", "ringbuf", "map_alloc", "percpu"}
+              and safety["task_storage"].get("safe") is False
+              and rb.startswith("safe (PREEMPT_RT 6.1.") and "8b62645b09f8" in rb
+              and (safety.get("map_alloc") or {}).get("safe") is True,
+              f"latmon check gives each RT hazard a verdict: {safety}")
         rt_modes = {n: (s.plan.get(n, {}).get("attach"), s.plan.get(n, {}).get("mode") or "")
                     for n in ("runq", "runq-sleep", "irq", "timer-sleep", "chain-rx") if n in s.plan}
         want = {n: ("raw_tp", "tp_btf skipped, PREEMPT_RT: CVE-2024-58070") if n.startswith("runq")

@@ -23,6 +23,7 @@ mod modbus;
 mod nobtf_tracepoint;
 mod prom_native;
 mod rt_hash;
+mod rt_safety;
 mod rules;
 mod runq;
 mod supervisor;

@@ -183,6 +183,10 @@ pub struct AgentStatus {
     pub detached: u32,
     /// latmon's resident set size (bytes) at the end of the interval.
     pub rss_bytes: u64,
+    /// Page faults (minor and major) of latmon's threads this interval,
+    /// those of populating new locked memory included: 0 in steady state
+    /// (no new series, nothing allocated; docs/agent.md).
+    pub page_faults: u64,
 }
 
 /// A latency above a probe's threshold, as the kernel reported it.
