@@ -65,6 +65,7 @@ const volatile struct latmon_cycle_config cfg = {
 #include "anatomy_merge.bpf.h"
 #include "cycle_release.bpf.h"
 #include "lock_cycle.bpf.h"
+#include "nest_scratch.bpf.h"
 
 #define TASK_RUNNING 0
 #define TASK_UNINTERRUPTIBLE 0x2 /* include/linux/sched.h */
@@ -91,7 +92,7 @@ struct cycle_thread {
 	__u32 anat;    /* slot held: CPU + 1, 0: none */
 	__u32 blocked_on;
 	__s32 blocked_sys;
-	__u32 reported;	  /* overrun record sent for this cycle */
+	__u32 reported;	  /* overrun record sent for this cycle, or it is done */
 	__u32 futex_wait; /* asleep in a futex wait that is not PI (rules) */
 	__s32 futex_sys;
 	__u64 rule_sent_ns[LATMON_RULES]; /* the last record of each rule */
@@ -129,13 +130,9 @@ struct {
 	__type(value, struct cycle_watch);
 } cycle_watch SEC(".maps");
 
-/* Per CPU: the record being built (too large for the BPF stack). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct latmon_alert_cycle);
-} cycle_scratch SEC(".maps");
+/* Per CPU and nesting level: the record being built (too large for the
+ * BPF stack; an overrun's, from an IRQ, may be built inside a miss's). */
+NESTED_SCRATCH(cycle_scratch, struct latmon_alert_cycle)
 
 /* A new thread's entry starts from zero (a hash value cannot be built on
  * the stack: it is larger than the BPF stack). */
@@ -278,16 +275,17 @@ static __always_inline void record_series(__u32 series, __u64 ns, bool alert)
 static __noinline int send_record(void *ctx, struct cycle_thread *t, __u32 tid, __u32 event, __u64 now)
 {
 	struct latmon_alert_cycle *r;
-	__u32 zero = 0;
 	__u64 latency = now - t->release_ns;
 
 	if (!latmon_alert_admit(0, now)) {
 		latmon_alert_dropped(0, false);
 		return 0;
 	}
-	r = bpf_map_lookup_elem(&cycle_scratch, &zero);
-	if (!r)
+	r = cycle_scratch_take();
+	if (!r) {
+		latmon_alert_dropped(0, false);
 		return 0;
+	}
 	r->alert.time_ns = now;
 	r->alert.latency_ns = latency;
 	r->alert.probe_id = 0;
@@ -335,6 +333,7 @@ static __noinline int send_record(void *ctx, struct cycle_thread *t, __u32 tid, 
 	} else if (bpf_perf_event_output(ctx, &alerts_perf, BPF_F_CURRENT_CPU, r, sizeof(*r))) {
 		latmon_alert_dropped(0, true);
 	}
+	cycle_scratch_put();
 	return 0;
 }
 
@@ -458,6 +457,12 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now, boo
 		t->st.unseen++;
 	}
 	if (t->phase == P_RUN || t->phase == P_WAIT) {
+		/* Done: claimed before done's clock read, so that an overrun
+		 * check run inside this program (an IRQ's) or on another CPU
+		 * either went out before done or sends nothing; a cycle already
+		 * finished gets no overrun record (issue 40). */
+		__sync_lock_test_and_set(&t->reported, 1);
+		now = bpf_ktime_get_ns();
 		run_start(t, t->wake_ns);
 		cycle_done(ctx, t, tid, now);
 	} else {

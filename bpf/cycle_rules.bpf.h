@@ -78,15 +78,16 @@ static __noinline int send_rule(void *ctx, struct cycle_thread *t, __u32 tid, __
 	struct task_struct *task = (struct task_struct *)t->key;
 	struct latmon_alert_cycle *r;
 	__u64 now = bpf_ktime_get_ns();
-	__u32 zero = 0;
 
 	if (!latmon_alert_admit(LATMON_CYCLE_RULE_ALERT_ID, now)) {
 		latmon_alert_dropped(LATMON_CYCLE_RULE_ALERT_ID, false);
 		return 0;
 	}
-	r = bpf_map_lookup_elem(&cycle_scratch, &zero);
-	if (!r)
+	r = cycle_scratch_take();
+	if (!r) {
+		latmon_alert_dropped(LATMON_CYCLE_RULE_ALERT_ID, false);
 		return 0;
+	}
 	__builtin_memset(&r->anat, 0, sizeof(r->anat));
 	__builtin_memset(&r->cycle, 0, sizeof(r->cycle));
 	__builtin_memset(&r->lock, 0, sizeof(r->lock));
@@ -111,6 +112,7 @@ static __noinline int send_rule(void *ctx, struct cycle_thread *t, __u32 tid, __
 	} else if (bpf_perf_event_output(ctx, &alerts_perf, BPF_F_CURRENT_CPU, r, sizeof(*r))) {
 		latmon_alert_dropped(LATMON_CYCLE_RULE_ALERT_ID, true);
 	}
+	cycle_scratch_put();
 	return 0;
 }
 
