@@ -303,7 +303,7 @@ fn a_miss_record_stays_its_own_when_a_timer_interrupt_meets_its_done() {
         recs.iter().filter(|r| r["event"] == "overrun").count(),
         bad.len()
     );
-    assert!(ahead >= 100, "the fixture met its timer in only {ahead} of {injected} sleep calls");
+    assert!(ahead >= 50, "the fixture met its timer in only {ahead} of {injected} sleep calls");
     assert!(misses >= 100, "{misses} miss records");
     assert!(
         bad.is_empty(),
