@@ -54,7 +54,10 @@ const volatile struct latmon_lock_config cfg = {};
 #define FUTEX_WAIT_BITSET 9
 #define FUTEX_WAIT_REQUEUE_PI 11
 #define FUTEX_LOCK_PI2 13
-#define FUTEX_CMD_MASK 127 /* ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME) */
+/* ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME), the kernel's own mask
+ * (kernel/futex/syscalls.c): an op with any other bit set is no command
+ * (ENOSYS), not a wait. 127 took 0x200|FUTEX_WAIT for a wait (issue 40). */
+#define FUTEX_CMD_MASK (~(128u | 256u))
 #define FUTEX_TID_MASK 0x3fffffff
 /* struct futex_waitv { __u64 val; __u64 uaddr; __u32 flags; __u32 __reserved; } */
 #define FUTEX_WAITV_UADDR_OFFSET 8
@@ -427,7 +430,7 @@ static __always_inline struct lock_thread *wait_begin(__u64 uaddr, __u32 op)
  * read only for a watched thread: an unwatched one pays no user read. */
 static __always_inline int futex_enter(__u64 uaddr, __u64 op)
 {
-	__u32 cmd = op & FUTEX_CMD_MASK, word = 0, from = LATMON_LOCK_OWNER_NONE;
+	__u32 cmd = (__u32)op & FUTEX_CMD_MASK, word = 0, from = LATMON_LOCK_OWNER_NONE;
 	struct lock_thread *t;
 	__s32 owner = 0;
 
@@ -624,6 +627,52 @@ int BPF_PROG(lock_switch, bool preempt, struct task_struct *prev, struct task_st
 		t->phase = T_RAN;
 		owner_close(t, now);
 	}
+	return 0;
+}
+
+/* ---- a watched thread's end: its exit, or an exec into another image -- */
+
+/* Thread `tid` leaves the watched set: an open wait is dropped, its owner
+ * no longer followed, its entry freed - the bound LOCK_THREADS is then on
+ * threads alive at once (entries were never freed: a controller
+ * restarted 64 times was no longer seen), and a thread later given the id
+ * (pid reuse) or the image the thread execs is judged by the filter
+ * afresh at its first wait (issue 40). */
+static __always_inline void thread_leave(__u32 tid)
+{
+	struct lock_thread *t = thread_of(tid);
+	__u32 otid;
+
+	if (!t)
+		return;
+	if (t->owner_live) {
+		owner_close(t, bpf_ktime_get_ns());
+		otid = t->owner_tid;
+		bpf_map_delete_elem(&lock_owners, &otid);
+	}
+	if (cfg.cycle_join)
+		bpf_map_delete_elem(&lock_cycle, &tid);
+	if (!bpf_map_delete_elem(&lock_threads, &tid))
+		__sync_fetch_and_add(&lock_live, -1);
+}
+
+/* In the exiting task, while its thread id is still its own (release_task
+ * frees the id later). TP_PROTO(struct task_struct *p, bool group_dead)
+ * on 6.18, (struct task_struct *p) before: only p is read. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(lock_exit, struct task_struct *p)
+{
+	thread_leave(p->pid);
+	return 0;
+}
+
+/* After exec's de_thread: `old_pid` was the thread's id (a non-leader
+ * that execs takes its leader's id; the others exit). TP_PROTO(struct
+ * task_struct *p, pid_t old_pid, struct linux_binprm *bprm) */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(lock_exec, struct task_struct *p, pid_t old_pid)
+{
+	thread_leave(old_pid);
 	return 0;
 }
 
