@@ -65,6 +65,7 @@ const volatile struct latmon_cycle_config cfg = {
 #include "anatomy_merge.bpf.h"
 #include "cycle_release.bpf.h"
 #include "lock_cycle.bpf.h"
+#include "nest_scratch.bpf.h"
 
 #define TASK_RUNNING 0
 #define TASK_UNINTERRUPTIBLE 0x2 /* include/linux/sched.h */
@@ -75,6 +76,13 @@ const volatile struct latmon_cycle_config cfg = {
 #define P_WAIT 2    /* in a cycle, runnable, not running */
 #define P_RUN 3	    /* in a cycle, running */
 #define P_BLOCKED 4 /* in a cycle, sleeping voluntarily */
+/* Its timer sleep returned early, its timer not fired (a signal: EINTR,
+ * or a restart the kernel makes): no release until it sleeps again, and a
+ * sleep again to the same release is that release's (issue 40: without
+ * it, a signal's wakeup just past the release time, before the timer's
+ * interrupt, released the cycle, and the loop's sleep again to the same
+ * release counted a second cycle). */
+#define P_INTR 5
 
 struct cycle_thread {
 	struct latmon_cycle_stats st; /* first: user space reads it */
@@ -86,12 +94,14 @@ struct cycle_thread {
 	__u64 wake_ns;		      /* the release's wakeup */
 	__u64 key;		      /* the task's address: its anatomy key */
 	__u64 tfd;		      /* its timerfd's context, 0: none seen */
+	__u32 tgid;		      /* its process, and its comm, at its entry */
+	char comm[LATMON_COMM_LEN];
 	__u32 phase;
 	__u32 started; /* ran since the release */
 	__u32 anat;    /* slot held: CPU + 1, 0: none */
 	__u32 blocked_on;
 	__s32 blocked_sys;
-	__u32 reported;	  /* overrun record sent for this cycle */
+	__u32 reported;	  /* overrun record sent for this cycle, or it is done */
 	__u32 futex_wait; /* asleep in a futex wait that is not PI (rules) */
 	__s32 futex_sys;
 	__u64 rule_sent_ns[LATMON_RULES]; /* the last record of each rule */
@@ -129,13 +139,9 @@ struct {
 	__type(value, struct cycle_watch);
 } cycle_watch SEC(".maps");
 
-/* Per CPU: the record being built (too large for the BPF stack). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct latmon_alert_cycle);
-} cycle_scratch SEC(".maps");
+/* Per CPU and nesting level: the record being built (too large for the
+ * BPF stack; an overrun's, from an IRQ, may be built inside a miss's). */
+NESTED_SCRATCH(cycle_scratch, struct latmon_alert_cycle)
 
 /* A new thread's entry starts from zero (a hash value cannot be built on
  * the stack: it is larger than the BPF stack). */
@@ -166,23 +172,6 @@ static __always_inline void count_drop(void)
 
 	if (h)
 		h->drops++;
-}
-
-static __always_inline bool comm_wanted(struct task_struct *t)
-{
-	char comm[LATMON_COMM_LEN];
-
-	if (!cfg.filter_comm[0])
-		return true;
-	if (bpf_probe_read_kernel_str(comm, sizeof(comm), &t->comm) < 0)
-		return false;
-	for (int i = 0; i < LATMON_COMM_LEN; i++) {
-		if (comm[i] != cfg.filter_comm[i])
-			return false;
-		if (!comm[i])
-			break;
-	}
-	return true;
 }
 
 static __always_inline struct cycle_thread *thread_of(__u32 tid)
@@ -273,35 +262,31 @@ static __always_inline void record_series(__u32 series, __u64 ns, bool alert)
 
 /* Send a record of thread `tid`: a miss or slow response from the loop
  * itself (current), an overrun from whatever runs on the loop's CPU (the
- * record names the loop through its task address, with probe reads: the
- * task may be gone). Five arguments: the BPF calling convention's limit. */
+ * record names the loop by its entry's tgid and comm). Five arguments: the
+ * BPF calling convention's limit. */
 static __noinline int send_record(void *ctx, struct cycle_thread *t, __u32 tid, __u32 event, __u64 now)
 {
 	struct latmon_alert_cycle *r;
-	__u32 zero = 0;
 	__u64 latency = now - t->release_ns;
 
 	if (!latmon_alert_admit(0, now)) {
 		latmon_alert_dropped(0, false);
 		return 0;
 	}
-	r = bpf_map_lookup_elem(&cycle_scratch, &zero);
-	if (!r)
+	r = cycle_scratch_take();
+	if (!r) {
+		latmon_alert_dropped(0, false);
 		return 0;
+	}
 	r->alert.time_ns = now;
 	r->alert.latency_ns = latency;
 	r->alert.probe_id = 0;
 	r->alert.cpu = bpf_get_smp_processor_id();
 	r->alert.tid = tid;
-	if (event == LATMON_CYCLE_OVERRUN) {
-		struct task_struct *task = (struct task_struct *)t->key;
-
-		r->alert.pid = BPF_CORE_READ(task, tgid);
-		bpf_probe_read_kernel_str(r->alert.comm, sizeof(r->alert.comm), &task->comm);
-	} else {
-		r->alert.pid = bpf_get_current_pid_tgid() >> 32;
-		bpf_get_current_comm(r->alert.comm, sizeof(r->alert.comm));
-	}
+	/* The thread as it entered (not its task: an overrun is sent from
+	 * another context, and a task is not read past its life). */
+	r->alert.pid = t->tgid;
+	__builtin_memcpy(r->alert.comm, t->comm, sizeof(r->alert.comm));
 	__builtin_memcpy(&r->anat, &t->acc, sizeof(r->anat));
 	__builtin_memset(&r->cycle, 0, sizeof(r->cycle));
 	__builtin_memcpy(&r->cycle.exec, &t->exec, sizeof(r->cycle.exec));
@@ -335,6 +320,7 @@ static __noinline int send_record(void *ctx, struct cycle_thread *t, __u32 tid, 
 	} else if (bpf_perf_event_output(ctx, &alerts_perf, BPF_F_CURRENT_CPU, r, sizeof(*r))) {
 		latmon_alert_dropped(0, true);
 	}
+	cycle_scratch_put();
 	return 0;
 }
 
@@ -398,31 +384,7 @@ static __always_inline void run_start(struct cycle_thread *t, __u64 now)
 	record_series(LATMON_CS_WAKEUP, now > t->release_ns ? now - t->release_ns : 0, false);
 }
 
-/* Task p (thread tid) enters the watched threads if it passes the filter
- * (comm=, or pid= the thread id). NULL: not wanted, or no room. */
-static __always_inline struct cycle_thread *thread_enter(struct task_struct *p, __u32 tid)
-{
-	struct cycle_thread *t, *z;
-	__u32 zero = 0;
-
-	if (cfg.filter_tid ? tid != cfg.filter_tid : !comm_wanted(p))
-		return NULL;
-	z = bpf_map_lookup_elem(&cycle_zero, &zero);
-	if (!z)
-		return NULL;
-	if (bpf_map_update_elem(&cycle_threads, &tid, z, BPF_NOEXIST)) {
-		count_drop(); /* CYCLE_THREADS watched already */
-		return NULL;
-	}
-	if (__sync_fetch_and_add(&cycle_live, 1) == 0)
-		watched_one = tid;
-	else
-		watched_many = 1;
-	t = bpf_map_lookup_elem(&cycle_threads, &tid);
-	if (t)
-		t->key = (__u64)p;
-	return t;
-}
+#include "cycle_life.bpf.h"
 
 /* The current thread goes into a timer sleep that ends at `release`
  * (0: unknown). `blocks`: it sleeps until the timer fires even if
@@ -458,6 +420,12 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now, boo
 		t->st.unseen++;
 	}
 	if (t->phase == P_RUN || t->phase == P_WAIT) {
+		/* Done: claimed before done's clock read, so that an overrun
+		 * check run inside this program (an IRQ's) or on another CPU
+		 * either went out before done or sends nothing; a cycle already
+		 * finished gets no overrun record (issue 40). */
+		__sync_lock_test_and_set(&t->reported, 1);
+		now = bpf_ktime_get_ns();
 		run_start(t, t->wake_ns);
 		cycle_done(ctx, t, tid, now);
 	} else {
@@ -507,7 +475,7 @@ static __always_inline void overrun_check(void *ctx)
 		return;
 	__sync_fetch_and_add(&watches, -1);
 	t = bpf_map_lookup_elem(&cycle_threads, &tid);
-	if (!t || t->release_ns != w->release_ns || t->phase < P_WAIT)
+	if (!t || t->release_ns != w->release_ns || t->phase < P_WAIT || t->phase == P_INTR)
 		return;
 	/* Two CPUs can watch one cycle (woken on one, run on the other) and
 	 * check it at once (both resuming from a vCPU stall): one record. */
@@ -629,6 +597,7 @@ int BPF_PROG(cycle_switch, bool preempt, struct task_struct *prev, struct task_s
 SEC("tp_btf/irq_handler_entry")
 int BPF_PROG(cycle_irq_entry, int irq)
 {
+	irq_ctx_enter();
 	anat_irq_entry(irq);
 	overrun_check(ctx);
 	return 0;
@@ -637,6 +606,7 @@ int BPF_PROG(cycle_irq_entry, int irq)
 SEC("tp_btf/irq_handler_exit")
 int BPF_PROG(cycle_irq_exit, int irq)
 {
+	irq_ctx_exit();
 	anat_irq_exit(irq);
 	return 0;
 }
@@ -645,6 +615,7 @@ int BPF_PROG(cycle_irq_exit, int irq)
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(cycle_softirq_entry, unsigned int vec_nr)
 {
+	irq_ctx_enter();
 	anat_softirq_entry(vec_nr);
 	return 0;
 }
@@ -652,6 +623,7 @@ int BPF_PROG(cycle_softirq_entry, unsigned int vec_nr)
 SEC("tp_btf/softirq_exit")
 int BPF_PROG(cycle_softirq_exit, unsigned int vec_nr)
 {
+	irq_ctx_exit();
 	anat_softirq_exit(vec_nr);
 	return 0;
 }
@@ -662,10 +634,20 @@ int BPF_PROG(cycle_softirq_exit, unsigned int vec_nr)
 SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(cycle_hrtimer_expire, struct hrtimer *timer)
 {
+	irq_ctx_enter();
 	if (cycle_live > 0)
 		clock_offsets_from(timer);
 	timerfd_expiry(timer);
 	overrun_check(ctx);
+	return 0;
+}
+
+/* The expiry's function returned (the sleep rules' interrupt context
+ * ends). TP_PROTO(struct hrtimer *timer) */
+SEC("tp_btf/hrtimer_expire_exit")
+int BPF_PROG(cycle_hrtimer_expire_exit)
+{
+	irq_ctx_exit();
 	return 0;
 }
 

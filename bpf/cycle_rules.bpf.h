@@ -39,11 +39,57 @@
 #define RULE_FUTEX_LOCK_PI 6   /* include/uapi/linux/futex.h */
 #define RULE_FUTEX_WAIT_REQUEUE_PI 11
 #define RULE_FUTEX_LOCK_PI2 13
-#define RULE_FUTEX_CMD_MASK 127 /* ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME) */
+/* ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME), the kernel's own mask:
+ * an op with another bit set is no command (ENOSYS). */
+#define RULE_FUTEX_CMD_MASK (~(128u | 256u))
 
 /* Tests only: cfg.mutate == MUTATE_RULES judges every timer sleep
  * relative and every futex wait not PI, which the live tests must catch. */
 #define MUTATE_RULES 2
+
+/* Per CPU: hard IRQ handlers, softirqs and hrtimer expiries running now
+ * (their entry and exit tracepoints, which cycle.bpf.c attaches anyway
+ * for the anatomy and the overrun check; hrtimer_expire_exit for this).
+ * A wakeup in one of them is the interrupt's, never a task's: `current`
+ * is whatever task the interrupt hit. A futex wait that times out is
+ * woken by its hrtimer (hrtimer_wakeup, hard IRQ), and a loop beside a
+ * futex-heavy load was judged woken_by_lower by the task the timer
+ * interrupted whenever that task was in a futex call (issue 40: 17 870
+ * of 19 999 timed-out waits). Entries count only while a thread is
+ * watched; exits always, never below 0: the count stays exact across a
+ * thread's entry or exit mid-interrupt. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} cycle_irq_depth SEC(".maps");
+
+static __always_inline void irq_ctx_enter(void)
+{
+	__u32 zero = 0, *d;
+
+	if (cycle_live <= 0)
+		return;
+	d = bpf_map_lookup_elem(&cycle_irq_depth, &zero);
+	if (d)
+		*d += 1;
+}
+
+static __always_inline void irq_ctx_exit(void)
+{
+	__u32 zero = 0, *d = bpf_map_lookup_elem(&cycle_irq_depth, &zero);
+
+	if (d && *d)
+		*d -= 1;
+}
+
+static __always_inline bool in_irq_ctx(void)
+{
+	__u32 zero = 0, *d = bpf_map_lookup_elem(&cycle_irq_depth, &zero);
+
+	return d && *d;
+}
 
 /* The second argument of the syscall task t is in (futex's op). */
 static __always_inline __u64 syscall_arg1(struct task_struct *t)
@@ -75,18 +121,18 @@ static __always_inline void waker_fill(struct latmon_cycle_record *c, struct tas
  * woken_by_lower from its waker's (current). */
 static __noinline int send_rule(void *ctx, struct cycle_thread *t, __u32 tid, __u32 rule, __s32 sys)
 {
-	struct task_struct *task = (struct task_struct *)t->key;
 	struct latmon_alert_cycle *r;
 	__u64 now = bpf_ktime_get_ns();
-	__u32 zero = 0;
 
 	if (!latmon_alert_admit(LATMON_CYCLE_RULE_ALERT_ID, now)) {
 		latmon_alert_dropped(LATMON_CYCLE_RULE_ALERT_ID, false);
 		return 0;
 	}
-	r = bpf_map_lookup_elem(&cycle_scratch, &zero);
-	if (!r)
+	r = cycle_scratch_take();
+	if (!r) {
+		latmon_alert_dropped(LATMON_CYCLE_RULE_ALERT_ID, false);
 		return 0;
+	}
 	__builtin_memset(&r->anat, 0, sizeof(r->anat));
 	__builtin_memset(&r->cycle, 0, sizeof(r->cycle));
 	__builtin_memset(&r->lock, 0, sizeof(r->lock));
@@ -95,9 +141,9 @@ static __noinline int send_rule(void *ctx, struct cycle_thread *t, __u32 tid, __
 	r->alert.probe_id = LATMON_CYCLE_RULE_ALERT_ID;
 	r->alert.cpu = bpf_get_smp_processor_id();
 	r->alert.tid = tid;
-	/* Probe reads: in the waker's context the thread is not current. */
-	r->alert.pid = BPF_CORE_READ(task, tgid);
-	bpf_probe_read_kernel_str(r->alert.comm, sizeof(r->alert.comm), &task->comm);
+	/* The thread as it entered: in the waker's context it is not current. */
+	r->alert.pid = t->tgid;
+	__builtin_memcpy(r->alert.comm, t->comm, sizeof(r->alert.comm));
 	r->cycle.event = LATMON_CYCLE_RULE;
 	r->cycle.release_ns = t->release_ns;
 	r->cycle.doing_syscall = -1;
@@ -111,6 +157,7 @@ static __noinline int send_rule(void *ctx, struct cycle_thread *t, __u32 tid, __
 	} else if (bpf_perf_event_output(ctx, &alerts_perf, BPF_F_CURRENT_CPU, r, sizeof(*r))) {
 		latmon_alert_dropped(LATMON_CYCLE_RULE_ALERT_ID, true);
 	}
+	cycle_scratch_put();
 	return 0;
 }
 
@@ -161,7 +208,7 @@ static __always_inline void rule_block(void *ctx, struct cycle_thread *t, struct
 		return;
 	sys = syscall_of(prev);
 	if (sys >= 0 && sys == cfg.nr_futex) {
-		cmd = syscall_arg1(prev) & RULE_FUTEX_CMD_MASK;
+		cmd = (__u32)syscall_arg1(prev) & RULE_FUTEX_CMD_MASK;
 		t->futex_wait =
 			cfg.mutate == MUTATE_RULES ||
 			(cmd != RULE_FUTEX_LOCK_PI && cmd != RULE_FUTEX_LOCK_PI2 && cmd != RULE_FUTEX_WAIT_REQUEUE_PI);
@@ -189,6 +236,10 @@ static __always_inline void rule_waking(void *ctx, struct cycle_thread *t, struc
 		return;
 	t->futex_wait = 0;
 	cur = bpf_get_current_task_btf();
+	/* An interrupt's wakeup (a timeout's hrtimer, a softirq), or one from
+	 * the idle task's context: no task woke it. */
+	if (in_irq_ctx() || !cur->pid)
+		return;
 	/* Lower: a larger effective prio number (0..99 real-time, 100..139
 	 * fair); a waker boosted to the waiter's priority is not lower. */
 	if (syscall_of(cur) != cfg.nr_futex || cur->prio <= p->prio)

@@ -48,14 +48,31 @@ int cycle_nanosleep(struct sys_enter_rec *ctx)
 
 /* The current thread returns from a timer sleep. Still asleep by the
  * events: its release's wakeup and switch-in were not seen; it runs, so
- * it was released (ret 0), no later than now. */
+ * it was released (ret 0), no later than now. An error (EINTR, a restart:
+ * the timer did not fire, do_nanosleep returns 0 once it has) is no
+ * release, even if a wakeup at or past the release time - the signal's,
+ * ahead of the timer's interrupt - was taken for it: P_INTR. */
 static __always_inline void sleep_exit(struct sys_exit_rec *ctx)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct cycle_thread *t = thread_of(tid);
+	struct cycle_watch *w;
+	__u32 zero = 0;
 	__u64 now;
 
-	if (!t || t->phase != P_SLEEP || !t->release_ns || ctx->ret != 0)
+	if (!t || !t->release_ns)
+		return;
+	if (ctx->ret != 0) {
+		if (t->phase != P_SLEEP && t->phase != P_WAIT && t->phase != P_RUN)
+			return;
+		slot_return(t);
+		w = bpf_map_lookup_elem(&cycle_watch, &zero);
+		if (w && w->tid == tid && __sync_val_compare_and_swap(&w->tid, tid, 0) == tid)
+			__sync_fetch_and_add(&watches, -1);
+		t->phase = P_INTR;
+		return;
+	}
+	if (t->phase != P_SLEEP)
 		return;
 	now = bpf_ktime_get_ns();
 	if (now < t->release_ns)

@@ -49,12 +49,16 @@ const _: () = assert!(
 /// and every futex wait not PI (bpf/cycle_rules.bpf.h).
 pub const MUTATE_ENV: &str = "LATMON_CYCLE_MUTATE";
 
-/// Programs in attach order: the interrupt exits before their entries,
-/// the consumers (switch, migrate) before the producers (waking, the
-/// sleeps).
-const PROGRAMS: [&str; 11] = [
+/// Programs in attach order: a thread's exit and exec first (an entry made
+/// before them would never be freed), the interrupt exits before their
+/// entries, the consumers (switch, migrate) before the producers (waking,
+/// the sleeps).
+const PROGRAMS: [&str; 14] = [
+    "cycle_exit",
+    "cycle_exec",
     "cycle_irq_exit",
     "cycle_softirq_exit",
+    "cycle_hrtimer_expire_exit",
     "cycle_irq_entry",
     "cycle_softirq_entry",
     "cycle_switch",
@@ -79,6 +83,10 @@ struct Cycles {
     /// Without `timerfd=true`: the hint still to give if no thread is
     /// entered (see `TimerfdHint`).
     hint: Option<TimerfdHint>,
+    /// The object's .bss `cycle_retired` (the counts of the threads that
+    /// left), mapped; valid while `_skel` lives (the kernel adds to it:
+    /// volatile reads).
+    retired: *const latmon_cycle_stats,
     _links: Vec<Link>,
     _skel: Owned<CycleSkel<'static>>,
 }
@@ -120,10 +128,18 @@ impl Source for Cycles {
     }
 
     fn cycle_counts(&mut self, out: &mut Option<CycleCounts>) -> Result<(), ReadError> {
+        // The threads that left first (exit, exec; bpf/cycle_life.bpf.h),
+        // then the live ones: a thread leaving between the two reads is
+        // counted at the next read, never twice.
+        // SAFETY: retired points to the mapped .bss of the live object;
+        // the kernel adds to it.
+        let gone = unsafe { std::ptr::read_volatile(self.retired) };
         let map = &self._skel.maps.cycle_threads;
-        let (mut cycles, mut misses, mut overruns, mut unseen, mut period, mut most) = (0, 0, 0, 0, 0, 0);
+        let (mut cycles, mut misses, mut overruns, mut unseen) = (gone.cycles, gone.misses, gone.overruns, gone.unseen);
+        // The period of the thread with the most cycles, live or gone.
+        let (mut period, mut most) = (gone.period_ns, gone.bin[0].count);
         let mut threads = 0;
-        let mut rules = RuleCounts::default();
+        let mut rules = RuleCounts(gone.rules);
         for key in map.keys() {
             threads += 1;
             let Some(v) = map.lookup(&key, MapFlags::ANY).map_err(|e| ReadError::libbpf("cycle_threads", &e))? else {
@@ -255,7 +271,10 @@ pub fn open(spec: &ProbeSpec, lock_join: bool) -> Result<Box<dyn Probe>, ProbeEr
         tid: spec.pid,
         since: std::time::Instant::now(),
     });
-    let c = Cycles { alerts, reader, last: CycleCounts::default(), hint, _links: links, _skel: skel };
+    let retired = skel.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.cycle_retired)).ok_or_else(|| {
+        ProbeError::Read { probe: probe.clone(), why: ReadError::Layout { map: ".bss".into(), got: 0, want: 1 } }
+    })?;
+    let c = Cycles { alerts, reader, last: CycleCounts::default(), hint, retired, _links: links, _skel: skel };
     let mode = format!(
         "thread-hash, records via {}{}{}",
         if ringbuf { "ringbuf" } else { "perf buffer" },

@@ -90,10 +90,11 @@ pub(crate) fn followed(has: impl Fn(&str) -> bool) -> Vec<FutexSyscall> {
     SYSCALLS.iter().copied().filter(|s| !s.optional || has(s.name)).collect()
 }
 
-/// Programs in attach order: the consumers (switch, exits) before the
-/// producers (the entries that start a wait).
+/// Programs in attach order: a thread's exit and exec first (an entry made
+/// before them would never be freed), the consumers (switch, exits) before
+/// the producers (the entries that start a wait).
 fn programs(calls: &[FutexSyscall]) -> Vec<&'static str> {
-    let mut p = vec!["lock_switch", "lock_waking"];
+    let mut p = vec!["lock_exit", "lock_exec", "lock_switch", "lock_waking"];
     p.extend(calls.iter().map(|s| s.exit));
     p.extend(calls.iter().map(|s| s.enter));
     p
@@ -453,6 +454,8 @@ mod tests {
         assert_eq!(
             p,
             [
+                "lock_exit",
+                "lock_exec",
                 "lock_switch",
                 "lock_waking",
                 "lock_futex_exit",

@@ -34,6 +34,9 @@ struct Row {
     wake: u64,
     done: u64,
     faults: u64,
+    /// `nest` rows: the loop's last clock read before the sleep call
+    /// minus its timer's expiry (negative: the timer still ahead).
+    call_vs_expiry: i64,
 }
 
 impl Row {
@@ -54,17 +57,18 @@ fn row_from(r: &Row, origin: u64) -> String {
 /// Run the fixture for `cycles` under a cycle probe (with `env`, and the
 /// fixture's extra `args`): its rows and latmon's JSON lines.
 fn run(cycles: usize, env: &[(&str, &str)], args: &[&str]) -> (Vec<Row>, Vec<serde_json::Value>) {
+    run_fixture(&[&cycles.to_string(), "1000", "25", "100", "3000"], env, args)
+}
+
+/// [`run`] with the fixture's first five arguments (CYCLES PERIOD_US
+/// EVERY WARMUP PAGES) given.
+fn run_fixture(head: &[&str], env: &[(&str, &str)], args: &[&str]) -> (Vec<Row>, Vec<serde_json::Value>) {
     let bin = lm_cycle();
     let file = std::env::temp_dir().join(format!("latmon-cycle-io-{}", std::process::id()));
     // A timerfd loop is followed on request only (the read() program).
     let probe = if args.contains(&"timerfd") { "cycle,comm=lm_cycle,timerfd=true" } else { "cycle,comm=lm_cycle" };
     let child = start_run_env(&["--probe", probe, "--interval", "1s", "--format", "json"], env);
-    let out = Command::new(bin)
-        .args([&cycles.to_string(), "1000", "25", "100", "3000"])
-        .arg(&file)
-        .args(args)
-        .output()
-        .expect("lm_cycle");
+    let out = Command::new(bin).args(head).arg(&file).args(args).output().expect("lm_cycle");
     let _ = std::fs::remove_file(&file);
     let (status, json) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
@@ -75,7 +79,14 @@ fn run(cycles: usize, env: &[(&str, &str)], args: &[&str]) -> (Vec<Row>, Vec<ser
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             let n = |i: usize| f[i].parse::<u64>().unwrap();
-            Row { kind: f[1].chars().next().unwrap(), release: n(2), wake: n(3), done: n(4), faults: n(5) }
+            Row {
+                kind: f[1].chars().next().unwrap(),
+                release: n(2),
+                wake: n(3),
+                done: n(4),
+                faults: n(5),
+                call_vs_expiry: f.get(6).map_or(0, |v| v.parse().unwrap()),
+            }
         })
         .collect();
     (rows, json_lines(&json))
@@ -236,6 +247,70 @@ fn a_loops_misses_are_counted_and_each_explains_itself() {
             assert!(e.contains("busy misses: running"), "{e}");
         }
     }
+}
+
+/// Issue 40: a miss record is built at the loop's sleep entry; a timer
+/// interrupt on the loop's CPU runs the overrun check (hrtimer_expire_entry)
+/// inside that program, and the kernel does not keep a tp_btf program
+/// from nesting in another. The fixture (`nest`) arms a timer to expire
+/// as it calls its sleep after a miss, sweeping the call across the 3 us
+/// before the expiry, and logs where the call fell. Every miss record
+/// must stay its own (latency = done - release, exactly), and no overrun
+/// record may come at or after its cycle's done. Before the fix, the
+/// overrun built inside the miss's program overwrote its one per-CPU
+/// scratch record: misses went out with the overrun's latency and time,
+/// and an overrun went out for a finished cycle.
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn a_miss_record_stays_its_own_when_a_timer_interrupt_meets_its_done() {
+    let _s = serial();
+    let (rows, lines) = run_fixture(&["6000", "1000", "20", "20", "0"], &[], &["nest"]);
+    let recs: Vec<&serde_json::Value> = lines
+        .iter()
+        .flat_map(|l| l["alert_records"].as_array().into_iter().flatten())
+        .filter(|r| r["probe"] == "cycle")
+        .collect();
+    let done_of: HashMap<u64, u64> = recs
+        .iter()
+        .filter(|r| r["event"] == "miss")
+        .map(|r| (r["release_ns"].as_u64().unwrap(), r["done_ns"].as_u64().unwrap()))
+        .collect();
+    // The fixture's truth: the cycles whose timer was still ahead when the
+    // loop called its sleep (its interrupt came in the kernel's sleep
+    // entry or later).
+    let injected = rows.iter().filter(|r| r.kind == 'x').count();
+    let ahead = rows.iter().filter(|r| r.kind == 'x' && r.call_vs_expiry < 0).count();
+    let mut bad = Vec::new();
+    let mut misses = 0;
+    for r in recs.iter().filter(|r| r["event"] == "miss") {
+        misses += 1;
+        let span = r["done_ns"].as_u64().unwrap() - r["release_ns"].as_u64().unwrap();
+        if r["latency_ns"].as_u64() != Some(span) {
+            bad.push(format!("miss latency {} != done - release {span}: {r}", r["latency_ns"]));
+        }
+    }
+    let mut late = 0;
+    for o in recs.iter().filter(|r| r["event"] == "overrun") {
+        let done = done_of.get(&o["release_ns"].as_u64().unwrap());
+        if done.is_some_and(|d| o["time_ns"].as_u64().unwrap() >= *d) {
+            late += 1;
+            bad.push(format!("overrun sent at or after its cycle's done {done:?}: {o}"));
+        }
+    }
+    eprintln!(
+        "nest: {injected} injected misses, {ahead} with the timer ahead at the sleep call; {misses} miss records, \
+         {} overrun records, {late} after their done, {} bad",
+        recs.iter().filter(|r| r["event"] == "overrun").count(),
+        bad.len()
+    );
+    assert!(ahead >= 50, "the fixture met its timer in only {ahead} of {injected} sleep calls");
+    assert!(misses >= 100, "{misses} miss records");
+    assert!(
+        bad.is_empty(),
+        "{} records not their own:\n{}",
+        bad.len(),
+        bad.iter().take(10).cloned().collect::<Vec<_>>().join("\n")
+    );
 }
 
 /// A loop on CLOCK_REALTIME absolute sleeps: its releases are put on

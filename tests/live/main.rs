@@ -12,6 +12,7 @@ mod agent;
 mod anatomy;
 mod bucket_agreement;
 mod cycle;
+mod cycle_life;
 mod func;
 mod irq;
 mod kernel_misses;

@@ -139,7 +139,12 @@ fn sleep_rules_count_what_the_loop_did() {
     let (prom, modbus) = (format!("prom://127.0.0.1:{pp}"), format!("modbus-tcp://127.0.0.1:{mb}"));
     let server = Prometheus::start("rules", &format!("127.0.0.1:{pp}"), false);
     let outputs = ["--output", "-", "--output", &prom, "--output", &modbus];
-    let seen = std::sync::Mutex::new(([None; 4], Vec::new()));
+    // What Prometheus scraped, read while latmon still runs: once it has
+    // stopped, the next scrape (1 s) marks its series stale and a query
+    // finds none (this assertion failed twice in a row that way on a
+    // loaded host, the JSON and Modbus counts agreeing).
+    let seen = std::sync::Mutex::new(([None; 4], Vec::new(), None));
+    let lost_q = "latmon_cycle_rule_records_lost_total{probe=\"cycle\"}";
     let (did, lines) = run_cycle_with(
         Some(10),
         &[],
@@ -152,7 +157,8 @@ fn sleep_rules_count_what_the_loop_did() {
                 let got = scraped_rules(&server);
                 (got == want.map(Some)).then_some(got)
             });
-            *seen.lock().unwrap() = (got.unwrap_or_else(|| scraped_rules(&server)), modbus_rules(mb, want));
+            *seen.lock().unwrap() =
+                (got.unwrap_or_else(|| scraped_rules(&server)), modbus_rules(mb, want), server.scalar(lost_q, None));
             // The exposition with the rule families passes promtool's lint.
             let (status, body) = http_get(&format!("127.0.0.1:{pp}"), "/metrics").expect("latmon's /metrics");
             assert_eq!(status, 200, "{body}");
@@ -166,14 +172,13 @@ fn sleep_rules_count_what_the_loop_did() {
         Err(e) => panic!("{e}"),
     }
     let json = rule_totals(&lines, "cycle").unwrap_or_else(|e| panic!("{e}"));
-    let (scraped, regs) = seen.into_inner().unwrap();
+    let (scraped, regs, scraped_lost) = seen.into_inner().unwrap();
     let lost = last_probe(&lines, "cycle").and_then(|p| p["cycle"]["total_rule_records_lost"].as_u64());
     eprintln!("FIGURES rules: Prometheus scraped {scraped:?}, Modbus 64000.. {regs:?}, JSON {json:?} lost {lost:?}");
     assert_eq!(scraped, json.map(Some), "latmon_cycle_rule_violations_total vs JSON total_rule_counts");
     let json32: Vec<u32> = json.iter().chain(&[lost.unwrap_or(u64::MAX)]).map(|&n| n as u32).collect();
     assert_eq!(regs, json32, "Modbus counter block 0 vs JSON total_rule_counts, total_rule_records_lost");
-    let q = "latmon_cycle_rule_records_lost_total{probe=\"cycle\"}";
-    assert_eq!(server.scalar(q, None), lost.map(|n| n as f64), "records lost, scraped");
+    assert_eq!(scraped_lost, lost.map(|n| n as f64), "records lost, scraped");
     // Each rule broken has its record (at most one per 100 ms), naming
     // the syscall it slept in.
     let recs = rule_records(&lines);
