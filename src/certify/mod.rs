@@ -187,6 +187,7 @@ pub fn run(opts: &Options) -> Result<Certificate> {
     }
     let _stats = cost::enable_stats().context("BPF_ENABLE_STATS")?;
     let epoch_ns = opts.epoch.as_nanos() as u64;
+    let settle_ns = opts.settle.as_nanos() as u64;
     let rounds = model::rounds_for(opts.duration.as_nanos() as u64, epoch_ns);
     let order = model::schedule(rounds);
     // Epochs, plus a generous allowance for the attaches between them.
@@ -223,32 +224,39 @@ pub fn run(opts: &Options) -> Result<Certificate> {
             }
             log::info!("certify: epoch {}/{}: {}", i + 1, order.len(), state.as_str());
             let start = monotonic_ns();
-            let before = match (attached.as_mut(), state) {
-                (Some(a), State::Full) => {
-                    let h = read_cycle(a);
-                    Some((bpf_run(&a.probes), threads_cpu_ns(meter.tid.load(Ordering::Relaxed)), h))
-                }
+            let before = match (&attached, state) {
+                (Some(a), State::Full) => Some((bpf_run(&a.probes), threads_cpu_ns(meter.tid.load(Ordering::Relaxed)))),
                 _ => None,
             };
-            let end = start + epoch_ns;
+            let (settled, end) = (start + settle_ns, start + epoch_ns);
+            // The cycle probe's view from the settle time on, as the
+            // states': its first response after the gate opens spans the
+            // time it was closed.
+            let mut cycle_from = None;
             loop {
                 let now = monotonic_ns();
                 if now >= end || meter.handle.is_finished() {
                     break;
                 }
-                std::thread::sleep(Duration::from_nanos((end - now).min(1_000_000_000)));
+                let wake = if now < settled { settled } else { end };
+                std::thread::sleep(Duration::from_nanos((wake - now).min(1_000_000_000)));
                 if let Some(a) = attached.as_mut() {
+                    if state == State::Full && cycle_from.is_none() && monotonic_ns() >= settled {
+                        cycle_from = Some(read_cycle(a));
+                    }
                     agent_reads(a, &mut alerts);
                 }
             }
             let stop = monotonic_ns();
-            if let (Some(a), Some(((t0, r0), c0, h0))) = (attached.as_mut(), before) {
+            if let (Some(a), Some(((t0, r0), c0))) = (attached.as_mut(), before) {
                 let (t1, r1) = bpf_run(&a.probes);
                 full_bpf += t1.saturating_sub(t0);
                 full_runs += r1.saturating_sub(r0);
                 full_threads += threads_cpu_ns(meter.tid.load(Ordering::Relaxed)).saturating_sub(c0);
                 full_wall += stop - start;
-                cycle.merge(&read_cycle(a).delta(&h0));
+                if let Some(h0) = cycle_from {
+                    cycle.merge(&read_cycle(a).delta(&h0));
+                }
             }
             epochs.push(Epoch { state, start_ns: start, end_ns: stop });
             if meter.handle.is_finished() {

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 //! `latmon certify` can fail: with an injected observer
 //! (tests/fixtures/lm_observer.bpf.c, compiled and loaded by this test,
-//! never part of latmon) that busy-waits 30 us at every sched_switch and
-//! sched_wakeup while armed - armed by this test in the full epochs only,
-//! which latmon -v names as each starts - the certificate's verdict is
-//! fail and says so. Without it, on this host, the verdict holds: the
+//! never part of latmon) that busy-waits 500 us at the measuring thread's
+//! every sched_wakeup and sched_switch while armed - armed by this test in
+//! the full epochs only, which latmon -v names as each starts - the
+//! certificate's verdict is fail and says so. Without it, on this host, the verdict holds: the
 //! p99.9 shift stays within max(2 us, the bootstrap interval's
 //! half-width), and `latmon check` shows the stored certificate.
 
@@ -20,10 +20,18 @@ use libbpf_rs::{libbpf_sys, MapCore};
 
 /// The observer's object, built with clang from tests/fixtures.
 fn observer_object(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lm_observer.bpf.c");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("tests/fixtures/lm_observer.bpf.c");
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "x86",
+        "aarch64" => "arm64",
+        _ => "arm",
+    };
     let obj = dir.join("lm_observer.o");
     let out = std::process::Command::new("clang")
         .args(["-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-c"])
+        .arg("-I")
+        .arg(root.join("bpf/vmlinux").join(arch))
         .arg(&src)
         .arg("-o")
         .arg(&obj)
@@ -70,12 +78,14 @@ fn arm(bss: &OwnedFd, on: bool) {
     assert_eq!(rc, 0, "arming the observer");
 }
 
-/// `latmon -v certify --duration 20s --json`, storing into `cert`; the
-/// observer (if any) armed exactly while a full epoch runs. Returns the
-/// JSON and the exit code.
+/// `latmon -v certify --duration 20s --json` (LATMON_CERTIFY_DURATION
+/// overrides 20s: the README's figures were made with 60s), storing into
+/// `cert`; the observer (if any) armed exactly while a full epoch runs.
+/// Returns the JSON and the exit code.
 fn certify(cert: &Path, observer: Option<&Observer>) -> (serde_json::Value, i32) {
+    let duration = std::env::var("LATMON_CERTIFY_DURATION").unwrap_or_else(|_| "20s".into());
     let mut child = latmon()
-        .args(["-v", "certify", "--duration", "20s", "--json", "--certificate"])
+        .args(["-v", "certify", "--duration", &duration, "--json", "--certificate"])
         .arg(cert)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -139,7 +149,7 @@ fn an_injected_observer_fails_the_certificate() {
     // The observer's two spins land on every wakeup in full, in no other
     // state: the medians say where it was armed.
     let p50 = |s: &str| v["states"][s]["p50_ns"].as_i64().unwrap();
-    assert!(p50("full") - p50("none") > 40_000 && p50("empty") - p50("none") < 20_000, "{}", states_line(&v));
+    assert!(p50("full") - p50("none") > 800_000 && p50("empty") - p50("none") < 100_000, "{}", states_line(&v));
 }
 
 #[test]
