@@ -197,7 +197,7 @@ pub fn run(opts: &Options) -> Result<Certificate> {
     let (mut epochs, mut attaches, mut detaches) = (Vec::new(), Vec::new(), Vec::new());
     let (mut full_wall, mut full_bpf, mut full_runs, mut full_threads) = (0u64, 0u64, 0u64, 0u64);
     let mut cycle = Hist::default();
-    let mut alerts = Vec::with_capacity(crate::bpf::limits::ALERT_QUEUE as usize);
+    let mut alerts = Vec::with_capacity(crate::bpf::limits::ALERT_QUEUE);
     let result = (|| -> Result<()> {
         for (i, &state) in order.iter().enumerate() {
             let prev = i.checked_sub(1).map(|j| order[j]);
