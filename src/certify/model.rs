@@ -97,18 +97,16 @@ pub struct Epoch {
     pub end_ns: u64,
 }
 
-/// The latencies of each state (indexed as `State::ALL`): the samples
-/// programmed in an epoch of that state, past its first `settle_ns`.
+/// The latencies of each state (indexed as `State::ALL`), one block per
+/// epoch: the samples programmed in it past its first `settle_ns`.
 /// `samples` must be in time order (the measuring thread's order).
-pub fn by_state(samples: &[Sample], epochs: &[Epoch], settle_ns: u64) -> [Vec<u64>; 3] {
-    let mut out: [Vec<u64>; 3] = Default::default();
+pub fn by_state(samples: &[Sample], epochs: &[Epoch], settle_ns: u64) -> [Vec<Vec<u64>>; 3] {
+    let mut out: [Vec<Vec<u64>>; 3] = Default::default();
     for e in epochs {
         let from = e.start_ns.saturating_add(settle_ns);
         let lo = samples.partition_point(|s| s.at_ns < from);
-        let hi = samples.partition_point(|s| s.at_ns < e.end_ns);
-        if lo < hi {
-            out[e.state.index()].extend(samples[lo..hi].iter().map(|s| s.late_ns));
-        }
+        let hi = samples.partition_point(|s| s.at_ns < e.end_ns).max(lo);
+        out[e.state.index()].push(samples[lo..hi].iter().map(|s| s.late_ns).collect());
     }
     out
 }
@@ -193,22 +191,31 @@ impl Rng {
     }
 }
 
-/// The bootstrap's 95 % interval of quantile(q, a) − quantile(q, b):
-/// `iters` times, each side resampled with replacement to its own size;
-/// the 2.5th and 97.5th percentiles of the differences. (0, 0) when a
-/// side is empty.
-pub fn bootstrap_shift_ci(a: &[u64], b: &[u64], q: f64, iters: u32, seed: u64) -> [i64; 2] {
-    if a.is_empty() || b.is_empty() || iters == 0 {
+/// The bootstrap's 95 % interval of quantile(q, a) − quantile(q, b),
+/// each side given as blocks (its epochs): `iters` times, each side's
+/// blocks resampled with replacement (as many as it has) and pooled; the
+/// 2.5th and 97.5th percentiles of the differences. Whole epochs, not
+/// single samples: a machine's noise comes in bursts (another process's
+/// link step, a host's steal) that fill some epochs' tails and not
+/// others', and resampling single samples would take a burst for a
+/// difference between the states. (0, 0) when a side has no samples.
+pub fn bootstrap_shift_ci(a: &[Vec<u64>], b: &[Vec<u64>], q: f64, iters: u32, seed: u64) -> [i64; 2] {
+    let empty = |x: &[Vec<u64>]| x.iter().all(Vec::is_empty);
+    if empty(a) || empty(b) || iters == 0 {
         return [0, 0];
     }
     let mut rng = Rng::new(seed);
-    let mut ra = vec![0u64; a.len()];
-    let mut rb = vec![0u64; b.len()];
+    let mut pool = Vec::new();
+    let mut resample = |blocks: &[Vec<u64>], rng: &mut Rng| {
+        pool.clear();
+        for _ in 0..blocks.len() {
+            pool.extend_from_slice(&blocks[rng.below(blocks.len())]);
+        }
+        quantile_select(&mut pool, q)
+    };
     let mut diffs = Vec::with_capacity(iters as usize);
     for _ in 0..iters {
-        ra.iter_mut().for_each(|x| *x = a[rng.below(a.len())]);
-        rb.iter_mut().for_each(|x| *x = b[rng.below(b.len())]);
-        let d = i128::from(quantile_select(&mut ra, q)) - i128::from(quantile_select(&mut rb, q));
+        let d = i128::from(resample(a, &mut rng)) - i128::from(resample(b, &mut rng));
         diffs.push(d.clamp(i64::MIN.into(), i64::MAX.into()) as i64);
     }
     diffs.sort_unstable();
@@ -303,7 +310,8 @@ pub fn figures(
     spike_window_ns: u64,
 ) -> Figures {
     let [none, empty, full] = by_state(samples, epochs, settle_ns);
-    let states = States { none: StateStats::of(&none), empty: StateStats::of(&empty), full: StateStats::of(&full) };
+    let pooled = |b: &[Vec<u64>]| StateStats::of(&b.concat());
+    let states = States { none: pooled(&none), empty: pooled(&empty), full: pooled(&full) };
     let shift = i64::try_from(i128::from(states.full.p999_ns) - i128::from(states.none.p999_ns)).unwrap_or(i64::MAX);
     let ci95 = bootstrap_shift_ci(&full, &none, 0.999, BOOTSTRAP_ITERS, BOOTSTRAP_SEED);
     let goal = goal_ns(ci95);
@@ -390,10 +398,11 @@ mod tests {
         // 10 ms epochs of 1 ms samples, 3 ms settle: 7 samples each.
         let s = samples(30, |i| i);
         let e = |state, i: u64| Epoch { state, start_ns: i * 10_000_000, end_ns: (i + 1) * 10_000_000 };
-        let [none, empty, full] = by_state(&s, &[e(State::Full, 0), e(State::None, 1), e(State::Empty, 2)], 3_000_000);
-        assert_eq!(full, [3, 4, 5, 6, 7, 8, 9]);
-        assert_eq!(none, [13, 14, 15, 16, 17, 18, 19]);
-        assert_eq!(empty, [23, 24, 25, 26, 27, 28, 29]);
+        let [none, empty, full] =
+            by_state(&s, &[e(State::Full, 0), e(State::None, 1), e(State::Empty, 2), e(State::Full, 3)], 3_000_000);
+        assert_eq!(full, [vec![3, 4, 5, 6, 7, 8, 9], vec![]]);
+        assert_eq!(none, [[13, 14, 15, 16, 17, 18, 19]]);
+        assert_eq!(empty, [[23, 24, 25, 26, 27, 28, 29]]);
     }
 
     #[test]
@@ -434,19 +443,40 @@ mod tests {
             .collect()
     }
 
+    /// `tail`'s latencies in `n` epochs (blocks) of 2000.
+    fn epochs_of(n: usize, base: u64, seed: u64) -> Vec<Vec<u64>> {
+        (0..n).map(|i| tail(2_000, base, seed * 1000 + i as u64)).collect()
+    }
+
     #[test]
     fn the_interval_covers_no_shift_between_like_samples_and_excludes_zero_for_a_real_one() {
-        let none = tail(20_000, 3_000, 1);
-        let same = tail(20_000, 3_000, 2);
+        let none = epochs_of(10, 3_000, 1);
+        let same = epochs_of(10, 3_000, 2);
         let ci = bootstrap_shift_ci(&same, &none, 0.999, 400, BOOTSTRAP_SEED);
         assert!(ci[0] <= 0 && 0 <= ci[1], "{ci:?}");
         // Reproducible: the same seed, the same interval.
         assert_eq!(ci, bootstrap_shift_ci(&same, &none, 0.999, 400, BOOTSTRAP_SEED));
         // 20 µs more on every wakeup.
-        let slow: Vec<u64> = tail(20_000, 23_000, 3);
+        let slow = epochs_of(10, 23_000, 3);
         let ci = bootstrap_shift_ci(&slow, &none, 0.999, 400, BOOTSTRAP_SEED);
         assert!(ci[0] > 5_000, "{ci:?}");
         assert_eq!(bootstrap_shift_ci(&[], &none, 0.999, 400, 1), [0, 0]);
+        assert_eq!(bootstrap_shift_ci(&[vec![]], &none, 0.999, 400, 1), [0, 0]);
+    }
+
+    #[test]
+    fn a_burst_in_one_epoch_is_not_taken_for_a_shift() {
+        // Like states, but one of full's ten epochs met a burst: 30 of
+        // its wakeups 200 µs late. Resampling single samples would call
+        // that a shift; resampling epochs sees one epoch of ten.
+        let none = epochs_of(10, 3_000, 4);
+        let mut full = epochs_of(10, 3_000, 5);
+        full[6].iter_mut().take(30).for_each(|x| *x += 200_000);
+        let ci = bootstrap_shift_ci(&full, &none, 0.999, 400, BOOTSTRAP_SEED);
+        assert!(ci[0] <= 0, "{ci:?}");
+        let flat = |b: &[Vec<u64>]| b.concat().chunks(1).map(<[u64]>::to_vec).collect::<Vec<_>>();
+        let per_sample = bootstrap_shift_ci(&flat(&full), &flat(&none), 0.999, 400, BOOTSTRAP_SEED);
+        assert!(per_sample[0] > 0, "single samples: {per_sample:?}");
     }
 
     #[test]
