@@ -29,6 +29,7 @@ EXAMPLES:
     latmon run --config /etc/latmon/latmon.toml
     latmon check                               # what this kernel can attach, and the plan
     latmon check --config board.toml --json    # board bring-up: exit 0 ok, 1 probe fails, 2 invalid
+    latmon certify --config board.toml         # what latmon costs an RT thread here, stored beside the config
     latmon run --output serial:/dev/ttyS1@115200            # postcard frames on the UART
     latmon run --output serial:/dev/ttyS1 --format text     # readable text for minicom/screen
     latmon run --output - --output tcp://0.0.0.0:7070       # text here, frames to every TCP client
@@ -280,6 +281,10 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
 fn cmd_certify(a: CertifyArgs) -> Result<ExitCode> {
     let cfg = load_config(&a.common)?;
     let mut opts = certify::Options::new(parse_duration(&a.duration)?, cfg.probes);
+    // The samples are kept in memory (16 bytes a millisecond: 58 MB an hour).
+    if opts.duration > latmon::config::MAX_INTERVAL {
+        latmon::bail!("--duration {}: at most {:?}", a.duration, latmon::config::MAX_INTERVAL);
+    }
     opts.epoch = parse_duration(&a.epoch)?;
     if opts.epoch < std::time::Duration::from_secs(1) {
         latmon::bail!("--epoch {}: at least 1s", a.epoch);
