@@ -78,14 +78,18 @@ fn arm(bss: &OwnedFd, on: bool) {
     assert_eq!(rc, 0, "arming the observer");
 }
 
-/// `latmon -v certify --duration 20s --json` (LATMON_CERTIFY_DURATION
-/// overrides 20s: the README's figures were made with 60s), storing into
-/// `cert`; the observer (if any) armed exactly while a full epoch runs.
-/// Returns the JSON and the exit code.
+/// `latmon -v certify --duration 30s --epoch 1s --json`
+/// (LATMON_CERTIFY_DURATION and _EPOCH override them: the README's figures
+/// were made with 60s and 2s), storing into `cert`; the observer (if any)
+/// armed exactly while a full epoch runs. Returns the JSON and the exit
+/// code. Ten 1 s epochs a state, not three of 2 s: the interval resamples
+/// epochs, and with three one burst of the shared host's noise in one
+/// `none` epoch made it 5 ms wide (observer run: pass, 1 of 3 runs).
 fn certify(cert: &Path, observer: Option<&Observer>) -> (serde_json::Value, i32) {
-    let duration = std::env::var("LATMON_CERTIFY_DURATION").unwrap_or_else(|_| "20s".into());
+    let duration = std::env::var("LATMON_CERTIFY_DURATION").unwrap_or_else(|_| "30s".into());
+    let epoch = std::env::var("LATMON_CERTIFY_EPOCH").unwrap_or_else(|_| "1s".into());
     let mut child = latmon()
-        .args(["-v", "certify", "--duration", &duration, "--json", "--certificate"])
+        .args(["-v", "certify", "--duration", &duration, "--epoch", &epoch, "--json", "--certificate"])
         .arg(cert)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
