@@ -48,6 +48,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "latmon.h"
+#include "gate.bpf.h"
 #include "maps.bpf.h"
 /* Before the shared headers, which read cfg.common. 0 is a syscall number
  * (read on x86_64): "none" is -1 until user space sets the numbers. */
@@ -504,6 +505,7 @@ static __always_inline __u32 blocked_on(__s64 state, __s32 sys)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(cycle_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
+	LATMON_GATE();
 	struct cycle_thread *t;
 	struct anat_slot *s;
 	__u64 now = 0;
@@ -598,6 +600,7 @@ SEC("tp_btf/irq_handler_entry")
 int BPF_PROG(cycle_irq_entry, int irq)
 {
 	irq_ctx_enter();
+	LATMON_GATE();
 	anat_irq_entry(irq);
 	overrun_check(ctx);
 	return 0;
@@ -607,6 +610,7 @@ SEC("tp_btf/irq_handler_exit")
 int BPF_PROG(cycle_irq_exit, int irq)
 {
 	irq_ctx_exit();
+	LATMON_GATE();
 	anat_irq_exit(irq);
 	return 0;
 }
@@ -616,6 +620,7 @@ SEC("tp_btf/softirq_entry")
 int BPF_PROG(cycle_softirq_entry, unsigned int vec_nr)
 {
 	irq_ctx_enter();
+	LATMON_GATE();
 	anat_softirq_entry(vec_nr);
 	return 0;
 }
@@ -624,6 +629,7 @@ SEC("tp_btf/softirq_exit")
 int BPF_PROG(cycle_softirq_exit, unsigned int vec_nr)
 {
 	irq_ctx_exit();
+	LATMON_GATE();
 	anat_softirq_exit(vec_nr);
 	return 0;
 }
@@ -634,7 +640,10 @@ int BPF_PROG(cycle_softirq_exit, unsigned int vec_nr)
 SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(cycle_hrtimer_expire, struct hrtimer *timer)
 {
+	/* Before the gate: the interrupt-context count must stay balanced
+	 * across certify's gate switches, or a wakeup would be misjudged. */
 	irq_ctx_enter();
+	LATMON_GATE();
 	if (cycle_live > 0)
 		clock_offsets_from(timer);
 	timerfd_expiry(timer);

@@ -28,6 +28,7 @@
 SEC("tracepoint/syscalls/sys_enter_clock_nanosleep")
 int cycle_clock_nanosleep(struct sys_enter_rec *ctx)
 {
+	LATMON_GATE();
 	__u64 now = bpf_ktime_get_ns();
 
 	timer_sleep(ctx, clock_nanosleep_release(ctx, now), now, false);
@@ -38,6 +39,7 @@ int cycle_clock_nanosleep(struct sys_enter_rec *ctx)
 SEC("tracepoint/syscalls/sys_enter_nanosleep")
 int cycle_nanosleep(struct sys_enter_rec *ctx)
 {
+	LATMON_GATE();
 	__u64 now = bpf_ktime_get_ns();
 	__u64 req = timespec_ns((const struct __kernel_timespec *)ctx->args[0]);
 
@@ -87,6 +89,7 @@ static __always_inline void sleep_exit(struct sys_exit_rec *ctx)
 SEC("tracepoint/syscalls/sys_exit_clock_nanosleep")
 int cycle_clock_nanosleep_exit(struct sys_exit_rec *ctx)
 {
+	LATMON_GATE();
 	sleep_exit(ctx);
 	return 0;
 }
@@ -94,6 +97,7 @@ int cycle_clock_nanosleep_exit(struct sys_exit_rec *ctx)
 SEC("tracepoint/syscalls/sys_exit_nanosleep")
 int cycle_nanosleep_exit(struct sys_exit_rec *ctx)
 {
+	LATMON_GATE();
 	sleep_exit(ctx);
 	return 0;
 }
@@ -174,6 +178,7 @@ static __always_inline struct file *fd_file(struct task_struct *cur, __u64 fd)
 SEC("tracepoint/syscalls/sys_enter_read")
 int cycle_read(struct sys_enter_rec *ctx)
 {
+	LATMON_GATE();
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct cycle_thread *t = thread_of(tid);
 	struct timerfd_ctx *c;

@@ -50,6 +50,7 @@ static __always_inline void cycle_woken(struct cycle_thread *t, struct task_stru
 SEC("tp_btf/sched_waking")
 int BPF_PROG(cycle_waking, struct task_struct *p)
 {
+	LATMON_GATE();
 	struct cycle_thread *t = thread_of(p->pid);
 
 	if (!t)
@@ -68,6 +69,7 @@ int BPF_PROG(cycle_waking, struct task_struct *p)
 SEC("tp_btf/sched_migrate_task")
 int BPF_PROG(cycle_migrate, struct task_struct *p, int dest_cpu)
 {
+	LATMON_GATE();
 	struct cycle_thread *t = thread_of(p->pid);
 
 	if (!t || t->phase != P_WAIT || p->on_rq || latmon_task_cpu_btf(p) == (__u32)dest_cpu)

@@ -64,6 +64,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "latmon.h"
+#include "gate.bpf.h"
 #include "maps.bpf.h"
 /* Before the shared headers, which read cfg.common. */
 const volatile struct latmon_func_config cfg = {};
@@ -299,28 +300,49 @@ static __always_inline int on_return(void *ctx, __u32 id, __u32 sp)
 
 #ifndef LATMON_NO_BTF
 SEC("fentry")
-int BPF_PROG(func_fentry) { return on_entry(cfg.fentry_probe_id, 0); }
+int BPF_PROG(func_fentry)
+{
+	LATMON_GATE();
+	return on_entry(cfg.fentry_probe_id, 0);
+}
 
 SEC("fexit")
-int BPF_PROG(func_fexit) { return on_return(ctx, cfg.fentry_probe_id, 0); }
+int BPF_PROG(func_fexit)
+{
+	LATMON_GATE();
+	return on_return(ctx, cfg.fentry_probe_id, 0);
+}
 #endif
 
 /* ---- kprobe/kretprobe: probe id in the attach cookie ------------------- */
 
 SEC("kprobe")
-int BPF_KPROBE(func_kentry) { return on_entry(bpf_get_attach_cookie(ctx), 0); }
+int BPF_KPROBE(func_kentry)
+{
+	LATMON_GATE();
+	return on_entry(bpf_get_attach_cookie(ctx), 0);
+}
 
 SEC("kretprobe")
-int BPF_KRETPROBE(func_kexit) { return on_return(ctx, bpf_get_attach_cookie(ctx), 0); }
+int BPF_KRETPROBE(func_kexit)
+{
+	LATMON_GATE();
+	return on_return(ctx, bpf_get_attach_cookie(ctx), 0);
+}
 
 /* ---- uprobe/uretprobe: probe id in the attach cookie, frames by SP ----- */
 
 SEC("uprobe")
-int BPF_KPROBE(func_uentry) { return on_entry(bpf_get_attach_cookie(ctx), frame_id(PT_REGS_SP(ctx))); }
+int BPF_KPROBE(func_uentry)
+{
+	LATMON_GATE();
+	return on_entry(bpf_get_attach_cookie(ctx), frame_id(PT_REGS_SP(ctx)));
+}
 
 SEC("uretprobe")
 int BPF_KRETPROBE(func_uexit)
 {
+	LATMON_GATE();
 	return on_return(ctx, bpf_get_attach_cookie(ctx), frame_id(PT_REGS_SP(ctx) - RET_SP_ADJ));
 }
 
@@ -332,6 +354,7 @@ int BPF_KRETPROBE(func_uexit)
 SEC("raw_tp/sched_process_exit")
 int func_task_exit(void *ctx)
 {
+	LATMON_GATE();
 	struct func_key key = {.tid = (__u32)bpf_get_current_pid_tgid()};
 	struct func_stack *st;
 

@@ -49,6 +49,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "latmon.h"
+#include "gate.bpf.h"
 #include "maps.bpf.h"
 #include "tpfield.bpf.h"
 #ifndef LATMON_NO_BTF
@@ -245,6 +246,7 @@ static __always_inline void handler_exit(void *ctx, int irq, int ret)
 SEC("tp_btf/irq_handler_entry")
 int BPF_PROG(irq_entry_btf, int irq, struct irqaction *action)
 {
+	LATMON_GATE();
 	handler_entry(irq, (__u64)action->thread);
 	return 0;
 }
@@ -253,6 +255,7 @@ int BPF_PROG(irq_entry_btf, int irq, struct irqaction *action)
 SEC("tp_btf/irq_handler_exit")
 int BPF_PROG(irq_exit_btf, int irq, struct irqaction *action, int ret)
 {
+	LATMON_GATE();
 	handler_exit(ctx, irq, ret);
 	return 0;
 }
@@ -260,6 +263,7 @@ int BPF_PROG(irq_exit_btf, int irq, struct irqaction *action, int ret)
 SEC("raw_tp/irq_handler_entry")
 int BPF_PROG(irq_entry_raw, int irq, struct irqaction *action)
 {
+	LATMON_GATE();
 	/* No thread path on raw_tp: it needs task storage. */
 	handler_entry(irq, 0);
 	return 0;
@@ -268,6 +272,7 @@ int BPF_PROG(irq_entry_raw, int irq, struct irqaction *action)
 SEC("raw_tp/irq_handler_exit")
 int BPF_PROG(irq_exit_raw, int irq, struct irqaction *action, int ret)
 {
+	LATMON_GATE();
 	handler_exit(ctx, irq, ret);
 	return 0;
 }
@@ -302,6 +307,7 @@ static __always_inline void thread_ran(void *ctx, struct thread_stamp *st, __u64
 SEC("tp_btf/sched_waking")
 int BPF_PROG(irq_thread_waking_btf, struct task_struct *p)
 {
+	LATMON_GATE();
 	struct irq_cpu *c = cpu_state();
 	struct thread_stamp *st;
 
@@ -332,6 +338,7 @@ int BPF_PROG(irq_thread_waking_btf, struct task_struct *p)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(irq_thread_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
+	LATMON_GATE();
 	struct thread_stamp *st;
 
 	if (irq_thread_pending <= 0)
@@ -354,6 +361,7 @@ int BPF_PROG(irq_thread_switch_btf, bool preempt, struct task_struct *prev, stru
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(irq_thread_exit_btf, struct task_struct *p)
 {
+	LATMON_GATE();
 	struct thread_stamp *st = irq_thread_stamp_get(p);
 
 	if (st && st->entry_ns)
@@ -405,6 +413,7 @@ static __always_inline void soft_exit(void *ctx, unsigned int vec)
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(softirq_entry_btf, unsigned int vec)
 {
+	LATMON_GATE();
 	soft_entry(vec);
 	return 0;
 }
@@ -412,6 +421,7 @@ int BPF_PROG(softirq_entry_btf, unsigned int vec)
 SEC("tp_btf/softirq_exit")
 int BPF_PROG(softirq_exit_btf, unsigned int vec)
 {
+	LATMON_GATE();
 	soft_exit(ctx, vec);
 	return 0;
 }
@@ -419,6 +429,7 @@ int BPF_PROG(softirq_exit_btf, unsigned int vec)
 SEC("raw_tp/softirq_entry")
 int BPF_PROG(softirq_entry_raw, unsigned int vec)
 {
+	LATMON_GATE();
 	soft_entry(vec);
 	return 0;
 }
@@ -426,6 +437,7 @@ int BPF_PROG(softirq_entry_raw, unsigned int vec)
 SEC("raw_tp/softirq_exit")
 int BPF_PROG(softirq_exit_raw, unsigned int vec)
 {
+	LATMON_GATE();
 	soft_exit(ctx, vec);
 	return 0;
 }
@@ -443,6 +455,7 @@ const volatile struct latmon_tp_field soft_exit_vec = {};
 SEC("tracepoint/irq/irq_handler_entry")
 int irq_entry_tp(void *ctx)
 {
+	LATMON_GATE();
 	handler_entry(latmon_tp_read(ctx, &entry_irq), 0);
 	return 0;
 }
@@ -450,6 +463,7 @@ int irq_entry_tp(void *ctx)
 SEC("tracepoint/irq/irq_handler_exit")
 int irq_exit_tp(void *ctx)
 {
+	LATMON_GATE();
 	/* ret only matters to the threaded path, which is not here. */
 	handler_exit(ctx, latmon_tp_read(ctx, &exit_irq), 0);
 	return 0;
@@ -458,6 +472,7 @@ int irq_exit_tp(void *ctx)
 SEC("tracepoint/irq/softirq_entry")
 int softirq_entry_tp(void *ctx)
 {
+	LATMON_GATE();
 	soft_entry(latmon_tp_read(ctx, &soft_entry_vec));
 	return 0;
 }
@@ -465,6 +480,7 @@ int softirq_entry_tp(void *ctx)
 SEC("tracepoint/irq/softirq_exit")
 int softirq_exit_tp(void *ctx)
 {
+	LATMON_GATE();
 	soft_exit(ctx, latmon_tp_read(ctx, &soft_exit_vec));
 	return 0;
 }

@@ -35,6 +35,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "latmon.h"
+#include "gate.bpf.h"
 #include "maps.bpf.h"
 /* Before the shared headers, which read cfg.common. */
 const volatile struct latmon_lock_config cfg = {};
@@ -458,19 +459,28 @@ static __always_inline int futex_enter(__u64 uaddr, __u64 op)
 }
 
 SEC("tracepoint/syscalls/sys_enter_futex")
-int lock_futex_enter(struct sys_enter_futex_rec *ctx) { return futex_enter(ctx->uaddr, ctx->op); }
+int lock_futex_enter(struct sys_enter_futex_rec *ctx)
+{
+	LATMON_GATE();
+	return futex_enter(ctx->uaddr, ctx->op);
+}
 
 /* 32-bit arm with a 64-bit time_t (glibc 2.34+ _TIME_BITS=64): glibc
  * calls futex_time64; no such tracepoint on 64-bit kernels (user space
  * leaves this program out there). */
 SEC("tracepoint/syscalls/sys_enter_futex_time64")
-int lock_futex_time64_enter(struct sys_enter_futex_rec *ctx) { return futex_enter(ctx->uaddr, ctx->op); }
+int lock_futex_time64_enter(struct sys_enter_futex_rec *ctx)
+{
+	LATMON_GATE();
+	return futex_enter(ctx->uaddr, ctx->op);
+}
 
 /* futex2's futex_wait (kernel 6.7+, commit 27b88f3519e2): a plain wait,
  * neither PI nor a glibc mutex: the owner is the waker. */
 SEC("tracepoint/syscalls/sys_enter_futex_wait")
 int lock_futex_wait_enter(struct sys_enter_futex_wait_rec *ctx)
 {
+	LATMON_GATE();
 	wait_begin(ctx->uaddr, LATMON_LOCK_OP_FUTEX_WAIT2);
 	return 0;
 }
@@ -482,6 +492,7 @@ int lock_futex_wait_enter(struct sys_enter_futex_wait_rec *ctx)
 SEC("tracepoint/syscalls/sys_enter_futex_waitv")
 int lock_futex_waitv_enter(struct sys_enter_futex_waitv_rec *ctx)
 {
+	LATMON_GATE();
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__u64 uaddr = 0;
 
@@ -538,16 +549,32 @@ static __always_inline int futex_exit(void *ctx)
 }
 
 SEC("tracepoint/syscalls/sys_exit_futex")
-int lock_futex_exit(struct sys_exit_futex_rec *ctx) { return futex_exit(ctx); }
+int lock_futex_exit(struct sys_exit_futex_rec *ctx)
+{
+	LATMON_GATE();
+	return futex_exit(ctx);
+}
 
 SEC("tracepoint/syscalls/sys_exit_futex_time64")
-int lock_futex_time64_exit(struct sys_exit_futex_rec *ctx) { return futex_exit(ctx); }
+int lock_futex_time64_exit(struct sys_exit_futex_rec *ctx)
+{
+	LATMON_GATE();
+	return futex_exit(ctx);
+}
 
 SEC("tracepoint/syscalls/sys_exit_futex_wait")
-int lock_futex_wait_exit(struct sys_exit_futex_rec *ctx) { return futex_exit(ctx); }
+int lock_futex_wait_exit(struct sys_exit_futex_rec *ctx)
+{
+	LATMON_GATE();
+	return futex_exit(ctx);
+}
 
 SEC("tracepoint/syscalls/sys_exit_futex_waitv")
-int lock_futex_waitv_exit(struct sys_exit_futex_rec *ctx) { return futex_exit(ctx); }
+int lock_futex_waitv_exit(struct sys_exit_futex_rec *ctx)
+{
+	LATMON_GATE();
+	return futex_exit(ctx);
+}
 
 /* sched_waking, not sched_wakeup: it fires in the waker's own context;
  * a remote wakeup's sched_wakeup fires on the woken task's CPU, from
@@ -556,6 +583,7 @@ int lock_futex_waitv_exit(struct sys_exit_futex_rec *ctx) { return futex_exit(ct
 SEC("tp_btf/sched_waking")
 int BPF_PROG(lock_waking, struct task_struct *p)
 {
+	LATMON_GATE();
 	struct lock_thread *t = thread_of(p->pid);
 	__u64 pid_tgid;
 
@@ -573,6 +601,7 @@ int BPF_PROG(lock_waking, struct task_struct *p)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(lock_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
+	LATMON_GATE();
 	struct lock_thread *t;
 	struct lock_owner *o;
 	struct lock_cpu *c;

@@ -32,6 +32,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "latmon.h"
+#include "gate.bpf.h"
 #include "maps.bpf.h"
 #include "tpfield.bpf.h"
 /* Before the shared headers, which read cfg.common. */
@@ -162,6 +163,7 @@ static __always_inline void stamp_task(struct task_struct *p)
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(runq_wakeup_btf, struct task_struct *p)
 {
+	LATMON_GATE();
 	stamp_task(p);
 	return 0;
 }
@@ -169,6 +171,7 @@ int BPF_PROG(runq_wakeup_btf, struct task_struct *p)
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(runq_wakeup_new_btf, struct task_struct *p)
 {
+	LATMON_GATE();
 	stamp_task(p);
 	return 0;
 }
@@ -178,6 +181,7 @@ int BPF_PROG(runq_wakeup_new_btf, struct task_struct *p)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(runq_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
+	LATMON_GATE();
 	struct runq_stamp *st;
 	__u64 now_ns = 0;
 
@@ -211,6 +215,7 @@ int BPF_PROG(runq_switch_btf, bool preempt, struct task_struct *prev, struct tas
 SEC("tp_btf/irq_handler_entry")
 int BPF_PROG(runq_anat_irq_entry_btf, int irq, struct irqaction *action)
 {
+	LATMON_GATE();
 	anat_irq_entry(irq);
 	return 0;
 }
@@ -219,6 +224,7 @@ int BPF_PROG(runq_anat_irq_entry_btf, int irq, struct irqaction *action)
 SEC("tp_btf/irq_handler_exit")
 int BPF_PROG(runq_anat_irq_exit_btf, int irq, struct irqaction *action, int ret)
 {
+	LATMON_GATE();
 	anat_irq_exit(irq);
 	return 0;
 }
@@ -227,6 +233,7 @@ int BPF_PROG(runq_anat_irq_exit_btf, int irq, struct irqaction *action, int ret)
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(runq_anat_softirq_entry_btf, unsigned int vec_nr)
 {
+	LATMON_GATE();
 	anat_softirq_entry(vec_nr);
 	return 0;
 }
@@ -234,6 +241,7 @@ int BPF_PROG(runq_anat_softirq_entry_btf, unsigned int vec_nr)
 SEC("tp_btf/softirq_exit")
 int BPF_PROG(runq_anat_softirq_exit_btf, unsigned int vec_nr)
 {
+	LATMON_GATE();
 	anat_softirq_exit(vec_nr);
 	return 0;
 }
@@ -260,6 +268,7 @@ static __always_inline void stamp_pid(struct task_struct *p)
 SEC("raw_tp/sched_wakeup")
 int BPF_PROG(runq_wakeup_raw, struct task_struct *p)
 {
+	LATMON_GATE();
 	stamp_pid(p);
 	return 0;
 }
@@ -267,6 +276,7 @@ int BPF_PROG(runq_wakeup_raw, struct task_struct *p)
 SEC("raw_tp/sched_wakeup_new")
 int BPF_PROG(runq_wakeup_new_raw, struct task_struct *p)
 {
+	LATMON_GATE();
 	stamp_pid(p);
 	return 0;
 }
@@ -274,6 +284,7 @@ int BPF_PROG(runq_wakeup_new_raw, struct task_struct *p)
 SEC("raw_tp/sched_switch")
 int BPF_PROG(runq_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
+	LATMON_GATE();
 	__u32 pid = BPF_CORE_READ(next, pid);
 	struct runq_stamp *st;
 	__u64 now_ns = 0;
@@ -305,6 +316,7 @@ int BPF_PROG(runq_switch_raw, bool preempt, struct task_struct *prev, struct tas
 SEC("raw_tp/irq_handler_entry")
 int BPF_PROG(runq_anat_irq_entry_raw, int irq)
 {
+	LATMON_GATE();
 	anat_irq_entry(irq);
 	return 0;
 }
@@ -312,6 +324,7 @@ int BPF_PROG(runq_anat_irq_entry_raw, int irq)
 SEC("raw_tp/irq_handler_exit")
 int BPF_PROG(runq_anat_irq_exit_raw, int irq)
 {
+	LATMON_GATE();
 	anat_irq_exit(irq);
 	return 0;
 }
@@ -319,6 +332,7 @@ int BPF_PROG(runq_anat_irq_exit_raw, int irq)
 SEC("raw_tp/softirq_entry")
 int BPF_PROG(runq_anat_softirq_entry_raw, unsigned int vec_nr)
 {
+	LATMON_GATE();
 	anat_softirq_entry(vec_nr);
 	return 0;
 }
@@ -326,6 +340,7 @@ int BPF_PROG(runq_anat_softirq_entry_raw, unsigned int vec_nr)
 SEC("raw_tp/softirq_exit")
 int BPF_PROG(runq_anat_softirq_exit_raw, unsigned int vec_nr)
 {
+	LATMON_GATE();
 	anat_softirq_exit(vec_nr);
 	return 0;
 }
@@ -416,14 +431,23 @@ static __always_inline int wakeup_tp(void *ctx, const volatile struct latmon_tp_
 }
 
 SEC("tracepoint/sched/sched_wakeup")
-int runq_wakeup_tp(void *ctx) { return wakeup_tp(ctx, &wakeup_pid, &wakeup_comm, &wakeup_cpu, false); }
+int runq_wakeup_tp(void *ctx)
+{
+	LATMON_GATE();
+	return wakeup_tp(ctx, &wakeup_pid, &wakeup_comm, &wakeup_cpu, false);
+}
 
 SEC("tracepoint/sched/sched_wakeup_new")
-int runq_wakeup_new_tp(void *ctx) { return wakeup_tp(ctx, &wakeup_new_pid, &wakeup_new_comm, &wakeup_new_cpu, true); }
+int runq_wakeup_new_tp(void *ctx)
+{
+	LATMON_GATE();
+	return wakeup_tp(ctx, &wakeup_new_pid, &wakeup_new_comm, &wakeup_new_cpu, true);
+}
 
 SEC("tracepoint/sched/sched_switch")
 int runq_switch_tp(void *ctx)
 {
+	LATMON_GATE();
 	__u32 prev = latmon_tp_read(ctx, &switch_prev_pid);
 	__u32 next = latmon_tp_read(ctx, &switch_next_pid);
 	__u64 state = latmon_tp_read(ctx, &switch_prev_state);
@@ -471,6 +495,7 @@ int runq_switch_tp(void *ctx)
 SEC("tracepoint/irq/irq_handler_entry")
 int runq_anat_irq_entry_tp(void *ctx)
 {
+	LATMON_GATE();
 	if (anat_held > 0)
 		anat_irq_entry(latmon_tp_read(ctx, &irq_entry_irq));
 	return 0;
@@ -479,6 +504,7 @@ int runq_anat_irq_entry_tp(void *ctx)
 SEC("tracepoint/irq/irq_handler_exit")
 int runq_anat_irq_exit_tp(void *ctx)
 {
+	LATMON_GATE();
 	if (anat_held > 0)
 		anat_irq_exit(latmon_tp_read(ctx, &irq_exit_irq));
 	return 0;
@@ -487,6 +513,7 @@ int runq_anat_irq_exit_tp(void *ctx)
 SEC("tracepoint/irq/softirq_entry")
 int runq_anat_softirq_entry_tp(void *ctx)
 {
+	LATMON_GATE();
 	if (anat_held > 0)
 		anat_softirq_entry(latmon_tp_read(ctx, &soft_entry_vec));
 	return 0;
@@ -495,6 +522,7 @@ int runq_anat_softirq_entry_tp(void *ctx)
 SEC("tracepoint/irq/softirq_exit")
 int runq_anat_softirq_exit_tp(void *ctx)
 {
+	LATMON_GATE();
 	if (anat_held > 0)
 		anat_softirq_exit(latmon_tp_read(ctx, &soft_exit_vec));
 	return 0;

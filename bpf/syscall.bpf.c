@@ -54,6 +54,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "latmon.h"
+#include "gate.bpf.h"
 #include "maps.bpf.h"
 #include "filter.bpf.h"
 #include "tpfield.bpf.h"
@@ -274,6 +275,7 @@ static __always_inline void park_by_tid(void)
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sc_enter_btf, struct pt_regs *regs, long id)
 {
+	LATMON_GATE();
 	enter(id, futex_split(id, regs));
 	return 0;
 }
@@ -282,6 +284,7 @@ int BPF_PROG(sc_enter_btf, struct pt_regs *regs, long id)
 SEC("tp_btf/sys_exit")
 int BPF_PROG(sc_exit_btf, struct pt_regs *regs, long ret)
 {
+	LATMON_GATE();
 	struct sc_stamp *p;
 
 	if (exit_fast(ctx))
@@ -300,6 +303,7 @@ int BPF_PROG(sc_exit_btf, struct pt_regs *regs, long ret)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sc_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
+	LATMON_GATE();
 	struct sc_stamp *s = cpu_stamp(), *p;
 
 	if (!s || !s->ts)
@@ -321,6 +325,7 @@ int BPF_PROG(sc_switch_btf, bool preempt, struct task_struct *prev, struct task_
 SEC("raw_tp/sys_enter")
 int BPF_PROG(sc_enter_raw, struct pt_regs *regs, long id)
 {
+	LATMON_GATE();
 	enter(id, futex_split(id, regs));
 	return 0;
 }
@@ -328,6 +333,7 @@ int BPF_PROG(sc_enter_raw, struct pt_regs *regs, long id)
 SEC("raw_tp/sys_exit")
 int BPF_PROG(sc_exit_raw, struct pt_regs *regs, long ret)
 {
+	LATMON_GATE();
 	if (!exit_fast(ctx))
 		exit_parked_by_tid(ctx);
 	return 0;
@@ -336,6 +342,7 @@ int BPF_PROG(sc_exit_raw, struct pt_regs *regs, long ret)
 SEC("raw_tp/sched_switch")
 int BPF_PROG(sc_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
+	LATMON_GATE();
 	park_by_tid();
 	return 0;
 }
@@ -343,6 +350,7 @@ int BPF_PROG(sc_switch_raw, bool preempt, struct task_struct *prev, struct task_
 SEC("raw_tp/sched_process_exit")
 int sc_task_exit_raw(void *ctx)
 {
+	LATMON_GATE();
 	task_exit_by_tid();
 	return 0;
 }
@@ -357,6 +365,7 @@ const volatile struct latmon_tp_field enter_id = {};
 SEC("tracepoint/raw_syscalls/sys_enter")
 int sc_enter_tp(void *ctx)
 {
+	LATMON_GATE();
 	long id = latmon_tp_read(ctx, &enter_id);
 
 	/* No futex split here: this build reads no syscall argument. */
@@ -367,6 +376,7 @@ int sc_enter_tp(void *ctx)
 SEC("tracepoint/raw_syscalls/sys_exit")
 int sc_exit_tp(void *ctx)
 {
+	LATMON_GATE();
 	if (!exit_fast(ctx))
 		exit_parked_by_tid(ctx);
 	return 0;
@@ -375,6 +385,7 @@ int sc_exit_tp(void *ctx)
 SEC("tracepoint/sched/sched_switch")
 int sc_switch_tp(void *ctx)
 {
+	LATMON_GATE();
 	park_by_tid();
 	return 0;
 }
@@ -382,6 +393,7 @@ int sc_switch_tp(void *ctx)
 SEC("tracepoint/sched/sched_process_exit")
 int sc_task_exit_tp(void *ctx)
 {
+	LATMON_GATE();
 	task_exit_by_tid();
 	return 0;
 }

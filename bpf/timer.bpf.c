@@ -71,6 +71,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "latmon.h"
+#include "gate.bpf.h"
 #include "maps.bpf.h"
 #include "filter.bpf.h"
 #include "core_fixes.bpf.h"
@@ -249,6 +250,7 @@ static __noinline int task_ran(void *ctx, struct task_struct *t, struct wake_sta
 SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(timer_expire_btf, struct hrtimer *hrtimer, ktime_t *now)
 {
+	LATMON_GATE();
 	struct timer_cpu *c;
 	struct expiring *e;
 	struct task_struct *task = NULL;
@@ -273,6 +275,7 @@ int BPF_PROG(timer_expire_btf, struct hrtimer *hrtimer, ktime_t *now)
 SEC("tp_btf/sched_waking")
 int BPF_PROG(timer_waking_btf, struct task_struct *p)
 {
+	LATMON_GATE();
 	struct timer_cpu *c = cpu_state();
 	struct irq_carry *carry;
 	struct wake_stamp *st;
@@ -377,6 +380,7 @@ int BPF_PROG(timer_waking_btf, struct task_struct *p)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(timer_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
+	LATMON_GATE();
 	struct wake_stamp *st;
 	__u64 now = 0;
 
@@ -418,6 +422,7 @@ int BPF_PROG(timer_switch_btf, bool preempt, struct task_struct *prev, struct ta
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(timer_task_exit_btf, struct task_struct *p)
 {
+	LATMON_GATE();
 	struct wake_stamp *st = timer_stamp_get(p);
 	struct irq_carry *carry = chain_carry_get(p);
 
@@ -438,6 +443,7 @@ int BPF_PROG(timer_task_exit_btf, struct task_struct *p)
 SEC("tp_btf/irq_handler_entry")
 int BPF_PROG(chain_irq_entry_btf, int irq, struct irqaction *action)
 {
+	LATMON_GATE();
 	struct timer_cpu *c = cpu_state();
 
 	/* anatomy: chain's own hardirq programs do its accounting (no second
@@ -455,6 +461,7 @@ int BPF_PROG(chain_irq_entry_btf, int irq, struct irqaction *action)
 SEC("tp_btf/irq_handler_exit")
 int BPF_PROG(chain_irq_exit_btf, int irq, struct irqaction *action, int ret)
 {
+	LATMON_GATE();
 	struct timer_cpu *c = cpu_state();
 
 	if (cfg.common.anatomy)
@@ -476,6 +483,7 @@ int BPF_PROG(chain_irq_exit_btf, int irq, struct irqaction *action, int ret)
 SEC("tp_btf/irq_handler_entry")
 int BPF_PROG(anat_irq_entry_btf, int irq, struct irqaction *action)
 {
+	LATMON_GATE();
 	anat_irq_entry(irq);
 	return 0;
 }
@@ -484,6 +492,7 @@ int BPF_PROG(anat_irq_entry_btf, int irq, struct irqaction *action)
 SEC("tp_btf/irq_handler_exit")
 int BPF_PROG(anat_irq_exit_btf, int irq, struct irqaction *action, int ret)
 {
+	LATMON_GATE();
 	anat_irq_exit(irq);
 	return 0;
 }
@@ -492,6 +501,7 @@ int BPF_PROG(anat_irq_exit_btf, int irq, struct irqaction *action, int ret)
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(anat_softirq_entry_btf, unsigned int vec_nr)
 {
+	LATMON_GATE();
 	anat_softirq_entry(vec_nr);
 	return 0;
 }
@@ -499,6 +509,7 @@ int BPF_PROG(anat_softirq_entry_btf, unsigned int vec_nr)
 SEC("tp_btf/softirq_exit")
 int BPF_PROG(anat_softirq_exit_btf, unsigned int vec_nr)
 {
+	LATMON_GATE();
 	anat_softirq_exit(vec_nr);
 	return 0;
 }
@@ -510,6 +521,7 @@ int BPF_PROG(anat_softirq_exit_btf, unsigned int vec_nr)
 SEC("uretprobe")
 int chain_response(struct pt_regs *ctx)
 {
+	LATMON_GATE();
 	struct wake_stamp *st;
 	__u64 now;
 

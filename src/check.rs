@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::probes::{self, features};
-use crate::{agent, cost, hygiene, privs, sinks};
+use crate::{agent, certify, cost, hygiene, privs, sinks};
 
 #[derive(Serialize)]
 struct OutputPlan {
@@ -133,6 +133,12 @@ pub struct CheckReport {
     /// The kernel's RV rtapp monitor (6.17+), one line: the cycle probe's
     /// sleep rules are latmon's own either way.
     rv_rtapp: String,
+    /// The observer-effect certificate stored for this config
+    /// (`latmon certify`; src/certify/store.rs), when one was made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    certificate: Option<certify::store::Summary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    certificate_error: Option<String>,
 }
 
 /// Where tracefs may hold the RV interface.
@@ -246,6 +252,8 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
         steady_page_faults: None,
         drop_to: None,
         rv_rtapp: rv_rtapp_line(),
+        certificate: None,
+        certificate_error: None,
     };
     let cfg = cfg.and_then(|c| c.validate().map(|()| c).map_err(Into::into)).and_then(|c| {
         // What run would apply: CPUs that exist, a user that resolves.
@@ -368,6 +376,14 @@ impl CheckReport {
         !self.config_ok || self.outputs.iter().any(|o| !o.ok)
     }
 
+    /// Show the certificate stored at `path`, if any.
+    pub fn read_certificate(&mut self, path: &std::path::Path) {
+        match certify::store::read(path) {
+            Ok(c) => self.certificate = c.map(|c| c.summary(path)),
+            Err(e) => self.certificate_error = Some(e),
+        }
+    }
+
     /// Every configured probe attached.
     pub fn all_probes_ok(&self) -> bool {
         self.probes.iter().all(|p| p.ok)
@@ -462,6 +478,15 @@ pub fn print_text(r: &CheckReport) {
     }
     if let Some(e) = &r.measure_error {
         let _ = writeln!(o, "own cost     not measured: {e}");
+    }
+    match (&r.certificate, &r.certificate_error) {
+        (Some(c), _) => {
+            let _ = writeln!(o, "certificate  {} ({})", c.verdict_text, c.path);
+        }
+        (_, Some(e)) => {
+            let _ = writeln!(o, "certificate  unreadable: {e}");
+        }
+        _ => {}
     }
     if !r.probes.is_empty() {
         let _ = writeln!(o, "probes");

@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod board_view;
 pub mod bpf;
+pub mod certify;
 pub mod check;
 pub mod config;
 pub mod cost;

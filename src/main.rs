@@ -12,7 +12,7 @@ use latmon::error::{Context, Error, Result};
 
 use latmon::config::{parse_duration, Config, Format, ProbeSpec};
 use latmon::probes;
-use latmon::{agent, board_view, check, hygiene, privs, sinks};
+use latmon::{agent, board_view, certify, check, hygiene, privs, sinks};
 
 const EXAMPLES: &str = "\
 EXAMPLES:
@@ -29,6 +29,7 @@ EXAMPLES:
     latmon run --config /etc/latmon/latmon.toml
     latmon check                               # what this kernel can attach, and the plan
     latmon check --config board.toml --json    # board bring-up: exit 0 ok, 1 probe fails, 2 invalid
+    latmon certify --config board.toml         # what latmon costs an RT thread here, stored beside the config
     latmon run --output serial:/dev/ttyS1@115200            # postcard frames on the UART
     latmon run --output serial:/dev/ttyS1 --format text     # readable text for minicom/screen
     latmon run --output - --output tcp://0.0.0.0:7070       # text here, frames to every TCP client
@@ -58,6 +59,11 @@ enum Cmd {
     Run(RunArgs),
     /// Report kernel features, validate the config and try every probe.
     Check(CheckArgs),
+    /// Measure what latmon costs a real-time thread on this board (root):
+    /// interleaved epochs with nothing attached, the probes attached with
+    /// empty bodies, and the probes running; a verdict on the p99.9 shift.
+    /// Stored beside the config (docs/agent.md "Observer-effect certificate").
+    Certify(CertifyArgs),
     /// Live terminal view of a frame stream (the table of `latmon run`,
     /// alerts, link quality).
     View(SourceArgs),
@@ -134,6 +140,30 @@ struct CheckArgs {
     /// (under whatever load the machine has); 0 skips it.
     #[arg(long, value_name = "DURATION", default_value = "1s")]
     measure: String,
+    /// The stored certificate to show (default: beside --config's file,
+    /// else /etc/latmon/certificate.json).
+    #[arg(long, value_name = "PATH")]
+    certificate: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct CertifyArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Measured time, split into rounds of three epochs (attach and
+    /// detach come on top).
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    duration: String,
+    /// One epoch (at least 1s: half a second of each is left out).
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    epoch: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+    /// Where to store the certificate (default: certificate.json beside
+    /// --config's file, else /etc/latmon/certificate.json); - stores none.
+    #[arg(long, value_name = "PATH")]
+    certificate: Option<PathBuf>,
 }
 
 fn load_config(c: &Common) -> Result<Config> {
@@ -235,7 +265,8 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     if measure > latmon::config::MAX_INTERVAL {
         latmon::bail!("--measure {}: at most {:?}", a.measure, latmon::config::MAX_INTERVAL);
     }
-    let (rep, privileged) = check::run(config_name, load_config(&a.common), measure);
+    let (mut rep, privileged) = check::run(config_name, load_config(&a.common), measure);
+    rep.read_certificate(&a.certificate.unwrap_or_else(|| certify::store::path_for(a.common.config.as_deref())));
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
     } else {
@@ -248,6 +279,35 @@ fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     }
     privileged?;
     Ok(if rep.all_probes_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn cmd_certify(a: CertifyArgs) -> Result<ExitCode> {
+    let cfg = load_config(&a.common)?;
+    let mut opts = certify::Options::new(parse_duration(&a.duration)?, cfg.probes);
+    // The samples are kept in memory (16 bytes a millisecond: 58 MB an hour).
+    if opts.duration > latmon::config::MAX_INTERVAL {
+        latmon::bail!("--duration {}: at most {:?}", a.duration, latmon::config::MAX_INTERVAL);
+    }
+    opts.epoch = parse_duration(&a.epoch)?;
+    if opts.epoch < std::time::Duration::from_secs(1) {
+        latmon::bail!("--epoch {}: at least 1s", a.epoch);
+    }
+    let cert = certify::run(&opts)?;
+    let path = a.certificate.unwrap_or_else(|| certify::store::path_for(a.common.config.as_deref()));
+    if path.as_os_str() != "-" {
+        certify::store::write(&path, &cert)
+            .with_context(|| format!("storing the certificate in {}", path.display()))?;
+        log::info!("certificate stored in {}", path.display());
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&cert)?);
+    } else {
+        certify::print_text(&cert, &mut std::io::stdout().lock())?;
+    }
+    Ok(match cert.figures.verdict {
+        certify::model::Verdict::Pass => ExitCode::SUCCESS,
+        certify::model::Verdict::Fail => ExitCode::from(3),
+    })
 }
 
 /// Minimal stderr logger: the agent must not pull in a logging framework.
@@ -279,6 +339,7 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Check(a) => cmd_check(a),
+        Cmd::Certify(a) => cmd_certify(a),
         Cmd::View(a) => {
             source_duration(&a).and_then(|d| board_view::run_view(&a.source, d)).map(|()| ExitCode::SUCCESS)
         }

@@ -11,6 +11,7 @@ mod common;
 mod agent;
 mod anatomy;
 mod bucket_agreement;
+mod certify;
 mod cycle;
 mod cycle_life;
 mod func;
