@@ -27,6 +27,7 @@
 #   LATMON_BOARD_INJECT_SPLAT=1  the guest logs a fake "BUG: scheduling
 #                           while atomic" through /dev/kmsg mid-boot (the
 #                           negative control: every boot is then a splat)
+#   LATMON_HARM_TAG=NAME    names the outputs instead of BOARD
 #   LATMON_BOARD_GUEST_ENV="K=V ..."  exported to the guest's latmon, e.g.
 #                           LATMON_RT_TASK_STORAGE=safe (the mutation check:
 #                           task storage forced on the 6.1-rt kernels)
@@ -40,6 +41,9 @@ boots=${2:?usage: $0 BOARD BOOTS}
 secs=${LATMON_HARM_SECS:-60}
 smp=${LATMON_HARM_SMP:-2}
 min_cycles=${LATMON_HARM_CYCLES:-2}
+# The outputs' name (target/board/harm-TAG-bootN-console.log,
+# harm-soak-TAG.json): two soaks of one board at once need two.
+tag=${LATMON_HARM_TAG:-$board}
 # A step of the guest's cycle (an attach, a reload, a stop) that takes
 # longer than this is a hang (latmon stuck for good; a stopped kernel is
 # the heartbeat's). Under TCG and the load, on a 2-core host shared with
@@ -157,7 +161,7 @@ INIT
 board_initramfs "$root" "$work/initramfs.gz"
 mkdir -p target/board
 # A failing boot's console from an earlier soak would be taken for this one's.
-rm -f "target/board/harm-$board-boot"*-console.log
+rm -f "target/board/harm-$tag-boot"*-console.log
 echo "harm-soak $board: $boots boots of ${secs} s of load, $smp CPUs, $RELEASE under ${qemu[0]} (TCG)" >&2
 hangs=0 splats=0 incomplete=0
 rows=()
@@ -214,8 +218,8 @@ for i in $(seq "$boots"); do
   [ -z "$fails" ] || echo "harm-soak $board: boot $i: $fails" >&2
   [ -z "$bad" ] || printf '%s\n' "$bad" | head -n 20 | sed "s/^/harm-soak $board: boot $i: /" >&2
   if [ "$verdict" != ok ]; then
-    cp "$con" "target/board/harm-$board-boot$i-console.log"
-    echo "harm-soak $board: boot $i: console kept as target/board/harm-$board-boot$i-console.log" >&2
+    cp "$con" "target/board/harm-$tag-boot$i-console.log"
+    echo "harm-soak $board: boot $i: console kept as target/board/harm-$tag-boot$i-console.log" >&2
   fi
   rows+=("$(python3 -c 'import json, sys; print(json.dumps(dict(boot=int(sys.argv[1]), verdict=sys.argv[2], seconds=int(sys.argv[3]), report=sys.argv[4], load=sys.argv[5], hang=sys.argv[6], splats=[l for l in sys.argv[7].splitlines() if l])))' \
     "$i" "$verdict" "$secs_boot" "${done_line#=== harm-done }" "$stress" "$hang" "$bad")")
@@ -223,7 +227,7 @@ done
 line="harm-soak $board: boots $boots, hangs $hangs, splats $splats"
 python3 -c 'import json, sys; json.dump(dict(board=sys.argv[1], boots=int(sys.argv[2]), hangs=int(sys.argv[3]), splats=int(sys.argv[4]), failed=int(sys.argv[5]), load_seconds=int(sys.argv[6]), cpus=int(sys.argv[7]), guest_env=sys.argv[8], inject_splat=sys.argv[9] == "1", kernel=sys.argv[10], boot_rows=[json.loads(r) for r in sys.argv[11:]]), sys.stdout, indent=1); print()' \
   "$board" "$boots" "$hangs" "$splats" "$incomplete" "$secs" "$smp" "${LATMON_BOARD_GUEST_ENV:-}" "${LATMON_BOARD_INJECT_SPLAT:-0}" "$RELEASE" "${rows[@]}" \
-  > "target/board/harm-soak-$board.json"
+  > "target/board/harm-soak-$tag.json"
 [ "$incomplete" = 0 ] || echo "harm-soak $board: $incomplete boot(s) where latmon failed a step (harm-fail above)" >&2
 echo "$line"
 [ "$hangs" = 0 ] && [ "$splats" = 0 ] && [ "$incomplete" = 0 ]
