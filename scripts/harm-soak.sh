@@ -104,7 +104,8 @@ wait_for() {
 since() { awk -v t="\$1" '{ printf "%.1f", \$1 - t }' /proc/uptime; }
 # The load runs until the cycles below are done: at least $secs s and
 # $min_cycles cycles (attaching under TCG takes minutes on a busy host).
-# (It runs at nice 10: latmon at nice 0 still attaches in bounded time.)
+# (It runs at nice 19: latmon's threads, at nice 10, still attach in
+# bounded time.)
 lm_stress 86400 > /tmp/stress.out 2>&1 &
 stress=\$!
 t0=\$(cut -d. -f1 /proc/uptime)
