@@ -196,8 +196,14 @@ bitbake_idle
 # The tests' scratch files (each test's own directory, named by its pid)
 # go under one directory removed when the stage ends, not into /tmp for
 # good. Mode 1777 as /tmp: some tests run programs as nobody.
+# The backstop of the live tests' kernel-log guard (tests/common/kmsg.rs,
+# issue 39): a kernel splat (tests/kernel-splats.txt) logged at any time
+# during the stage fails it, naming the line, whatever nextest's retries
+# made of the test that saw it. The guard's own negative control
+# (tests/live/kmsg_guard.rs) logs marked fake splats: passed over here.
 cargo_tests() {
-  local scratch rc=0
+  local scratch rc=0 mark
+  mark=$(python3 tests/board/splats.py --kmsg-mark)
   scratch=$(mktemp -d /tmp/latmon-tests.XXXXXX)
   chmod 1777 "$scratch"
   TMPDIR=$scratch cargo nextest run --locked --cargo-profile "$tests_profile" --run-ignored all \
@@ -205,12 +211,25 @@ cargo_tests() {
   if [ "$rc" = 0 ]; then TMPDIR=$scratch "${tests[@]}" --doc || rc=$?; fi
   if [ "$rc" = 0 ]; then "${tests[@]}" -p latmon-core --no-default-features --lib || rc=$?; fi
   rm -rf "$scratch"
+  if ! python3 tests/board/splats.py --kmsg-since "$mark" --ignore latmon-kmsg-guard-selftest >&2; then
+    echo "test.sh: the kernel logged the splat(s) above during the cargo tests (issue 39: a splat is a failure)" >&2
+    rc=1
+  fi
   return "$rc"
 }
 stage "cargo tests (nextest, then doc tests)" cargo_tests
 if [ $boards = 1 ]; then
   # The decoder of the boards' UART output: the build the cargo tests ran.
   LATMON_HOST_BIN="$tgt/$tests_profile/latmon" stage "virtual boards" tests/board/run-all.sh
+  # The harm soak's short form (issue 39; scripts/harm-soak.sh): 2 boots of
+  # each PREEMPT_RT board, in each every family attached, reloaded by
+  # SIGHUP both ways (probes detached, attached again) and detached under
+  # at least 40 s of load (one cycle); a hang or a splat fails it.
+  harm_short() {
+    local b
+    for b in rt-arm64 rt-amd64; do LATMON_HARM_SECS=40 LATMON_HARM_CYCLES=1 scripts/harm-soak.sh "$b" 2; done
+  }
+  stage "harm soak (2 boots of each RT board)" harm_short
 fi
 stage "bitbake checks (waited for)" bitbake_wait
 table

@@ -4,6 +4,16 @@
 //! cadence, queue hand-over). Counted with a global allocator that only
 //! counts on the thread under test.
 
+#[path = "common/kmsg.rs"]
+#[allow(dead_code)]
+mod kmsg;
+
+// This binary's live test loads BPF: its process watches the kernel's log
+// from its start and fails when the kernel logs a splat (issue 39).
+#[used]
+#[link_section = ".init_array"]
+static KMSG_WATCH: extern "C" fn() = kmsg::start_watch;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};

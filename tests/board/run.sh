@@ -19,64 +19,31 @@
 # guest (armmp default: the detached BTF of fetch-board.sh --btf);
 # LATMON_BOARD_VERBOSE=-vv for libbpf's own messages; LATMON_BOARD_FEED=off
 # makes the host write no bytes into the console UART (the negative control
-# of the checks that need them).
+# of the checks that need them); LATMON_BOARD_INJECT_SPLAT=1 makes the guest
+# log a fake "BUG: scheduling while atomic" line through /dev/kmsg during
+# its first section's workload (the negative control of the splat check:
+# a kernel splat on the console fails the board, naming the line).
+# The board's facts, inputs, initramfs and kernel command line (with the
+# kernel's hang and stall detectors on) are tests/board/lib.sh's, shared
+# with scripts/harm-soak.sh.
 # Fails loudly when anything cannot run (package not downloadable, qemu
 # missing, no output): a board test never passes silently.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
 board=${1:?usage: $0 rt-arm64|armmp|rt-amd64}
-fetch_opts=()
-target_cc=""
-# rx_tty: the guest console UART that receives bytes from the host during
-# the workload (tests/board/uart-feed.py), so that its interrupt fires;
-# rx_driver: the serial driver's /proc/tty/driver file (its port 0 line
-# names the IRQ and counts tx/rx bytes). Empty: no receive traffic.
-rx_tty="" rx_driver="" rx_n=200 rx_gap_ms=20
-case "$board" in
-  rt-arm64) arch=aarch64; uart=/dev/ttyAMA1; console=ttyAMA0
-    # anatomy: a control loop pinned with the console UART's IRQ thread
-    # (lm_cycle; tests/board/rt-arm64-anatomy.toml): runq's anatomy and
-    # the cycle family's misses.
-    # lock: a priority inversion on demand (lm_lock;
-    # tests/board/rt-arm64-lock.toml), owners found without the 6.2 kfunc.
-    configs=(main=board-configs/qemu-arm64-rt.toml anatomy=tests/board/rt-arm64-anatomy.toml
-      lock=tests/board/rt-arm64-lock.toml)
-    target_cc=aarch64-linux-gnu-gcc
-    # Only the arch timer (IRQF_TIMER, never threaded) fires on its own on
-    # qemu's virt board; the PL011's handler is force-threaded on
-    # PREEMPT_RT (irq/N-uart-pl011): host bytes into the console make the
-    # threaded path fire.
-    rx_tty=/dev/ttyAMA0 rx_driver=/proc/tty/driver/ttyAMA
-    qemu=(qemu-system-aarch64 -M virt -cpu cortex-a57 -m 512) ;;
-  armmp) arch=armv7; uart=/dev/ttyAMA1; console=ttyAMA0
-    # No BTF in this kernel: first as shipped (no-BTF build), then with
-    # its BTF as a separate file (btf_path).
-    configs=(nobtf=board-configs/qemu-armv7.toml btf=board-configs/qemu-armv7-btf.toml)
-    fetch_opts=(--btf)
-    # The func tests' target (tests/fixtures/lm_target.c) for ufunc probes.
-    target_cc=arm-linux-gnueabihf-gcc target_cflags=-marm
-    qemu=(qemu-system-arm -M virt -cpu cortex-a15 -m 512) ;;
-  rt-amd64) arch=x86_64; uart=/dev/ttyS1; console=ttyS0
-    configs=(main=board-configs/qemu-x86_64-rt.toml)
-    # The 8250 console's handler is force-threaded too (irq/4-ttyS0).
-    rx_tty=/dev/ttyS0 rx_driver=/proc/tty/driver/serial
-    qemu=(qemu-system-x86_64 -m 512) ;;
-  *) echo "board: unknown board $board" >&2; exit 2 ;;
-esac
-command -v "${qemu[0]}" >/dev/null || { echo "board $board: FAIL: ${qemu[0]} missing (scripts/install-qemu.sh)" >&2; exit 1; }
+# shellcheck source=tests/board/lib.sh
+. tests/board/lib.sh
+board_vars "$board"
+rx_n=200 rx_gap_ms=20
 t0=$(date +%s)
-vars=$(scripts/fetch-board.sh "$board" "${fetch_opts[@]}")
-eval "$vars"
+board_inputs "$board"
 # --btf: the detached BTF goes into the guest unless EXTRA_BTF names another.
 if [ ${#fetch_opts[@]} -gt 0 ]; then EXTRA_BTF=${EXTRA_BTF:-$BTF}; fi
-bin=$(scripts/build-static.sh "$arch")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 root=$work/root
-mkdir -p "$root"/{bin,proc,sys,dev,tmp,etc/latmon}
-cp "$BUSYBOX" "$root/bin/busybox"
-cp "$bin" "$root/bin/latmon"
+board_root "$root"
 names=()
 for c in "${configs[@]}"; do
   names+=("${c%%=*}")
@@ -86,16 +53,18 @@ if [ -n "${EXTRA_BTF:-}" ]; then
   [ -s "$EXTRA_BTF" ] || { echo "board $board: FAIL: EXTRA_BTF $EXTRA_BTF missing" >&2; exit 1; }
   cp "$EXTRA_BTF" "$root/etc/latmon/kernel.btf"
 fi
-if [ -n "$target_cc" ]; then
-  command -v "$target_cc" >/dev/null || { echo "board $board: FAIL: $target_cc missing (scripts/install-deps.sh)" >&2; exit 1; }
-  # -marm: arm uprobes cannot probe Thumb code (Debian's armhf default).
-  "$target_cc" -static -g -O0 -pthread -Wall ${target_cflags:-} -o "$root/bin/lm-target" tests/fixtures/lm_target.c
+if [ "$board" != rt-amd64 ]; then
+  # The func tests' target (tests/fixtures/lm_target.c) for ufunc probes.
+  board_fixture lm_target "$root/bin/lm-target" -g -O0 -pthread
   # The cycle family's control loop (absolute clock_nanosleep releases).
-  "$target_cc" -static -O2 -Wall ${target_cflags:-} -o "$root/bin/lm_cycle" tests/fixtures/lm_cycle.c
+  board_fixture lm_cycle "$root/bin/lm_cycle" -O2
   # The lock family's inversion on demand (glibc's pthread mutex: its
   # owner field is what the probe reads).
-  "$target_cc" -static -O2 -Wall -pthread ${target_cflags:-} -o "$root/bin/lm_lock" tests/fixtures/lm_lock.c
+  board_fixture lm_lock "$root/bin/lm_lock" -O2 -pthread
 fi
+# LATMON_BOARD_INJECT_SPLAT=1: the splat check's negative control (lib.sh).
+inject=""
+[ "${LATMON_BOARD_INJECT_SPLAT:-0}" = 1 ] && inject=$board_inject_sh
 cat > "$root/init" <<INIT
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -103,6 +72,7 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 echo "board: booted \$(uname -r)"
+$board_detectors_sh
 rx_tty="$rx_tty"
 if [ -n "\$rx_tty" ]; then
   # The host's bytes are read (and counted) by the script, never echoed.
@@ -165,6 +135,9 @@ run_config() {
   # start-up map syscalls hold the CPU's bpf_prog_active - uncounted on
   # these 6.1 kernels; raw_tp/tp_btf programs have their own guard.
   usleep ${LATMON_BOARD_SETTLE_US:-2500000}
+  if [ "\$name" = ${names[0]} ]; then
+    : no-op unless LATMON_BOARD_INJECT_SPLAT=1; $inject
+  fi
   if [ -n "\$rx_tty" ]; then
     # Receive traffic during the sleeps: snapshots of the kernel's counts
     # taken while latmon runs, around the host writing $rx_n bytes one at a
@@ -275,8 +248,7 @@ echo "=== done"
 sync
 poweroff -f
 INIT
-chmod +x "$root/init"
-(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
+board_initramfs "$root" "$work/initramfs.gz"
 echo "board $board: booting $RELEASE under ${qemu[0]} (TCG), configs: ${names[*]}" >&2
 # The console: output to a file, input from a FIFO the host's feeder
 # writes into when the guest asks (=== rx-go N GAP_MS on the console).
@@ -288,7 +260,7 @@ trap 'kill "$feeder" 2>/dev/null || true; rm -rf "$work"' EXIT
 q0=$(date +%s)
 timeout 600 "${qemu[@]}" -nographic -no-reboot -monitor none \
   -kernel "$KERNEL" -initrd "$work/initramfs.gz" \
-  -append "console=$console quiet panic=-1" \
+  -append "$(board_cmdline)" \
   -chardev "file,id=con,path=$work/console.log,input-path=$work/console.in" -serial chardev:con \
   -serial "file:$work/uart.log" >/dev/null 2>&1 || true
 t1=$(date +%s)

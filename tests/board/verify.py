@@ -15,6 +15,7 @@ import sys
 
 import cycle
 import lock
+from splats import splat_lines
 
 # argv: BOARD CONSOLE_LOG FRAMES_JSONL LINK_STATS END START [QEMU_S]
 # The console holds the script's markers, latmon check and logs; FRAMES_JSONL
@@ -31,7 +32,12 @@ for f in frames:
         if not sessions or sessions[-1][0] != f["boot_id"]:
             sessions.append((f["boot_id"], []))
         sessions[-1][1].append(f)
-text = open(path, encoding="utf-8", errors="replace").read().replace("\r", "")
+console = open(path, encoding="utf-8", errors="replace").read().replace("\r", "")
+# The kernel's own console lines ("[  12.345678] ..."; loglevel=5 on the
+# boards' command line, tests/board/lib.sh, so warnings print) are cut out
+# of the text the sections are parsed from: printk writes to the console
+# wherever the cursor is, even inside a line of latmon check's JSON.
+text = re.sub(r"\[ *\d+\.\d{6}\] [^\n]*\n", "", console)
 failures, proved = [], []
 
 
@@ -401,8 +407,18 @@ def anatomy_irq_thread(s):
     return want, tpid
 
 
+# A splat is a failure (issue 39): whatever the checks below prove, a
+# kernel that logged a BUG, a WARNING, a stall, a lockup, a hung task, an
+# Oops or a panic during the boot fails the board, naming the line.
+splats = splat_lines(console)
+for line in splats:
+    failures.append(f"the kernel logged a splat on the console: {line.strip()}")
+if not splats:
+    proved.append(f"no kernel splat on the console ({len(console.splitlines())} lines; tests/kernel-splats.txt)")
 if not expect("=== done" in text, "the board ran the script to the end and reported over its UART"):
     print(f"board {board}: FAIL: no complete report on the UART ({len(text)} bytes):\n{text[-2000:]}")
+    for f in failures:
+        print(f"  FAILED: {f}")
     sys.exit(1)
 
 

@@ -6,6 +6,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+// Every process of this binary watches the kernel's log from its start
+// and fails when the kernel logs a splat (tests/common/kmsg.rs; issue 39).
+#[used]
+#[link_section = ".init_array"]
+static KMSG_WATCH: extern "C" fn() = common::kmsg::start_watch;
+
 mod bounds;
 mod contract;
 mod families;

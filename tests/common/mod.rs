@@ -4,6 +4,7 @@
 // Each test binary compiles this module and uses only some of it.
 #![allow(dead_code)]
 
+pub mod kmsg;
 pub mod prometheus;
 
 use std::io::{BufRead, BufReader, Read};
@@ -171,8 +172,16 @@ pub fn stdout_so_far(child: &Child) -> String {
     text
 }
 
-/// Wait for the child, return (exit status, stdout).
-pub fn finish(mut child: Child) -> (std::process::ExitStatus, String) {
+/// Wait for the child, return (exit status, stdout). Then fails the test
+/// if the kernel logged a splat since the test process started
+/// ([`kmsg::check_process`]; issue 39).
+pub fn finish(child: Child) -> (std::process::ExitStatus, String) {
+    let done = finish_child(child);
+    kmsg::check_process();
+    done
+}
+
+fn finish_child(mut child: Child) -> (std::process::ExitStatus, String) {
     let drain = {
         let mut drains = STDOUT.lock().unwrap();
         drains.iter().position(|(pid, _, _)| *pid == child.id()).map(|i| drains.swap_remove(i))

@@ -8,6 +8,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+// Every process of this binary watches the kernel's log from its start
+// and fails when the kernel logs a splat (tests/common/kmsg.rs; issue 39).
+#[used]
+#[link_section = ".init_array"]
+static KMSG_WATCH: extern "C" fn() = common::kmsg::start_watch;
+
 mod agent;
 mod anatomy;
 mod bucket_agreement;
@@ -17,6 +23,7 @@ mod cycle_life;
 mod func;
 mod irq;
 mod kernel_misses;
+mod kmsg_guard;
 mod links;
 mod links_paced;
 mod lock;
