@@ -14,6 +14,7 @@ mod bucket_agreement;
 mod cycle;
 mod func;
 mod irq;
+mod json_cut;
 mod kernel_misses;
 mod links;
 mod links_paced;
