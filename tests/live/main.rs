@@ -20,6 +20,7 @@ mod links;
 mod links_paced;
 mod lock;
 mod lock_kinds;
+mod lock_names;
 mod modbus;
 mod nobtf_tracepoint;
 mod prom_native;

@@ -26,6 +26,19 @@ pub struct FrameRender {
     last_flags: u32,
     /// A byte budget: delta summaries, keyframes, degradation steps.
     pub budget: Option<Box<budget::BudgetedFrames>>,
+    /// [`names_of`] the session at the last interval.
+    names: Option<u64>,
+}
+
+/// A fingerprint of the session's probe names (FNV-1a): a probe renamed
+/// within the session (a lock series named once its symbol arrives) sends
+/// the table again, which receivers merge by id.
+pub(super) fn names_of(s: &latmon_core::session::Session) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in s.probes.iter().flat_map(|p| p.name.bytes().chain([0])) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 /// The `wire::STATUS_*` bits of an interval.
@@ -193,6 +206,14 @@ impl FrameRender {
             self.lens.reserve(n * (want / wire::FRAME_BUDGET + 8));
         }
         let r = t.report;
+        let names = names_of(t.session);
+        if self.names.is_some_and(|n| n != names) {
+            self.hello = None;
+            if let Some(b) = self.budget.as_deref_mut() {
+                b.renamed();
+            }
+        }
+        self.names = Some(names);
         if let Some(b) = self.budget.as_deref_mut() {
             let flags_changed = status_flags(r) != self.last_flags;
             let (status, last_flags) = (&mut self.status, &mut self.last_flags);
