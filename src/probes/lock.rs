@@ -123,7 +123,7 @@ struct Locks {
     last: HashMap<Option<u64>, LockTally>,
     /// Labels of the slots seen so far, by slot, and how far their naming
     /// is: at most LOCK_SERIES - 1 (slot 0 is `overflow`, never looked up).
-    labels: HashMap<usize, (String, Naming)>,
+    labels: HashMap<usize, (String, Naming, u8)>,
     /// The worker naming them (None: it could not start; addresses only).
     names: Option<SymbolWorker>,
     _links: Vec<Link>,
@@ -154,7 +154,10 @@ impl Source for Locks {
             }
             // `0xADDR` until its symbol arrives (the series is renamed
             // then); a full queue is asked again next interval.
-            let label = self.labels.entry(slot).or_insert_with(|| (format!("{:#x}", k.uaddr), Naming::Unasked));
+            let label = self.labels.entry(slot).or_insert_with(|| (format!("{:#x}", k.uaddr), Naming::Unasked, 0));
+            if label.1 != Naming::Done {
+                label.2 = label.2.saturating_add(1);
+            }
             if label.1 == Naming::Unasked {
                 match &self.names {
                     Some(w) if w.request(slot, k.tgid, k.uaddr) => label.1 = Naming::Asked,
@@ -165,6 +168,14 @@ impl Source for Locks {
             out.push(Slot { key: slot as u64, label: label.0.clone(), role: Role::Part });
         }
         Ok(())
+    }
+
+    /// The first round a slot is seen its name is asked for; it is born
+    /// the next under its symbol when the worker has answered by then
+    /// (within milliseconds: one file, 16 MiB at most), else under its
+    /// address and renamed when the answer comes.
+    fn naming(&self, key: u64) -> bool {
+        self.labels.get(&(key as usize)).is_some_and(|l| l.1 != Naming::Done && l.2 < NAMING_ROUNDS)
     }
 
     fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), ReadError> {
@@ -221,6 +232,10 @@ enum Naming {
     /// Named, or no name to be had (the address stays).
     Done,
 }
+
+/// Rounds a slot's series waits for its name before it is born under its
+/// address (see `Locks::naming`).
+const NAMING_ROUNDS: u8 = 2;
 
 /// A symbol's longest label as it is (C and mangled Rust names fit).
 pub(crate) const LABEL_MAX: usize = 64;

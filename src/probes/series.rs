@@ -94,6 +94,14 @@ pub(crate) trait Source {
     }
     /// See `Probe::flush_alerts`.
     fn flush_alerts(&mut self) {}
+    /// Slot `key`'s name is on its way (a lock's symbol from the worker):
+    /// its series is born a round later, under that name, rather than
+    /// under a placeholder its first records would carry. A source says
+    /// so for a round or two at most; its events count in the family line
+    /// meanwhile and its records wait in the stash.
+    fn naming(&self, _key: u64) -> bool {
+        false
+    }
     /// See `Probe::cycle_counts`.
     fn cycle_counts(&mut self, out: &mut Option<latmon_core::cycle::CycleCounts>) -> Result<(), ReadError> {
         *out = None;
@@ -212,11 +220,18 @@ impl Probe for Family {
         // The agent stamps what lands in `out` with this line's id: the
         // family's own records are this line's, each series' wait in its
         // stash for its own line.
+        let last = sh.reread;
         for k in &mut sh.known {
             if k.slot.role == Role::Family {
                 sh.source.drain_alerts(k.slot.key, out);
             } else {
                 sh.source.drain_alerts(k.slot.key, &mut k.stash);
+                if last && !k.announced {
+                    // The final round: a series still unborn (its name
+                    // on the way) has no line; its records go out in the
+                    // family's rather than nowhere.
+                    out.append(&mut k.stash);
+                }
             }
         }
         if std::mem::take(&mut sh.reread) {
@@ -256,8 +271,9 @@ impl Probe for Family {
             log::info!("probe {}: waits line", info.name);
             born.push(Box::new(Waits { info, shared: Rc::clone(&self.shared) }));
         }
-        for (index, k) in sh.known.iter_mut().enumerate() {
-            if k.announced || k.slot.role == Role::Family {
+        let Shared { known, source, .. } = &mut *sh;
+        for (index, k) in known.iter_mut().enumerate() {
+            if k.announced || k.slot.role == Role::Family || source.naming(k.slot.key) {
                 continue;
             }
             k.announced = true;
