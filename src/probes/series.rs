@@ -271,9 +271,10 @@ impl Probe for Family {
             log::info!("probe {}: waits line", info.name);
             born.push(Box::new(Waits { info, shared: Rc::clone(&self.shared) }));
         }
-        let Shared { known, source, .. } = &mut *sh;
+        // The final round (flush_alerts came first) waits for no name.
+        let Shared { known, source, reread, .. } = &mut *sh;
         for (index, k) in known.iter_mut().enumerate() {
-            if k.announced || k.slot.role == Role::Family || source.naming(k.slot.key) {
+            if k.announced || k.slot.role == Role::Family || (!*reread && source.naming(k.slot.key)) {
                 continue;
             }
             k.announced = true;

@@ -51,7 +51,7 @@ pub fn to_string<T: Serialize + ?Sized>(v: &T) -> serde_json::Result<String> {
 /// plus these: it fits the output's 256 KiB queue whole, so the summary
 /// always goes out; the records past the bound are cut, counted in the
 /// line's `alert_records_cut` (docs/agent.md "Bounds").
-pub const ALERT_RECORD_BYTES_MAX: usize = 96 * 1024;
+pub const ALERT_RECORD_BYTES_MAX: usize = 192 * 1024;
 
 /// Counts what would be written.
 struct Count(usize);

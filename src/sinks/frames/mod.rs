@@ -354,8 +354,9 @@ impl Sink for Output {
 
 /// One JSON line into `q`. Its alert records are cut at
 /// [`ALERT_RECORD_BYTES_MAX`](latmon_core::json::ALERT_RECORD_BYTES_MAX)
-/// bytes, and further where the line would not fit the queue (a serial
-/// line's is 2 s of its rate): a line over the queue was dropped whole,
+/// bytes, and further where the line would not fit the queue's free room
+/// (a serial line's queue is 2 s of its rate; a slow reader leaves less):
+/// a line over the queue was dropped whole,
 /// summary and all (issue 40: every interval of a five-family load). The
 /// line counts what it cut (`alert_records_cut`).
 fn json_line(buf: &mut Vec<u8>, t: &Tick<'_>, q: &Queue) {
@@ -368,7 +369,7 @@ fn json_line(buf: &mut Vec<u8>, t: &Tick<'_>, q: &Queue) {
             log::warn!("json: {e}");
         }
         buf.push(b'\n');
-        let over = buf.len().saturating_sub(q.capacity());
+        let over = buf.len().saturating_sub(q.capacity().saturating_sub(q.queued_bytes()));
         if over == 0 || bytes == 0 {
             break;
         }
