@@ -193,7 +193,15 @@ impl Agent {
     fn add_new_series(&mut self) {
         let mut new: Vec<Slot> = Vec::new();
         let total = self.slots.len();
+        let mut renamed = false;
         for slot in &mut self.slots {
+            // A series named late (a lock's symbol): same id, new name in
+            // the session every output announces.
+            if let Some(name) = slot.probe.as_mut().and_then(|p| p.rename()) {
+                slot.info.name.clone_from(&name);
+                slot.spec.name = name;
+                renamed = true;
+            }
             let mut born = match &mut slot.probe {
                 Some(p) => p.new_series(),
                 None => Vec::new(),
@@ -216,7 +224,7 @@ impl Agent {
                 new.push(Slot::new(s, p));
             }
         }
-        if !new.is_empty() {
+        if !new.is_empty() || renamed {
             self.slots.extend(new);
             self.replan();
         }

@@ -31,6 +31,14 @@ impl Agent {
     /// One interval: read every probe, measure cost, apply the budget, and
     /// hand the summary to every sink. `last`: the final summary.
     pub fn tick(&mut self, last: bool, sinks: &mut [Box<dyn Sink>]) {
+        if last {
+            // Before the series are born: a family then births the
+            // series whose names are still on the way (lock), so their
+            // final records go out under their own lines.
+            for p in self.slots.iter_mut().filter_map(|s| s.probe.as_mut()) {
+                p.flush_alerts();
+            }
+        }
         self.add_new_series();
         let now_ns = monotonic_ns();
         self.seq += 1;
@@ -44,9 +52,6 @@ impl Agent {
         for (i, s) in self.slots.iter_mut().enumerate() {
             match &mut s.probe {
                 Some(p) => {
-                    if last {
-                        p.flush_alerts();
-                    }
                     let from = r.alert_records.len();
                     p.drain_alerts(&mut r.alert_records);
                     // The records' identity from here to every output:

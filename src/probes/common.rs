@@ -202,6 +202,13 @@ pub trait Probe {
     fn new_series(&mut self) -> Vec<Box<dyn Probe>> {
         Vec::new()
     }
+    /// This probe's new name, once, when it changed since the last call
+    /// (a lock series is `lock:0xADDR` until its symbol arrives from the
+    /// worker, src/probes/symworker.rs); `info()` has it too. The agent
+    /// announces it to every output.
+    fn rename(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// Try each rung of an attach ladder in order; the first that loads and

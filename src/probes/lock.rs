@@ -24,8 +24,8 @@ use libbpf_rs::{Link, OpenObject};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
 use super::common::LoadError;
-use super::elfsyms::SymbolNames;
 use super::series::{Family, Role, Slot, Source};
+use super::symworker::SymbolWorker;
 use super::{attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, Probe, ProbeError};
 use super::{PerCpuHist, ReadError};
 use crate::bpf::limits::{
@@ -122,10 +122,11 @@ struct Locks {
     /// most LOCK_SERIES + 1 (65) entries: the series' keys are the slots
     /// `candidates` hands out, 0..LOCK_SERIES, and the family line.
     last: HashMap<Option<u64>, LockTally>,
-    /// Labels of the slots named so far, by slot: at most LOCK_SERIES - 1
-    /// (slot 0 is `overflow`, never looked up).
-    labels: HashMap<usize, String>,
-    names: SymbolNames,
+    /// Labels of the slots seen so far, by slot, and how far their naming
+    /// is: at most LOCK_SERIES - 1 (slot 0 is `overflow`, never looked up).
+    labels: HashMap<usize, (String, Naming, u8)>,
+    /// The worker naming them (None: it could not start; addresses only).
+    names: Option<SymbolWorker>,
     _links: Vec<Link>,
     _skel: Owned<LockSkel<'static>>,
 }
@@ -137,6 +138,14 @@ impl Source for Locks {
 
     fn candidates(&mut self, out: &mut Vec<Slot>) -> Result<(), ReadError> {
         out.push(Slot { key: 0, label: "overflow".into(), role: Role::Part });
+        for n in self.names.iter().flat_map(SymbolWorker::arrived) {
+            if let Some(l) = self.labels.get_mut(&n.slot) {
+                l.1 = Naming::Done;
+                if let Some(name) = n.name.as_deref().filter(|n| !n.is_empty()) {
+                    l.0 = cut_label(name);
+                }
+            }
+        }
         for slot in 1..LOCK_SERIES {
             // SAFETY: slot_keys points to the mapped .bss of the live
             // object (LOCK_SERIES entries); the kernel writes it.
@@ -144,13 +153,30 @@ impl Source for Locks {
             if k.tgid == 0 {
                 continue;
             }
-            let names = &mut self.names;
-            let label = self.labels.entry(slot).or_insert_with(|| {
-                names.name(k.tgid, k.uaddr).filter(|n| label_ok(n)).unwrap_or_else(|| format!("{:#x}", k.uaddr))
-            });
-            out.push(Slot { key: slot as u64, label: label.clone(), role: Role::Part });
+            // `0xADDR` until its symbol arrives (the series is renamed
+            // then); a full queue is asked again next interval.
+            let label = self.labels.entry(slot).or_insert_with(|| (format!("{:#x}", k.uaddr), Naming::Unasked, 0));
+            if label.1 != Naming::Done {
+                label.2 = label.2.saturating_add(1);
+            }
+            if label.1 == Naming::Unasked {
+                match &self.names {
+                    Some(w) if w.request(slot, k.tgid, k.uaddr) => label.1 = Naming::Asked,
+                    Some(_) => {}
+                    None => label.1 = Naming::Done,
+                }
+            }
+            out.push(Slot { key: slot as u64, label: label.0.clone(), role: Role::Part });
         }
         Ok(())
+    }
+
+    /// The first round a slot is seen its name is asked for; it is born
+    /// the next under its symbol when the worker has answered by then
+    /// (within milliseconds: one file, 16 MiB at most), else under its
+    /// address and renamed when the answer comes.
+    fn naming(&self, key: u64) -> bool {
+        self.labels.get(&(key as usize)).is_some_and(|l| l.1 != Naming::Done && l.2 < NAMING_ROUNDS)
     }
 
     fn read(&mut self, key: u64, out: &mut Hist) -> Result<(), ReadError> {
@@ -198,9 +224,52 @@ impl Source for Locks {
     }
 }
 
-/// A symbol fit for a series label (C and mangled Rust names are).
-fn label_ok(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 64 && name.bytes().all(|c| c.is_ascii_graphic())
+/// Where a lock slot's name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Naming {
+    /// Not handed to the worker yet (its queue was full).
+    Unasked,
+    Asked,
+    /// Named, or no name to be had (the address stays).
+    Done,
+}
+
+/// Rounds a slot's series waits for its name before it is born under its
+/// address (see `Locks::naming`).
+const NAMING_ROUNDS: u8 = 2;
+
+/// A symbol's longest label as it is (C and mangled Rust names fit).
+pub(crate) const LABEL_MAX: usize = 64;
+/// Bytes of a cut label before its `~`.
+const LABEL_CUT: usize = 60;
+
+/// A symbol as a series label: printable ASCII up to [`LABEL_MAX`] bytes
+/// as it is; else each other byte as `\xNN` (the symbol's bytes come one
+/// per char from elfsyms) and the whole cut at [`LABEL_CUT`] bytes at a
+/// whole piece, ending in `~` (the cut mark of the text outputs). It was
+/// silently the address before (issue 40). ASCII only: Modbus names and
+/// the text tables count bytes.
+pub(crate) fn cut_label(name: &str) -> String {
+    if name.len() <= LABEL_MAX && name.bytes().all(|c| c.is_ascii_graphic()) {
+        return name.to_string();
+    }
+    let mut s = String::with_capacity(LABEL_CUT + 1);
+    let mut piece = String::with_capacity(8);
+    for c in name.chars() {
+        piece.clear();
+        if c.is_ascii_graphic() {
+            piece.push(c);
+        } else {
+            use std::fmt::Write as _;
+            let _ = write!(piece, "\\x{:02x}", c as u32);
+        }
+        if s.len() + piece.len() > LABEL_CUT {
+            s.push('~');
+            return s;
+        }
+        s.push_str(&piece);
+    }
+    s
 }
 
 pub fn open(spec: &ProbeSpec, cycle_join: bool) -> Result<Box<dyn Probe>, ProbeError> {
@@ -241,7 +310,9 @@ pub fn open(spec: &ProbeSpec, cycle_join: bool) -> Result<Box<dyn Probe>, ProbeE
         refused,
         last: HashMap::new(),
         labels: HashMap::new(),
-        names: SymbolNames::default(),
+        names: SymbolWorker::symbols()
+            .inspect_err(|e| log::warn!("{probe}: no symbol worker ({e}): locks are named by address"))
+            .ok(),
         _links: links,
         _skel: skel,
     };
@@ -377,6 +448,25 @@ impl WaitOwner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 40: a symbol over 64 bytes or with non-graphic bytes was
+    /// silently `lock:0xADDR`. Now a bounded, escaped, cut name.
+    #[test]
+    fn long_or_unprintable_symbols_get_a_cut_escaped_label() {
+        assert_eq!(cut_label("ctrl_mutex"), "ctrl_mutex");
+        let exact = "m".repeat(LABEL_MAX);
+        assert_eq!(cut_label(&exact), exact, "64 bytes fit");
+        let long = format!("{}_tail", "a".repeat(80));
+        let l = cut_label(&long);
+        assert_eq!(l, format!("{}~", "a".repeat(LABEL_CUT)));
+        assert_eq!(cut_label("mu\u{1b}[2J\u{ff} x"), "mu\\x1b[2J\\xff\\x20x");
+        // An escape is never split by the cut.
+        let l = cut_label(&format!("{}\u{7f}\u{7f}", "b".repeat(57)));
+        assert_eq!(l, format!("{}~", "b".repeat(57)));
+        for l in [cut_label(&"\u{80}".repeat(100)), cut_label(&long)] {
+            assert!(l.len() <= LABEL_CUT + 1 && l.bytes().all(|c| c.is_ascii_graphic()), "{l}");
+        }
+    }
 
     fn task(pid: u32, comm: &[u8], prio: i32, ns: u64, inv_ns: u64) -> latmon_lock_task {
         let mut t = latmon_lock_task { pid, tgid: 800, policy: 1, prio, ns, inv_ns, ..Default::default() };

@@ -14,6 +14,7 @@ mod lock_cycle;
 mod percpu;
 pub mod runq;
 pub mod series;
+mod symworker;
 pub mod syscall;
 mod tallies;
 pub mod timer;

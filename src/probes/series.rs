@@ -94,6 +94,14 @@ pub(crate) trait Source {
     }
     /// See `Probe::flush_alerts`.
     fn flush_alerts(&mut self) {}
+    /// Slot `key`'s name is on its way (a lock's symbol from the worker):
+    /// its series is born a round later, under that name, rather than
+    /// under a placeholder its first records would carry. A source says
+    /// so for a round or two at most; its events count in the family line
+    /// meanwhile and its records wait in the stash.
+    fn naming(&self, _key: u64) -> bool {
+        false
+    }
     /// See `Probe::cycle_counts`.
     fn cycle_counts(&mut self, out: &mut Option<latmon_core::cycle::CycleCounts>) -> Result<(), ReadError> {
         *out = None;
@@ -135,7 +143,12 @@ impl Shared {
         self.scratch.clear();
         self.source.candidates(&mut self.scratch)?;
         for slot in self.scratch.drain(..) {
-            if self.known.iter().any(|k| k.slot.key == slot.key) {
+            if let Some(k) = self.known.iter_mut().find(|k| k.slot.key == slot.key) {
+                // A source may name a slot later (a lock's symbol): its
+                // series takes the name (Series::rename).
+                if k.slot.label != slot.label {
+                    k.slot.label = slot.label;
+                }
                 continue;
             }
             let mut hist = Hist::default();
@@ -207,11 +220,18 @@ impl Probe for Family {
         // The agent stamps what lands in `out` with this line's id: the
         // family's own records are this line's, each series' wait in its
         // stash for its own line.
+        let last = sh.reread;
         for k in &mut sh.known {
             if k.slot.role == Role::Family {
                 sh.source.drain_alerts(k.slot.key, out);
             } else {
                 sh.source.drain_alerts(k.slot.key, &mut k.stash);
+                if last && !k.announced {
+                    // The final round: a series still unborn (its name
+                    // on the way) has no line; its records go out in the
+                    // family's rather than nowhere.
+                    out.append(&mut k.stash);
+                }
             }
         }
         if std::mem::take(&mut sh.reread) {
@@ -251,15 +271,19 @@ impl Probe for Family {
             log::info!("probe {}: waits line", info.name);
             born.push(Box::new(Waits { info, shared: Rc::clone(&self.shared) }));
         }
-        for (index, k) in sh.known.iter_mut().enumerate() {
-            if k.announced || k.slot.role == Role::Family {
+        // The final round (flush_alerts came first) waits for no name.
+        let Shared { known, source, reread, .. } = &mut *sh;
+        for (index, k) in known.iter_mut().enumerate() {
+            if k.announced || k.slot.role == Role::Family || (!*reread && source.naming(k.slot.key)) {
                 continue;
             }
             k.announced = true;
             let wait = if k.slot.role == Role::Wait { Wait::Series } else { Wait::No };
             let info = ProbeInfo { name: format!("{}:{}", self.info.name, k.slot.label), wait, ..self.info.clone() };
             log::info!("probe {}: new series", info.name);
-            born.push(Box::new(Series { info, shared: Rc::clone(&self.shared), index }));
+            let family = self.info.name.clone();
+            let label = k.slot.label.clone();
+            born.push(Box::new(Series { info, shared: Rc::clone(&self.shared), index, family, label }));
         }
         born
     }
@@ -271,6 +295,9 @@ struct Series {
     shared: Rc<RefCell<Shared>>,
     /// Index into `Shared::known` (entries are only ever appended).
     index: usize,
+    /// The family's name and this series' label in `info.name`.
+    family: String,
+    label: String,
 }
 
 impl Probe for Series {
@@ -287,6 +314,19 @@ impl Probe for Series {
     fn drain_alerts(&mut self, out: &mut Vec<AlertRecord>) {
         let mut sh = self.shared.borrow_mut();
         out.append(&mut sh.known[self.index].stash);
+    }
+
+    fn rename(&mut self) -> Option<String> {
+        let sh = self.shared.borrow();
+        let label = &sh.known[self.index].slot.label;
+        if *label == self.label {
+            return None;
+        }
+        let name = format!("{}:{label}", self.family);
+        log::info!("probe {}: named {name}", self.info.name);
+        self.label.clone_from(label);
+        self.info.name = name;
+        Some(self.info.name.clone())
     }
 
     fn lock_counts(&mut self, out: &mut Option<LockCounts>) -> Result<(), ProbeError> {
@@ -506,6 +546,26 @@ mod tests {
         fam.drain_alerts(&mut out);
         fam.read(&mut h).unwrap();
         assert_eq!(h.count, 2, "re-read after the drain");
+    }
+
+    /// A slot named later (a lock's symbol from the worker): its series
+    /// is born under the first label and renamed once, keeping its data.
+    #[test]
+    fn a_series_takes_the_name_its_slot_gets_later() {
+        let slots = Rc::new(RefCell::new(vec![(slot(5, "0x7f00", Role::Part), hist(&[100]))]));
+        let mut fam = Family::new(info(), Box::new(Fake { slots: slots.clone(), reads: Rc::new(RefCell::new(0)) }));
+        let mut born = fam.new_series();
+        assert_eq!(born[0].info().name, "fam:0x7f00");
+        assert_eq!(born[0].rename(), None);
+        slots.borrow_mut()[0].0.label = "ctrl_mutex".into();
+        slots.borrow_mut()[0].1 = hist(&[100, 200]);
+        assert!(fam.new_series().is_empty(), "the same series");
+        assert_eq!(born[0].rename().as_deref(), Some("fam:ctrl_mutex"));
+        assert_eq!(born[0].info().name, "fam:ctrl_mutex");
+        assert_eq!(born[0].rename(), None, "once");
+        let mut h = Hist::default();
+        born[0].read(&mut h).unwrap();
+        assert_eq!(h.count, 2);
     }
 
     #[test]

@@ -11,6 +11,8 @@ use std::io;
 
 use serde::Serialize;
 
+use crate::summary::{IntervalReport, Named};
+
 /// DEL, C1 and the bidi embedding, override and isolate controls.
 pub fn needs_escape(c: char) -> bool {
     matches!(c, '\u{7f}'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
@@ -44,9 +46,88 @@ pub fn to_string<T: Serialize + ?Sized>(v: &T) -> serde_json::Result<String> {
     String::from_utf8(b).map_err(|e| serde_json::Error::io(io::Error::new(io::ErrorKind::InvalidData, e)))
 }
 
+/// Bytes of alert records one JSON line carries at most (with their
+/// commas). A line is its summary (a few hundred bytes per probe line)
+/// plus these: it fits the output's 256 KiB queue whole, so the summary
+/// always goes out; the records past the bound are cut, counted in the
+/// line's `alert_records_cut` (docs/agent.md "Bounds").
+pub const ALERT_RECORD_BYTES_MAX: usize = 192 * 1024;
+
+/// Counts what would be written.
+struct Count(usize);
+
+impl io::Write for Count {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0 += b.len();
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// How many of `r`'s alert records, in order, fit in `bytes` of JSON.
+pub fn alert_records_within(r: &IntervalReport, bytes: usize) -> usize {
+    let mut used = 0usize;
+    for (i, a) in r.alert_records.iter().enumerate() {
+        let mut c = Count(usize::from(i > 0));
+        let _ = to_writer(&mut c, &Named { name: r.probe_name(a.id), record: a });
+        used = used.saturating_add(c.0);
+        if used > bytes {
+            return i;
+        }
+    }
+    r.alert_records.len()
+}
+
+/// One JSON line of `r` (no newline) into `out`, its alert records cut at
+/// `bytes` of them; returns how many were cut (also in the line).
+pub fn report_line(out: &mut Vec<u8>, r: &IntervalReport, bytes: usize) -> serde_json::Result<usize> {
+    let keep = alert_records_within(r, bytes);
+    r.serialize_keeping(&mut serde_json::Serializer::with_formatter(out, Safe), keep)?;
+    Ok(r.alert_records.len() - keep)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 40: a line with 600 lock records (~300 KiB) was dropped
+    /// whole by the 256 KiB queue. Cut at the bound, it stays valid JSON,
+    /// says how many were cut, and keeps the summary.
+    #[test]
+    fn a_line_cuts_alert_records_at_its_bound_and_counts_them() {
+        let mut r = IntervalReport { seq: 7, ..Default::default() };
+        r.probes.push(crate::summary::ProbeReport { name: "lock".into(), ..crate::summary::ProbeReport::empty() });
+        let rec = crate::summary::AlertRecord {
+            id: crate::ident::ProbeId::at(0),
+            pid: 1,
+            tid: 2,
+            comm: "worker_with_a_long_name".into(),
+            cpu: 1,
+            latency_ns: 123_456,
+            time_ns: 99,
+            anatomy: None,
+            cycle: None,
+        };
+        r.alert_records = vec![rec; 3_000];
+        let mut out = Vec::new();
+        let cut = report_line(&mut out, &r, ALERT_RECORD_BYTES_MAX).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let kept = v["alert_records"].as_array().unwrap().len();
+        assert!(cut > 0 && kept + cut == 3_000, "kept {kept} cut {cut}");
+        assert_eq!(v["alert_records_cut"], cut);
+        assert_eq!((v["seq"].as_u64(), v["probes"][0]["name"].as_str()), (Some(7), Some("lock")));
+        let records = serde_json::to_vec(&v["alert_records"]).unwrap().len();
+        assert!(records <= ALERT_RECORD_BYTES_MAX + 2, "{records} bytes of records");
+        assert!(out.len() < 256 * 1024, "{} bytes: fits an output queue", out.len());
+        // Under the bound: the line as before, no count.
+        r.alert_records.truncate(10);
+        out.clear();
+        assert_eq!(report_line(&mut out, &r, ALERT_RECORD_BYTES_MAX).unwrap(), 0);
+        assert_eq!(out, to_string(&r).unwrap().into_bytes());
+        assert!(!String::from_utf8(out).unwrap().contains("alert_records_cut"));
+    }
 
     #[test]
     fn terminal_controls_and_bidi_overrides_leave_escaped_and_read_back_the_same() {

@@ -273,13 +273,25 @@ pub struct IntervalReport {
 /// (`last` only when true, `alert_records` only when some).
 impl Serialize for IntervalReport {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        self.serialize_keeping(ser, self.alert_records.len())
+    }
+}
+
+impl IntervalReport {
+    /// The JSON form with the first `keep` alert records only; the rest
+    /// are counted in `alert_records_cut` (written when some are: a line
+    /// that cuts nothing is the derived form, byte for byte). The JSON
+    /// output bounds its lines with it (crate::json::report_line).
+    pub fn serialize_keeping<S: serde::Serializer>(&self, ser: S, keep: usize) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        struct Records<'a>(&'a IntervalReport);
+        struct Records<'a>(&'a IntervalReport, usize);
         impl Serialize for Records<'_> {
             fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
-                ser.collect_seq(self.0.alert_records.iter().map(|a| Named { name: self.0.probe_name(a.id), record: a }))
+                let r = self.0;
+                ser.collect_seq(r.alert_records[..self.1].iter().map(|a| Named { name: r.probe_name(a.id), record: a }))
             }
         }
+        let keep = keep.min(self.alert_records.len());
         let mut st = ser.serialize_map(None)?;
         st.serialize_entry("seq", &self.seq)?;
         st.serialize_entry("time_ns", &self.time_ns)?;
@@ -288,15 +300,16 @@ impl Serialize for IntervalReport {
             st.serialize_entry("last", &self.last)?;
         }
         st.serialize_entry("probes", &self.probes)?;
-        if !self.alert_records.is_empty() {
-            st.serialize_entry("alert_records", &Records(self))?;
+        if keep > 0 {
+            st.serialize_entry("alert_records", &Records(self, keep))?;
+        }
+        if keep < self.alert_records.len() {
+            st.serialize_entry("alert_records_cut", &(self.alert_records.len() - keep))?;
         }
         st.serialize_entry("agent", &self.agent)?;
         st.end()
     }
-}
 
-impl IntervalReport {
     /// The name of row `id`, for a record's text and JSON; empty for an
     /// id no row has (a record is always drained into its own row's id,
     /// so this is a bug's trace, not a case outputs meet).
@@ -579,8 +592,7 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize, width:
         }
     }
     if r.alert_records.len() > max {
-        let _ =
-            writeln!(s, "  ... {} more alert records (JSON and frames carry them all)", r.alert_records.len() - max);
+        let _ = writeln!(s, "  ... {} more alert records (frames carry them all)", r.alert_records.len() - max);
     }
 }
 

@@ -614,6 +614,16 @@ impl TextRender {
         });
         render_late_time_into(s, r.probes.as_slice(), |p| style.hist_all || p.hist);
         render_alerts_into(&mut self.lf, r, if style.hist_all { usize::MAX } else { ALERTS_SHOWN }, WIDTH);
+        // What a JSON line of this interval leaves out (it says so too).
+        let kept = crate::json::alert_records_within(r, crate::json::ALERT_RECORD_BYTES_MAX);
+        if kept < r.alert_records.len() {
+            let _ = writeln!(
+                self.lf,
+                "  alert_records_cut: {} (a JSON line carries {} KiB of records: the first {kept})",
+                r.alert_records.len() - kept,
+                crate::json::ALERT_RECORD_BYTES_MAX / 1024
+            );
+        }
         if !style.crlf {
             return &self.lf;
         }
@@ -856,6 +866,31 @@ mod tests {
         assert!(t.lines().count() <= 40);
         assert!(t.contains("  ... 35 more alert records"), "{t}");
         assert!(!t.contains("distribution"), "no histogram by default: {t}");
+    }
+
+    /// Issue 40: what a JSON line of the interval cuts, the text says.
+    #[test]
+    fn the_text_says_how_many_records_a_json_line_cuts() {
+        let mut r = report(vec![probe("syscall", "syscall", 100, 5_000)]);
+        let rec = AlertRecord {
+            id: row(&r, "syscall"),
+            pid: 1,
+            tid: 1,
+            comm: "ctrl".into(),
+            cpu: 0,
+            latency_ns: 2_000_000,
+            time_ns: 5 * SEC,
+            anatomy: None,
+            cycle: None,
+        };
+        r.alert_records = vec![rec; 100];
+        let mut tr = TextRender::new(TextStyle::default());
+        assert!(!tr.render(&r).contains("alert_records_cut"), "100 records fit a line");
+        let more = r.alert_records[0].clone();
+        r.alert_records.resize(5_000, more);
+        let kept = crate::json::alert_records_within(&r, crate::json::ALERT_RECORD_BYTES_MAX);
+        let t = tr.render(&r).to_string();
+        assert!(kept < 5_000 && t.contains(&format!("alert_records_cut: {} (", 5_000 - kept)), "{t}");
     }
 
     #[test]

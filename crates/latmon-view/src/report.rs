@@ -46,7 +46,10 @@ mod misses;
 mod model;
 
 use charts::{alerts_svg, health_svg, hist_svg, pct_svg};
-use model::{esc, hv, plain, Envelope, Series, Worst, ALERT_BUCKETS, HEALTH_BUCKETS, MAX_ALERT_PROBES, MAX_ALERT_ROWS};
+use model::{
+    cell, detail, esc, hv, plain, Envelope, Series, Worst, ALERT_BUCKETS, HEALTH_BUCKETS, MAX_ALERT_PROBES,
+    MAX_ALERT_ROWS,
+};
 
 #[derive(Debug)]
 pub struct Capture {
@@ -330,20 +333,19 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
         for got in rows {
             let a = &got.record;
             // What delayed it, as the agent prints it (a cycle record's
-            // `miss 1.62ms of 1.00ms: ...`, else the anatomy's line).
-            let mut detail = String::new();
-            latmon_core::summary::render_detail_into(&mut detail, got.named(), usize::MAX);
+            // `miss 1.62ms of 1.00ms: ...`, else the anatomy's line); the
+            // row's names escaped one way (model::detail).
             let _ = writeln!(
                 o,
                 "<tr><td class=\"num\">{:.6}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
                 a.time_ns as f64 / 1e9,
-                esc(&got.probe),
+                cell(&got.probe),
                 fmt_ns(a.latency_ns),
                 a.pid,
                 a.tid,
-                esc(&a.comm),
+                cell(&a.comm),
                 a.cpu,
-                esc(&detail)
+                detail(got)
             );
         }
         o.push_str("</table>\n");

@@ -330,14 +330,7 @@ impl Sink for Output {
             Render::Text(r) => {
                 self.q.push(r.render(t.report).as_bytes());
             }
-            Render::Json(buf) => {
-                buf.clear();
-                if let Err(e) = latmon_core::json::to_writer(&mut *buf, t.report) {
-                    log::warn!("json: {e}");
-                }
-                buf.push(b'\n');
-                self.q.push(buf);
-            }
+            Render::Json(buf) => json_line(buf, t, &self.q),
             Render::Frames(f) => f.render(t, &self.q),
         }
         self.log_drops(false);
@@ -359,6 +352,32 @@ impl Sink for Output {
     }
 }
 
+/// One JSON line into `q`. Its alert records are cut at
+/// [`ALERT_RECORD_BYTES_MAX`](latmon_core::json::ALERT_RECORD_BYTES_MAX)
+/// bytes, and further where the line would not fit the queue's free room
+/// (a serial line's queue is 2 s of its rate; a slow reader leaves less):
+/// a line over the queue was dropped whole,
+/// summary and all (issue 40: every interval of a five-family load). The
+/// line counts what it cut (`alert_records_cut`).
+fn json_line(buf: &mut Vec<u8>, t: &Tick<'_>, q: &Queue) {
+    let mut bytes = latmon_core::json::ALERT_RECORD_BYTES_MAX;
+    // Each try cuts at least what the last was over; the fourth keeps no
+    // record (a summary over the queue alone is dropped and counted).
+    for tries in 0.. {
+        buf.clear();
+        if let Err(e) = latmon_core::json::report_line(buf, t.report, bytes) {
+            log::warn!("json: {e}");
+        }
+        buf.push(b'\n');
+        let over = buf.len().saturating_sub(q.capacity().saturating_sub(q.queued_bytes()));
+        if over == 0 || bytes == 0 {
+            break;
+        }
+        bytes = if tries >= 2 { 0 } else { bytes.saturating_sub(over) };
+    }
+    q.push(buf);
+}
+
 impl Drop for Output {
     fn drop(&mut self) {
         self.close(Duration::from_millis(500));
@@ -368,6 +387,53 @@ impl Drop for Output {
 #[cfg(test)]
 mod flush_tests {
     use super::*;
+
+    /// Issue 40: with 1 us thresholds on five families every JSON line
+    /// was over the 256 KiB queue and dropped whole, summary and all. Now
+    /// every line goes out, its records cut and counted, in the full
+    /// queue and in a serial line's small one.
+    #[test]
+    fn a_json_line_with_too_many_alert_records_goes_out_cut_and_counted() {
+        use latmon_core::summary::{AlertRecord, IntervalReport, ProbeReport};
+        let session = latmon_core::session::Session {
+            board: "b".into(),
+            kernel: "k".into(),
+            boot_id: 1,
+            start_ns: 0,
+            interval_ns: 1_000_000_000,
+            probes: Vec::new(),
+            failed: Vec::new(),
+            thresholds_ns: Vec::new(),
+        };
+        let mut report = IntervalReport { seq: 3, ..Default::default() };
+        report.probes.push(ProbeReport { name: "lock:ctrl_mutex".into(), ..ProbeReport::empty() });
+        let rec = AlertRecord {
+            id: latmon_core::ident::ProbeId::at(0),
+            pid: 4242,
+            tid: 4243,
+            comm: "ctrl_loop".into(),
+            cpu: 1,
+            latency_ns: 1_234_567,
+            time_ns: 5,
+            anatomy: None,
+            cycle: None,
+        };
+        report.alert_records = vec![rec; 5_000];
+        let tick = Tick { session: &session, report: &report, totals: &[], read_errors: &[] };
+        for cap in [QUEUE_BYTES, 4096] {
+            let q = Queue::new(cap);
+            let mut buf = Vec::new();
+            json_line(&mut buf, &tick, &q);
+            assert_eq!(q.dropped(), (0, 0), "queue of {cap}: the line went out");
+            let (mut out, mut lens) = (Vec::new(), Vec::new());
+            assert_eq!(q.pop(&mut out, &mut lens, Duration::ZERO), Pop::Data);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            let kept = v["alert_records"].as_array().map_or(0, Vec::len);
+            let cut = v["alert_records_cut"].as_u64().unwrap() as usize;
+            assert_eq!((v["seq"].as_u64(), kept + cut), (Some(3), 5_000), "queue of {cap}");
+            assert!(out.len() <= cap && kept > 0, "queue of {cap}: {} bytes, {kept} kept", out.len());
+        }
+    }
 
     #[test]
     fn a_serial_exit_flush_waits_what_its_line_needs_within_a_bound() {

@@ -26,6 +26,19 @@ pub struct FrameRender {
     last_flags: u32,
     /// A byte budget: delta summaries, keyframes, degradation steps.
     pub budget: Option<Box<budget::BudgetedFrames>>,
+    /// [`names_of`] the session at the last interval.
+    names: Option<u64>,
+}
+
+/// A fingerprint of the session's probe names (FNV-1a): a probe renamed
+/// within the session (a lock series named once its symbol arrives) sends
+/// the table again, which receivers merge by id.
+pub(super) fn names_of(s: &latmon_core::session::Session) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in s.probes.iter().flat_map(|p| p.name.bytes().chain([0])) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 /// The `wire::STATUS_*` bits of an interval.
@@ -193,6 +206,14 @@ impl FrameRender {
             self.lens.reserve(n * (want / wire::FRAME_BUDGET + 8));
         }
         let r = t.report;
+        let names = names_of(t.session);
+        if self.names.is_some_and(|n| n != names) {
+            self.hello = None;
+            if let Some(b) = self.budget.as_deref_mut() {
+                b.renamed();
+            }
+        }
+        self.names = Some(names);
         if let Some(b) = self.budget.as_deref_mut() {
             let flags_changed = status_flags(r) != self.last_flags;
             let (status, last_flags) = (&mut self.status, &mut self.last_flags);
@@ -304,5 +325,67 @@ impl FrameRender {
             self.status_frames(t, q);
             q.push_group(&self.buf, &self.lens);
         }
+    }
+}
+
+#[cfg(test)]
+mod rename_tests {
+    use super::*;
+    use crate::sinks::queue::{Pop, Queue};
+    use latmon_core::hist::Hist;
+    use latmon_core::session::Session;
+    use latmon_core::summary::{ProbeInfo, ProbeReport};
+
+    /// A lock series is born `lock:0x...` and renamed when its symbol
+    /// arrives (same id): the next interval carries a Hello with the new
+    /// name, which receivers merge by id. The Hello was cached: receivers
+    /// kept the address for good.
+    #[test]
+    fn a_renamed_probe_sends_the_table_again_with_its_new_name() {
+        let info = |name: &str| ProbeInfo {
+            name: name.into(),
+            kind: latmon_core::ident::Family::Lock,
+            attach: latmon_core::ident::Mechanism::TpBtf,
+            mode: "m".into(),
+            btf_mode: latmon_core::ident::BtfMode::CoRe,
+            wait: Default::default(),
+        };
+        let mut session = Session {
+            board: "b".into(),
+            kernel: "k".into(),
+            boot_id: 3,
+            start_ns: 0,
+            interval_ns: 1_000_000_000,
+            probes: vec![info("lock"), info("lock:0x55d0c0a05000")],
+            failed: Vec::new(),
+            thresholds_ns: Vec::new(),
+        };
+        let totals = vec![Hist::default(); 2];
+        let q = Queue::new(1 << 20);
+        let mut f = FrameRender::default();
+        let hellos = |session: &Session, seq: u64, f: &mut FrameRender| {
+            let report = IntervalReport {
+                seq,
+                time_ns: seq * 1_000_000_000,
+                interval_ns: 1_000_000_000,
+                probes: (0..2).map(|p| ProbeReport::new(&session.probes[p], &totals[p], &totals[p])).collect(),
+                ..Default::default()
+            };
+            f.render(&Tick { session, report: &report, totals: &totals, read_errors: &[0, 0] }, &q);
+            let (mut data, mut lens) = (Vec::new(), Vec::new());
+            let mut names = Vec::new();
+            if q.pop(&mut data, &mut lens, std::time::Duration::ZERO) == Pop::Data {
+                latmon_core::wire::FrameDecoder::new().feed(&data, &mut |r| {
+                    if let Ok(wire::Frame::Hello(h)) = r {
+                        names.extend(h.probes.iter().map(|p| p.name.clone()));
+                    }
+                });
+            }
+            names
+        };
+        assert!(hellos(&session, 1, &mut f).contains(&"lock:0x55d0c0a05000".to_string()), "the first table");
+        assert!(hellos(&session, 2, &mut f).is_empty(), "no table while nothing changed");
+        session.probes[1].name = "lock:ctrl_mutex".into();
+        assert_eq!(hellos(&session, 3, &mut f), ["lock", "lock:ctrl_mutex"], "the renamed table at once");
     }
 }

@@ -336,7 +336,7 @@ fn draw_plots(f: &mut Frame, area: Rect, m: &Live, r: &Row, alerts: bool) {
     let mine: Vec<Line> = m
         .alerts
         .iter()
-        .filter(|got| got.probe == r.report.name)
+        .filter(|got| alert_of_row(&r.report.name, &got.probe))
         .take(room)
         .flat_map(|got| {
             let a = &got.record;
@@ -359,6 +359,14 @@ fn draw_plots(f: &mut Frame, area: Rect, m: &Live, r: &Row, alerts: bool) {
     let ablock = Block::default().borders(Borders::ALL).title(format!(" latest alerts of {name} "));
     let body = if mine.is_empty() { vec![Line::from("none")] } else { mine };
     f.render_widget(Paragraph::new(body).block(ablock), alerts_area);
+}
+
+/// A record of `probe` belongs under row `row`: its own, or of a series
+/// of the row's family (`lock:ctrl_mutex` under `lock`). A family's ALERT
+/// count sums its series' records, which name their series: the `lock`
+/// row counted 16 and listed "none" (issue 40).
+fn alert_of_row(row: &str, probe: &str) -> bool {
+    probe == row || probe.strip_prefix(row).is_some_and(|rest| rest.starts_with(':'))
 }
 
 /// A cycle probe's latest misses, overruns and slow responses, newest
@@ -414,4 +422,19 @@ fn draw_help(f: &mut Frame, area: Rect) {
     f.render_widget(Clear, r);
     let lines: Vec<Line> = text.iter().map(|&l| Line::from(l)).collect();
     f.render_widget(Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")), r);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::alert_of_row;
+
+    #[test]
+    fn a_family_row_lists_its_series_records() {
+        assert!(alert_of_row("lock", "lock"));
+        assert!(alert_of_row("lock", "lock:ctrl_mutex"), "the family's series");
+        assert!(alert_of_row("lock:ctrl_mutex", "lock:ctrl_mutex"));
+        assert!(!alert_of_row("lock:ctrl_mutex", "lock:other"));
+        assert!(!alert_of_row("lock", "lockd"), "another probe");
+        assert!(!alert_of_row("lock:a", "lock"), "a series lists its own only");
+    }
 }

@@ -16,13 +16,12 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use latmon_core::anatomy::{Cause, CauseKind, SOFTIRQ_NAMES};
 use latmon_core::cycle::CycleEvent;
-use latmon_core::summary::render_detail_into;
 use latmon_core::text::fmt_ns;
 use latmon_core::wire::ReceivedAlert;
 use plotters::prelude::*;
 
 use super::charts::{e, legend, svg, time_axis, Key, Mark, FONT, LEGEND_WIDE, LIGHT_LINES};
-use super::model::{esc, plain, Envelope, Worst};
+use super::model::{cell, detail, esc, plain, Envelope, Worst};
 
 /// Cycle probes drawn apart.
 pub const MAX_MISS_PROBES: usize = 8;
@@ -205,17 +204,15 @@ impl Misses {
         o.push_str("<table id=\"misses\"><tr><th>time (s)</th><th>probe</th><th>task</th><th>cpu</th><th>the record, as the agent prints it</th></tr>\n");
         for got in rows {
             let a = &got.record;
-            let mut line = String::new();
-            render_detail_into(&mut line, got.named(), usize::MAX);
             let _ = writeln!(
                 o,
                 "<tr><td class=\"num\">{:.6}</td><td>{}</td><td>{}[{}]</td><td class=\"num\">{}</td><td>{}</td></tr>",
                 a.time_ns as f64 / 1e9,
-                esc(&got.probe),
-                esc(&a.comm),
+                cell(&got.probe),
+                cell(&a.comm),
                 a.tid,
                 a.cpu,
-                esc(&line)
+                detail(got)
             );
         }
         o.push_str("</table>\n");
@@ -402,7 +399,11 @@ mod tests {
         assert!(sec.contains(
             "<td>miss 1.62ms of 1.00ms: running 1500 us, blocked on io in fdatasync 60 us, 7 page faults, other 60 us</td>"
         ));
-        assert!(sec.contains("<td>overrun 1.00ms of 1.00ms, runnable behind hog&lt;script&gt;?[2J[9]</td>"), "{sec}");
+        // One escape style on a row (issue 40: `?` here, `\u{1b}` in cells).
+        assert!(
+            sec.contains("<td>overrun 1.00ms of 1.00ms, runnable behind hog&lt;script&gt;\\u{1b}[2J[9]</td>"),
+            "{sec}"
+        );
         assert!(!page.contains("<script") && !page.contains('\x1b'));
         // The alert table says the same of each record.
         assert!(page[..at].contains("miss 1.62ms of 1.00ms: running 1500 us"));

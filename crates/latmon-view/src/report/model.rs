@@ -239,3 +239,103 @@ pub(super) fn plain(s: &str) -> String {
     }
     o
 }
+
+/// A string from the board for a record's row: printable ASCII as is,
+/// every other character as `\u{..}`. The row's "what delayed it" is the
+/// agent's line, which the core writes in printable ASCII only (a name's
+/// other characters as `?`); its names are passed through this first, and
+/// the row's own cells too, so one row shows one escape style (issue 40:
+/// `c\u{1b}[31m` in the comm cell beside `hog?[2J` in the line).
+pub(super) fn ascii(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        if (' '..='~').contains(&c) {
+            o.push(c);
+        } else {
+            let _ = write!(o, "\\u{{{:x}}}", c as u32);
+        }
+    }
+    o
+}
+
+/// A record's cell text (probe, comm): [`ascii`], HTML-escaped.
+pub(super) fn cell(s: &str) -> String {
+    esc(&ascii(s))
+}
+
+/// A record's "what delayed it" line, as the agent prints it, with its
+/// names escaped as [`ascii`] does, HTML-escaped.
+pub(super) fn detail(got: &ReceivedAlert) -> String {
+    use latmon_core::anatomy::CauseKind;
+    use latmon_core::cycle::Doing;
+    let mut r = got.record.clone();
+    let fix = |s: &mut String| *s = ascii(s);
+    fix(&mut r.comm);
+    for c in r.anatomy.iter_mut().flat_map(|an| an.causes.iter_mut()) {
+        match &mut c.kind {
+            CauseKind::Task { comm, .. } => fix(comm),
+            CauseKind::Irq { name, .. } => fix(name),
+            CauseKind::Blocked { syscall, .. } => fix(syscall),
+            CauseKind::Owner { owner } => fix(&mut owner.comm),
+            CauseKind::Inversion { owner, preempted_by } => {
+                fix(&mut owner.comm);
+                preempted_by.iter_mut().for_each(|p| fix(&mut p.comm));
+            }
+            _ => {}
+        }
+    }
+    if let Some(cy) = &mut r.cycle {
+        match &mut cy.doing {
+            Some(Doing::Runnable { comm, .. }) => fix(comm),
+            Some(Doing::Blocked { syscall, .. }) => fix(syscall),
+            _ => {}
+        }
+        if let Some(rule) = &mut cy.rule {
+            fix(&mut rule.syscall);
+            if let Some(w) = &mut rule.waker {
+                fix(&mut w.comm);
+            }
+        }
+    }
+    let name = ascii(&got.probe);
+    let mut line = String::new();
+    latmon_core::summary::render_detail_into(
+        &mut line,
+        latmon_core::summary::Named { name: &name, record: &r },
+        usize::MAX,
+    );
+    esc(&line)
+}
+
+#[cfg(test)]
+mod row_tests {
+    use super::*;
+
+    /// Issue 40: the report's alert row showed `\u{1b}` in its comm cell
+    /// and `?` for the same byte in its "what delayed it" cell.
+    #[test]
+    fn a_records_row_escapes_every_name_one_way() {
+        use latmon_core::anatomy::{Anatomy, Cause, CauseKind, Policy};
+        let evil = "h<g>\u{1b}[2J\u{e9}";
+        let task = CauseKind::Task { comm: evil.into(), pid: 7, policy: Policy::Fifo, prio: 50 };
+        let got = ReceivedAlert {
+            probe: "runq".into(),
+            record: latmon_core::summary::AlertRecord {
+                id: latmon_core::ident::ProbeId::at(0),
+                pid: 1,
+                tid: 1,
+                comm: evil.into(),
+                cpu: 0,
+                latency_ns: 500_000,
+                time_ns: 1,
+                anatomy: Some(Anatomy { cpu_woken: 0, cpu_ran: 0, causes: vec![Cause { kind: task, ns: 400_000 }] }),
+                cycle: None,
+            },
+        };
+        let want = "h&lt;g&gt;\\u{1b}[2J\\u{e9}";
+        assert_eq!(cell(&got.record.comm), want);
+        let d = detail(&got);
+        assert!(d.contains(want), "{d}");
+        assert!(!d.contains('?'), "no second style: {d}");
+    }
+}

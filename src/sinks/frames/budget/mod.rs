@@ -35,6 +35,12 @@ use crate::sinks::queue::Queue;
 pub type StatusFn<'a> = dyn FnMut(&Tick<'_>, &mut Encoder, &mut Vec<u8>, &mut Vec<usize>, LinkHealth, &[u64]) + 'a;
 
 impl BudgetedFrames {
+    /// A probe was renamed: the whole table goes again at once.
+    pub fn renamed(&mut self) {
+        self.hello = None;
+        self.hello_requested = true;
+    }
+
     /// Render one agent interval. `frames` collects (bytes, lens) per group
     /// and hands each group to `q`.
     // The encoder and both frame buffers are borrowed one by one, not as a
