@@ -75,7 +75,11 @@ struct Meter {
 }
 
 fn sleep_until(t_ns: u64) {
-    let ts = libc::timespec { tv_sec: (t_ns / 1_000_000_000) as libc::time_t, tv_nsec: (t_ns % 1_000_000_000) as _ };
+    // SAFETY: all-zero is a valid timespec (musl's has padding on some
+    // targets, so no struct literal).
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    ts.tv_sec = (t_ns / 1_000_000_000) as _;
+    ts.tv_nsec = (t_ns % 1_000_000_000) as _;
     // SAFETY: ts is valid; no remainder is asked for (absolute sleep).
     while unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) }
         == libc::EINTR
@@ -90,9 +94,22 @@ fn start_meter(capacity: usize) -> Result<Meter> {
     let (s, t) = (stop.clone(), tid.clone());
     let handle = std::thread::Builder::new().name(THREAD.into()).spawn(move || {
         t.store(nix::unistd::gettid().as_raw() as u32, Ordering::Release);
-        let param = libc::sched_param { sched_priority: PRIORITY };
+        // SAFETY: sched_param is plain data; all-zero is valid (musl's
+        // struct has extra fields, so no struct literal).
+        let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+        param.sched_priority = PRIORITY;
+        // The raw syscall: musl's sched_setscheduler() is a stub that
+        // always fails with ENOSYS (src/hygiene.rs).
         // SAFETY: 0 is the calling thread; param is valid.
-        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        if unsafe {
+            libc::syscall(
+                libc::SYS_sched_setscheduler,
+                0 as libc::pid_t,
+                libc::SCHED_FIFO,
+                &param as *const libc::sched_param,
+            )
+        } != 0
+        {
             return Err(std::io::Error::last_os_error());
         }
         let mut out = Vec::with_capacity(capacity);
