@@ -295,13 +295,6 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
             rep.config_error = Some(format!("{e:#}"));
         }
         (Ok(cfg), Ok(())) => {
-            // As `latmon run` would (so the steady-state page faults below
-            // are run's): CPUs, policy, mlockall.
-            match hygiene::apply(cfg) {
-                // What was locked, not what was asked.
-                Ok(applied) => rep.placement.iter_mut().for_each(|p| p.mlockall = applied.mlocked),
-                Err(e) => log::warn!("check: {e}"),
-            }
             probes::route_libbpf_logs();
             probes::ensure_tracefs();
             rep.features = features::detect();
@@ -362,6 +355,14 @@ pub fn run(config_name: String, cfg: Result<Config>, measure: Duration) -> (Chec
                     }
                     Err(e) => rep.measure_error = Some(format!("BPF_ENABLE_STATS: {e}")),
                 }
+            }
+            // After the measurement: at nice 10 and with every page being
+            // locked, check would load and measure after the load it was
+            // started beside (tests/live/kernel_misses.rs). Applied to
+            // learn whether `latmon run`'s mlockall would be granted.
+            match hygiene::apply(cfg) {
+                Ok(applied) => rep.placement.iter_mut().for_each(|p| p.mlockall = applied.mlocked),
+                Err(e) => log::warn!("check: {e}"),
             }
         }
         (Ok(_), Err(_)) => {}
