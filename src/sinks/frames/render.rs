@@ -27,15 +27,23 @@ pub struct FrameRender {
     /// A byte budget: delta summaries, keyframes, degradation steps.
     pub budget: Option<Box<budget::BudgetedFrames>>,
     /// [`names_of`] the session at the last interval.
-    names: Option<u64>,
+    names: Option<(u64, usize)>,
 }
 
 /// A fingerprint of the session's probe names (FNV-1a): a probe renamed
 /// within the session (a lock series named once its symbol arrives) sends
 /// the table again, which receivers merge by id.
 pub(super) fn names_of(s: &latmon_core::session::Session) -> u64 {
+    names_of_first(s, s.probes.len())
+}
+
+/// [`names_of`] the first `n` probes only: a series born since (a new
+/// syscall) is no rename, and goes out as a table update, not a whole
+/// Hello (at 9600 baud the default probes' Hello again at every new series
+/// overflowed the line: links_paced).
+pub(super) fn names_of_first(s: &latmon_core::session::Session, n: usize) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for b in s.probes.iter().flat_map(|p| p.name.bytes().chain([0])) {
+    for b in s.probes.iter().take(n).flat_map(|p| p.name.bytes().chain([0])) {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
     h
@@ -206,8 +214,8 @@ impl FrameRender {
             self.lens.reserve(n * (want / wire::FRAME_BUDGET + 8));
         }
         let r = t.report;
-        let names = names_of(t.session);
-        if self.names.is_some_and(|n| n != names) {
+        let names = (names_of(t.session), t.session.probes.len());
+        if self.names.is_some_and(|(h, n)| n > names.1 || names_of_first(t.session, n) != h) {
             self.hello = None;
             if let Some(b) = self.budget.as_deref_mut() {
                 b.renamed();
