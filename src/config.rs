@@ -466,6 +466,11 @@ pub struct Config {
     /// every probe is attached, with every capability cleared.
     pub user: Option<String>,
     pub group: Option<String>,
+    /// Where `latmon certify` stored this config's certificate (not a
+    /// config key: `latmon run` sets it from `--config`, see
+    /// certify::store::path_for); its summary travels in Hello. None:
+    /// announce none.
+    pub certificate: Option<std::path::PathBuf>,
 }
 
 /// Consecutive intervals over budget before a probe is detached, unless
@@ -512,6 +517,7 @@ impl Default for Config {
             mlockall: true,
             user: None,
             group: None,
+            certificate: None,
         }
     }
 }

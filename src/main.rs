@@ -212,6 +212,9 @@ fn run_config(a: &RunArgs) -> Result<Config> {
     if !a.outputs.is_empty() {
         cfg.outputs = a.outputs.clone();
     }
+    // Read again at each reload: a certificate made while latmon runs
+    // shows from the next session on.
+    cfg.certificate = Some(certify::store::path_for(a.common.config.as_deref()));
     cfg.validate()?;
     Ok(cfg)
 }

@@ -131,6 +131,7 @@ fn emit_does_not_allocate(word: &str) {
             .collect(),
         failed: Vec::new(),
         thresholds_ns: Vec::new(),
+        certificate: None,
     };
     let mut totals = busy_hists(n, 3);
     let report = IntervalReport {
@@ -192,6 +193,7 @@ fn text_output_emit_does_not_allocate() {
             probes: (0..n).map(info).collect(),
             failed: Vec::new(),
             thresholds_ns: Vec::new(),
+            certificate: None,
         };
         let totals = busy_hists(n, 3);
         let errors = vec![0u64; n];
@@ -247,6 +249,7 @@ fn modbus_output_emit_does_not_allocate() {
             .collect(),
         failed: Vec::new(),
         thresholds_ns: Vec::new(),
+        certificate: None,
     };
     let totals = busy_hists(n, 3);
     let mut r = IntervalReport {

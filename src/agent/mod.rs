@@ -318,6 +318,7 @@ fn session(cfg: &Config, start_ns: u64, generation: u64, probes: Vec<ProbeInfo>,
     // read on a laptop days later (a report, a view) says where it came
     // from. The kernel bounds it (64 bytes, HOST_NAME_MAX).
     let host = uts.map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default();
+    let certificate = cfg.certificate.as_deref().and_then(|p| crate::certify::store::announce(p, &kernel));
     Session {
         board: cfg.board.clone().unwrap_or(host),
         kernel,
@@ -331,6 +332,7 @@ fn session(cfg: &Config, start_ns: u64, generation: u64, probes: Vec<ProbeInfo>,
         probes,
         failed: Vec::new(),
         thresholds_ns,
+        certificate,
     }
 }
 

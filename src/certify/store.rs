@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use latmon_core::wire::{WireCertificate, CERT_FAIL, CERT_METHOD_1, CERT_OTHER_KERNEL, CERT_PASS};
 use serde::{Deserialize, Serialize};
 
 use super::model::{Figures, StateStats, Verdict};
@@ -121,6 +122,29 @@ impl Certificate {
         }
     }
 
+    /// The summary a Hello carries (revision 11) for an agent on kernel
+    /// release `kernel`: flagged as made on another kernel when it was
+    /// (a certificate of another kernel says nothing sure of this one).
+    pub fn wire(&self, kernel: &str) -> WireCertificate {
+        let f = &self.figures;
+        WireCertificate {
+            verdict: match f.verdict {
+                Verdict::Pass => CERT_PASS,
+                Verdict::Fail => CERT_FAIL,
+            },
+            flags: if self.kernel == kernel { 0 } else { CERT_OTHER_KERNEL },
+            method: CERT_METHOD_1,
+            duration_s: u32::try_from(self.duration_ns / 1_000_000_000).unwrap_or(u32::MAX),
+            made_at_unix: self.made_at_unix,
+            p999_none_ns: f.states.none.p999_ns,
+            p999_full_ns: f.states.full.p999_ns,
+            shift_p999_ns: f.shift_p999_ns,
+            ci95_lo_ns: f.ci95_ns[0],
+            ci95_hi_ns: f.ci95_ns[1],
+            goal_ns: f.goal_ns,
+        }
+    }
+
     /// The stored form's text.
     pub fn from_json(text: &str) -> Result<Certificate, String> {
         let c: Certificate = serde_json::from_str(text).map_err(|e| e.to_string())?;
@@ -138,6 +162,32 @@ pub fn read(path: &Path) -> Result<Option<Certificate>, String> {
         Ok(t) => Certificate::from_json(&t).map(Some).map_err(|e| format!("{}: {e}", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// The Hello summary of the certificate stored at `path` for an agent on
+/// kernel release `kernel` (None: none stored, or unreadable: logged,
+/// never fatal to the agent).
+pub fn announce(path: &Path, kernel: &str) -> Option<WireCertificate> {
+    match read(path) {
+        Ok(Some(c)) => {
+            let w = c.wire(kernel);
+            if w.other_kernel() {
+                log::warn!(
+                    "certificate {}: made on kernel {}, this one is {kernel}: announced as made on another kernel",
+                    path.display(),
+                    c.kernel
+                );
+            } else {
+                log::info!("certificate {}: {}", path.display(), w.line());
+            }
+            Some(w)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            log::warn!("certificate not announced: {e}");
+            None
+        }
     }
 }
 
@@ -196,6 +246,10 @@ mod tests {
         assert_eq!(Certificate::from_json(&text).unwrap(), c);
         let sum = c.summary(Path::new("/x"));
         assert_eq!((sum.p999_ns.none, sum.p999_ns.full, sum.shift_p999_ns), (1_099, 1_299, 200));
+        let w = c.wire("6.18");
+        assert_eq!((w.verdict, w.flags, w.duration_s, w.shift_p999_ns), (CERT_PASS, 0, 0, 200));
+        assert_eq!((w.p999_none_ns, w.p999_full_ns, [w.ci95_lo_ns, w.ci95_hi_ns]), (1_099, 1_299, c.figures.ci95_ns));
+        assert!(c.wire("6.19").other_kernel());
         let other = text.replace("\"version\":1", "\"version\":2");
         assert!(Certificate::from_json(&other).unwrap_err().contains("version 2"));
     }

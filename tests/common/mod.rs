@@ -59,6 +59,7 @@ pub fn hello(board: &str, probes: Vec<latmon_core::wire::ProbeDesc>) -> latmon_c
         probe_count: probes.len() as u16,
         probes,
         thresholds: Vec::new(),
+        certificate: None,
     }
 }
 

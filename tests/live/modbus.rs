@@ -573,6 +573,7 @@ fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
         probes: vec![info.clone()],
         failed: Vec::new(),
         thresholds_ns: Vec::new(),
+        certificate: None,
     };
     let mut h = Hist::default();
     for v in [1_500u64, 2_500, 900_000] {

@@ -65,6 +65,7 @@ fn tcp_stalled_client_dropped_while_other_served_on_time() {
         probes: (0..n_probes).map(runq_probe).collect(),
         failed: Vec::new(),
         thresholds_ns: Vec::new(),
+        certificate: None,
     };
     let mut totals: Vec<Hist> = vec![Hist::default(); n_probes];
     let mut emitted: Vec<Instant> = vec![Instant::now()];

@@ -38,6 +38,7 @@ fn session() -> Session {
         probes: vec![runq_probe(0), runq_probe(1)],
         failed: vec![FailedProbe { position: 2, name: "timer".into(), kind: Family::Timer, why: "absent".into() }],
         thresholds_ns: Vec::new(),
+        certificate: None,
     }
 }
 

@@ -111,6 +111,7 @@ fn a_folded_family_and_link_counters_pass_promtool_check_metrics() {
         probes,
         failed: Vec::new(),
         thresholds_ns: Vec::new(),
+        certificate: None,
     };
     let errors = vec![0u64; totals.len()];
     let mut snap = snapshot(&Tick { session: &session, report: &report, totals: &totals, read_errors: &errors }, 16);
@@ -181,6 +182,7 @@ fn a_cycle_probes_misses_and_their_causes_pass_promtool_check_metrics() {
         probes: vec![info],
         failed: Vec::new(),
         thresholds_ns: Vec::new(),
+        certificate: None,
     };
     let totals = [h];
     let snap = snapshot(&Tick { session: &session, report: &report, totals: &totals, read_errors: &[0] }, 16);

@@ -33,6 +33,7 @@ fn endpoint() -> (Box<dyn Sink>, String) {
         probes: vec![runq_probe(0)],
         failed: Vec::new(),
         thresholds_ns: Vec::new(),
+        certificate: None,
     };
     let mut h = Hist::default();
     h.record(5_000);

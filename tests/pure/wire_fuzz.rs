@@ -136,6 +136,7 @@ impl Gen {
                 })
                 .collect(),
             thresholds: Vec::new(),
+            certificate: None,
         }
     }
 

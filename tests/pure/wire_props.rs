@@ -78,6 +78,7 @@ fn arb_hello() -> impl Strategy<Value = Hello> {
                 })
                 .collect(),
             thresholds: Vec::new(),
+            certificate: None,
         })
 }
 

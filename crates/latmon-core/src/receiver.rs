@@ -637,6 +637,7 @@ mod tests {
                 scheme: BucketScheme::LATMON,
             }],
             thresholds: Vec::new(),
+            certificate: None,
         }
     }
 

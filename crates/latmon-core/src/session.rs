@@ -22,6 +22,9 @@ pub struct Session {
     /// The alert threshold of each of `probes` (same order), 0 for none
     /// (a probe without one sends no alerts). Empty: none has one.
     pub thresholds_ns: Vec<u64>,
+    /// The observer-effect certificate stored for this config (`latmon
+    /// certify`), as Hello carries it (revision 11); None: none made.
+    pub certificate: Option<wire::WireCertificate>,
 }
 
 impl Session {
@@ -44,6 +47,7 @@ impl Session {
                 .filter(|&(_, &ns)| ns > 0)
                 .map(|(i, &ns)| wire::ProbeThreshold { id: i as u16, threshold_ns: ns })
                 .collect(),
+            certificate: self.certificate,
         }
     }
 }

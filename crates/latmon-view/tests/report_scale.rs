@@ -44,6 +44,7 @@ fn base_capture() -> Vec<u8> {
             })
             .collect(),
         thresholds: Vec::new(),
+        certificate: None,
     };
     let mut bytes = encode_to_vec(&Frame::Hello(hello)).unwrap();
     let mut hs = vec![Hist::default(); PROBES as usize];

@@ -37,6 +37,7 @@ fn session(failed: Vec<FailedProbe>) -> Session {
         probes: vec![info("runq", Mechanism::TpBtf), info("second-probe-with-long-name", Mechanism::RawTp)],
         failed,
         thresholds_ns: Vec::new(),
+        certificate: None,
     }
 }
 

@@ -52,6 +52,7 @@ fn histogram_buckets_are_cumulative_and_exact() {
         probes: vec![info.clone()],
         failed: Vec::new(),
         thresholds_ns: Vec::new(),
+        certificate: None,
     };
     let report = IntervalReport {
         seq: 3,
@@ -120,6 +121,7 @@ fn tick_of(names: &[&str], v: u64) -> (Session, IntervalReport, Vec<Hist>) {
         probes,
         failed: Vec::new(),
         thresholds_ns: Vec::new(),
+        certificate: None,
     };
     (session, report, totals)
 }

@@ -192,6 +192,7 @@ mod tests {
                 scheme: BucketScheme::LATMON,
             }],
             thresholds: Vec::new(),
+            certificate: None,
         };
         let mut v = encode_to_vec(&Frame::Hello(hello)).unwrap();
         for a in alerts {

@@ -159,7 +159,13 @@ impl Encoder {
                     interval_ns: h.interval_ns,
                     probe_count: h.probe_count,
                     probes: &h.probes[r.clone()],
-                    thresholds: TrailingThresholds(of_ids(&h.thresholds, &h.probes[r], |p| p.id, |t| t.id)),
+                    // Every part carries the certificate: a receiver that
+                    // sees only a table update still has it, and the tracker
+                    // keeps the latest part's header.
+                    tail: HelloTail {
+                        thresholds: of_ids(&h.thresholds, &h.probes[r], |p| p.id, |t| t.id),
+                        certificate: h.certificate.as_ref(),
+                    },
                 };
                 e.put(Kind::Hello, &body, limit)
             },

@@ -9,8 +9,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::cycle::{CycleOut, WireCycle};
 use super::status::Status;
+pub(crate) use super::thresholds::HelloTail;
 pub use super::thresholds::ProbeThreshold;
-pub(crate) use super::thresholds::TrailingThresholds;
+use super::WireCertificate;
 use crate::anatomy::{Cause, CauseKind, OwnerFrom, Policy};
 use crate::bpf::limits::{HIST_MAX_LOG2, HIST_SUB_BITS};
 use crate::hist::{Hist, BUCKETS};
@@ -64,6 +65,12 @@ pub struct Hello {
     /// without thresholds is the revision 8 bytes); an older receiver
     /// stops reading before it.
     pub thresholds: Vec<ProbeThreshold>,
+    /// The observer-effect certificate stored for the agent's config
+    /// (revision 11), after `thresholds` (then sent even when empty:
+    /// postcard is positional). Sent only when there is one (no byte
+    /// otherwise: such a Hello is the revision 9 bytes); an older
+    /// receiver stops reading before it.
+    pub certificate: Option<WireCertificate>,
 }
 
 /// Borrowed twin of [`Hello`] (same bytes) used to pack probe table parts.
@@ -78,7 +85,7 @@ pub(crate) struct HelloRef<'a> {
     pub(crate) interval_ns: u64,
     pub(crate) probe_count: u16,
     pub(crate) probes: &'a [ProbeDesc],
-    pub(crate) thresholds: TrailingThresholds<'a>,
+    pub(crate) tail: HelloTail<'a>,
 }
 
 /// One probe's cumulative state in a Summary, for the bucket range

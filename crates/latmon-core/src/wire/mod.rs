@@ -18,6 +18,7 @@
 
 #[cfg(feature = "std")]
 pub mod anatomy;
+mod certificate;
 #[cfg(feature = "std")]
 pub mod cycle;
 #[cfg(feature = "std")]
@@ -43,6 +44,7 @@ pub mod tests;
 #[cfg(feature = "std")]
 mod tracker;
 
+pub use certificate::*;
 #[cfg(feature = "std")]
 pub use cycle::WireCycle;
 #[cfg(feature = "std")]
@@ -83,7 +85,10 @@ pub const PROTOCOL_VERSION: u8 = 1;
 /// Revision 10 adds Cause kinds 11 (a lock wait's owner) and 12 (a
 /// priority inversion's preempter): no byte layout changed; an older
 /// receiver shows them as unknown causes, still summing.
-pub const PROTOCOL_REVISION: u8 = 10;
+/// Revision 11 appends `certificate` (the stored `latmon certify`
+/// summary, [`WireCertificate`]) to Hello after `thresholds`, sent only
+/// when the board has one: a Hello without keeps its revision 9 bytes.
+pub const PROTOCOL_REVISION: u8 = 11;
 /// `ProbeDesc::mode` of a series whose calls wait (revision 7): it is
 /// not in its family line but in the family's waits line. Older senders
 /// never send it; an older receiver shows it as part of the mode's words.

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
 //! Hello's probe thresholds (revision 9): each probe's alert threshold by
-//! id, and their wire form, absent when empty.
+//! id, and the wire form of Hello's trailing fields (thresholds, revision
+//! 11's certificate), absent when empty.
 
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Serialize, Serializer};
+
+use super::WireCertificate;
 
 /// A probe's alert threshold, in Hello (revision 9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -12,17 +15,28 @@ pub struct ProbeThreshold {
     pub threshold_ns: u64,
 }
 
-/// Hello's `thresholds` as sent: nothing at all when empty, so a Hello
-/// without thresholds keeps its revision 8 bytes (a receiver reads the
-/// absent field from the trailing zero pad as empty).
-pub(crate) struct TrailingThresholds<'a>(pub(crate) &'a [ProbeThreshold]);
+/// Hello's fields after `probes` as sent: `thresholds` (revision 9) and
+/// `certificate` (revision 11, an Option: tag byte then the fields).
+/// Nothing at all when both are empty, so such a Hello keeps its revision
+/// 8 bytes; the thresholds alone without a certificate (revision 9
+/// bytes); both, the list possibly empty (one `00`), with one. A receiver
+/// reads an absent field from the trailing zero pad as empty / None.
+pub(crate) struct HelloTail<'a> {
+    pub(crate) thresholds: &'a [ProbeThreshold],
+    pub(crate) certificate: Option<&'a WireCertificate>,
+}
 
-impl Serialize for TrailingThresholds<'_> {
+impl Serialize for HelloTail<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if self.0.is_empty() {
-            s.serialize_tuple(0)?.end()
-        } else {
-            self.0.serialize(s)
+        match (self.certificate, self.thresholds.is_empty()) {
+            (Some(c), _) => {
+                let mut t = s.serialize_tuple(2)?;
+                t.serialize_element(self.thresholds)?;
+                t.serialize_element(&Some(c))?;
+                t.end()
+            }
+            (None, false) => self.thresholds.serialize(s),
+            (None, true) => s.serialize_tuple(0)?.end(),
         }
     }
 }

@@ -578,6 +578,7 @@ mod tests {
                 })
                 .collect(),
             thresholds: Vec::new(),
+            certificate: None,
         }
     }
 

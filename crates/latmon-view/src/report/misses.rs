@@ -361,6 +361,7 @@ mod tests {
                 })
                 .collect(),
             thresholds: Vec::new(),
+            certificate: None,
         };
         let mut bytes = encode_to_vec(&Frame::Hello(hello)).unwrap();
         let mut hs = vec![Hist::default(); probes];

@@ -34,11 +34,13 @@ mod read;
 
 use heapless::{Deque, String as HString, Vec as HVec};
 
-use read::{check, read_alert, read_entry, summary_head, DescIn, EntryHead, HelloHead, Quant, Rd, Res, StatusHead};
+use read::{
+    check, read_alert, read_entry, skip_list, summary_head, DescIn, EntryHead, HelloHead, Quant, Rd, Res, StatusHead,
+};
 
 use super::{
-    FrameFault, FrameSplitter, Kind, LinkStats, RawFrame, SeqCount, SeqTick, MAX_PROBES, ROLLED_MODE_PREFIX,
-    SPLITTER_BUF,
+    FrameFault, FrameSplitter, Kind, LinkStats, RawFrame, SeqCount, SeqTick, WireCertificate, MAX_PROBES,
+    ROLLED_MODE_PREFIX, SPLITTER_BUF,
 };
 use crate::bpf::limits::{HIST_MAX_LOG2, HIST_SUB_BITS};
 use crate::hist::BUCKETS;
@@ -216,6 +218,10 @@ pub struct FixedTracker<const SERIES: usize, const NAME: usize, const ALERTS: us
     /// Delta entries that arrived without the state they apply to.
     pub deltas_unusable: u64,
     pub deltas: u64,
+    /// The sender's observer-effect certificate, as its latest Hello
+    /// carried it (revision 11); None: it has none, or an older sender.
+    /// Forgotten with the sender's boot.
+    pub certificate: Option<WireCertificate>,
 }
 
 impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> Default for FixedTracker<SERIES, NAME, ALERTS> {
@@ -253,6 +259,7 @@ impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedTracker<S
             ignored_entries: 0,
             deltas_unusable: 0,
             deltas: 0,
+            certificate: None,
         }
     }
 
@@ -308,6 +315,7 @@ impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedTracker<S
             }
             if self.hello_boot.is_some_and(|b| b != boot_id) {
                 self.hello_boot = None;
+                self.certificate = None;
                 for s in self.series.iter_mut() {
                     s.name.clear();
                     s.rolled = false;
@@ -375,6 +383,8 @@ impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedTracker<S
             s.name = bounded(d.name);
             s.rolled = d.mode.starts_with(ROLLED_MODE_PREFIX);
         }
+        skip_list::<(u16, u64)>(&mut r)?;
+        self.certificate = r.get()?;
         self.hello_boot = Some(h.boot_id);
         Ok(Applied::Hello)
     }
@@ -584,6 +594,7 @@ mod tests {
                 })
                 .collect(),
             thresholds: Vec::new(),
+            certificate: None,
         }
     }
 
@@ -685,14 +696,21 @@ mod spec_tests {
         for name in ["hello", "summary", "alert", "alert-anatomy", "alert-cycle", "alert-overrun"] {
             bytes.extend(spec_frame(name));
         }
+        // Revision 11: a Hello with a certificate is read, its summary kept.
+        bytes.extend(spec_frame("hello-certificate"));
         let mut r = FixedReceiver::<4, 16, 4>::new();
         let mut seen = Vec::new();
         // Byte by byte, as a UART interrupt hands them over.
         for b in &bytes {
             r.feed(core::slice::from_ref(b), |_, got| seen.push(got));
         }
-        assert_eq!((r.stats.frames_good, r.stats.errors()), (6, 0), "{:?}", r.stats);
+        assert_eq!((r.stats.frames_good, r.stats.errors()), (7, 0), "{:?}", r.stats);
         let t = &r.tracker;
+        let c = t.certificate.expect("the certificate of the revision 11 Hello");
+        assert_eq!(
+            (c.verdict, c.shift_p999_ns, c.ci95_lo_ns, c.duration_s),
+            (super::super::CERT_PASS, 800, -1_200, 60)
+        );
         assert_eq!(t.series().len(), 1);
         let s = &t.series()[0];
         // The golden summary: runq's 4 events (300 ns, 2.5 µs, 2.6 µs, 40 µs), 1 alert.

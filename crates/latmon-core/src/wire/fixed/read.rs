@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use super::super::{Kind, MAX_ALERT_NAME_LEN};
+use super::super::{Kind, WireCertificate, MAX_ALERT_NAME_LEN};
 use crate::bpf::limits::ANAT_MAX_CAUSES;
 use crate::hist::{bucket_bounds, BUCKETS};
 
@@ -336,8 +336,9 @@ pub(super) fn check(kind: Kind, b: &[u8]) -> Res<()> {
             skip_list::<DescIn>(&mut r)?;
             // Revision 9's thresholds (id, threshold_ns): unused here,
             // read so that a Hello is refused exactly when the desktop
-            // decoder refuses it.
+            // decoder refuses it; so is revision 11's certificate.
             skip_list::<(u16, u64)>(&mut r)?;
+            r.get::<Option<WireCertificate>>()?;
         }
         Kind::Summary => {
             summary_head(b)?;

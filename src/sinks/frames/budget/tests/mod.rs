@@ -192,6 +192,7 @@ fn a_probe_flooding_alerts_cannot_shed_every_record_of_another() {
         probes: vec![info("flood", "timer"), info("rare", "irq")],
         failed: Vec::new(),
         thresholds_ns: Vec::new(),
+        certificate: None,
     };
     let totals = vec![Hist::default(); 2];
     let q = Queue::new(1 << 24);
@@ -348,6 +349,7 @@ fn a_familys_waits_line_is_never_rolled_up() {
         probes,
         failed: Vec::new(),
         thresholds_ns: Vec::new(),
+        certificate: None,
     };
     let n = session.probes.len();
     let zero = Hist::default();

@@ -82,6 +82,7 @@ pub(super) fn simulate_load(
         probes: vec![info("runq", "runq"), info("syscall", "syscall")],
         failed: Vec::new(),
         thresholds_ns: Vec::new(),
+        certificate: None,
     };
     let mut totals = vec![Hist::default(); 2];
     let mut prev = totals.clone();
