@@ -86,6 +86,9 @@ impl Slot {
 /// The running agent (probes, cost, budget, report buffers).
 pub struct Agent {
     cfg: Config,
+    /// The certificate stored for `cfg` as Hello carries it: read at
+    /// start and at each reload, not at every new series' replan.
+    certificate: Option<latmon_core::wire::WireCertificate>,
     slots: Vec<Slot>,
     session: Session,
     report: IntervalReport,
@@ -153,6 +156,7 @@ impl Agent {
         let page_size = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
         let mut a = Agent {
             session: session(&cfg, now, 0, Vec::new(), Vec::new()),
+            certificate: certificate_of(&cfg),
             cfg,
             slots,
             report: IntervalReport::default(),
@@ -243,6 +247,7 @@ impl Agent {
             thresholds,
         );
         self.session.failed.clone_from(&self.failed);
+        self.session.certificate = self.certificate;
         self.report.probes.resize_with(n, ProbeReport::empty);
         self.totals.resize_with(n, Hist::default);
         for (t, s) in self.totals.iter_mut().zip(&self.slots) {
@@ -318,7 +323,6 @@ fn session(cfg: &Config, start_ns: u64, generation: u64, probes: Vec<ProbeInfo>,
     // read on a laptop days later (a report, a view) says where it came
     // from. The kernel bounds it (64 bytes, HOST_NAME_MAX).
     let host = uts.map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default();
-    let certificate = cfg.certificate.as_deref().and_then(|p| crate::certify::store::announce(p, &kernel));
     Session {
         board: cfg.board.clone().unwrap_or(host),
         kernel,
@@ -332,8 +336,16 @@ fn session(cfg: &Config, start_ns: u64, generation: u64, probes: Vec<ProbeInfo>,
         probes,
         failed: Vec::new(),
         thresholds_ns,
-        certificate,
+        // Agent::replan sets it (read once per config, not per replan).
+        certificate: None,
     }
+}
+
+/// The Hello summary of the certificate stored for `cfg` (none when
+/// `latmon run` named no path, as in tests, or none is stored there).
+pub(crate) fn certificate_of(cfg: &Config) -> Option<latmon_core::wire::WireCertificate> {
+    let kernel = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
+    cfg.certificate.as_deref().and_then(|p| crate::certify::store::announce(p, &kernel))
 }
 
 /// `latmon check`'s self-measurement: each probe's BPF cost over `d`

@@ -88,6 +88,7 @@ impl Agent {
         if self.slots.is_empty() {
             log::error!("reload: no probe runs now: latmon measures nothing until the next reload");
         }
+        self.certificate = super::certificate_of(&new);
         self.cfg = new;
         self.cpus = cost::online_cpus();
         self.budget = BudgetWatch::default();

@@ -714,3 +714,115 @@ fn every_alert_is_a_record_shed_or_dropped_over_frames() {
     assert!(link.contains(&format!("{dropped} alert records dropped before any output (runq")), "{link}");
     let _ = std::fs::remove_file(&path);
 }
+
+/// A certificate in certify's stored format (src/certify/store.rs), made
+/// on kernel release `kernel`: p99.9 41.2 -> 42.0 us, pass, 60 s.
+fn stored_certificate(kernel: &str) -> String {
+    let state = |p999: u64| serde_json::json!({"samples": 20_000, "p50_ns": 9_000, "p99_ns": 30_000, "p999_ns": p999, "max_ns": 90_000});
+    serde_json::json!({
+        "version": 1,
+        "made_at_unix": 1_796_605_200u64,
+        "kernel": kernel,
+        "duration_ns": 60_000_000_000u64,
+        "epoch_ns": 2_000_000_000u64,
+        "settle_ns": 200_000_000u64,
+        "rounds": 10,
+        "interleaving": "rounds",
+        "measuring_thread": "lm-certify SCHED_FIFO 80, 1 ms",
+        "probes": ["runq"],
+        "states": {"none": state(41_200), "empty": state(41_500), "full": state(42_000)},
+        "shift_p999_ns": 800,
+        "ci95_ns": [-1_200, 2_900],
+        "goal_ns": 2_050,
+        "verdict": "pass",
+        "verdict_text": "PASS",
+        "attach_spike_ns": 50_000,
+        "detach_spike_ns": 40_000,
+        "attaches": 10,
+        "detaches": 10,
+        "spike_window_ns": 10_000_000,
+        "latmon_cpu": {"cpus": 2, "wall_ns": 20_000_000_000u64, "bpf_percent": 0.5, "bpf_runs": 1_000, "threads_percent": 0.1}
+    })
+    .to_string()
+}
+
+/// Hello revision 11: a certificate stored beside the config (written
+/// directly, no 60 s certify) travels in the Hello of `run`'s frames;
+/// `decode` shows it as a `certificate` object and `view` as a header
+/// line. One made on another kernel is flagged, not claimed.
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn the_stored_certificate_travels_in_the_hello() {
+    let dir = std::env::temp_dir().join(format!("latmon-cert-hello-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("board.toml");
+    std::fs::write(&config, "board = \"certified-arm\"\n").unwrap();
+    let here = nix::sys::utsname::uname().unwrap().release().to_string_lossy().into_owned();
+    for (kernel, other) in [(here.as_str(), false), ("4.19.0-elsewhere", true)] {
+        std::fs::write(dir.join("certificate.json"), stored_certificate(kernel)).unwrap();
+        let path = dir.join("frames.bin");
+        let _ = std::fs::remove_file(&path);
+        let file = format!("file:{}", path.display());
+        let run = start_run(&[
+            "--config",
+            config.to_str().unwrap(),
+            "--probe",
+            "runq",
+            "--interval",
+            "100ms",
+            "--duration",
+            "1s",
+            "--output",
+            &format!("{file},format=frames"),
+        ]);
+        let (status, _) = finish(run);
+        assert!(status.success());
+        let d = latmon().args(["decode", &file]).output().unwrap();
+        assert!(d.status.success());
+        let dec = json_lines(&String::from_utf8_lossy(&d.stdout));
+        let hellos: Vec<&Value> = dec.iter().filter(|l| l["type"] == "hello").collect();
+        assert!(!hellos.is_empty());
+        for h in &hellos {
+            assert_eq!(h["protocol_revision"], 11);
+            let c = &h["certificate"];
+            assert_eq!(c["verdict"], "pass", "{h}");
+            assert_eq!(c["other_kernel"], other);
+            assert_eq!((c["shift_p999_ns"].as_i64(), c["p999_full_ns"].as_u64()), (Some(800), Some(42_000)));
+            assert_eq!(c["ci95_ns"], serde_json::json!([-1_200, 2_900]));
+            assert_eq!((c["duration_s"].as_u64(), c["made_on"].as_str()), (Some(60), Some("2026-12-07")));
+        }
+        let v = latmon().args(["view", &file]).output().unwrap();
+        assert!(v.status.success());
+        let screen = String::from_utf8_lossy(&v.stdout);
+        let want = if other {
+            "certified: p99.9 +0.8 us [-1.2, 2.9] (pass, 60 s, 2026-12-07, made on another kernel)\n"
+        } else {
+            "certified: p99.9 +0.8 us [-1.2, 2.9] (pass, 60 s, 2026-12-07)\n"
+        };
+        assert!(screen.contains(want), "{want:?} missing:\n{screen}");
+    }
+    // No certificate: the Hello has none (no key in decode's JSON).
+    std::fs::remove_file(dir.join("certificate.json")).unwrap();
+    let path = dir.join("frames.bin");
+    let _ = std::fs::remove_file(&path);
+    let file = format!("file:{}", path.display());
+    let run = start_run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--probe",
+        "runq",
+        "--duration",
+        "300ms",
+        "--interval",
+        "100ms",
+        "--output",
+        &format!("{file},format=frames"),
+    ]);
+    assert!(finish(run).0.success());
+    let d = latmon().args(["decode", &file]).output().unwrap();
+    let dec = json_lines(&String::from_utf8_lossy(&d.stdout));
+    let h = dec.iter().find(|l| l["type"] == "hello").expect("a hello");
+    assert!(h.get("certificate").is_none(), "{h}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -380,6 +380,11 @@ impl View {
                     if self.last { " (final)" } else { "" },
                     h.boot_id
                 );
+                // Revision 11: the board's observer-effect certificate
+                // (numbers only: nothing of the board's to escape).
+                if let Some(c) = &h.certificate {
+                    let _ = writeln!(s, "{}", c.line());
+                }
             }
             None => {
                 let _ = writeln!(s, "waiting for Hello (probe names); seq {}", self.seq);
@@ -689,6 +694,16 @@ mod tests {
             })
             .collect();
         h.probe_count = names.len() as u16;
+        // Revision 11: the certificate's header line fits too.
+        h.certificate = Some(crate::wire::WireCertificate {
+            verdict: crate::wire::CERT_PASS,
+            duration_s: 60,
+            made_at_unix: 1_796_601_600,
+            shift_p999_ns: 800,
+            ci95_lo_ns: -1_200,
+            ci95_hi_ns: 2_900,
+            ..Default::default()
+        });
         let mut t = Tracker::new();
         let mut v = View::default();
         v.on_event(&t.on_frame(Frame::Hello(h)));
@@ -730,6 +745,10 @@ mod tests {
             let screen = v.render("tcp://board:7777", &link, &t, Some(Duration::from_millis(100)));
             assert!(screen.lines().count() < usize::from(rows), "{cols}x{rows}:\n{screen}");
             assert!(screen.lines().all(|l| l.len() < usize::from(cols)), "{cols}x{rows}:\n{screen}");
+            assert!(
+                screen.lines().any(|l| l == "certified: p99.9 +0.8 us [-1.2, 2.9] (pass, 60 s, 2026-12-07)"),
+                "{screen}"
+            );
             let firsts: Vec<&str> = screen.lines().filter_map(|l| l.split(' ').next()).collect();
             for fam in ["runq", "syscall", "syscall:waits", "irq"] {
                 assert!(firsts.contains(&fam), "{fam} at {cols}x{rows}:\n{screen}");

@@ -147,7 +147,7 @@ fn link_line(tx: &mut Pl011, r: &Receiver, decode_stack: usize) {
     let (s, t) = (&r.stats, &r.tracker);
     let _ = writeln!(
         Out(tx),
-        "{{\"link\": {{\"bytes\": {}, \"frames_good\": {}, \"errors\": {}, \"resyncs\": {}, \"unknown_kinds\": {}}}, \"lost\": {}, \"series\": {}, \"series_over_capacity\": {}, \"stack\": {}, \"decode_stack\": {}}}",
+        "{{\"link\": {{\"bytes\": {}, \"frames_good\": {}, \"errors\": {}, \"resyncs\": {}, \"unknown_kinds\": {}}}, \"lost\": {}, \"series\": {}, \"series_over_capacity\": {}, \"stack\": {}, \"decode_stack\": {}, \"certificate\": \"{}\"}}",
         s.bytes,
         s.frames_good,
         s.errors(),
@@ -157,7 +157,10 @@ fn link_line(tx: &mut Pl011, r: &Receiver, decode_stack: usize) {
         t.series().len(),
         t.series_over_capacity(),
         stack::peak(),
-        decode_stack
+        decode_stack,
+        // The sender's certify verdict (Hello revision 11), kept by the
+        // tracker: what the monitored board's latmon costs, at a glance.
+        t.certificate.as_ref().map_or("none", |c| c.verdict_str())
     );
 }
 

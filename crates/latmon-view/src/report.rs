@@ -261,6 +261,11 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
         fact("latmon", esc(&h.latmon_version));
         fact("boot id", format!("{:08x}", h.boot_id));
         fact("interval", fmt_ns(h.interval_ns));
+        // Hello revision 11: what latmon costs on that board. The line
+        // holds only numbers; escaped anyway, as every fact from the board.
+        if let Some(cert) = &h.certificate {
+            fact("certificate", esc(&cert.line()));
+        }
     } else {
         fact("board", board.clone());
     }
@@ -436,7 +441,16 @@ mod tests {
                 })
                 .collect(),
             thresholds: Vec::new(),
-            certificate: None,
+            // Hello revision 11: the board's certificate, a fact row.
+            certificate: Some(latmon_core::wire::WireCertificate {
+                verdict: latmon_core::wire::CERT_FAIL,
+                duration_s: 60,
+                made_at_unix: 1_796_601_600,
+                shift_p999_ns: 12_300,
+                ci95_lo_ns: 9_000,
+                ci95_hi_ns: 15_000,
+                ..Default::default()
+            }),
         };
         let mut bytes = encode_to_vec(&Frame::Hello(hello)).unwrap();
         let mut hs = vec![Hist::default(); 2];
@@ -502,6 +516,9 @@ mod tests {
         assert!(!h.contains("id=\"probe-1\""), "a probe without events gets no charts");
         assert!(h.contains("No events: idle."));
         assert!(h.contains("arm&lt;1&gt;") && h.contains("ctl&lt;script&gt;"));
+        assert!(h.contains(
+            "<tr><th>certificate</th><td>certified: p99.9 +12.3 us [9.0, 15.0] (fail, 60 s, 2026-12-07)</td></tr>"
+        ));
         assert!(!h.contains("<script") && !h.contains("src=") && !h.contains("href="), "self-contained, no script");
     }
 

@@ -184,6 +184,28 @@ pub(super) fn expose(s: &Snapshot, out: &mut dyn Exposition) {
     out.sample(Labels::None, f64::from(u8::from(s.degraded)));
     out.family("latmon_resident_memory_bytes", Gauge, "latmon's resident set size.");
     out.sample(Labels::None, s.rss_bytes as f64);
+    // Only with a certificate: a board without one has no such series (an
+    // absent series, not a 0 that reads as "failed").
+    if let Some(c) = &s.certificate {
+        out.family(
+            "latmon_certificate_pass",
+            Gauge,
+            "1 when the stored latmon certify certificate passed (its p99.9 shift within the goal), else 0.",
+        );
+        out.sample(Labels::None, f64::from(u8::from(c.verdict == latmon_core::wire::CERT_PASS)));
+        out.family(
+            "latmon_certificate_shift_p999_seconds",
+            Gauge,
+            "The certificate's p99.9 wakeup latency shift with latmon attached (may be negative: noise).",
+        );
+        out.sample(Labels::None, c.shift_p999_ns as f64 / 1e9);
+        out.family(
+            "latmon_certificate_other_kernel",
+            Gauge,
+            "1 when the certificate was made on another kernel release than the running one.",
+        );
+        out.sample(Labels::None, f64::from(u8::from(c.other_kernel())));
+    }
     if s.links.iter().any(|l| l.1.is_some()) {
         out.family(
             "latmon_output_dropped_total",

@@ -221,6 +221,9 @@ pub struct Snapshot {
     pub over_budget_intervals: u32,
     pub degraded: bool,
     pub rss_bytes: u64,
+    /// The observer-effect certificate the agent announces (as Hello
+    /// revision 11 carries it); None: none stored for its config.
+    pub certificate: Option<latmon_core::wire::WireCertificate>,
     /// `lines[..n]` are in use (the rest keep their buffers).
     pub lines: Vec<Line>,
     pub n: usize,
@@ -284,6 +287,7 @@ impl Snapshot {
         self.over_budget_intervals = a.over_budget_intervals;
         self.degraded = a.degraded;
         self.rss_bytes = a.rss_bytes;
+        self.certificate = ses.certificate;
         self.n = 0;
         let n = t.totals.len().min(ses.probes.len());
         for v in [&mut g.line, &mut g.family, &mut g.folded_line] {

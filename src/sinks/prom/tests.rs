@@ -211,6 +211,32 @@ fn the_threshold_is_a_gauge_of_the_probes_with_one() {
     assert_eq!(text.matches("latmon_probe_threshold_seconds{").count(), 2, "{text}");
 }
 
+/// The stored certificate (Hello revision 11's) as gauges, only when
+/// there is one: a board without has no such series rather than a 0.
+#[test]
+fn the_certificate_is_gauges_only_with_one() {
+    let (mut session, report, totals) = tick_of(&["timer"], 1_000);
+    let mut text = String::new();
+    render(&mut text, &Tick { session: &session, report: &report, totals: &totals, read_errors: &[0] });
+    assert!(!text.contains("latmon_certificate"), "{text}");
+    session.certificate = Some(latmon_core::wire::WireCertificate {
+        verdict: latmon_core::wire::CERT_FAIL,
+        flags: latmon_core::wire::CERT_OTHER_KERNEL,
+        shift_p999_ns: -1_500,
+        ..Default::default()
+    });
+    text.clear();
+    render(&mut text, &Tick { session: &session, report: &report, totals: &totals, read_errors: &[0] });
+    for want in [
+        "\nlatmon_certificate_pass 0\n",
+        "\nlatmon_certificate_shift_p999_seconds -0.0000015\n",
+        "\nlatmon_certificate_other_kernel 1\n",
+        "# TYPE latmon_certificate_pass gauge\n",
+    ] {
+        assert!(text.contains(want), "{want} in {text}");
+    }
+}
+
 /// A cycle line: its misses since start as a counter and the interval's
 /// missed time by cause (labels escaped), in text and protobuf alike;
 /// other lines have neither.

@@ -4,7 +4,10 @@
 //! reads the board's frames sees what latmon costs there without a shell
 //! on it. Scalars only: the no_std receiver reads it without allocating.
 
-use serde::{Deserialize, Serialize};
+#[cfg(feature = "std")]
+use serde::ser::SerializeStruct;
+use serde::ser::SerializeTuple;
+use serde::{Deserialize, Serialize, Serializer};
 
 /// `WireCertificate::verdict`: the p99.9 shift is within the goal.
 pub const CERT_PASS: u8 = 1;
@@ -20,7 +23,10 @@ pub const CERT_OTHER_KERNEL: u8 = 1;
 pub const CERT_METHOD_1: u8 = 1;
 
 /// The certificate summary a Hello carries (docs/wire-format.md, Hello).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Serialized by hand: on the wire (postcard) its fields in order; as JSON
+/// (`latmon decode`) an object a reader needs no table for (the verdict
+/// as a word, the day, the flag spelled out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub struct WireCertificate {
     /// [`CERT_PASS`], [`CERT_FAIL`]; another value is a newer sender's
     /// (shown as unknown, never refused).
@@ -81,6 +87,43 @@ impl WireCertificate {
             self.verdict_str(),
             self.duration_s,
         )
+    }
+}
+
+impl Serialize for WireCertificate {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[cfg(feature = "std")]
+        if s.is_human_readable() {
+            let (y, m, d) = self.made_on();
+            let mut o = s.serialize_struct("certificate", 14)?;
+            o.serialize_field("verdict", self.verdict_str())?;
+            o.serialize_field("other_kernel", &self.other_kernel())?;
+            o.serialize_field("flags", &self.flags)?;
+            o.serialize_field("method", &self.method)?;
+            o.serialize_field("duration_s", &self.duration_s)?;
+            o.serialize_field("made_at_unix", &self.made_at_unix)?;
+            o.serialize_field("made_on", &std::format!("{y:04}-{m:02}-{d:02}"))?;
+            o.serialize_field("p999_none_ns", &self.p999_none_ns)?;
+            o.serialize_field("p999_full_ns", &self.p999_full_ns)?;
+            o.serialize_field("shift_p999_ns", &self.shift_p999_ns)?;
+            o.serialize_field("ci95_ns", &[self.ci95_lo_ns, self.ci95_hi_ns])?;
+            o.serialize_field("goal_ns", &self.goal_ns)?;
+            o.serialize_field("line", &self.line())?;
+            return o.end();
+        }
+        let mut t = s.serialize_tuple(11)?;
+        t.serialize_element(&self.verdict)?;
+        t.serialize_element(&self.flags)?;
+        t.serialize_element(&self.method)?;
+        t.serialize_element(&self.duration_s)?;
+        t.serialize_element(&self.made_at_unix)?;
+        t.serialize_element(&self.p999_none_ns)?;
+        t.serialize_element(&self.p999_full_ns)?;
+        t.serialize_element(&self.shift_p999_ns)?;
+        t.serialize_element(&self.ci95_lo_ns)?;
+        t.serialize_element(&self.ci95_hi_ns)?;
+        t.serialize_element(&self.goal_ns)?;
+        t.end()
     }
 }
 

@@ -69,7 +69,9 @@ pub struct Hello {
     /// (revision 11), after `thresholds` (then sent even when empty:
     /// postcard is positional). Sent only when there is one (no byte
     /// otherwise: such a Hello is the revision 9 bytes); an older
-    /// receiver stops reading before it.
+    /// receiver stops reading before it. Left out of JSON when None (a
+    /// `latmon decode` hello line keeps its older shape).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub certificate: Option<WireCertificate>,
 }
 

@@ -100,6 +100,9 @@ pub struct Header {
     pub step: u8,
     pub bpf_cpu_ppm: Option<u32>,
     pub agent_drops: u64,
+    /// The board's observer-effect certificate line (Hello revision 11;
+    /// numbers only, nothing of the board's to escape). None: it has none.
+    pub certificate: Option<String>,
 }
 
 /// One cycle probe's latest records (the records name their family
@@ -194,6 +197,7 @@ impl Live {
             h.board = shown(&hello.board).into_owned();
             h.kernel = shown(&hello.kernel).into_owned();
             h.version = shown(&hello.latmon_version).into_owned();
+            h.certificate = hello.certificate.as_ref().map(|c| c.line());
             // The agent's interval (a late joiner's first summary covers
             // everything since start: its length is not the interval).
             h.interval_ns = hello.interval_ns;
@@ -923,5 +927,31 @@ mod tests {
         let buf = term.backend().buffer().clone();
         let line2: String = (0..80).map(|x| buf[(x, 2)].symbol().to_string()).collect();
         assert!(line2.starts_with("NO DATA for 7 s from serial:x: open: gone"), "{line2}");
+    }
+
+    /// Hello revision 11: the board's certificate is a fourth header line.
+    #[test]
+    fn the_boards_certificate_is_a_header_line() {
+        let mut l = fed(&[&[1_000; 50], &[900_000, 5_000]]);
+        let mut t = Tracker::new();
+        let h = Hello {
+            certificate: Some(latmon_core::wire::WireCertificate {
+                verdict: latmon_core::wire::CERT_PASS,
+                duration_s: 60,
+                made_at_unix: 1_796_601_600,
+                shift_p999_ns: 800,
+                ci95_lo_ns: -1_200,
+                ci95_hi_ns: 2_900,
+                ..Default::default()
+            }),
+            ..hello(&["p0", "p1"])
+        };
+        let ev = t.on_frame(Frame::Hello(h));
+        l.on_event(&ev, &t, &LinkStats::default());
+        let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).unwrap();
+        term.draw(|f| draw(f, &l, Some(Duration::from_millis(200)), Instant::now(), "")).unwrap();
+        let buf = term.backend().buffer().clone();
+        let line3: String = (0..80).map(|x| buf[(x, 3)].symbol().to_string()).collect();
+        assert_eq!(line3.trim_end(), "certified: p99.9 +0.8 us [-1.2, 2.9] (pass, 60 s, 2026-12-07)");
     }
 }

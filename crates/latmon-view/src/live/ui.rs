@@ -82,8 +82,10 @@ const DETAIL_MIN: u16 = 7;
 pub fn draw(f: &mut Frame, live: &Live, since_frame: Option<Duration>, started: Instant, problem: &str) {
     let m = live.shown();
     let area = f.area();
+    // A fourth header line for the board's certificate, when it has one.
+    let head_h = 3 + u16::from(m.header.certificate.is_some());
     let [head, body, foot] =
-        Layout::vertical([Constraint::Length(3), Constraint::Min(4), Constraint::Length(1)]).areas(area);
+        Layout::vertical([Constraint::Length(head_h), Constraint::Min(4), Constraint::Length(1)]).areas(area);
     draw_header(f, head, m, since_frame, started, problem, live.paused.is_some());
     let lines = m.lines();
     let detail = m.selected.filter(|id| {
@@ -189,7 +191,11 @@ fn draw_header(
             shown(&m.source)
         )),
     };
-    f.render_widget(Paragraph::new(vec![Line::from(l1), Line::from(l2), l3]), area);
+    let mut lines = vec![Line::from(l1), Line::from(l2), l3];
+    if let Some(c) = &h.certificate {
+        lines.push(Line::from(c.clone()));
+    }
+    f.render_widget(Paragraph::new(lines), area);
 }
 
 /// The name cell of a table line: a family line's name, a series' label
