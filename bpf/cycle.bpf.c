@@ -70,6 +70,8 @@ const volatile struct latmon_cycle_config cfg = {
 
 #define TASK_RUNNING 0
 #define TASK_UNINTERRUPTIBLE 0x2 /* include/linux/sched.h */
+#define TASK_STOPPED 0x4
+#define TASK_TRACED 0x8
 
 /* Phases of a watched thread. */
 #define P_NONE 0    /* no cycle known yet */
@@ -95,6 +97,11 @@ struct cycle_thread {
 	__u64 wake_ns;		      /* the release's wakeup */
 	__u64 key;		      /* the task's address: its anatomy key */
 	__u64 tfd;		      /* its timerfd's context, 0: none seen */
+	struct period_cand cand;      /* a period change under way */
+	__s64 clk_off;		      /* the offset its release was computed with, 0: none */
+	__u32 clk_tai;		      /* that offset is CLOCK_TAI's, else CLOCK_REALTIME's */
+	__u32 stopped;		      /* stopped or traced since its last timer sleep began */
+	__u32 late;		      /* LATMON_CYCLE_LATE_* of the current release */
 	__u32 tgid;		      /* its process, and its comm, at its entry */
 	char comm[LATMON_COMM_LEN];
 	__u32 phase;
@@ -294,6 +301,7 @@ static __noinline int send_record(void *ctx, struct cycle_thread *t, __u32 tid, 
 	r->cycle.release_ns = t->release_ns;
 	r->cycle.deadline_ns = t->deadline_ns;
 	r->cycle.event = event;
+	r->cycle.late = t->late;
 	r->cycle.doing_syscall = -1;
 	__builtin_memset(&r->lock, 0, sizeof(r->lock));
 	if (event != LATMON_CYCLE_OVERRUN) {
@@ -365,6 +373,9 @@ static __always_inline void release_init(struct cycle_thread *t, struct task_str
 	__builtin_memset(&t->acc, 0, sizeof(t->acc));
 	__builtin_memset(&t->exec, 0, sizeof(t->exec));
 	t->acc.timer_irq_delay_ns = now > t->release_ns ? now - t->release_ns : 0;
+	/* A stop (SIGSTOP, a tracer) since the sleep began, not the timer,
+	 * kept it from running (issue 40: "timer irq delay 5.00s"). */
+	t->late = t->stopped ? LATMON_CYCLE_LATE_STOPPED : 0;
 	t->acc.cpu_woken = cpu;
 	t->faults = faults_of(p);
 	t->deadline_ns = deadline_of(t) ? t->release_ns + deadline_of(t) : 0;
@@ -382,7 +393,11 @@ static __always_inline void run_start(struct cycle_thread *t, __u64 now)
 		return;
 	t->started = 1;
 	t->run_ns = now;
-	record_series(LATMON_CS_WAKEUP, now > t->release_ns ? now - t->release_ns : 0, false);
+	/* No wakeup when the release found the loop running (backlog) or
+	 * stopped: their gap is not a wakeup latency (issue 40: a backlog
+	 * took cycle:wakeup's p99 to 714 us against a p50 of 56 us). */
+	if (!t->late)
+		record_series(LATMON_CS_WAKEUP, now > t->release_ns ? now - t->release_ns : 0, false);
 }
 
 #include "cycle_life.bpf.h"
@@ -407,6 +422,8 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now, boo
 	/* It runs (it makes this syscall), yet the events say otherwise: a
 	 * wakeup or switch-in no program saw. The cycle still counts, with
 	 * what was seen; counted in `unseen`. */
+	if (t->phase == P_SLEEP)
+		release_rescale(&t->release_ns, &t->clk_off, t->clk_tai);
 	if (t->phase == P_SLEEP && t->release_ns && now >= t->release_ns) {
 		release_init(t, cur, bpf_get_smp_processor_id(), now);
 		t->phase = P_RUN;
@@ -419,6 +436,14 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now, boo
 		t->st.unseen++;
 	} else if (t->phase == P_WAIT && !t->started) {
 		t->st.unseen++;
+	}
+	/* The step to the next release first: the cycle done now is judged
+	 * against the period that step confirms (a new rate's first cycles
+	 * are not misses of the old one). */
+	if (release && t->release_ns && release > t->release_ns) {
+		period_step(&t->st, cfg.period_ns, release - t->release_ns);
+		period_follow(&t->st, &t->cand, cfg.period_ns, release - t->release_ns,
+			      release > now ? release - now : 0);
 	}
 	if (t->phase == P_RUN || t->phase == P_WAIT) {
 		/* Done: claimed before done's clock read, so that an overrun
@@ -439,17 +464,21 @@ static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now, boo
 		t->phase = P_NONE;
 		return;
 	}
-	if (t->release_ns && release > t->release_ns)
-		period_step(&t->st, cfg.period_ns, release - t->release_ns);
 	t->release_ns = release;
+	t->clk_off = 0; /* the caller sets it for a CLOCK_REALTIME/TAI release */
 	t->phase = P_SLEEP;
 	if (release <= now && !blocks) {
-		/* Armed in the past: released at once, still running. */
+		/* Armed in the past: released at once, still running. Its
+		 * gap is the loop's backlog (or the stop that made it), not
+		 * the timer's. */
 		release_init(t, cur, bpf_get_smp_processor_id(), now);
+		if (!t->late)
+			t->late = LATMON_CYCLE_LATE_BACKLOG;
 		run_start(t, now);
 		t->phase = P_RUN;
 		slot_hold(t, tid, bpf_get_smp_processor_id(), now);
 	}
+	t->stopped = 0;
 }
 
 #include "cycle_rules.bpf.h"
@@ -556,8 +585,13 @@ int BPF_PROG(cycle_switch, bool preempt, struct task_struct *prev, struct task_s
 			t->phase = P_BLOCKED;
 		}
 	}
-	if (t)
+	if (t) {
+		/* Stopped or traced (__TASK_STOPPED, __TASK_TRACED): what
+		 * follows until it runs again is the stop's. */
+		if (latmon_task_state(prev) & (TASK_STOPPED | TASK_TRACED))
+			t->stopped = 1;
 		rule_block(ctx, t, prev);
+	}
 	t = thread_of(next->pid);
 	if (t && t->phase == P_BLOCKED) {
 		/* Switched in while blocked by the events: its wakeup came
@@ -577,6 +611,7 @@ int BPF_PROG(cycle_switch, bool preempt, struct task_struct *prev, struct task_s
 		 * the release is now. */
 		if (!now)
 			now = bpf_ktime_get_ns();
+		release_rescale(&t->release_ns, &t->clk_off, t->clk_tai);
 		if (now >= t->release_ns) {
 			release_init(t, next, bpf_get_smp_processor_id(), now);
 			t->phase = P_WAIT;

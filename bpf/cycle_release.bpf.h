@@ -99,6 +99,23 @@ static __always_inline __u64 clock_nanosleep_release(struct sys_enter_rec *ctx, 
 	return 0;
 }
 
+/* A CLOCK_REALTIME/TAI release (`*release` on CLOCK_MONOTONIC's scale,
+ * computed with that clock's offset `*off`; 0: not such a release) after
+ * the clock was set: the kernel expires the timer at the clock's new
+ * time, so the release moves by the offset's change (issue 40: a 2 s
+ * backward step read "miss 2.00s: timer irq delay" for a sleep that woke
+ * on time by its clock). The offset is the one the last hrtimer expiry
+ * saw: the loop's own timer's expiry copies it before it wakes the loop. */
+static __always_inline void release_rescale(__u64 *release, __s64 *off, __u32 tai)
+{
+	__s64 now_off = tai ? offs_tai : offs_real;
+
+	if (!*off || now_off <= 0 || now_off == *off)
+		return;
+	*release = (__u64)((__s64)*release + *off - now_off);
+	*off = now_off;
+}
+
 /* One release-to-release step into the period bins of `st`; `fixed`:
  * the period given (period=), 0: detect it. */
 static __always_inline void period_step(struct latmon_cycle_stats *st, __u64 fixed, __u64 step)
@@ -140,6 +157,59 @@ static __always_inline void period_step(struct latmon_cycle_stats *st, __u64 fix
 			st->period_ns = b->sum_ns / b->count;
 		}
 	}
+}
+
+/* The candidate of a period change: a run of steps off the period. */
+struct period_cand {
+	__u64 first_ns; /* its first step */
+	__u64 sum_ns;
+	__u32 count;
+	__u32 pad;
+};
+
+static __always_inline bool within_1pct(__u64 a, __u64 ref)
+{
+	__u64 d = a > ref ? a - ref : ref - a;
+
+	return d * 100 <= ref;
+}
+
+/* Issue 40: the fullest bin never lost to a new rate (1 kHz -> 100 Hz was
+ * judged against 1 ms forever, every cycle a miss). The detected period
+ * follows the loop's recent steps: FOLLOW_STEPS consecutive steps within
+ * 1 % of each other, off the period, make the new period, its bin the
+ * only one (as full as a detected period needs). A longer step counts
+ * only when the loop asked to sleep at least the old period (`asked`:
+ * release - now at the sleep): an overrunning loop skipping to its next
+ * boundary sleeps less, and its skips stay misses, not a new period. */
+static __always_inline void period_follow(struct latmon_cycle_stats *st, struct period_cand *c, __u64 fixed, __u64 step,
+					  __u64 asked)
+{
+	__u64 cur = st->period_ns, mean;
+
+	if (fixed || !cur || within_1pct(step, cur) || (step > cur && asked < cur)) {
+		c->count = 0;
+		return;
+	}
+	if (!c->count || !within_1pct(step, c->first_ns)) {
+		c->first_ns = step;
+		c->sum_ns = 0;
+		c->count = 0;
+	}
+	c->sum_ns += step;
+	if (++c->count < LATMON_CYCLE_PERIOD_FOLLOW_STEPS)
+		return;
+	mean = c->sum_ns / c->count;
+	for (int i = 0; i < LATMON_CYCLE_STEP_BINS; i++) {
+		st->bin[i].first_ns = 0;
+		st->bin[i].count = 0;
+		st->bin[i].sum_ns = 0;
+	}
+	st->bin[0].first_ns = c->first_ns;
+	st->bin[0].count = LATMON_CYCLE_PERIOD_MIN_STEPS;
+	st->bin[0].sum_ns = mean * LATMON_CYCLE_PERIOD_MIN_STEPS;
+	st->period_ns = mean;
+	c->count = 0;
 }
 
 #endif /* __CYCLE_RELEASE_BPF_H */

@@ -31,7 +31,18 @@ int cycle_clock_nanosleep(struct sys_enter_rec *ctx)
 	LATMON_GATE();
 	__u64 now = bpf_ktime_get_ns();
 
+	struct cycle_thread *t;
+
 	timer_sleep(ctx, clock_nanosleep_release(ctx, now), now, false);
+	/* A CLOCK_REALTIME/TAI release: the offset it was put on
+	 * CLOCK_MONOTONIC's scale with, to follow a clock set. */
+	t = (ctx->args[1] & TIMER_ABSTIME) && (ctx->args[0] == CLOCK_REALTIME || ctx->args[0] == CLOCK_TAI)
+		    ? thread_of((__u32)bpf_get_current_pid_tgid())
+		    : NULL;
+	if (t && t->phase == P_SLEEP) {
+		t->clk_tai = ctx->args[0] == CLOCK_TAI;
+		t->clk_off = t->clk_tai ? offs_tai : offs_real;
+	}
 	rule_timer_sleep(ctx, ctx->args[0], ctx->args[1], ctx->nr);
 	return 0;
 }
@@ -77,6 +88,7 @@ static __always_inline void sleep_exit(struct sys_exit_rec *ctx)
 	if (t->phase != P_SLEEP)
 		return;
 	now = bpf_ktime_get_ns();
+	release_rescale(&t->release_ns, &t->clk_off, t->clk_tai);
 	if (now < t->release_ns)
 		return;
 	release_init(t, bpf_get_current_task_btf(), bpf_get_smp_processor_id(), now);

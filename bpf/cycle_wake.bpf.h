@@ -26,6 +26,7 @@ static __always_inline void cycle_woken(struct cycle_thread *t, struct task_stru
 	if (t->phase == P_SLEEP) {
 		/* A timer wakes at or after its expiry: earlier is a signal
 		 * (the sleep returns -EINTR, the loop sleeps again or not). */
+		release_rescale(&t->release_ns, &t->clk_off, t->clk_tai);
 		if (now < t->release_ns)
 			return;
 		release_init(t, p, latmon_task_cpu_btf(p), now);

@@ -156,6 +156,18 @@
  * PERIOD_MIN_STEPS steps before misses are judged against it. */
 #define LATMON_CYCLE_STEP_BINS 8
 #define LATMON_CYCLE_PERIOD_MIN_STEPS 8
+/* A detected period follows the loop: FOLLOW_STEPS consecutive steps
+ * within 1 % of each other and off the period (each a sleep the loop
+ * chose, not a catch-up to the next boundary) are its new period
+ * (bpf/cycle_release.bpf.h period_follow()). */
+#define LATMON_CYCLE_PERIOD_FOLLOW_STEPS 2
+/* What a cycle's release -> run gap was when the timer's interrupt did not
+ * make it (struct latmon_cycle_record's `late`; 0: it did, the gap is
+ * timer_irq_delay). STOPPED: the thread was stopped or traced (SIGSTOP)
+ * after its sleep began; BACKLOG: the release had passed when the loop
+ * asked to sleep (it was still running: the kernel returns at once). */
+#define LATMON_CYCLE_LATE_STOPPED 1
+#define LATMON_CYCLE_LATE_BACKLOG 2
 /* What a cycle blocked on (struct latmon_cycle_exec's blocked[]). */
 #define LATMON_CYCLE_BLOCKED_FUTEX 0
 #define LATMON_CYCLE_BLOCKED_IO 1
@@ -475,7 +487,7 @@ struct latmon_cycle_record {
 	__u32 doing_pid;     /* runnable: the thread on its CPU */
 	__s32 doing_syscall; /* blocked: the syscall, -1: unknown */
 	__u32 doing_on;	     /* blocked: LATMON_CYCLE_BLOCKED_* */
-	__u32 pad;
+	__u32 late;	     /* the release -> run gap not the timer's: LATMON_CYCLE_LATE_* */
 	char doing_comm[LATMON_COMM_LEN];
 	struct latmon_cycle_exec exec;
 	/* LATMON_CYCLE_RULE: which rule, the syscall the thread slept in

@@ -25,7 +25,8 @@ use super::{PerCpuHist, ReadError};
 use crate::bpf::cycle::{CycleSkel, CycleSkelBuilder};
 use crate::bpf::limits::{
     ANAT_IRQS, ANAT_TASKS, CS_EXEC, CS_RESPONSE, CS_WAKEUP, CYCLE_DOING_BLOCKED, CYCLE_DOING_RUNNABLE,
-    CYCLE_DOING_RUNNING, CYCLE_MISS, CYCLE_OVERRUN, CYCLE_RULE, CYCLE_RULE_ALERT_ID, RULE_WOKEN_BY_LOWER, SOFTIRQ_VECS,
+    CYCLE_DOING_RUNNING, CYCLE_LATE_BACKLOG, CYCLE_LATE_STOPPED, CYCLE_MISS, CYCLE_OVERRUN, CYCLE_RULE,
+    CYCLE_RULE_ALERT_ID, RULE_WOKEN_BY_LOWER, SOFTIRQ_VECS,
 };
 use crate::bpf::shared::types::{
     latmon_alert_cycle, latmon_anatomy, latmon_cycle_record, latmon_cycle_stats, latmon_lock_record,
@@ -402,6 +403,18 @@ pub(crate) fn decode_alert_cycle(data: &[u8], ids: usize) -> Option<(usize, Aler
     if event != CycleEvent::Overrun {
         let mut parts = Vec::with_capacity(ANAT_TASKS + ANAT_IRQS + SOFTIRQ_VECS + 8);
         super::alerts::anatomy_parts(&anat, &mut parts);
+        // The release -> run gap is the timer's only when the kernel
+        // says nothing else made it (bpf/latmon.h LATMON_CYCLE_LATE_*).
+        let late = match c.late as usize {
+            CYCLE_LATE_STOPPED => Some(CauseKind::Stopped),
+            CYCLE_LATE_BACKLOG => Some(CauseKind::Backlog),
+            _ => None,
+        };
+        if let Some(kind) = late {
+            for p in parts.iter_mut().filter(|p| p.kind == CauseKind::TimerIrqDelay) {
+                p.kind = kind.clone();
+            }
+        }
         parts.push(Cause { kind: CauseKind::Running, ns: c.exec.running_ns });
         for (k, b) in c.exec.blocked.iter().enumerate() {
             let on = BlockedOn::from_code(k as u32);
@@ -474,6 +487,26 @@ mod tests {
         assert_eq!((m.event, m.done_ns, m.deadline_ns), (CycleEvent::Miss, Some(2_620_000), 2_000_000));
         // A short record is refused, not a panic.
         assert!(decode_alert_cycle(&bytes[..bytes.len() - 1], 1).is_none());
+    }
+
+    /// The release -> run gap is named by what the kernel says made it:
+    /// a stop or a backlog, not `timer_irq_delay` (issue 40 item 8).
+    #[test]
+    fn a_late_release_gap_is_named_stopped_or_backlog() {
+        for (late, kind) in [(CYCLE_LATE_STOPPED, CauseKind::Stopped), (CYCLE_LATE_BACKLOG, CauseKind::Backlog)] {
+            let mut r = latmon_alert_cycle::default();
+            r.alert.latency_ns = 5_001_000_000;
+            r.anat.timer_irq_delay_ns = 5_000_000_000;
+            r.cycle.event = CYCLE_MISS as u32;
+            r.cycle.late = late as u32;
+            r.cycle.exec.running_ns = 1_000_000;
+            // SAFETY: a plain struct viewed as bytes.
+            let bytes = unsafe { plain::as_bytes(&r) };
+            let a = decode_alert_cycle(bytes, 1).unwrap().1.anatomy.unwrap();
+            assert!(a.sums_to(5_001_000_000), "{a:?}");
+            assert!(a.causes.iter().any(|c| c.kind == kind && c.ns == 5_000_000_000), "{a:?}");
+            assert!(!a.causes.iter().any(|c| c.kind == CauseKind::TimerIrqDelay && c.ns > 0), "{a:?}");
+        }
     }
 
     /// A miss whose loop blocked on a mutex the lock probe followed: the

@@ -63,12 +63,31 @@ fn run(cycles: usize, env: &[(&str, &str)], args: &[&str]) -> (Vec<Row>, Vec<ser
 /// [`run`] with the fixture's first five arguments (CYCLES PERIOD_US
 /// EVERY WARMUP PAGES) given.
 fn run_fixture(head: &[&str], env: &[(&str, &str)], args: &[&str]) -> (Vec<Row>, Vec<serde_json::Value>) {
+    run_fixture_with(head, env, args, |_| {})
+}
+
+/// [`run_fixture`], `during` called with the fixture's pid while it runs.
+fn run_fixture_with(
+    head: &[&str],
+    env: &[(&str, &str)],
+    args: &[&str],
+    during: impl FnOnce(u32),
+) -> (Vec<Row>, Vec<serde_json::Value>) {
     let bin = lm_cycle();
     let file = std::env::temp_dir().join(format!("latmon-cycle-io-{}", std::process::id()));
     // A timerfd loop is followed on request only (the read() program).
     let probe = if args.contains(&"timerfd") { "cycle,comm=lm_cycle,timerfd=true" } else { "cycle,comm=lm_cycle" };
     let child = start_run_env(&["--probe", probe, "--interval", "1s", "--format", "json"], env);
-    let out = Command::new(bin).args(head).arg(&file).args(args).output().expect("lm_cycle");
+    let fixture = Command::new(bin)
+        .args(head)
+        .arg(&file)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("lm_cycle");
+    during(fixture.id());
+    let out = fixture.wait_with_output().expect("lm_cycle");
     let _ = std::fs::remove_file(&file);
     let (status, json) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
@@ -333,6 +352,211 @@ fn a_realtime_loops_period_and_misses_are_found() {
     assert!(period.abs_diff(PERIOD_NS) * 100 <= PERIOD_NS, "period_ns {period}");
     assert!(fixture > 0, "the fixture injected no miss");
     assert!(misses.abs_diff(fixture) <= 2, "misses {misses} vs the fixture's {fixture}");
+}
+
+/// Issue 40 item 4: a loop that goes from 1 kHz to 100 Hz with 3 ms of
+/// work a cycle was judged against 1 ms forever (every 100 Hz cycle a
+/// miss, the loop's own count 0). The period follows the loop's steps:
+/// its misses are the loop's own (judged by the loop against the period
+/// it runs at), and period_ns moves from 1 ms to 10 ms in the JSON.
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn a_loops_new_rate_becomes_its_period() {
+    let _s = serial();
+    // 1000 cycles of 1 ms (1 s), then 400 of 10 ms (4 s): fixture kind w.
+    let (rows, lines) = run_fixture(&["1400", "1000", "100000", "1000", "0"], &[], &["rate"]);
+    let p = last_probe(&lines, "cycle").expect("no cycle line");
+    let c = &p["cycle"];
+    let cycles = c["total_cycles"].as_u64().unwrap();
+    let misses = c["total_misses"].as_u64().unwrap();
+    let period = c["period_ns"].as_u64().unwrap_or(0);
+    let own = |r: &Row| if r.kind == 'w' { PERIOD_NS * 10 } else { PERIOD_NS };
+    let fixture = rows[SETTLE..].iter().filter(|r| r.done - r.release > own(r)).count() as u64;
+    let slow = rows.iter().filter(|r| r.kind == 'w').count();
+    let periods: Vec<u64> = lines
+        .iter()
+        .filter_map(|l| l["probes"].as_array()?.iter().find(|p| p["name"] == "cycle")?["cycle"]["period_ns"].as_u64())
+        .collect();
+    eprintln!(
+        "rate change: cycles {cycles} ({slow} at 100 Hz), misses {misses} (fixture {fixture}), period_ns per interval {periods:?}"
+    );
+    assert!(cycles >= rows.len() as u64 - 2, "cycles {cycles} of the fixture's {}", rows.len());
+    assert!(misses.abs_diff(fixture) <= 2, "misses {misses} vs the loop's own {fixture} ({slow} cycles at 100 Hz)");
+    assert!(periods.iter().any(|p| p.abs_diff(PERIOD_NS) * 100 <= PERIOD_NS), "period_ns never 1 ms: {periods:?}");
+    assert!(period.abs_diff(PERIOD_NS * 10) * 100 <= PERIOD_NS * 10, "period_ns {period} at the end, not 10 ms");
+}
+
+/// The miss records' causes of kind `kind`, in ns, and every record's
+/// (release, timer_irq_delay ns) where that is over 1 ms.
+fn causes_of(lines: &[serde_json::Value], kind: &str) -> (Vec<u64>, Vec<(u64, u64)>) {
+    let recs: Vec<&serde_json::Value> = lines
+        .iter()
+        .flat_map(|l| l["alert_records"].as_array().into_iter().flatten())
+        .filter(|r| r["probe"] == "cycle" && r["event"] == "miss")
+        .collect();
+    let of = |r: &serde_json::Value, k: &str| ns_of(&r["causes"], k, None);
+    let found = recs.iter().map(|r| of(r, kind)).filter(|&ns| ns > 0).collect();
+    let late = recs
+        .iter()
+        .map(|r| (r["release_ns"].as_u64().unwrap_or(0), of(r, "timer_irq_delay")))
+        .filter(|&(_, ns)| ns > 1_000_000)
+        .collect();
+    (found, late)
+}
+
+/// Of `late` (release, timer_irq_delay ns over 1 ms), those the timer did
+/// not cause by the fixture's own account: its row of that release woke
+/// less than that delay after the release, or its release had passed
+/// when it slept (a backlog). A row that woke late by the loop's own
+/// clock on a release still ahead when it slept was the timer's (a vCPU
+/// or interrupt stall on this shared host: seen 1.07 ms once).
+fn timer_did_not_cause(rows: &[Row], late: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    late.iter()
+        .copied()
+        .filter(|&(release, ns)| {
+            let Some(i) = rows.iter().position(|r| r.release == release) else { return true };
+            let backlog = i > 0 && rows[i].release <= rows[i - 1].done;
+            backlog || rows[i].wake.saturating_sub(rows[i].release) + 100_000 < ns
+        })
+        .collect()
+}
+
+/// Issue 40 item 8: a 5 s SIGSTOP read "miss 5.00s: timer irq delay
+/// 5.00s", and each of the ~5000 catch-up cycles after it a timer irq
+/// delay too. The stopped release is `stopped`, the catch-up `backlog`:
+/// no timer_irq_delay over 1 ms (the timer was never late).
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn a_stopped_loops_gap_is_stopped_and_its_catch_up_backlog() {
+    let _s = serial();
+    let (rows, lines) = run_fixture_with(&["8000", "1000", "100000", "100", "0"], &[], &["catchup"], |pid| {
+        let pid = nix::unistd::Pid::from_raw(pid as i32);
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    });
+    // The fixture's truth: its releases that had passed when it slept
+    // (its previous done), and its longest release -> wake gap.
+    let backlog = rows.windows(2).filter(|w| w[1].release <= w[0].done).count();
+    let gap = rows.iter().map(|r| r.wake.saturating_sub(r.release)).max().unwrap_or(0);
+    let (stopped, late) = causes_of(&lines, "stopped");
+    let (backlogged, _) = causes_of(&lines, "backlog");
+    let wakeups = lines
+        .last()
+        .and_then(|l| l["probes"].as_array()?.iter().find(|p| p["name"] == "cycle:wakeup"))
+        .and_then(|p| p["total_count"].as_u64())
+        .unwrap_or(0);
+    let c = &last_probe(&lines, "cycle").expect("no cycle line")["cycle"];
+    let cycles = c["total_cycles"].as_u64().unwrap_or(0);
+    eprintln!(
+        "stop: fixture backlog {backlog} cycles, longest gap {gap} ns; probe cycles {cycles}, wakeups {wakeups}, \
+         stopped causes {stopped:?}, {} backlog causes, timer_irq_delay over 1 ms {late:?}",
+        backlogged.len()
+    );
+    assert!(gap > 4_000_000_000 && backlog > 4000, "the fixture was not stopped 5 s: gap {gap}, backlog {backlog}");
+    let late = timer_did_not_cause(&rows, &late);
+    assert!(late.is_empty(), "timer_irq_delay over 1 ms the timer did not cause: {late:?}");
+    assert!(stopped.iter().any(|&ns| ns > 4_000_000_000), "no stopped cause of the stop: {stopped:?}");
+    assert!(!backlogged.is_empty(), "no backlog cause");
+    // A backlog release (or the stopped one) is no wakeup.
+    assert!(
+        wakeups <= cycles.saturating_sub(backlog as u64) + 2,
+        "cycle:wakeup counted {wakeups} of {cycles} cycles, {backlog} of them backlog"
+    );
+}
+
+/// Issue 40 item 8: a release that passed while the loop still ran (a
+/// backlog: its sleep returns at once) inflated cycle:wakeup (p99 714 us
+/// against p50 56 us) and read as timer irq delay. Its gap is `backlog`,
+/// and no wakeup.
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn a_backlog_release_is_backlog_not_a_wakeup() {
+    let _s = serial();
+    let (rows, lines) = run_fixture(&["2000", "1000", "25", "100", "3000"], &[], &["catchup"]);
+    let backlog = rows.windows(2).filter(|w| w[1].release <= w[0].done).count() as u64;
+    let (backlogged, late) = causes_of(&lines, "backlog");
+    let probe = |name: &str| {
+        lines
+            .last()
+            .and_then(|l| l["probes"].as_array()?.iter().find(|p| p["name"] == name).cloned())
+            .unwrap_or_default()
+    };
+    let w = probe("cycle:wakeup");
+    let cycles = probe("cycle")["cycle"]["total_cycles"].as_u64().unwrap_or(0);
+    let wakeups = w["total_count"].as_u64().unwrap_or(0);
+    eprintln!(
+        "backlog: fixture {backlog} backlog releases of {} cycles; probe cycles {cycles}, wakeups {wakeups} \
+         (p50 {} p99 {}), {} backlog causes, timer_irq_delay over 1 ms {late:?}",
+        rows.len(),
+        w["p50_ns"],
+        w["p99_ns"],
+        backlogged.len()
+    );
+    assert!(backlog > 0, "the fixture made no backlog");
+    let late = timer_did_not_cause(&rows, &late);
+    assert!(late.is_empty(), "timer_irq_delay over 1 ms the timer did not cause: {late:?}");
+    assert!(!backlogged.is_empty(), "no backlog cause");
+    assert!(
+        wakeups.abs_diff(cycles.saturating_sub(backlog)) <= 2,
+        "cycle:wakeup counted {wakeups}: {cycles} cycles, {backlog} of them backlog (no wakeup)"
+    );
+}
+
+/// Issue 40 item 8: a CLOCK_REALTIME step back by 2 s under a loop
+/// sleeping on CLOCK_REALTIME absolute read "miss 2.00s: timer irq delay"
+/// for a sleep that woke on time by its clock. The release follows the
+/// clock: no timer_irq_delay over 1 ms, no miss the loop did not have.
+/// The clock is stepped forward again after (restored to within the
+/// steps' own time).
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn a_realtime_clock_step_is_no_timer_delay() {
+    let _s = serial();
+    use nix::time::{clock_gettime, clock_settime, ClockId};
+    fn step(by: i64) {
+        let t = clock_gettime(ClockId::CLOCK_REALTIME).expect("clock_gettime");
+        let t = nix::sys::time::TimeSpec::new(t.tv_sec() + by, t.tv_nsec());
+        clock_settime(ClockId::CLOCK_REALTIME, t).expect("clock_settime");
+    }
+    /// Steps the clock forward again however the test ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if self.0 {
+                step(2);
+            }
+        }
+    }
+    let mut restore = Restore(false);
+    // Back 2 s under the running loop; forward again once it is done (a
+    // step forward inside one of its sleeps, before that sleep's 2 s have
+    // passed, is not covered: see docs/probes.md).
+    let (rows, lines) = run_fixture_with(&["4000", "1000", "100000", "100", "0"], &[], &["realtime"], |_| {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        step(-2);
+        restore.0 = true;
+    });
+    drop(restore);
+    // On CLOCK_REALTIME: a step inside a cycle moves its done against
+    // its release (backward: before it).
+    let own = rows[SETTLE..].iter().filter(|r| r.done.saturating_sub(r.release) > PERIOD_NS).count() as u64;
+    let (_, late) = causes_of(&lines, "timer_irq_delay");
+    // Rows on CLOCK_REALTIME, the records' releases on CLOCK_MONOTONIC: a
+    // delay is the timer's if the loop itself woke that late after a
+    // release (seen 1.35 and 4.79 ms on this shared host, each one of the
+    // loop's own misses); the step's 2 s is not.
+    let woke_late =
+        |ns: u64| rows.iter().any(|r| r.wake.saturating_sub(r.release) + 100_000 >= ns && ns < 1_000_000_000);
+    let late: Vec<(u64, u64)> = late.into_iter().filter(|&(_, ns)| !woke_late(ns)).collect();
+    let c = &last_probe(&lines, "cycle").expect("no cycle line")["cycle"];
+    let (cycles, misses) = (c["total_cycles"].as_u64().unwrap_or(0), c["total_misses"].as_u64().unwrap_or(0));
+    eprintln!(
+        "clock step: probe cycles {cycles}, misses {misses} (the loop's own {own}), timer_irq_delay over 1 ms {late:?}"
+    );
+    assert!(late.is_empty(), "timer_irq_delay over 1 ms the timer did not cause: {late:?}");
+    assert!(misses <= own + 2, "misses {misses}, the loop's own {own}");
 }
 
 /// A loop that blocks in read() on a periodic CLOCK_MONOTONIC timerfd

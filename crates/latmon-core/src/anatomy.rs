@@ -91,6 +91,14 @@ pub enum CauseKind {
     Softirq { vector: u32 },
     /// timer: intended expiry -> the expiry actually handled.
     TimerIrqDelay,
+    /// cycle: the thread was stopped or traced (SIGSTOP, a tracer) when
+    /// its release passed: the release -> run gap is the stop's, not the
+    /// timer's.
+    Stopped,
+    /// cycle: the release had passed when the loop asked to sleep (it was
+    /// still running its previous cycle; the kernel returned at once):
+    /// the gap is the loop's backlog, not the timer's.
+    Backlog,
     /// cycle: the loop's own time on a CPU within the cycle.
     Running,
     /// cycle: a voluntary sleep inside the cycle, by what it slept on,
@@ -388,6 +396,8 @@ fn push_cause(s: &mut String, c: &Cause) {
             push_vector(s, *vector);
         }
         CauseKind::TimerIrqDelay => s.push_str("timer irq delay"),
+        CauseKind::Stopped => s.push_str("stopped"),
+        CauseKind::Backlog => s.push_str("backlog"),
         CauseKind::Running => s.push_str("running"),
         CauseKind::Blocked { on, syscall } => {
             let _ = write!(s, "blocked on {}", on.word());
@@ -488,6 +498,8 @@ impl Serialize for Cause {
                 m.serialize_entry("vector", &v)?;
             }
             CauseKind::TimerIrqDelay => m.serialize_entry("kind", "timer_irq_delay")?,
+            CauseKind::Stopped => m.serialize_entry("kind", "stopped")?,
+            CauseKind::Backlog => m.serialize_entry("kind", "backlog")?,
             CauseKind::Running => m.serialize_entry("kind", "running")?,
             CauseKind::Blocked { on, syscall } => {
                 m.serialize_entry("kind", "blocked")?;

@@ -46,6 +46,10 @@ pub enum CauseId {
     Blocked { on: u32 },
     /// cycle: page faults taken in the cycle (their timed part).
     PageFaults,
+    /// cycle: a release that passed while the thread was stopped.
+    Stopped,
+    /// cycle: a release that had passed when the loop asked to sleep.
+    Backlog,
     /// A kind this build does not know.
     Unknown { kind: u32, id: u32 },
 }
@@ -56,6 +60,10 @@ pub enum CauseId {
 pub const CAUSE_RUNNING: usize = 8;
 pub const CAUSE_BLOCKED: usize = 9;
 pub const CAUSE_PAGE_FAULTS: usize = 10;
+/// The release -> run gap of a cycle when not the timer's (wire kinds 13,
+/// 14; after the lock's 11 and 12).
+pub const CAUSE_STOPPED: usize = 13;
+pub const CAUSE_BACKLOG: usize = 14;
 
 impl CauseId {
     /// From a kernel key; None for 0 (an entry never used).
@@ -73,6 +81,8 @@ impl CauseId {
             CAUSE_RUNNING => CauseId::Running,
             CAUSE_BLOCKED => CauseId::Blocked { on: id },
             CAUSE_PAGE_FAULTS => CauseId::PageFaults,
+            CAUSE_STOPPED => CauseId::Stopped,
+            CAUSE_BACKLOG => CauseId::Backlog,
             _ => CauseId::Unknown { kind: kind as u32, id },
         })
     }
@@ -90,6 +100,8 @@ impl CauseId {
             CauseId::Running => CAUSE_RUNNING,
             CauseId::Blocked { .. } => CAUSE_BLOCKED,
             CauseId::PageFaults => CAUSE_PAGE_FAULTS,
+            CauseId::Stopped => CAUSE_STOPPED,
+            CauseId::Backlog => CAUSE_BACKLOG,
             CauseId::Unknown { kind, .. } => kind.min(u32::from(u16::MAX)) as usize,
         }) as u16
     }
@@ -118,6 +130,8 @@ impl CauseId {
             CauseId::Running => "running",
             CauseId::Blocked { .. } => "blocked",
             CauseId::PageFaults => "page_faults",
+            CauseId::Stopped => "stopped",
+            CauseId::Backlog => "backlog",
             CauseId::Unknown { .. } => "unknown",
         }
     }
@@ -325,6 +339,8 @@ impl CauseSummary {
                 CauseKind::Running => (CauseId::Running, ""),
                 CauseKind::Blocked { on, syscall } => (CauseId::Blocked { on: on.code() }, syscall.as_str()),
                 CauseKind::PageFaults { .. } => (CauseId::PageFaults, ""),
+                CauseKind::Stopped => (CauseId::Stopped, ""),
+                CauseKind::Backlog => (CauseId::Backlog, ""),
                 // The owner's own time is a task's; an inversion's, each
                 // preempter's own (as the wire carries it), the folded
                 // rest the other tasks'.
@@ -420,6 +436,8 @@ impl TopCause {
                 }
             }
             CauseId::PageFaults => s.push_str("page faults"),
+            CauseId::Stopped => s.push_str("stopped"),
+            CauseId::Backlog => s.push_str("backlog"),
             CauseId::Unknown { kind, id } => {
                 let _ = write!(s, "cause#{kind}:{id}");
             }
@@ -472,7 +490,12 @@ impl Serialize for Shared<'_> {
                 m.serialize_entry("on", BlockedOn::from_code(on).word())?;
                 m.serialize_entry("syscall", &c.name)?;
             }
-            CauseId::TimerIrqDelay | CauseId::Other | CauseId::Running | CauseId::PageFaults => {}
+            CauseId::TimerIrqDelay
+            | CauseId::Other
+            | CauseId::Running
+            | CauseId::PageFaults
+            | CauseId::Stopped
+            | CauseId::Backlog => {}
         }
         m.serialize_entry("ns", &c.ns)?;
         m.serialize_entry("share", &round4(self.1))?;
@@ -680,6 +703,10 @@ mod tests {
         assert_eq!((c.alerts, c.total_alerts, c.causes.len()), (1, 4, MISS_CAUSES_MAX));
         assert_eq!((c.folded_ns, c.folded_parts), (30, 3));
         assert_eq!(CauseId::from_key((CAUSE_BLOCKED as u64) << 32 | 1), Some(CauseId::Blocked { on: 1 }));
+        // A cycle's gap when not the timer's (issue 40 item 8).
+        for (id, code, word) in [(CauseId::Stopped, 13, "stopped"), (CauseId::Backlog, 14, "backlog")] {
+            assert_eq!((id.code(), id.word(), CauseId::from_key((code as u64) << 32)), (code, word, Some(id)));
+        }
         assert_eq!((CauseId::Running.code(), CauseId::PageFaults.word()), (8, "page_faults"));
     }
 }

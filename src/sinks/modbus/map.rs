@@ -113,7 +113,8 @@ pub mod ext {
     /// u32: misses in the interval.
     pub const MISSES: u16 = 2;
     /// u16: the largest cause's kind (`CauseId::code`: 1 task .. 7 other,
-    /// 8 running, 9 blocked, 10 page_faults; 0 none).
+    /// 8 running, 9 blocked, 10 page_faults, 13 stopped, 14 backlog; 0
+    /// none).
     pub const CAUSE_KIND: u16 = 4;
     /// u16, 0.01 %: its share of the interval's missed time.
     pub const CAUSE_SHARE: u16 = 5;

@@ -37,6 +37,8 @@ pub fn from_wire(cpu_woken: u32, cpu_ran: u32, causes: &[WireCause]) -> Option<A
                 kind::RUNNING => CauseKind::Running,
                 kind::BLOCKED => CauseKind::Blocked { on: BlockedOn::from_code(w.id), syscall: w.name.clone() },
                 kind::PAGE_FAULTS => CauseKind::PageFaults { count: w.id },
+                kind::STOPPED => CauseKind::Stopped,
+                kind::BACKLOG => CauseKind::Backlog,
                 kind::OWNER => CauseKind::Owner { owner: owner_of(w) },
                 code => CauseKind::Unknown { code },
             },

@@ -276,6 +276,12 @@ pub(super) mod cause_kind {
     /// id; id 0 and no name: the inversion's folded rest).
     pub(crate) const OWNER: u8 = 11;
     pub(crate) const INVERSION: u8 = 12;
+    /// cycle's release -> run gap when not the timer's: the thread was
+    /// stopped, the loop's backlog. New values of an existing field, no
+    /// new revision (nothing appended): an older receiver shows them as
+    /// unknown kinds (`cause#13`), as its description allows.
+    pub(crate) const STOPPED: u8 = 13;
+    pub(crate) const BACKLOG: u8 = 14;
 }
 
 /// An owner Cause's `policy` byte: the SCHED_* number in the low nibble
@@ -343,6 +349,8 @@ fn cause_parts(c: &Cause) -> (u8, u32, u8, i32, &str) {
         CauseKind::Running => (cause_kind::RUNNING, 0, 0, 0, ""),
         CauseKind::Blocked { on, syscall } => (cause_kind::BLOCKED, on.code(), 0, 0, syscall),
         CauseKind::PageFaults { count } => (cause_kind::PAGE_FAULTS, *count, 0, 0, ""),
+        CauseKind::Stopped => (cause_kind::STOPPED, 0, 0, 0, ""),
+        CauseKind::Backlog => (cause_kind::BACKLOG, 0, 0, 0, ""),
         CauseKind::Owner { owner: o } => {
             (cause_kind::OWNER, o.tid, owner_policy_byte(o.policy, o.from), o.prio, &o.comm)
         }

@@ -1424,3 +1424,23 @@ fn wait_roles_travel_in_the_mode_and_old_senders_have_none() {
     let r = feed(old);
     assert!(r.probes.iter().all(|p| p.wait_role() == Wait::No));
 }
+
+/// A cycle miss's release -> run gap when not the timer's (issue 40 item
+/// 8): kinds 13 (stopped) and 14 (backlog) cross the wire and come back,
+/// new values of the existing field (docs/wire-format.md).
+#[test]
+fn stopped_and_backlog_causes_cross_the_wire() {
+    use crate::anatomy::{Anatomy, Cause, CauseKind};
+    let parts = vec![
+        Cause { kind: CauseKind::Stopped, ns: 5_000_000_000 },
+        Cause { kind: CauseKind::Backlog, ns: 2_000_000 },
+        Cause { kind: CauseKind::Running, ns: 1_000_000 },
+    ];
+    let anatomy = Anatomy::from_parts(5_003_000_000, 0, 0, parts);
+    let w = anatomy::to_wire(&anatomy);
+    assert!(w.iter().any(|c| (c.kind, c.ns) == (13, 5_000_000_000)), "{w:?}");
+    assert!(w.iter().any(|c| (c.kind, c.ns) == (14, 2_000_000)), "{w:?}");
+    let (_, a) = through_the_wire(5_003_000_000, anatomy.clone());
+    let back = anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes).unwrap();
+    assert_eq!(back, anatomy);
+}

@@ -88,6 +88,8 @@ fn label(c: &Cause) -> String {
         CauseKind::Blocked { on, syscall } if syscall.is_empty() => format!("blocked on {}", on.word()),
         CauseKind::Blocked { on, syscall } => format!("blocked on {} in {syscall}", on.word()),
         CauseKind::PageFaults { .. } => "page faults".into(),
+        CauseKind::Stopped => "stopped".into(),
+        CauseKind::Backlog => "backlog".into(),
         CauseKind::Owner { owner } => format!("held by {}[{}]", owner.comm, owner.tid),
         CauseKind::Inversion { owner, .. } => format!("inversion behind {}[{}]", owner.comm, owner.tid),
         CauseKind::Unknown { code } => format!("cause#{code}"),
