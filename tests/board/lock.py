@@ -35,9 +35,14 @@ def inversions_named(s, frames, accounted):
           f"latmon check: lm_lock loads via {plan.get('attach')} ({plan.get('mode') or plan.get('error')})")
     tids, waits = fixture(s.workload)
     inv = [w for w in waits if w[2] > 0]
-    if not s.say(tids and len(inv) >= 80,
-                 f"the fixture ran: tids {tids}, {len(waits)} waits over 500 us, {len(inv)} with the medium thread "
-                 f"spinning inside (expected ~100)"):
+    # The checks below hold latmon to the inversions the fixture says it
+    # made, however many: under TCG on a busy host the medium thread's spin
+    # lands outside some of the 100 planned waits (74 once: a fixed ">= 80"
+    # failed a board on the fixture's own timing, not on latmon). Ten is
+    # what the naming check needs to mean something.
+    if not s.say(tids and len(inv) >= 10,
+                 f"the fixture ran: tids {tids}, {len(waits)} waits over 500 us, {len(inv)} of the 100 planned with "
+                 f"the medium thread spinning inside (at least 10 to check)"):
         return
     high, low, med = tids
     n = s.total(SERIES)
