@@ -20,6 +20,8 @@
 #ifndef __CYCLE_LIFE_BPF_H
 #define __CYCLE_LIFE_BPF_H
 
+#include "filter.bpf.h"
+
 #define PF_EXITING 0x00000004 /* include/linux/sched.h, unchanged since 2.6 */
 
 /* The counts of the threads that left, summed (user space adds them to
@@ -36,15 +38,7 @@ static __always_inline bool comm_wanted(struct task_struct *p, char *comm)
 {
 	if (bpf_probe_read_kernel_str(comm, LATMON_COMM_LEN, &p->comm) < 0)
 		return false;
-	if (!cfg.filter_comm[0])
-		return true;
-	for (int i = 0; i < LATMON_COMM_LEN; i++) {
-		if (comm[i] != cfg.filter_comm[i])
-			return false;
-		if (!comm[i])
-			break;
-	}
-	return true;
+	return !cfg.filter_comm[0] || latmon_comm_equal(comm, cfg.filter_comm);
 }
 
 /* Task p (thread tid) enters the watched threads if it passes the filter

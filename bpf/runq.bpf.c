@@ -43,6 +43,7 @@ const volatile struct latmon_runq_config cfg = {};
 #ifndef LATMON_NO_BTF
 #include <bpf/bpf_core_read.h>
 #include "core_fixes.bpf.h"
+#include "filter.bpf.h"
 #endif
 #include "anatomy.bpf.h"
 
@@ -88,13 +89,7 @@ static __always_inline bool comm_wanted(struct task_struct *t)
 		return true;
 	if (bpf_probe_read_kernel_str(comm, sizeof(comm), &t->comm) < 0)
 		return false;
-	for (int i = 0; i < LATMON_COMM_LEN; i++) {
-		if (comm[i] != cfg.filter_comm[i])
-			return false;
-		if (!comm[i])
-			break;
-	}
-	return true;
+	return latmon_comm_equal(comm, cfg.filter_comm);
 }
 
 /* The idle task (pid 0) never waits on a run queue. */

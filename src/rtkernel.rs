@@ -37,6 +37,10 @@ pub struct KernelVersion {
 }
 
 impl KernelVersion {
+    pub const fn new(major: u32, minor: u32, patch: u32) -> KernelVersion {
+        KernelVersion { major, minor, patch }
+    }
+
     /// The leading `A.B[.C]` of `s` (`6.1.0-28-rt-amd64`, `6.13.3-rt1`,
     /// `6.14.0-rc2`); None when `s` does not start with one.
     pub fn parse(s: &str) -> Option<KernelVersion> {
@@ -48,7 +52,7 @@ impl KernelVersion {
             None | Some("") => 0,
             Some(p) => p.parse().ok()?,
         };
-        Some(KernelVersion { major, minor, patch })
+        Some(KernelVersion::new(major, minor, patch))
     }
 
     /// Whether this version has the fix (see the module's text).
@@ -59,6 +63,12 @@ impl KernelVersion {
             (major, minor) => (major, minor) >= (6, 14),
         }
     }
+}
+
+/// The tests' shorthand for a version (here and in rtsafety.rs).
+#[cfg(test)]
+pub(crate) const fn v(major: u32, minor: u32, patch: u32) -> KernelVersion {
+    KernelVersion::new(major, minor, patch)
 }
 
 impl fmt::Display for KernelVersion {
@@ -179,10 +189,6 @@ mod tests {
 
     const RT: &str = "#1 SMP PREEMPT_RT Thu Jan  2 10:00:00 UTC 2025";
     const NOT_RT: &str = "#1 SMP PREEMPT_DYNAMIC Debian 6.12.57-1 (2025-11-05)";
-
-    fn v(major: u32, minor: u32, patch: u32) -> KernelVersion {
-        KernelVersion { major, minor, patch }
-    }
 
     #[test]
     fn releases_parse_to_their_leading_version() {

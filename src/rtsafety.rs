@@ -248,13 +248,10 @@ impl RtSafety {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rtkernel::v;
 
     const RT_DEBIAN: &str = "#1 SMP PREEMPT_RT Debian 6.1.176-1 (2026-05-01)";
     const NOT_RT: &str = "#1 SMP PREEMPT_DYNAMIC Debian 6.12.57-1 (2025-11-05)";
-
-    fn v(major: u32, minor: u32, patch: u32) -> KernelVersion {
-        KernelVersion { major, minor, patch }
-    }
 
     #[test]
     fn the_ringbuf_fix_is_in_exactly_its_stable_releases_and_6_12_on() {
