@@ -128,9 +128,18 @@ static __always_inline __u64 anat_elapsed(struct anat_slot *s, __u64 now)
 /* Charge the time since the last change to task `pid` (waiter key
  * `key`): its entry - a new one has tgid 0, the caller says who it is -
  * or NULL: no time, the idle task or the waiter itself (their time is
- * `other`), or folded into the rest. */
+ * `other`), or folded into the rest.
+ *
+ * With every entry taken, a newcomer whose run is longer than the
+ * smallest entry takes that entry's place (its time goes to the rest):
+ * the record names the largest holders, not the first ANAT_TASKS seen.
+ * Before, a 7 ms SCHED_OTHER competitor that ran after four short ones
+ * (a kworker, latmon's own threads) went wholly into the rest and the
+ * wait named none of its cause. A named task's time is never more than
+ * it ran in the wait (an evicted task seen again starts from zero). */
 static __always_inline struct latmon_anat_task *anat_charge_pid(struct anat_slot *s, __u64 key, __u32 pid, __u64 now)
 {
+	struct latmon_anat_task *small = NULL;
 	__u64 d = anat_elapsed(s, now);
 
 	if (key == s->waiter) {
@@ -151,6 +160,15 @@ static __always_inline struct latmon_anat_task *anat_charge_pid(struct anat_slot
 			e->pid = pid;
 			return e;
 		}
+		if (!small || e->ns < small->ns)
+			small = e;
+	}
+	if (small && d > small->ns) {
+		s->acc.task_rest_ns += small->ns;
+		__builtin_memset(small, 0, sizeof(*small));
+		small->ns = d;
+		small->pid = pid;
+		return small;
 	}
 	s->acc.task_rest_ns += d;
 	return NULL;

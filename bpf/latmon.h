@@ -105,9 +105,11 @@
 #define LATMON_ALERT_QUEUE 4096
 
 /* Outlier anatomy (timer, chain, runq with a threshold; bpf/anatomy.bpf.h):
- * while a watched task waits, its waiting CPU accounts what held it. The
- * first ANAT_TASKS other tasks and ANAT_IRQS IRQ numbers seen get an entry
- * each; later ones are folded into one rest entry per kind. Softirqs are
+ * while a watched task waits, its waiting CPU accounts what held it.
+ * ANAT_TASKS other tasks (the longest runs: a newcomer longer than the
+ * smallest entry takes its place) and the first ANAT_IRQS IRQ numbers
+ * seen get an entry each; the others are folded into one rest entry per
+ * kind. Softirqs are
  * kept per vector (SOFTIRQ_VECS). One waiter per CPU at a time: a second
  * watched task waiting on a busy CPU gets no anatomy, unless the holder's
  * claim is older than ANAT_STALE_NS (a waiter that exited unseen). */

@@ -70,39 +70,7 @@ fn periodic_loop_on(
     prio: i32,
     cycles: u32,
 ) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
-    loop_thread(cpu, comm, policy, prio, cycles, Missed::RunLate)
-}
-
-/// A loop thread like [`periodic_loop`] that sleeps to 1 ms past the later
-/// of its last deadline and now: a loop starved for whole periods (a
-/// low-weight SCHED_OTHER one) skips them, where [`periodic_loop`] would run
-/// them back to back on deadlines already past; so each of its cycles is a
-/// timer armed in the future and a wakeup that can wait.
-///
-/// Each cycle busy-waits `work_ns` after its wakeup: a SCHED_OTHER loop
-/// whose cycles cost less than its weight's share of the CPU builds up lag
-/// under EEVDF and preempts its competitor on most wakeups (at nice 10
-/// against -10 the share is 1.1 %, 11 us a period, about what a bare
-/// wakeup costs; CI saw 1 wait in 1 000 cycles once, 230 in others), so
-/// a loop that is to wait must ask for more than its share.
-fn paced_loop(
-    comm: &str,
-    policy: i32,
-    prio: i32,
-    cycles: u32,
-    work_ns: u64,
-) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
-    loop_thread(test_cpu(), comm, policy, prio, cycles, Missed::Skip(work_ns))
-}
-
-/// What a loop does with periods it was kept from.
-#[derive(Clone, Copy)]
-enum Missed {
-    /// Runs them, late, back to back (cyclictest's absolute deadlines).
-    RunLate,
-    /// Skips them: the next deadline is 1 ms after now; each cycle
-    /// busy-waits this many ns once it runs.
-    Skip(u64),
+    loop_thread(cpu, comm, policy, prio, cycles)
 }
 
 fn loop_thread(
@@ -111,7 +79,6 @@ fn loop_thread(
     policy: i32,
     prio: i32,
     cycles: u32,
-    missed: Missed,
 ) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
     std::thread::Builder::new()
         .name(comm.into())
@@ -121,18 +88,9 @@ fn loop_thread(
             let mut next = now_ns();
             let mut deadlines = Vec::with_capacity(cycles as usize);
             for _ in 0..cycles {
-                if let Missed::Skip(_) = missed {
-                    next = next.max(now_ns());
-                }
                 next += 1_000_000;
                 sleep_until(next);
-                let woke = now_ns();
-                deadlines.push((next, woke));
-                if let Missed::Skip(work_ns) = missed {
-                    while now_ns() < woke + work_ns {
-                        std::hint::spin_loop();
-                    }
-                }
+                deadlines.push((next, now_ns()));
             }
             deadlines
         })
@@ -769,6 +727,7 @@ fn a_sched_other_competitor_is_named() {
     let stop_comp = Arc::new(AtomicBool::new(false));
     let cpu = test_cpu();
     let st = Arc::clone(&stop_comp);
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     // A busy SCHED_OTHER task at nice -10 against a nice 10 loop: the
     // loop's wakeups wait for it.
     let comp = std::thread::Builder::new()
@@ -776,23 +735,38 @@ fn a_sched_other_competitor_is_named() {
         .spawn(move || {
             pin_to_cpu(cpu);
             set_sched(libc::SCHED_OTHER, -10);
-            let tid = gettid();
+            tid_tx.send(gettid()).unwrap();
             while !st.load(Ordering::Relaxed) {
                 std::hint::spin_loop();
             }
-            tid
         })
         .unwrap();
+    let comp_tid = tid_rx.recv().unwrap();
     // 50 us a cycle, over four times its share.
-    paced_loop(loop_comm, libc::SCHED_OTHER, 10, 300, 50_000).join().unwrap();
+    let cycles = competed_loop(loop_comm, 300, 50_000, comp_tid).join().unwrap();
     stop_comp.store(true, Ordering::Relaxed);
-    let comp_tid = comp.join().unwrap();
+    comp.join().unwrap();
     let (status, out) = stop(child);
     assert!(status.success(), "latmon exited with {status}");
     let lines = json_lines(&out);
     let recs = alerts_of(&lines, "timer", loop_comm);
-    let (mut named, mut present, mut others, mut waited) = (0, 0, 0, 0);
-    let (mut waited_ns, mut comp_ns) = (0u64, 0u64);
+    // The truth is the competitor's own run time (its schedstat) from
+    // each cycle's arming of the timer to the loop running again, read by
+    // the loop on the competitor's CPU (so while the competitor is not
+    // running, and exact). A record's wait lies inside that span: the
+    // competitor's charge can be no more than its run time there, and no
+    // less than that run time minus the part of the span before the wait
+    // (the sleep, and the 50 us timer slack of a SCHED_OTHER sleeper),
+    // whatever else this machine runs on the CPU. The earlier bound, "the
+    // competitor is the largest cause in 40 % of waits", was the
+    // scheduler's doing, not latmon's: at load 7 (builds, apt-cache,
+    // BitBake's Cooker on the loop's CPU) latmon named the competitor in
+    // 296 of 296 waits, rightly, and the other tasks' time put it first in
+    // 8 (the FLAKY of issue 40's round).
+    const SLACK_NS: u64 = 100_000;
+    let (mut waited, mut present, mut within, mut unmatched) = (0, 0, 0, 0);
+    let (mut charged, mut ran) = (0u64, 0u64);
+    let mut wrong = Vec::new();
     for r in &recs {
         let causes = assert_parts_sum(r);
         // A loop held off the CPU before it armed its timer (preempted in
@@ -805,39 +779,113 @@ fn a_sched_other_competitor_is_named() {
         }
         waited += 1;
         let comp = causes.iter().find(|c| c["kind"] == "task" && c["pid"].as_u64() == Some(u64::from(comp_tid)));
-        waited_ns += u(r, "latency_ns") - delay;
         if let Some(c) = comp {
             present += 1;
-            comp_ns += u(c, "ns");
             assert_eq!(
                 (c["comm"].as_str(), c["policy"].as_str(), c["prio"].as_i64()),
                 (Some(comp_comm), Some("other"), Some(-10)),
                 "{r}"
             );
-            if causes[0]["pid"] == c["pid"] {
-                named += 1;
-                continue;
-            }
         }
-        if others < 8 {
-            eprintln!("competitor not the largest cause: {r}");
-            others += 1;
+        let got = comp.map_or(0, |c| u(c, "ns"));
+        let (end, lat) = (u(r, "time_ns"), u(r, "latency_ns"));
+        let Some(c) = cycles.iter().find(|c| c.next <= end - lat + SLACK_NS && end <= c.woke + SLACK_NS) else {
+            unmatched += 1;
+            continue;
+        };
+        let comp_ran = c.comp_after - c.comp_before;
+        // Outside the wait: the sleep before it, and after it the loop's
+        // switch-in to its own clock reading (a loop switched in, then
+        // preempted again at once, reads its clock late).
+        let outside = (end - lat).saturating_sub(c.armed) + c.woke.saturating_sub(end);
+        // And inside it, interrupts, softirqs and a late timer interrupt
+        // that came while the competitor ran: the kernel counts them in
+        // its run time (no IRQ time accounting), latmon charges them to
+        // their own causes (as it should).
+        let not_tasks: u64 = causes.iter().filter(|c| c["kind"] != "task").map(|c| u(c, "ns")).sum();
+        let low = comp_ran.saturating_sub(outside + not_tasks + SLACK_NS);
+        charged += got;
+        ran += comp_ran.saturating_sub(outside);
+        if (low..=comp_ran + SLACK_NS).contains(&got) {
+            within += 1;
+        } else if wrong.len() < 5 {
+            wrong.push(format!(
+                "charged {got} ns, the competitor ran {comp_ran} ns from arming ({outside} ns outside the wait): {r}"
+            ));
         }
     }
     eprintln!(
         "FIGURES anatomy sched_other competitor: {} alert records, {waited} of them waits after the wakeup, {present} \
-         naming the competitor, {named} with it largest",
+         naming the competitor, {within} charging it within its own run time, {unmatched} matching no cycle; \
+         {charged} ns charged of at least {ran} ns it ran in the waits",
         recs.len()
     );
-    // This machine is shared (other builds, terminals): their tasks are
-    // causes too. The competitor must still be named in most waits.
+    for w in &wrong {
+        eprintln!("competitor's charge out of its own run time: {w}");
+    }
     assert!(waited >= 10, "the competitor should delay the loop's wakeups: {waited} of {} alerts", recs.len());
     assert!(present * 10 >= waited * 7, "the competitor must be named in most waits: {present} of {waited}");
-    assert!(named * 10 >= waited * 4, "the competitor must often be the largest cause: {named} of {waited}");
-    // And it holds most of their time (what the switch charges it, not
-    // only the interrupts that caught it running).
-    eprintln!("FIGURES anatomy sched_other competitor: {comp_ns} of {waited_ns} ns waited charged to it");
-    assert!(comp_ns * 2 >= waited_ns, "the competitor's share: {comp_ns} of {waited_ns} ns");
+    assert!(unmatched * 10 <= waited, "records that match none of the loop's cycles: {unmatched} of {waited}");
+    // A tenth may fall outside: this VM's kernel leaves the time its host
+    // stole from the vCPU out of a task's run time
+    // (PARAVIRT_TIME_ACCOUNTING; 13 s of steal on the test CPU in 4 h),
+    // while latmon's clock has it (charged 14.8 ms of a competitor that
+    // ran 11.1 ms by its schedstat, once in 297 waits).
+    assert!(within * 10 >= waited * 9, "the competitor's charge must be its own run time: {within} of {waited}");
+}
+
+/// One cycle of `competed_loop`, CLOCK_MONOTONIC: when the loop armed its
+/// timer, the deadline, when it ran again; and the competitor's total run
+/// time (schedstat, ns) at arming and at running again.
+struct CompetedCycle {
+    armed: u64,
+    next: u64,
+    woke: u64,
+    comp_before: u64,
+    comp_after: u64,
+}
+
+/// A nice 10 SCHED_OTHER loop on the test CPU that sleeps 1 ms from its
+/// arming (a loop starved for whole periods skips them: each of its
+/// cycles is a timer armed in the future and a wakeup that can wait),
+/// reading the competitor `comp_tid`'s run time around each sleep.
+///
+/// Each cycle busy-waits `work_ns` after its wakeup: a SCHED_OTHER loop
+/// whose cycles cost less than its weight's share of the CPU builds up lag
+/// under EEVDF and preempts its competitor on most wakeups (at nice 10
+/// against -10 the share is 1.1 %, 11 us a period, about what a bare
+/// wakeup costs; CI saw 1 wait in 1 000 cycles once, 230 in others), so
+/// a loop that is to wait must ask for more than its share.
+fn competed_loop(comm: &str, cycles: u32, work_ns: u64, comp_tid: u32) -> std::thread::JoinHandle<Vec<CompetedCycle>> {
+    std::thread::Builder::new()
+        .name(comm.into())
+        .spawn(move || {
+            use std::os::unix::fs::FileExt;
+            pin_to_cpu(test_cpu());
+            set_sched(libc::SCHED_OTHER, 10);
+            let stat = std::fs::File::open(format!("/proc/self/task/{comp_tid}/schedstat")).unwrap();
+            let run_ns = || {
+                let mut buf = [0u8; 128];
+                let n = stat.read_at(&mut buf, 0).unwrap();
+                let text = std::str::from_utf8(&buf[..n]).unwrap();
+                text.split_whitespace().next().and_then(|f| f.parse::<u64>().ok()).unwrap()
+            };
+            let mut out = Vec::with_capacity(cycles as usize);
+            for _ in 0..cycles {
+                let comp_before = run_ns();
+                let armed = now_ns();
+                let next = armed + 1_000_000;
+                sleep_until(next);
+                let woke = now_ns();
+                let comp_after = run_ns();
+                out.push(CompetedCycle { armed, next, woke, comp_before, comp_after });
+                while now_ns() < woke + work_ns {
+                    std::hint::spin_loop();
+                }
+            }
+            out
+        })
+        .unwrap()
 }
 
 #[test]
