@@ -403,5 +403,20 @@ mod tests {
         m.render_head_into(&mut s, 0);
         assert!(s.starts_with("rule woken_by_lower in futex, woken by lo"), "{s}");
         assert!(!s.contains('\x1b') && s.ends_with("[6] FIFO/10"), "{s}");
+        // The agent's ALERT line: a rule is a moment, not a 0 ns latency.
+        let rec = crate::summary::AlertRecord {
+            id: crate::ident::ProbeId(0),
+            pid: 4,
+            tid: 4,
+            comm: "ctrl".into(),
+            cpu: 1,
+            latency_ns: 0,
+            time_ns: 12_000_001_000,
+            anatomy: None,
+            cycle: Some(m),
+        };
+        let mut s = String::new();
+        crate::summary::render_alert_line_into(&mut s, crate::summary::Named { name: "cycle", record: &rec }, 100);
+        assert_eq!(s, "  ALERT cycle  rule  at 12.000001s  cpu 1  ctrl[4]");
     }
 }

@@ -475,15 +475,21 @@ impl View {
             let start = s.len();
             let _ = write!(
                 s,
-                "  {:>14.6}s  {:<12} pid {:<7} tid {:<7} {:<16} cpu {:<3} latency {}",
+                "  {:>14.6}s  {:<12} pid {:<7} tid {:<7} {:<16} cpu {:<3} ",
                 a.time_ns as f64 / 1e9,
                 shown(&got.probe),
                 a.pid,
                 a.tid,
                 shown(&a.comm),
                 a.cpu,
-                fmt_ns(a.latency_ns)
             );
+            // A cycle rule's record is a moment, not a latency (its line
+            // below says which rule): "latency 0ns" read as a measurement.
+            if a.cycle.as_ref().is_some_and(|c| c.rule.is_some()) {
+                s.push_str("rule broken");
+            } else {
+                let _ = write!(s, "latency {}", fmt_ns(a.latency_ns));
+            }
             if s.len() - start > width {
                 s.truncate(start + width - 1);
                 s.push('~');
@@ -836,6 +842,28 @@ mod tests {
             assert!(s.contains(needle), "{needle:?} missing in\n{s}");
         }
         assert!(s.is_ascii());
+    }
+
+    /// A cycle rule's record is a moment: its line says `rule broken` and
+    /// which rule, never `latency 0ns` (seen on the screen of a cycle
+    /// probe watching lm_cycle's fdatasync).
+    #[test]
+    fn a_rule_record_says_rule_broken_not_a_zero_latency() {
+        let mut t = Tracker::new();
+        let mut v = View::default();
+        v.on_event(&t.on_frame(Frame::Hello(hello())));
+        let mut a = alert_of("ctrl_loop");
+        a.latency_ns = 0;
+        a.cycle = crate::wire::WireCycle {
+            event: crate::wire::cycle::event::RULE,
+            doing_id: 1,
+            doing_name: "fdatasync".into(),
+            ..Default::default()
+        };
+        v.on_event(&t.on_frame(Frame::Alert(a)));
+        let s = v.render("file:c.bin", &LinkStats::default(), &t, None);
+        assert!(s.contains("ctrl_loop        cpu 0   rule broken\n    rule sleep_other in fdatasync\n"), "{s}");
+        assert!(!s.contains("latency 0ns"), "{s}");
     }
 
     /// An alert of probe 0 about task 1 named `comm`, without anatomy.

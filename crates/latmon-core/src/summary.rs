@@ -646,14 +646,14 @@ pub fn render_alert_line_into(s: &mut String, named: Named<'_>, width: usize) {
     let name_at = s.len();
     push_clean(s, named.name);
     let name_end = s.len();
-    let _ = write!(
-        s,
-        "  {}  at {}.{:06}s  cpu {}  ",
-        Ns(a.latency_ns),
-        a.time_ns / 1_000_000_000,
-        a.time_ns % 1_000_000_000 / 1000,
-        a.cpu
-    );
+    // A cycle rule's record is a moment, not a latency: `rule`, not `0ns`
+    // (the detail line below names the rule).
+    if a.cycle.as_ref().is_some_and(|c| c.rule.is_some()) {
+        s.push_str("  rule");
+    } else {
+        let _ = write!(s, "  {}", Ns(a.latency_ns));
+    }
+    let _ = write!(s, "  at {}.{:06}s  cpu {}  ", a.time_ns / 1_000_000_000, a.time_ns % 1_000_000_000 / 1000, a.cpu);
     push_clean(s, &a.comm);
     let _ = write!(s, "[{}]", a.pid);
     if a.tid != a.pid {
