@@ -485,7 +485,7 @@ impl View {
             );
             // A cycle rule's record is a moment, not a latency (its line
             // below says which rule): "latency 0ns" read as a measurement.
-            if a.cycle.as_ref().is_some_and(|c| c.rule.is_some()) {
+            if a.is_rule() {
                 s.push_str("rule broken");
             } else {
                 let _ = write!(s, "latency {}", fmt_ns(a.latency_ns));

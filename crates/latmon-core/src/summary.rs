@@ -214,6 +214,14 @@ pub struct AlertRecord {
     pub cycle: Option<crate::cycle::CycleMark>,
 }
 
+impl AlertRecord {
+    /// A cycle rule's record: a moment, not a latency (its `latency_ns`
+    /// is 0). Screens print `rule` where others print the latency.
+    pub fn is_rule(&self) -> bool {
+        self.cycle.as_ref().is_some_and(|c| c.rule.is_some())
+    }
+}
+
 /// A record with its probe's name, as JSON writes it: the name comes
 /// from the output's probe list (the report's row, the sender's Hello)
 /// at the moment of writing, never from the record.
@@ -648,7 +656,7 @@ pub fn render_alert_line_into(s: &mut String, named: Named<'_>, width: usize) {
     let name_end = s.len();
     // A cycle rule's record is a moment, not a latency: `rule`, not `0ns`
     // (the detail line below names the rule).
-    if a.cycle.as_ref().is_some_and(|c| c.rule.is_some()) {
+    if a.is_rule() {
         s.push_str("  rule");
     } else {
         let _ = write!(s, "  {}", Ns(a.latency_ns));

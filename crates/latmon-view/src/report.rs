@@ -220,7 +220,11 @@ impl Capture {
                         MAX_ALERT_PROBES
                     }
                 };
-                self.alert_marks[k].1.push(time_ns as f64 / 1e9, [a.latency_ns as f64]);
+                // A rule's record has no latency to plot (its 0 would
+                // drag the chart's floor down); the table lists it.
+                if !a.is_rule() {
+                    self.alert_marks[k].1.push(time_ns as f64 / 1e9, [a.latency_ns as f64]);
+                }
                 self.worst.offer(got, time_ns);
                 self.misses.offer(got, time_ns);
             }
@@ -345,7 +349,7 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
                 "<tr><td class=\"num\">{:.6}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
                 a.time_ns as f64 / 1e9,
                 cell(&got.probe),
-                fmt_ns(a.latency_ns),
+                if a.is_rule() { "rule".into() } else { fmt_ns(a.latency_ns) },
                 a.pid,
                 a.tid,
                 cell(&a.comm),
@@ -483,6 +487,38 @@ mod tests {
         bytes.extend(encode_to_vec(&Frame::Alert(a)).unwrap());
         bytes.extend([0x55, 0x12, 0x00]); // damage: counted, not fatal
         bytes
+    }
+
+    /// A cycle rule's record is listed as `rule`, never as a 0 ns latency,
+    /// and left out of the latency chart.
+    #[test]
+    fn a_rule_record_is_a_rule_in_the_table_not_a_zero_latency() {
+        let mut bytes = capture();
+        let a = Alert {
+            boot_id: 7,
+            probe: 0,
+            pid: 4,
+            tid: 5,
+            comm: "loop".into(),
+            cpu: 1,
+            latency_ns: 0,
+            time_ns: 4_000_000_000,
+            cpu_woken: 0,
+            cpu_ran: 0,
+            causes: Vec::new(),
+            cycle: latmon_core::wire::WireCycle {
+                event: latmon_core::wire::cycle::event::RULE,
+                doing_id: 1,
+                doing_name: "fdatasync".into(),
+                ..Default::default()
+            },
+        };
+        bytes.extend(encode_to_vec(&Frame::Alert(a)).unwrap());
+        let c = Capture::read(bytes.as_slice()).unwrap();
+        assert_eq!(c.alerts_seen, 2);
+        let h = html(&c, "cap.bin").unwrap();
+        let row = h.lines().find(|l| l.contains("rule sleep_other in fdatasync")).unwrap_or_else(|| panic!("{h}"));
+        assert!(row.contains("<td class=\"num\">rule</td>") && !row.contains("0ns"), "{row}");
     }
 
     #[test]

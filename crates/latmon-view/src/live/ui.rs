@@ -349,7 +349,7 @@ fn draw_plots(f: &mut Frame, area: Rect, m: &Live, r: &Row, alerts: bool) {
             let head = Line::from(format!(
                 "{:>12.3}s {} pid {} {} cpu {} {}",
                 a.time_ns as f64 / 1e9,
-                fmt_ns(a.latency_ns),
+                if a.is_rule() { "rule".into() } else { fmt_ns(a.latency_ns) },
                 a.pid,
                 shown(&a.comm),
                 a.cpu,
