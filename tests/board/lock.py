@@ -11,10 +11,12 @@ SERIES = "lm_lock:ctrl_mutex"
 
 
 def fixture(workload):
-    """(tids (high, low, med) or None, [(start, acquired, med_ns)] of each
-    of the high thread's lock calls that waited over 500 us)."""
+    """(tids (high, low, med) or None, [(start, acquired, med_spin_ns,
+    med_most_ns)] of each of the high thread's lock calls that waited over
+    500 us: how long the medium thread spun inside the wait, and the most
+    it can have run there (tests/board/run.sh)."""
     m = re.search(r"^lm_lock 2000 20: done tids (\d+) (\d+) (\d+)$", workload, re.M)
-    waits = [tuple(int(x) for x in w) for w in re.findall(r"^lm_lock-wait (\d+) (\d+) (\d+)$", workload, re.M)]
+    waits = [tuple(int(x) for x in w) for w in re.findall(r"^lm_lock-wait (\d+) (\d+) (\d+) (\d+)$", workload, re.M)]
     return (tuple(int(x) for x in m.groups()) if m else None), waits
 
 
@@ -68,16 +70,19 @@ def inversions_named(s, frames, accounted):
         # latmon's share is the medium thread's whole run while the owner
         # was preempted: the fixture's timed spin plus the thread's own
         # wake and sleep path around it, which under TCG adds up to ~40 %
-        # of a 2 ms spin (board medians 0.98-1.14, worst 1.31 in 15 runs).
-        # So -20 % .. +40 % here; the host test holds +-20 % / 100 us.
-        if c and -max(w[2] // 5, 200_000) <= c["ns"] - w[2] <= max(w[2] * 2 // 5, 200_000):
+        # of a 2 ms spin and, with a vCPU stall inside, more (1.47 and
+        # 1.75 once: 29 of 32 within a fixed +40 %). So between the spin
+        # and the most med can have run in the wait (from low's taking the
+        # mutex to its write to med returning), 20 % or 200 us either side
+        # (tests/live/lock.rs: the same bounds, 20 % or 100 us).
+        if c and w[2] - max(w[2] // 5, 200_000) <= c["ns"] <= w[3] + max(w[3] // 5, 200_000):
             named.append(c["ns"] / w[2])
         else:
-            wrong.append((w[2], r.get("causes")))
+            wrong.append((w[2], w[3], r.get("causes")))
     named.sort()
     s.say(recs and len(named) >= max(10, len(recs) * 9 // 10),
-          f"{len(named)} of {len(recs)} wait records name the medium thread {med} with the fixture's spin inside the "
-          f"wait (ratio min/median/max {named[0] if named else 0:.3f}/{named[len(named) // 2] if named else 0:.3f}/"
+          f"{len(named)} of {len(recs)} wait records name the medium thread {med} with its time in the wait between the "
+          f"fixture's spin and the most it can have run (ratio min/median/max {named[0] if named else 0:.3f}/{named[len(named) // 2] if named else 0:.3f}/"
           f"{named[-1] if named else 0:.3f}); {unmatched} match no inversion; "
           f"first wrong: {wrong[:2]}")
     owner = [r for r in recs

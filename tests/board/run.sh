@@ -179,16 +179,21 @@ run_config() {
     # 2000 cycles of the 1 kHz loop, an inversion every 20 (CPU 0). Its
     # rows stay in the guest: the workload reports the thread ids and,
     # for each of the high thread's lock calls that waited over 500 us,
-    # its start, its acquisition and how long the medium thread spun
-    # inside it (what tests/live/lock.rs compares on the host). 2 s, not
+    # its start, its acquisition, how long the medium thread spun inside
+    # it and the most it can have run there (the low thread's holds from
+    # acquiring to its write to med returning, within the wait: med runs
+    # only after that write and has blocked again before it returns), as
+    # tests/live/lock.rs compares on the host. 2 s, not
     # 1: latmon names a lock series from the process's maps at its next
     # 1 s interval, which must come while the process lives (a 1 s run
     # under TCG ended first once: lm_lock:0x4a20e0, no ctrl_mutex).
     lm_lock 2000 20 0 > /tmp/lock.rows 2>&1
     echo "lm_lock 2000 20: \$(tail -n 1 /tmp/lock.rows) \$(grep '^tids ' /tmp/lock.rows)" >> /tmp/work.out
     awk '\$1 == "H" && \$3 - \$2 > 500000 { a[++n] = \$2; b[n] = \$3 } \$1 == "M" { ms[++m] = \$2; me[m] = \$3 }
+      \$1 == "L" { ls[++k] = \$2; lw[k] = \$4 }
       END { for (i = 1; i <= n; i++) { o = 0; for (j = 1; j <= m; j++) { s = ms[j] > a[i] ? ms[j] : a[i]; e = me[j] < b[i] ? me[j] : b[i]; if (e > s) o += e - s }
-        printf "lm_lock-wait %.0f %.0f %.0f\\n", a[i], b[i], o } }' /tmp/lock.rows >> /tmp/work.out
+        hi = 0; for (j = 1; j <= k; j++) { s = ls[j] > a[i] ? ls[j] : a[i]; e = lw[j] < b[i] ? lw[j] : b[i]; if (e > s) hi += e - s }
+        printf "lm_lock-wait %.0f %.0f %.0f %.0f\\n", a[i], b[i], o, hi } }' /tmp/lock.rows >> /tmp/work.out
   else
     for i in \$(seq 300); do sleep 0.01; done
   fi
