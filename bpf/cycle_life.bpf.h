@@ -20,6 +20,8 @@
 #ifndef __CYCLE_LIFE_BPF_H
 #define __CYCLE_LIFE_BPF_H
 
+#include "cycle_account.bpf.h"
+
 #define PF_EXITING 0x00000004 /* include/linux/sched.h, unchanged since 2.6 */
 
 /* The counts of the threads that left, summed (user space adds them to

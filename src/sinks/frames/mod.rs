@@ -404,6 +404,7 @@ mod flush_tests {
             probes: Vec::new(),
             failed: Vec::new(),
             thresholds_ns: Vec::new(),
+            certificate: None,
         };
         let mut report = IntervalReport { seq: 3, ..Default::default() };
         report.probes.push(ProbeReport { name: "lock:ctrl_mutex".into(), ..ProbeReport::empty() });

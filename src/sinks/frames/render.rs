@@ -367,6 +367,7 @@ mod rename_tests {
             probes: vec![info("lock"), info("lock:0x55d0c0a05000")],
             failed: Vec::new(),
             thresholds_ns: Vec::new(),
+            certificate: None,
         };
         let totals = vec![Hist::default(); 2];
         let q = Queue::new(1 << 20);
