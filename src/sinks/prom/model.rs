@@ -4,7 +4,7 @@
 //! cause labels each line admits (bounded per line).
 
 use latmon_core::causes::{CauseId, CauseSummary};
-use latmon_core::cycle::RuleCounts;
+use latmon_core::cycle::{Rule, RuleCounts};
 use latmon_core::extra::ProbeExtra;
 use latmon_core::hist::Hist;
 use latmon_core::session::Tick;
@@ -162,6 +162,13 @@ pub struct LockLine {
 pub struct RuleLine {
     pub counts: RuleCounts,
     pub records_lost: u64,
+}
+
+impl RuleLine {
+    /// Every rule's word (its `rule` label) and count, zeros included.
+    pub fn per_rule(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Rule::ALL.into_iter().map(|r| (r.word(), self.counts.get(r)))
+    }
 }
 
 /// A line's task names admitted into `cause` labels, by probe line name

@@ -222,7 +222,7 @@ pub const MAX_MERGE: u8 = 3;
 /// without one keeps its older bytes, and an older sender's alert reads
 /// as having none. Revision 8 appends the cycle half (`cycle`), sent
 /// only for a cycle record ([`super::cycle`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Alert {
     pub boot_id: u32,
     pub probe: u16,
