@@ -69,6 +69,11 @@ fn main() {
         // (Yocto's buildpaths QA check).
         format!("-ffile-prefix-map={}=.", manifest.display()),
     ];
+    // The cargo feature `test-hooks`: the mutation switches of
+    // bpf/test_hooks.bpf.h, in test builds only.
+    if env::var_os("CARGO_FEATURE_TEST_HOOKS").is_some() {
+        common.push("-DLATMON_TEST_HOOKS".into());
+    }
     if let Ok(extra) = env::var("LATMON_BPF_CFLAGS") {
         common.extend(extra.split_whitespace().map(String::from));
     }

@@ -20,6 +20,7 @@
 #ifndef __CYCLE_LIFE_BPF_H
 #define __CYCLE_LIFE_BPF_H
 
+#include "cycle_account.bpf.h"
 #include "filter.bpf.h"
 
 #define PF_EXITING 0x00000004 /* include/linux/sched.h, unchanged since 2.6 */

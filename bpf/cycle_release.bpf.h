@@ -8,6 +8,11 @@
 #ifndef __CYCLE_RELEASE_BPF_H
 #define __CYCLE_RELEASE_BPF_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "latmon.h"
+
 #define TIMER_ABSTIME 1 /* include/uapi/linux/time.h */
 #define CLOCK_REALTIME 0
 #define CLOCK_MONOTONIC 1

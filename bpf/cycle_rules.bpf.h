@@ -35,6 +35,8 @@
 #ifndef __CYCLE_RULES_BPF_H
 #define __CYCLE_RULES_BPF_H
 
+#include "cycle_state.bpf.h"
+
 #define TASK_INTERRUPTIBLE 0x1 /* include/linux/sched.h */
 #define RULE_FUTEX_LOCK_PI 6   /* include/uapi/linux/futex.h */
 #define RULE_FUTEX_WAIT_REQUEUE_PI 11
@@ -43,7 +45,7 @@
  * an op with another bit set is no command (ENOSYS). */
 #define RULE_FUTEX_CMD_MASK (~(128u | 256u))
 
-/* Tests only: cfg.mutate == MUTATE_RULES judges every timer sleep
+/* Test builds only (bpf/test_hooks.bpf.h): every timer sleep judged
  * relative and every futex wait not PI, which the live tests must catch. */
 #define MUTATE_RULES 2
 
@@ -186,7 +188,7 @@ static __always_inline void rule_timer_sleep(void *ctx, __u64 clk, __u64 flags, 
 
 	if (!t)
 		return;
-	if (!(flags & TIMER_ABSTIME) || cfg.mutate == MUTATE_RULES)
+	if (!(flags & TIMER_ABSTIME) || LATMON_MUTATED(MUTATE_RULES))
 		rule_broken(ctx, t, tid, LATMON_RULE_SLEEP_RELATIVE, sys);
 	else if (clk == CLOCK_REALTIME)
 		rule_broken(ctx, t, tid, LATMON_RULE_SLEEP_REALTIME_CLOCK, sys);
@@ -210,7 +212,7 @@ static __always_inline void rule_block(void *ctx, struct cycle_thread *t, struct
 	if (sys >= 0 && sys == cfg.nr_futex) {
 		cmd = (__u32)syscall_arg1(prev) & RULE_FUTEX_CMD_MASK;
 		t->futex_wait =
-			cfg.mutate == MUTATE_RULES ||
+			LATMON_MUTATED(MUTATE_RULES) ||
 			(cmd != RULE_FUTEX_LOCK_PI && cmd != RULE_FUTEX_LOCK_PI2 && cmd != RULE_FUTEX_WAIT_REQUEUE_PI);
 		t->futex_sys = sys;
 		return;

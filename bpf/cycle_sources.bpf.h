@@ -25,6 +25,89 @@
 #ifndef __CYCLE_SOURCES_BPF_H
 #define __CYCLE_SOURCES_BPF_H
 
+#include "cycle_account.bpf.h"
+#include "cycle_life.bpf.h"
+#include "cycle_rules.bpf.h"
+
+/* The current thread goes into a timer sleep that ends at `release`
+ * (0: unknown). `blocks`: it sleeps until the timer fires even if
+ * `release` has passed (a timerfd whose expiry is due but not yet run);
+ * else a release at or before now is released at once. */
+static __always_inline void timer_sleep(void *ctx, __u64 release, __u64 now, bool blocks)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	__u32 tid = cur->pid;
+	struct cycle_thread *t = bpf_map_lookup_elem(&cycle_threads, &tid);
+	struct cycle_watch *w;
+	__u32 zero = 0;
+
+	if (!t) {
+		t = thread_enter(cur, tid);
+		if (!t)
+			return;
+	}
+	/* It runs (it makes this syscall), yet the events say otherwise: a
+	 * wakeup or switch-in no program saw. The cycle still counts, with
+	 * what was seen; counted in `unseen`. */
+	if (t->phase == P_SLEEP)
+		release_rescale(&t->release_ns, &t->clk_off, t->clk_tai);
+	if (t->phase == P_SLEEP && t->release_ns && now >= t->release_ns) {
+		release_init(t, cur, bpf_get_smp_processor_id(), now);
+		t->phase = P_RUN;
+		t->st.unseen++;
+	} else if (t->phase == P_BLOCKED) {
+		__u32 k = t->blocked_on & (LATMON_CYCLE_BLOCKED_KINDS - 1);
+
+		t->exec.blocked[k].ns += now > t->blocked_ns ? now - t->blocked_ns : 0;
+		t->phase = P_RUN;
+		t->st.unseen++;
+	} else if (t->phase == P_WAIT && !t->started) {
+		t->st.unseen++;
+	}
+	/* The step to the next release first: the cycle done now is judged
+	 * against the period that step confirms (a new rate's first cycles
+	 * are not misses of the old one). */
+	if (release && t->release_ns && release > t->release_ns) {
+		period_step(&t->st, cfg.period_ns, release - t->release_ns);
+		period_follow(&t->st, &t->cand, cfg.period_ns, release - t->release_ns,
+			      release > now ? release - now : 0);
+	}
+	if (t->phase == P_RUN || t->phase == P_WAIT) {
+		/* Done: claimed before done's clock read, so that an overrun
+		 * check run inside this program (an IRQ's) or on another CPU
+		 * either went out before done or sends nothing; a cycle already
+		 * finished gets no overrun record (issue 40). */
+		__sync_lock_test_and_set(&t->reported, 1);
+		now = bpf_ktime_get_ns();
+		run_start(t, t->wake_ns);
+		cycle_done(ctx, t, tid, now);
+	} else {
+		slot_return(t);
+	}
+	w = bpf_map_lookup_elem(&cycle_watch, &zero);
+	if (w && w->tid == tid && __sync_val_compare_and_swap(&w->tid, tid, 0) == tid)
+		__sync_fetch_and_add(&watches, -1);
+	if (!release) {
+		t->phase = P_NONE;
+		return;
+	}
+	t->release_ns = release;
+	t->clk_off = 0; /* the caller sets it for a CLOCK_REALTIME/TAI release */
+	t->phase = P_SLEEP;
+	if (release <= now && !blocks) {
+		/* Armed in the past: released at once, still running. Its
+		 * gap is the loop's backlog (or the stop that made it), not
+		 * the timer's. */
+		release_init(t, cur, bpf_get_smp_processor_id(), now);
+		if (!t->late)
+			t->late = LATMON_CYCLE_LATE_BACKLOG;
+		run_start(t, now);
+		t->phase = P_RUN;
+		slot_hold(t, tid, bpf_get_smp_processor_id(), now);
+	}
+	t->stopped = 0;
+}
+
 SEC("tracepoint/syscalls/sys_enter_clock_nanosleep")
 int cycle_clock_nanosleep(struct sys_enter_rec *ctx)
 {

@@ -12,6 +12,9 @@
 #ifndef __CYCLE_WAKE_BPF_H
 #define __CYCLE_WAKE_BPF_H
 
+#include "cycle_account.bpf.h"
+#include "cycle_rules.bpf.h"
+
 /* The release (or a block's end) of t's thread, task p, woken now:
  * from sched_waking, in the waker's context, before the kernel picks the
  * CPU. The slot is claimed on p's CPU now; cycle_migrate moves the claim

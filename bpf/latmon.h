@@ -37,9 +37,9 @@
 #define LATMON_KTHREAD_SLOTS 1024
 #define LATMON_TASK_SLOT_STORAGE 0 /* task storage */
 #define LATMON_TASK_SLOT_HASH 1	   /* the tid hash */
-/* Tests only (LATMON_RT_HASH_MUTATE=1): the tid hash with every new
- * entry keyed by the current task, not the task it is for - the wrong
- * key the live test of the hash path must catch. */
+/* Test builds only (bpf/test_hooks.bpf.h; LATMON_RT_HASH_MUTATE=1): the
+ * tid hash with every new entry keyed by the current task, not the task
+ * it is for - the wrong key the live test of the hash path must catch. */
 #define LATMON_TASK_SLOT_HASH_MUTATED 2
 
 /* syscall: raw syscall ids below SYSCALL_IDS get a histogram slot the first
@@ -226,16 +226,22 @@
 #define LATMON_LOCK_GLIBC_OWNER_OFFSET 8
 
 #if !defined(__cplusplus)
-_Static_assert(LATMON_FUNC_MAX_DEPTH > 0 && (LATMON_FUNC_MAX_DEPTH & (LATMON_FUNC_MAX_DEPTH - 1)) == 0,
-	       "FUNC_MAX_DEPTH must be a power of two");
-_Static_assert(LATMON_MAX_FUNC_PROBES >= 32 && (LATMON_MAX_FUNC_PROBES & (LATMON_MAX_FUNC_PROBES - 1)) == 0,
+/* A limit the BPF code masks an index with (`i & (N - 1)`: the verifier's
+ * bound on a map or array index) must be a power of two, or the mask
+ * folds distinct indexes together. Each such limit is asserted here. */
+#define IS_POW2(n) ((n) > 0 && ((n) & ((n)-1)) == 0)
+_Static_assert(IS_POW2(LATMON_FUNC_MAX_DEPTH), "FUNC_MAX_DEPTH must be a power of two");
+_Static_assert(LATMON_MAX_FUNC_PROBES >= 32 && IS_POW2(LATMON_MAX_FUNC_PROBES),
 	       "MAX_FUNC_PROBES: at least 32, a power of two (BPF masks ids with it)");
+_Static_assert(IS_POW2(LATMON_CYCLE_STEP_BINS), "CYCLE_STEP_BINS: a power of two (BPF masks bins with it)");
+_Static_assert(IS_POW2(LATMON_CYCLE_BLOCKED_KINDS), "CYCLE_BLOCKED_KINDS: a power of two (BPF masks kinds with it)");
+_Static_assert(IS_POW2(LATMON_HIST_SUBS), "HIST_SUBS: a power of two (BPF masks sub-buckets with it)");
 _Static_assert(LATMON_ALERT_RATE > 0 && LATMON_ALERT_BURST > 0, "alert rate and burst must be positive");
 _Static_assert(LATMON_TS_CHAIN_IRQ_THREAD < LATMON_TIMER_SERIES, "timer series fit the map");
 _Static_assert(LATMON_ANAT_TASKS + LATMON_ANAT_IRQS + LATMON_SOFTIRQ_VECS + 4 <= LATMON_ANAT_MAX_CAUSES,
 	       "an anatomy's causes fit the wire bound");
 _Static_assert(LATMON_CS_EXEC < LATMON_CYCLE_SERIES, "cycle series fit the map");
-_Static_assert(LATMON_RULES == 4 && LATMON_RULE_SLEEP_REALTIME_CLOCK < LATMON_RULES,
+_Static_assert(LATMON_RULES == 4 && IS_POW2(LATMON_RULES) && LATMON_RULE_SLEEP_REALTIME_CLOCK < LATMON_RULES,
 	       "RULES: a power of two (BPF masks rule ids with it), every rule below it");
 _Static_assert(LATMON_LOCK_SERIES > 1, "lock: slot 0 is the rest, at least one more");
 _Static_assert(LATMON_HIST_SUBS == 1 << LATMON_HIST_SUB_BITS, "SUBS = 2^SUB_BITS");
@@ -430,10 +436,13 @@ struct latmon_cycle_config {
 	__u64 deadline_ns;  /* deadline=, 0: the period */
 	__u64 threshold_ns; /* threshold=, 0: none */
 	__u32 filter_tid;   /* pid=TID, 0: any */
-	__u32 mutate;	    /* tests only: 1 charges execution to the wrong task,
-			     * 2 judges every timer sleep relative and every
-			     * futex wait not PI (bpf/cycle_rules.bpf.h) */
-	__u32 timerfd;	    /* timerfd=true: follow loops reading a timerfd */
+#ifdef LATMON_TEST_HOOKS
+	/* Test builds only (bpf/test_hooks.bpf.h): 1 charges execution to the
+	 * wrong task; 2 that, and judges every timer sleep relative and every
+	 * futex wait not PI. */
+	__u32 mutate;
+#endif
+	__u32 timerfd; /* timerfd=true: follow loops reading a timerfd */
 	/* Syscall numbers of the target architecture (user space, from its
 	 * tables), -1: none there. */
 	__s32 nr_futex;
@@ -508,8 +517,12 @@ struct latmon_lock_config {
 	struct latmon_common_config common;
 	__u64 threshold_ns; /* threshold=: waits above it send a record, 0: none */
 	__u32 filter_tid;   /* pid=TID, 0: any */
-	__u32 mutate;	    /* tests only: 1 charges the owner's preempters to the owner,
-			     * 2 takes futex_waitv's second waiter for the series */
+#ifdef LATMON_TEST_HOOKS
+	/* Test builds only (bpf/test_hooks.bpf.h): 1 charges the owner's
+	 * preempters to the owner; 2 takes futex_waitv's second waiter for
+	 * the series. */
+	__u32 mutate;
+#endif
 	char filter_comm[LATMON_COMM_LEN];
 	__u32 owner_walk; /* 1: find owners by the thread-group walk even where the kfunc is */
 	__u32 cycle_join; /* a cycle probe runs: hand it the waits (bpf/lock_cycle.bpf.h) */

@@ -17,6 +17,10 @@
 #ifndef __LATMON_LOCK_CYCLE_BPF_H
 #define __LATMON_LOCK_CYCLE_BPF_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "latmon.h"
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, LATMON_LOCK_CYCLE_THREADS);

@@ -5,11 +5,12 @@
  * checked alive in the waiter's thread group), its own time on a CPU, and
  * the tasks that ran on its CPU while it was runnable (its preempters),
  * those of a priority between the owner's and the waiter's being the
- * inversion's. Included by lock.bpf.c after its maps (lock_owners,
- * lock_zero, lock_cpu) and globals (owners_live, owners_refused).
+ * inversion's.
  */
 #ifndef __LOCK_OWNER_BPF_H
 #define __LOCK_OWNER_BPF_H
+
+#include "lock_state.bpf.h"
 
 /* prio_of for a task pointer that may not be trusted (the group walk's). */
 static __always_inline __s32 prio_of_core(struct task_struct *p, __u32 policy)
@@ -57,9 +58,9 @@ static __always_inline void charge(struct lock_owner *o, struct task_struct *p, 
 	bool between = p->prio > o->waiter_prio_eff && p->prio < o->prio_eff;
 	__u32 pid = p->pid;
 
-	if (cfg.mutate == 1) {
-		/* Tests only: the preempter's time charged to the owner, the
-		 * wrong attribution the live test must catch. */
+	if (LATMON_MUTATED(1)) {
+		/* The preempter's time charged to the owner, the wrong
+		 * attribution the live test must catch. */
 		o->run_ns += ns;
 		return;
 	}

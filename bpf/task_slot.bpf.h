@@ -41,12 +41,15 @@
 
 #define LATMON_PF_EXITING 0x00000004 /* include/linux/sched.h, unchanged since 2.6 */
 
-/* The key of task t's entry. LATMON_TASK_SLOT_HASH_MUTATED (tests only)
- * keys new entries by the current task instead: the waker, not the woken. */
+/* The key of task t's entry. LATMON_TASK_SLOT_HASH_MUTATED (test builds
+ * only: bpf/test_hooks.bpf.h) keys new entries by the current task
+ * instead: the waker, not the woken. */
 static __always_inline __u32 latmon_slot_new_tid(struct task_struct *t)
 {
+#ifdef LATMON_TEST_HOOKS
 	if (cfg.common.task_slot == LATMON_TASK_SLOT_HASH_MUTATED)
 		return (__u32)bpf_get_current_pid_tgid();
+#endif
 	return t->pid;
 }
 

@@ -89,6 +89,8 @@ tests_profile=release-test
 lint() {
   cargo fmt --all --check
   cargo clippy --profile "$tests_profile" --all-targets --locked -- -D warnings
+  # The tests' build: the mutation switches on (feature test-hooks).
+  cargo clippy --profile "$tests_profile" --all-targets --locked --features test-hooks -- -D warnings
   cargo clippy --profile "$tests_profile" --all-targets --locked -p latmon-view -- -D warnings
   # latmon-core without std and without an allocator, on a target that has
   # neither (what the supervisor firmware links), and the firmware itself
@@ -170,8 +172,12 @@ stage "latmon-view (Linux, Windows cross build)" view_builds
 # second time with other dependency features.
 # The integration tests are three binaries (tests/live, tests/cli,
 # tests/pure) and tests/alloc_free.rs (its own global allocator).
+# The feature test-hooks (Cargo.toml): the live tests' mutation switches,
+# compiled into the tests' latmon and BPF objects only, never the shipped
+# release build.
 tests=(cargo test --locked --profile "$tests_profile")
-stage "cargo test builds" "${tests[@]}" --no-run
+hooks=(--features test-hooks)
+stage "cargo test builds" "${tests[@]}" "${hooks[@]}" --no-run
 # The boards' inputs: the static cross builds (the shipped release profile)
 # and each board's Debian kernel and busybox (downloads; armmp's detached
 # BTF with pahole), so the boards stage only boots them.
@@ -206,9 +212,9 @@ cargo_tests() {
   mark=$(python3 tests/board/splats.py --kmsg-mark)
   scratch=$(mktemp -d /tmp/latmon-tests.XXXXXX)
   chmod 1777 "$scratch"
-  TMPDIR=$scratch cargo nextest run --locked --cargo-profile "$tests_profile" --run-ignored all \
+  TMPDIR=$scratch cargo nextest run --locked --cargo-profile "$tests_profile" "${hooks[@]}" --run-ignored all \
     -E 'not test(=wire::tests::print_golden)' || rc=$?
-  if [ "$rc" = 0 ]; then TMPDIR=$scratch "${tests[@]}" --doc || rc=$?; fi
+  if [ "$rc" = 0 ]; then TMPDIR=$scratch "${tests[@]}" "${hooks[@]}" --doc || rc=$?; fi
   if [ "$rc" = 0 ]; then "${tests[@]}" -p latmon-core --no-default-features --lib || rc=$?; fi
   rm -rf "$scratch"
   if ! python3 tests/board/splats.py --kmsg-since "$mark" --ignore latmon-kmsg-guard-selftest >&2; then

@@ -5,8 +5,7 @@
 use std::os::fd::RawFd;
 use std::os::unix::fs::FileExt;
 
-use latmon_core::causes::CauseSummary;
-use latmon_core::cycle::CycleEvent;
+use latmon_core::extra::Alerted;
 use latmon_core::ident::ProbeId;
 use latmon_core::session::Tick;
 use latmon_core::summary::{AlertRecord, ProbeState};
@@ -15,16 +14,14 @@ use super::{monotonic_ns, Agent};
 use crate::cost::{self, Cost};
 use crate::sinks::Sink;
 
-/// A cycle probe's interval of missed time: the parts of its miss records
-/// drained this interval, summed by cause (core causes.rs).
-fn miss_causes(out: &mut CauseSummary, probe: ProbeId, records: &[AlertRecord]) {
-    out.begin_misses();
-    let misses =
-        records.iter().filter(|a| a.id == probe && a.cycle.as_ref().is_some_and(|c| c.event == CycleEvent::Miss));
-    for a in misses {
-        out.add_miss(a.latency_ns, a.anatomy.as_ref().map_or(&[][..], |an| &an.causes));
-    }
-    out.end_misses();
+/// Slot `probe`'s records of the interval as its family data reads them
+/// (core extra.rs).
+fn alerted(probe: ProbeId, records: &[AlertRecord]) -> impl Iterator<Item = Alerted<'_>> {
+    records.iter().filter(move |a| a.id == probe).map(|a| Alerted {
+        latency_ns: a.latency_ns,
+        cycle: a.cycle.as_ref(),
+        parts: a.anatomy.as_ref().map_or(&[][..], |an| &an.causes),
+    })
 }
 
 impl Agent {
@@ -70,27 +67,22 @@ impl Agent {
                         log::warn!("{e}");
                         s.read_errors += 1;
                     }
-                    if let Err(e) = p.cycle_counts(&mut r.probes[i].cycle) {
+                    // The family's own data, then what it takes from the
+                    // interval's records: the one place a family's extras
+                    // pass (core extra.rs).
+                    if let Err(e) = p.extra(&mut r.probes[i].extra) {
                         log::warn!("{e}");
                         s.read_errors += 1;
                     }
-                    if let Err(e) = p.lock_counts(&mut r.probes[i].lock) {
-                        log::warn!("{e}");
-                        s.read_errors += 1;
+                    if let Some(x) = &mut r.probes[i].extra {
+                        x.fold_alerts(alerted(ProbeId::at(i), &r.alert_records));
                     }
                 }
                 None => {
                     s.cur.clone_from(&s.prev);
                     r.probes[i].alert_causes = None;
-                    r.probes[i].cycle = None;
-                    r.probes[i].lock = None;
+                    r.probes[i].extra = None;
                 }
-            }
-            if r.probes[i].cycle.is_some() {
-                let m = r.probes[i].miss_causes.get_or_insert_with(Default::default);
-                miss_causes(m, ProbeId::at(i), &r.alert_records);
-            } else {
-                r.probes[i].miss_causes = None;
             }
             r.probes[i].fill(&s.info, &s.prev, &s.cur);
             r.probes[i].state = s.state;
@@ -248,12 +240,10 @@ fn round4(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use latmon_core::anatomy::{Anatomy, Cause, CauseKind};
-    use latmon_core::causes::CauseId;
-    use latmon_core::cycle::CycleMark;
 
     use super::*;
 
-    fn rec(probe: u16, event: Option<CycleEvent>, latency_ns: u64, running_ns: u64) -> AlertRecord {
+    fn rec(probe: u16, latency_ns: u64, running_ns: u64) -> AlertRecord {
         AlertRecord {
             id: ProbeId(probe),
             pid: 1,
@@ -262,7 +252,7 @@ mod tests {
             cpu: 0,
             latency_ns,
             time_ns: 0,
-            anatomy: Some(Anatomy {
+            anatomy: (running_ns > 0).then(|| Anatomy {
                 cpu_woken: 0,
                 cpu_ran: 0,
                 causes: vec![
@@ -270,34 +260,14 @@ mod tests {
                     Cause { kind: CauseKind::Other, ns: latency_ns - running_ns },
                 ],
             }),
-            cycle: event.map(|event| CycleMark {
-                event,
-                release_ns: 0,
-                deadline_ns: 1_000_000,
-                done_ns: None,
-                doing: None,
-                migrations: 0,
-                rule: None,
-            }),
+            cycle: None,
         }
     }
 
     #[test]
-    fn only_the_probes_own_misses_count_in_its_missed_time() {
-        let records = [
-            rec(0, Some(CycleEvent::Miss), 1_500_000, 1_200_000),
-            rec(0, Some(CycleEvent::Overrun), 1_000_000, 1_000_000),
-            rec(0, Some(CycleEvent::Response), 900_000, 900_000),
-            rec(1, Some(CycleEvent::Miss), 2_000_000, 2_000_000),
-            rec(0, None, 3_000_000, 3_000_000),
-            rec(0, Some(CycleEvent::Miss), 1_100_000, 100_000),
-        ];
-        let mut c = CauseSummary::default();
-        miss_causes(&mut c, ProbeId(0), &records);
-        assert_eq!((c.alerts, c.alerted_ns), (2, 2_600_000));
-        let got: Vec<(CauseId, u64)> = c.causes.iter().map(|x| (x.id, x.ns)).collect();
-        assert_eq!(got, [(CauseId::Other, 1_300_000), (CauseId::Running, 1_300_000)]);
-        miss_causes(&mut c, ProbeId(0), &records[1..5]);
-        assert_eq!((c.alerts, c.total_alerts, c.causes.len()), (0, 2, 0));
+    fn a_probes_family_data_reads_only_its_own_records() {
+        let records = [rec(0, 1_500_000, 1_200_000), rec(1, 2_000_000, 2_000_000), rec(0, 900_000, 0)];
+        let got: Vec<(u64, usize)> = alerted(ProbeId(0), &records).map(|a| (a.latency_ns, a.parts.len())).collect();
+        assert_eq!(got, [(1_500_000, 2), (900_000, 0)]);
     }
 }

@@ -176,14 +176,14 @@ fn attach(specs: &[ProbeSpec]) -> Result<Attached> {
 }
 
 /// One interval of the agent's reads (histograms, alerts, causes,
-/// cycle counts), as `latmon run` does each second.
+/// family data), as `latmon run` does each second.
 fn agent_reads(a: &mut Attached, alerts: &mut Vec<AlertRecord>) {
     for p in a.probes.iter_mut() {
         let mut h = Hist::default();
         let _ = p.read(&mut h);
         p.drain_alerts(alerts);
         let _ = p.causes(&mut None);
-        let _ = p.cycle_counts(&mut None);
+        let _ = p.extra(&mut None);
     }
     alerts.clear();
 }

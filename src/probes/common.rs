@@ -12,6 +12,7 @@ use std::ptr::NonNull;
 use std::sync::{Mutex, OnceLock};
 
 use latmon_core::causes::CauseSummary;
+use latmon_core::extra::ProbeExtra;
 use latmon_core::hist::Hist;
 use latmon_core::ident::BtfMode;
 use latmon_core::ident::{Family, Mechanism};
@@ -170,17 +171,11 @@ pub trait Probe {
         *out = None;
         Ok(())
     }
-    /// cycle: the cycles, misses and overruns since the last call and
-    /// since start, and the period, into `out`; None for other probes.
-    /// Called once per interval.
-    fn cycle_counts(&mut self, out: &mut Option<latmon_core::cycle::CycleCounts>) -> Result<(), ProbeError> {
-        *out = None;
-        Ok(())
-    }
-    /// lock: the line's waits with a followed owner and their priority
-    /// inversions, since the last call and since start, into `out`; None
-    /// for other probes. Called once per interval.
-    fn lock_counts(&mut self, out: &mut Option<latmon_core::lock::LockCounts>) -> Result<(), ProbeError> {
+    /// The family's own data since the last call and since start (core
+    /// extra.rs: a cycle probe's counts, a lock line's), into `out`, kept
+    /// in place where it is already that family's; None for families
+    /// that have none. Called once per interval, after `drain_alerts`.
+    fn extra(&mut self, out: &mut Option<ProbeExtra>) -> Result<(), ProbeError> {
         *out = None;
         Ok(())
     }
@@ -306,10 +301,11 @@ pub(crate) fn common_config(ringbuf: bool, anatomy: bool, tally_causes: bool) ->
     }
 }
 
-/// Tests only: `LATMON_RT_HASH_MUTATE=1` keys every new tid-hash entry by
+/// Test builds only (feature `test-hooks`): `LATMON_RT_HASH_MUTATE=1` keys every new tid-hash entry by
 /// the current task instead of the task it is for
 /// (LATMON_TASK_SLOT_HASH_MUTATED, bpf/task_slot.bpf.h): the wrong key
 /// the live test of the hash path must catch.
+#[cfg(feature = "test-hooks")]
 pub const HASH_MUTATE_ENV: &str = "LATMON_RT_HASH_MUTATE";
 
 /// The verdict on creating task storage in atomic context on this kernel
@@ -360,10 +356,11 @@ pub fn alert_buffer_here() -> AlertBuffer {
 /// `cfg.common.task_slot` (bpf/latmon.h LATMON_TASK_SLOT_*) for a verdict:
 /// the tid hash where task storage is unsafe.
 pub(crate) fn task_slot(ts: &TaskStorage) -> u32 {
-    use crate::bpf::limits::{TASK_SLOT_HASH, TASK_SLOT_HASH_MUTATED, TASK_SLOT_STORAGE};
+    use crate::bpf::limits::{TASK_SLOT_HASH, TASK_SLOT_STORAGE};
     let slot = match ts.safe {
         true => TASK_SLOT_STORAGE,
-        false if std::env::var(HASH_MUTATE_ENV).is_ok_and(|v| v == "1") => TASK_SLOT_HASH_MUTATED,
+        #[cfg(feature = "test-hooks")]
+        false if std::env::var(HASH_MUTATE_ENV).is_ok_and(|v| v == "1") => crate::bpf::limits::TASK_SLOT_HASH_MUTATED,
         false => TASK_SLOT_HASH,
     };
     slot as u32
@@ -641,4 +638,19 @@ pub fn btf_source() -> Option<String> {
 /// Whether CO-RE programs can be relocated here (kernel or external BTF).
 pub fn kernel_btf_present() -> bool {
     btf_source().is_some()
+}
+
+/// Whether libbpf said "no such symbol in that ELF file".
+pub(crate) fn symbol_missing(e: &LoadError) -> bool {
+    let said = |text: &str| text.contains("failed to find symbol") || text.contains("is 0 in symtab");
+    matches!(e, LoadError::Libbpf { err, warning, .. } if said(err) || said(warning))
+}
+
+/// A readable regular file, or why not, naming it.
+pub(crate) fn check_binary(binary: &str) -> Result<(), LoadError> {
+    match std::fs::metadata(binary) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => Err(LoadError::Target(format!("binary {binary} is not a regular file"))),
+        Err(e) => Err(LoadError::Target(format!("binary {binary}: {e}"))),
+    }
 }

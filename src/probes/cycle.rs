@@ -11,6 +11,7 @@ use std::mem::{size_of, MaybeUninit};
 
 use latmon_core::anatomy::{Anatomy, BlockedOn, Cause, CauseKind, Policy};
 use latmon_core::cycle::{CycleCounts, CycleEvent, CycleMark, Doing, Rule, RuleCounts, RuleMark, Waker};
+use latmon_core::extra::ProbeExtra;
 use latmon_core::hist::Hist;
 use latmon_core::ident::BtfMode;
 use latmon_core::summary::{AlertRecord, ProbeInfo};
@@ -44,10 +45,11 @@ const _: () = assert!(
             + size_of::<latmon_lock_record>()
 );
 
-/// Tests only: `LATMON_CYCLE_MUTATE=1` charges the loop's own execution
+/// Test builds only (feature `test-hooks`): `LATMON_CYCLE_MUTATE=1` charges the loop's own execution
 /// to other tasks (bpf/cycle.bpf.c `cfg.mutate`), the wrong attribution
 /// the live test must catch; `=rules` judges every timer sleep relative
 /// and every futex wait not PI (bpf/cycle_rules.bpf.h).
+#[cfg(feature = "test-hooks")]
 pub const MUTATE_ENV: &str = "LATMON_CYCLE_MUTATE";
 
 /// Programs in attach order: a thread's exit and exec first (an entry made
@@ -128,7 +130,12 @@ impl Source for Cycles {
         self.alerts.flush();
     }
 
-    fn cycle_counts(&mut self, out: &mut Option<CycleCounts>) -> Result<(), ReadError> {
+    fn extra(&mut self, key: Option<u64>, out: &mut Option<ProbeExtra>) -> Result<(), ReadError> {
+        if key.is_some() {
+            // The family line has the counts, its series none.
+            *out = None;
+            return Ok(());
+        }
         // The threads that left first (exit, exec; bpf/cycle_life.bpf.h),
         // then the live ones: a thread leaving between the two reads is
         // counted at the next read, never twice.
@@ -177,7 +184,7 @@ impl Source for Cycles {
             total_rule_records_lost: self.alerts.dropped(CYCLE_RULE_ALERT_ID as u32)?,
         };
         self.last = c.clone();
-        *out = Some(c);
+        ProbeExtra::cycle_in(out).counts = c;
         if threads > 0 {
             self.hint = None;
         } else if let Some(h) = self.hint.as_mut().filter(|h| h.since.elapsed() >= TimerfdHint::AFTER) {
@@ -306,7 +313,7 @@ fn load(spec: &ProbeSpec, ringbuf: bool, lock_join: bool) -> Result<(Owned<Cycle
         ProbeKind::Cycle { period, deadline, timerfd } => (nanos(*period), nanos(*deadline), *timerfd),
         _ => (0, 0, false),
     };
-    let nr = |name: &str| super::syscall::number(name).map_or(-1, |n| n as i32);
+    let nr = |name: &str| super::sysnames::number(name).map_or(-1, |n| n as i32);
     let mut wanted: Vec<&str> = PROGRAMS.to_vec();
     wanted.push(NANOSLEEP);
     if timerfd {
@@ -320,11 +327,14 @@ fn load(spec: &ProbeSpec, ringbuf: bool, lock_join: bool) -> Result<(Owned<Cycle
         ro.cfg.deadline_ns = if deadline > 0 { deadline } else { period };
         ro.cfg.threshold_ns = threshold_ns(spec);
         ro.cfg.filter_tid = spec.pid.unwrap_or(0);
-        ro.cfg.mutate = match std::env::var(MUTATE_ENV).as_deref() {
-            Ok("1") => 1,
-            Ok("rules") => 2,
-            _ => 0,
-        };
+        #[cfg(feature = "test-hooks")]
+        {
+            ro.cfg.mutate = match std::env::var(MUTATE_ENV).as_deref() {
+                Ok("1") => 1,
+                Ok("rules") => 2,
+                _ => 0,
+            };
+        }
         ro.cfg.timerfd = u32::from(timerfd);
         ro.cfg.lock_join = u32::from(lock_join);
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
@@ -355,7 +365,7 @@ pub(crate) fn decode_alert_cycle(data: &[u8], ids: usize) -> Option<(usize, Aler
     let at = at + size_of::<latmon_cycle_record>();
     let mut lock = latmon_lock_record::default();
     plain::copy_from_bytes(&mut lock, data.get(at..at + size_of::<latmon_lock_record>())?).ok()?;
-    let sys = |nr: i32| u32::try_from(nr).ok().and_then(super::syscall::name).unwrap_or("").to_string();
+    let sys = |nr: i32| u32::try_from(nr).ok().and_then(super::sysnames::name).unwrap_or("").to_string();
     if c.event as usize == CYCLE_RULE {
         let rule = Rule::from_code(c.rule)?;
         let waker = (c.rule as usize == RULE_WOKEN_BY_LOWER).then(|| Waker {
@@ -439,7 +449,7 @@ pub(crate) fn decode_alert_cycle(data: &[u8], ids: usize) -> Option<(usize, Aler
 /// left of `futex_ns` (the wait may have begun before the loop blocked).
 /// Returns the ns carved; the rest stays `blocked futex`.
 fn lock_parts(lock: &latmon_lock_record, futex_ns: u64, parts: &mut Vec<Cause>) -> u64 {
-    let Some(w) = super::lock::WaitOwner::of(lock) else { return 0 };
+    let Some(w) = super::lock_cycle::WaitOwner::of(lock) else { return 0 };
     let inversion = w.inversion_ns.min(futex_ns);
     let owner = lock.owner_run_ns.min(futex_ns - inversion);
     if inversion > 0 {
@@ -564,7 +574,7 @@ mod tests {
         r.alert.tid = 7;
         r.cycle.event = CYCLE_RULE as u32;
         r.cycle.rule = RULE_WOKEN_BY_LOWER as u32;
-        r.cycle.rule_syscall = super::super::syscall::number("futex").map_or(-1, |n| n as i32);
+        r.cycle.rule_syscall = super::super::sysnames::number("futex").map_or(-1, |n| n as i32);
         r.cycle.waker_tid = 9;
         r.cycle.waker_policy = 1;
         r.cycle.waker_prio = 10;

@@ -43,7 +43,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{KprobeOpts, Link, MapMut, OpenObject, ProgramMut, UprobeOpts};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
-use super::common::LoadError;
+use super::common::{check_binary, symbol_missing, LoadError};
 use super::common::{clear_libbpf_warning, ladder, libbpf_error, set_comm, threshold_ns, Owned, Probe, ProbeError};
 use super::PerCpuHist;
 use crate::bpf::func::{FuncSkel, FuncSkelBuilder, OpenFuncSkel};
@@ -442,21 +442,6 @@ fn explain(mech: Mechanism, func: &str, raw: LoadError) -> LoadError {
             "no kprobe on {func} (ENOENT): kernel built without CONFIG_KPROBES, or {func} cannot be probed"
         )),
         _ => raw,
-    }
-}
-
-/// Whether libbpf said "no such symbol in that ELF file".
-pub(crate) fn symbol_missing(e: &LoadError) -> bool {
-    let said = |text: &str| text.contains("failed to find symbol") || text.contains("is 0 in symtab");
-    matches!(e, LoadError::Libbpf { err, warning, .. } if said(err) || said(warning))
-}
-
-/// A readable regular file, or why not, naming it.
-pub(crate) fn check_binary(binary: &str) -> Result<(), LoadError> {
-    match std::fs::metadata(binary) {
-        Ok(m) if m.is_file() => Ok(()),
-        Ok(_) => Err(LoadError::Target(format!("binary {binary} is not a regular file"))),
-        Err(e) => Err(LoadError::Target(format!("binary {binary}: {e}"))),
     }
 }
 

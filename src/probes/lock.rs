@@ -14,7 +14,8 @@
 use std::collections::HashMap;
 use std::mem::{size_of, MaybeUninit};
 
-use latmon_core::anatomy::{Anatomy, Cause, CauseKind, LockOwner, OwnerFrom, Policy, Preempter};
+use latmon_core::anatomy::{Anatomy, Cause, CauseKind};
+use latmon_core::extra::ProbeExtra;
 use latmon_core::hist::Hist;
 use latmon_core::ident::BtfMode;
 use latmon_core::lock::{LockCounts, LockTally};
@@ -24,17 +25,14 @@ use libbpf_rs::{Link, OpenObject};
 
 use super::alerts::{decode_alert, keep_alert_buffer, want_ringbuf, AlertMaps, Alerts};
 use super::common::LoadError;
+use super::lock_cycle::{preempter, WaitOwner};
 use super::series::{Family, Role, Slot, Source};
 use super::symworker::SymbolWorker;
 use super::{attach_in_order, ladder, libbpf_error, set_comm, threshold_ns, Owned, Probe, ProbeError};
 use super::{PerCpuHist, ReadError};
-use crate::bpf::limits::{
-    ANAT_POLICY_UNSET, LOCK_OWNER_GLIBC, LOCK_OWNER_NONE, LOCK_OWNER_PI, LOCK_PREEMPTERS, LOCK_SERIES,
-};
+use crate::bpf::limits::{LOCK_PREEMPTERS, LOCK_SERIES};
 use crate::bpf::lock::{LockSkel, LockSkelBuilder};
-use crate::bpf::shared::types::{
-    latmon_alert_lock, latmon_lock_key, latmon_lock_record, latmon_lock_tally, latmon_lock_task,
-};
+use crate::bpf::shared::types::{latmon_alert_lock, latmon_lock_key, latmon_lock_record, latmon_lock_tally};
 use crate::config::ProbeSpec;
 
 // SAFETY: #[repr(C)] structs of integers generated from bpf/latmon.h.
@@ -47,16 +45,18 @@ const _: () =
 // causes (LOCK_PREEMPTERS), the unnamed ones', the owner and `other`.
 const _: () = assert!(2 * LOCK_PREEMPTERS + 4 <= latmon_core::anatomy::MAX_CAUSES);
 
-/// Tests only: `LATMON_LOCK_MUTATE=1` charges the owner's preempters to
+/// Test builds only (feature `test-hooks`): `LATMON_LOCK_MUTATE=1` charges the owner's preempters to
 /// the owner's own running time (bpf/lock.bpf.c `cfg.mutate`), the wrong
 /// attribution the live test must catch; `=waitv` takes a futex_waitv
 /// wait's second waiter's word for its series instead of the first.
+#[cfg(feature = "test-hooks")]
 pub const MUTATE_ENV: &str = "LATMON_LOCK_MUTATE";
 
-/// Tests only: `LATMON_LOCK_OWNER_WALK=1` finds owners by walking the
+/// Test builds only (feature `test-hooks`): `LATMON_LOCK_OWNER_WALK=1` finds owners by walking the
 /// waiter's thread group (bpf/lock.bpf.c `cfg.owner_walk`), the way taken
 /// on kernels without bpf_task_from_pid (before 6.2: the boards' 6.1),
 /// on a kernel that has it.
+#[cfg(feature = "test-hooks")]
 pub const OWNER_WALK_ENV: &str = "LATMON_LOCK_OWNER_WALK";
 
 /// A futex syscall the probe follows: its tracepoints' programs.
@@ -192,7 +192,7 @@ impl Source for Locks {
         self.alerts.flush();
     }
 
-    fn lock_counts(&mut self, key: Option<u64>, out: &mut Option<LockCounts>) -> Result<(), ReadError> {
+    fn extra(&mut self, key: Option<u64>, out: &mut Option<ProbeExtra>) -> Result<(), ReadError> {
         let slot_tally = |slot: usize| {
             // SAFETY: tally points to the mapped .bss of the live object
             // (LOCK_SERIES entries), written by the kernel; slot < LOCK_SERIES.
@@ -219,7 +219,7 @@ impl Source for Locks {
             // SAFETY: refused points to the mapped .bss of the live object.
             c.total_owners_refused = Some(unsafe { std::ptr::read_volatile(self.refused) });
         }
-        *out = Some(c);
+        *out = Some(ProbeExtra::Lock(c));
         Ok(())
     }
 }
@@ -349,12 +349,15 @@ fn load(
         let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| LoadError::Object("no rodata".into()))?;
         ro.cfg.threshold_ns = threshold_ns(spec);
         ro.cfg.filter_tid = spec.pid.unwrap_or(0);
-        ro.cfg.mutate = match std::env::var(MUTATE_ENV).as_deref() {
-            Ok("1") => 1,
-            Ok("waitv") => 2,
-            _ => 0,
-        };
-        ro.cfg.owner_walk = u32::from(std::env::var(OWNER_WALK_ENV).as_deref() == Ok("1"));
+        #[cfg(feature = "test-hooks")]
+        {
+            ro.cfg.mutate = match std::env::var(MUTATE_ENV).as_deref() {
+                Ok("1") => 1,
+                Ok("waitv") => 2,
+                _ => 0,
+            };
+            ro.cfg.owner_walk = u32::from(std::env::var(OWNER_WALK_ENV).as_deref() == Ok("1"));
+        }
         ro.cfg.cycle_join = u32::from(cycle_join);
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
         ro.cfg.common = super::common::common_config(ringbuf, false, false);
@@ -365,15 +368,6 @@ fn load(
     })?;
     let links = attach_in_order(skel.object(), &wanted)?;
     Ok((skel, links))
-}
-
-fn comm_text(comm: &[i8]) -> String {
-    let bytes: Vec<u8> = comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
-fn preempter(t: &latmon_lock_task, ns: u64) -> Preempter {
-    Preempter { comm: comm_text(&t.comm), pid: t.pid, policy: Policy::from_code(t.policy), prio: t.prio, ns }
 }
 
 /// A wait's record (struct latmon_alert_lock): the alert and its causes.
@@ -405,49 +399,12 @@ pub(crate) fn decode_alert_lock(data: &[u8], ids: usize) -> Option<(usize, Alert
     Some((id, rec))
 }
 
-/// Who a wait waited for (struct latmon_lock_record), and the inversion
-/// that held the owner off: its preempters' time while their priority
-/// lay between the owner's and the waiter's.
-pub(crate) struct WaitOwner {
-    pub owner: LockOwner,
-    pub inverted: Vec<Preempter>,
-    /// The inverted preempters' time, the folded rest's included.
-    pub inversion_ns: u64,
-}
-
-impl WaitOwner {
-    /// None: the wait has no owner (no followed owner, no waker).
-    pub(crate) fn of(l: &latmon_lock_record) -> Option<WaitOwner> {
-        let from = match l.owner_from as usize {
-            LOCK_OWNER_NONE => return None,
-            LOCK_OWNER_PI => OwnerFrom::Pi,
-            LOCK_OWNER_GLIBC => OwnerFrom::Glibc,
-            _ => OwnerFrom::Waker,
-        };
-        let (mut policy, mut prio) = (Policy::from_code(l.owner_policy), l.owner_prio);
-        if l.owner_policy as usize == ANAT_POLICY_UNSET {
-            // The waker: its policy now (the kernel did not follow it).
-            (policy, prio) = super::alerts::thread_sched(l.owner_tid).unwrap_or((Policy::Unknown(0), 0));
-        }
-        let owner =
-            LockOwner { comm: comm_text(&l.owner_comm), pid: l.owner_tgid, tid: l.owner_tid, policy, prio, from };
-        let inverted: Vec<Preempter> = l.pre.iter().filter(|p| p.inv_ns > 0).map(|p| preempter(p, p.inv_ns)).collect();
-        let inversion_ns = inverted.iter().map(|p| p.ns).sum::<u64>() + l.rest_inv_ns;
-        Some(WaitOwner { owner, inverted, inversion_ns })
-    }
-
-    /// The inversion as one cause of `inversion_ns`.
-    pub(crate) fn inversion(&self) -> Cause {
-        Cause {
-            kind: CauseKind::Inversion { owner: self.owner.clone(), preempted_by: self.inverted.clone() },
-            ns: self.inversion_ns,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf::limits::LOCK_OWNER_GLIBC;
+    use crate::bpf::shared::types::latmon_lock_task;
+    use latmon_core::anatomy::OwnerFrom;
 
     /// Issue 40: a symbol over 64 bytes or with non-graphic bytes was
     /// silently `lock:0xADDR`. Now a bounded, escaped, cut name.

@@ -16,6 +16,7 @@ pub mod runq;
 pub mod series;
 mod symworker;
 pub mod syscall;
+mod sysnames;
 mod tallies;
 pub mod timer;
 

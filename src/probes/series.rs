@@ -26,9 +26,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use latmon_core::causes::CauseSummary;
+use latmon_core::extra::ProbeExtra;
 use latmon_core::hist::Hist;
 use latmon_core::ident::Wait;
-use latmon_core::lock::LockCounts;
 use latmon_core::summary::{AlertRecord, ProbeInfo};
 
 use super::common::{Probe, ProbeError};
@@ -102,14 +102,9 @@ pub(crate) trait Source {
     fn naming(&self, _key: u64) -> bool {
         false
     }
-    /// See `Probe::cycle_counts`.
-    fn cycle_counts(&mut self, out: &mut Option<latmon_core::cycle::CycleCounts>) -> Result<(), ReadError> {
-        *out = None;
-        Ok(())
-    }
-    /// See `Probe::lock_counts`: of one slot's series (`Some(key)`) or of
-    /// the family line (None).
-    fn lock_counts(&mut self, _key: Option<u64>, out: &mut Option<LockCounts>) -> Result<(), ReadError> {
+    /// See `Probe::extra`: of one slot's series (`Some(key)`) or of the
+    /// family line (None).
+    fn extra(&mut self, _key: Option<u64>, out: &mut Option<ProbeExtra>) -> Result<(), ReadError> {
         *out = None;
         Ok(())
     }
@@ -244,13 +239,8 @@ impl Probe for Family {
         r.map_err(|why| self.read_error(why))
     }
 
-    fn cycle_counts(&mut self, out: &mut Option<latmon_core::cycle::CycleCounts>) -> Result<(), ProbeError> {
-        let r = self.shared.borrow_mut().source.cycle_counts(out);
-        r.map_err(|why| self.read_error(why))
-    }
-
-    fn lock_counts(&mut self, out: &mut Option<LockCounts>) -> Result<(), ProbeError> {
-        let r = self.shared.borrow_mut().source.lock_counts(None, out);
+    fn extra(&mut self, out: &mut Option<ProbeExtra>) -> Result<(), ProbeError> {
+        let r = self.shared.borrow_mut().source.extra(None, out);
         r.map_err(|why| self.read_error(why))
     }
 
@@ -329,11 +319,11 @@ impl Probe for Series {
         Some(self.info.name.clone())
     }
 
-    fn lock_counts(&mut self, out: &mut Option<LockCounts>) -> Result<(), ProbeError> {
+    fn extra(&mut self, out: &mut Option<ProbeExtra>) -> Result<(), ProbeError> {
         let mut guard = self.shared.borrow_mut();
         let sh = &mut *guard;
         let key = sh.known[self.index].slot.key;
-        sh.source.lock_counts(Some(key), out).map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
+        sh.source.extra(Some(key), out).map_err(|why| ProbeError::Read { probe: self.info.name.clone(), why })
     }
 }
 

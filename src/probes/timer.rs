@@ -177,7 +177,7 @@ pub fn open(spec: &ProbeSpec, chain: bool) -> Result<Box<dyn Probe>, ProbeError>
         });
     }
     if let Some(f) = response_of(spec) {
-        super::func::check_binary(&f.binary)
+        super::check_binary(&f.binary)
             .map_err(|e| ProbeError::Target { probe: probe.clone(), what: format!("response: {e}") })?;
     }
     let ringbuf = want_ringbuf();
@@ -268,7 +268,7 @@ fn load(spec: &ProbeSpec, chain: bool, slot: u32, ringbuf: bool) -> Result<Loade
     let opts = UprobeOpts { retprobe: true, func_name: Some(f.symbol.clone()), ..Default::default() };
     let ret = skel.progs.chain_response.attach_uprobe_with_opts(pid, &f.binary, 0, opts).map_err(|e| {
         let raw = libbpf_error("attach uretprobe", &e);
-        if super::func::symbol_missing(&raw) {
+        if super::symbol_missing(&raw) {
             LoadError::Target(format!(
                 "response function {} not found in {} (no such function in its symbol tables)",
                 f.symbol, f.binary

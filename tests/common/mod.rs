@@ -11,6 +11,18 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Whether this build has the mutation switches (the cargo feature
+/// `test-hooks`, Cargo.toml; scripts/test.sh builds the tests with it):
+/// without them a test's mutation half cannot run, and is skipped, saying
+/// which.
+pub fn test_hooks(mutation: &str) -> bool {
+    let on = cfg!(feature = "test-hooks");
+    if !on {
+        eprintln!("SKIPPED the mutation ({mutation}): built without --features test-hooks");
+    }
+    on
+}
+
 /// Field `k` of a JSON object as a number; a missing or non-numeric field
 /// fails the test, naming the field and the object.
 pub fn u(v: &serde_json::Value, k: &str) -> u64 {

@@ -305,6 +305,9 @@ fn a_priority_inversion_names_its_owner_and_preempter() {
         .unwrap_or_else(|| panic!("no owner: {join}"));
     assert_eq!((&owner["owner"]["from"], &owner["owner"]["tid"]), (&"waker".into(), &fx.high.into()), "{join}");
     // The mutation: the preempters' time charged to the owner must fail.
+    if !test_hooks("LATMON_LOCK_MUTATE=1") {
+        return;
+    }
     let (fx, lines) = run(false, THRESHOLD_NS, &[("LATMON_LOCK_MUTATE", "1")]);
     match check(&fx, &lines) {
         Ok(f) => panic!("the check passed with the preemptions charged to the owner: {f:?}"),
@@ -462,6 +465,9 @@ fn a_cycle_miss_blocked_on_the_mutex_names_the_inversion() {
     // The lock probe's own records are unchanged by the cycle probe.
     check(&fx, &lines).unwrap_or_else(|e| panic!("{e}"));
     // The mutation: the preempters charged to the owner must fail here too.
+    if !test_hooks("LATMON_LOCK_MUTATE=1") {
+        return;
+    }
     let (fx, lines) = run_with(false, THRESHOLD_NS, &[("LATMON_LOCK_MUTATE", "1")], &cycle);
     match cycle_check(&fx, &lines) {
         Ok(f) => panic!("the cycle check passed with the preemptions charged to the owner: {f:?}"),
@@ -476,6 +482,9 @@ fn a_cycle_miss_blocked_on_the_mutex_names_the_inversion() {
 #[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn a_priority_inversion_is_named_without_the_task_kfunc() {
     let _s = serial();
+    if !test_hooks("LATMON_LOCK_OWNER_WALK=1") {
+        return;
+    }
     let (fx, lines) = run(false, THRESHOLD_NS, &[("LATMON_LOCK_OWNER_WALK", "1")]);
     match check(&fx, &lines) {
         Ok(f) => eprintln!("lock figures (group walk): {f:?}"),

@@ -276,6 +276,9 @@ fn timer_in_tid_hashes_counts_every_cycle_with_its_deadline() {
         Err(e) => panic!("{e}"),
     }
     // The mutation: entries keyed by the waker, not the woken thread.
+    if !test_hooks("LATMON_RT_HASH_MUTATE=1") {
+        return;
+    }
     let r = run("timer,comm=lm-rth-timer,threshold=1us", "lm-rth-timer", &[("LATMON_RT_HASH_MUTATE", "1")]);
     match check(&r, "timer", "tid-hash") {
         Ok(f) => panic!("the check passed with the hash keyed by the waker: {f}"),

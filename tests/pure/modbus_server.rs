@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use latmon::sinks::modbus::map::{off, reg, status, BLOCK_WORDS, HEADER_WORDS, MAGIC};
 use latmon::sinks::{self, Sink};
+use latmon_core::extra::ProbeExtra;
 use latmon_core::hist::Hist;
 use latmon_core::ident::Family;
 use latmon_core::session::{Session, Tick};
@@ -459,7 +460,8 @@ fn a_cycle_probes_extension_block_read_by_mbpoll() {
     (cycle.name, cycle.kind) = ("loop".into(), Family::Cycle);
     let s = Session { probes: vec![common::runq_probe(0), cycle], failed: Vec::new(), ..session() };
     let mut r = report(4, &s);
-    r.probes[1].cycle = Some(CycleCounts { misses: 2, total_misses: 70_001, ..Default::default() });
+    ProbeExtra::cycle_in(&mut r.probes[1].extra).counts =
+        CycleCounts { misses: 2, total_misses: 70_001, ..Default::default() };
     // Two misses as their records give them: the hog (thread 31337) took
     // 2.4 ms of the 3.1 ms missed.
     let hog = CauseKind::Task { comm: "hog".into(), pid: 31_337, policy: Policy::Fifo, prio: 90 };
@@ -476,7 +478,7 @@ fn a_cycle_probes_extension_block_read_by_mbpoll() {
         parts(&[(hog, 1_000_000), (CauseKind::Blocked { on: BlockedOn::Io, syscall: "fdatasync".into() }, 200_000)]);
     m.add_miss(1_200_000, &b.causes);
     m.end_misses();
-    r.probes[1].miss_causes = Some(m);
+    ProbeExtra::cycle_in(&mut r.probes[1].extra).miss_causes = m;
     let p = port();
     let mut sink = sinks::open(&format!("modbus-tcp://127.0.0.1:{p}"), None).unwrap();
     sink.emit(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] });

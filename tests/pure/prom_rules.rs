@@ -11,6 +11,7 @@ use std::process::Command;
 
 use latmon::sinks::prom::{render_text, snapshot};
 use latmon::sinks::LinkStats;
+use latmon_core::extra::ProbeExtra;
 use latmon_core::hist::Hist;
 use latmon_core::ident::{BtfMode, Family, Mechanism};
 use latmon_core::session::{Session, Tick};
@@ -151,14 +152,14 @@ fn a_cycle_probes_misses_and_their_causes_pass_promtool_check_metrics() {
     }
     let mut report =
         IntervalReport { seq: 3, probes: vec![ProbeReport::new(&info, &Hist::default(), &h)], ..Default::default() };
-    report.probes[0].cycle = Some(CycleCounts {
+    ProbeExtra::cycle_in(&mut report.probes[0].extra).counts = CycleCounts {
         period_ns: 1_000_000,
         cycles: 1000,
         total_cycles: 3000,
         misses: 2,
         total_misses: 5,
         ..Default::default()
-    });
+    };
     let mut miss = CauseSummary::default();
     miss.begin_misses();
     let hog = CauseKind::Task { comm: "h\"o\\g".into(), pid: 4242, policy: Policy::Fifo, prio: 90 };
@@ -172,7 +173,7 @@ fn a_cycle_probes_misses_and_their_causes_pass_promtool_check_metrics() {
     );
     miss.add_miss(1_100_000, &[Cause { kind: hog, ns: 1_000_000 }, Cause { kind: CauseKind::Other, ns: 100_000 }]);
     miss.end_misses();
-    report.probes[0].miss_causes = Some(miss);
+    ProbeExtra::cycle_in(&mut report.probes[0].extra).miss_causes = miss;
     let session = Session {
         board: "b".into(),
         kernel: "6.18".into(),

@@ -384,8 +384,9 @@ impl CauseSummary {
     }
 }
 
-/// A cycle probe's [`CauseSummary`] of missed time, in JSON (`miss_causes`):
-/// `misses` (the interval's missed cycles that sent a record) and
+/// A cycle probe's [`CauseSummary`] of missed time, in JSON (its probe
+/// line's missed-time object, extra.rs): `misses` (the interval's missed
+/// cycles that sent a record) and
 /// `missed_ns` (their release -> done times summed) instead of alerts.
 pub struct MissCausesJson<'a>(pub &'a CauseSummary);
 

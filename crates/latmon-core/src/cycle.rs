@@ -181,6 +181,23 @@ impl Serialize for WakerJson<'_> {
 }
 
 impl CycleMark {
+    /// Every name in the mark the board sent (a runnable overrun's
+    /// thread, a blocked one's syscall, a rule's syscall and waker), for a
+    /// receiver that cleans names before it shows them.
+    pub fn names_mut(&mut self, mut f: impl FnMut(&mut String)) {
+        match &mut self.doing {
+            Some(Doing::Runnable { comm, .. }) => f(comm),
+            Some(Doing::Blocked { syscall, .. }) => f(syscall),
+            Some(Doing::Running) | None => {}
+        }
+        if let Some(rule) = &mut self.rule {
+            f(&mut rule.syscall);
+            if let Some(w) = &mut rule.waker {
+                f(&mut w.comm);
+            }
+        }
+    }
+
     /// The head of the record's text line: `miss 1.62ms of 1.00ms` (the
     /// caller adds `:` and the parts), `overrun 1.00ms of 1.00ms, running`
     /// (printable ASCII only).

@@ -30,6 +30,8 @@ pub mod causes;
 pub mod crc32;
 #[cfg(feature = "std")]
 pub mod cycle;
+#[cfg(feature = "std")]
+pub mod extra;
 pub mod hist;
 #[cfg(feature = "std")]
 pub mod ident;

@@ -798,7 +798,7 @@ mod tests {
                 crate::wire::WireCause { kind: 1, id: 4242, policy: 1, prio: 90, name: "hog".into(), ns: 860_000 },
                 crate::wire::WireCause { kind: 7, id: 0, policy: 0, prio: 0, name: String::new(), ns: 40_000 },
             ],
-            cycle: crate::wire::WireCycle::default(),
+            ..Default::default()
         }));
         v.on_event(&ev);
         let link = LinkStats { frames_good: 4, crc_errors: 2, resyncs: 3, ..LinkStats::default() };
@@ -880,7 +880,7 @@ mod tests {
             cpu_woken: 0,
             cpu_ran: 0,
             causes: vec![],
-            cycle: crate::wire::WireCycle::default(),
+            ..Default::default()
         }
     }
 

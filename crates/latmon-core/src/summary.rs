@@ -135,19 +135,11 @@ pub struct ProbeReport {
     /// the token bucket); absent for other probes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alert_causes: Option<crate::causes::CauseSummary>,
-    /// cycle: cycles, misses, overruns and the period; absent for other
-    /// probes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cycle: Option<crate::cycle::CycleCounts>,
-    /// lock: waits with a followed owner and priority inversions, per
-    /// interval and since start; absent for other probes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lock: Option<crate::lock::LockCounts>,
-    /// cycle: what the interval's missed cycles spent their time on (their
-    /// records' parts summed by cause; a miss whose record was refused is
-    /// in `cycle.misses`, not here); absent for other probes.
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "miss_causes_json")]
-    pub miss_causes: Option<crate::causes::CauseSummary>,
+    /// The family's own data (extra.rs: cycle counts and missed time,
+    /// lock counts, ...); None for families that have none. Its JSON keys
+    /// are the probe line's own (`cycle`, `miss_causes`, `lock`).
+    #[serde(flatten)]
+    pub extra: Option<crate::extra::ProbeExtra>,
     /// The probe's alert threshold (0: none): the agent's spec, or what
     /// the sender's Hello said (revision 9). Text shows it beside the
     /// probe's words; not in JSON (the contract's fields unchanged).
@@ -415,14 +407,6 @@ const BAR_WIDTH: usize = 40;
 
 /// Interval buckets folded into power-of-two rows `[2^k, 2^(k+1))`
 /// (`(lo, hi inclusive, count)`), without allocating.
-/// `miss_causes` in JSON: with the words of misses, not alerts.
-fn miss_causes_json<S: serde::Serializer>(v: &Option<crate::causes::CauseSummary>, ser: S) -> Result<S::Ok, S::Error> {
-    match v {
-        Some(c) => crate::causes::MissCausesJson(c).serialize(ser),
-        None => ser.serialize_none(),
-    }
-}
-
 fn rows(buckets: &[[u64; 3]]) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
     let mut it = buckets.iter().peekable();
     std::iter::from_fn(move || {
@@ -533,11 +517,9 @@ pub fn render_hist_into(s: &mut String, p: &ProbeReport, cost_measured: bool) {
         c.render_into(s, 3);
         s.push('\n');
     }
-    if let Some(c) = p.miss_causes.as_ref().filter(|c| c.alerts > 0) {
-        // A cycle probe's missed time by cause, likewise.
-        s.push_str("  ");
-        c.render_misses_into(s, 3);
-        s.push('\n');
+    if let Some(x) = &p.extra {
+        // The family's own lines (a cycle probe's missed time by cause).
+        x.render_text_into(s);
     }
     if p.count == 0 {
         let _ = writeln!(s, "  (no events)");

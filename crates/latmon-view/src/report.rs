@@ -482,7 +482,7 @@ mod tests {
             cpu_woken: 1,
             cpu_ran: 1,
             causes: Vec::new(),
-            cycle: latmon_core::wire::WireCycle::default(),
+            ..Default::default()
         };
         bytes.extend(encode_to_vec(&Frame::Alert(a)).unwrap());
         bytes.extend([0x55, 0x12, 0x00]); // damage: counted, not fatal

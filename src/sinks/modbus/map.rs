@@ -18,6 +18,7 @@
 
 use std::fmt;
 
+use latmon_core::extra::ProbeExtra;
 use latmon_core::session::Tick;
 use latmon_core::summary::ProbeReport;
 
@@ -329,44 +330,46 @@ impl Image {
         self.ext_put16(at + 1, v as u16);
     }
 
-    /// Extension block `pos`: a cycle probe's misses and the top cause of
-    /// its missed time (other probes' stay 0).
-    fn put_ext(&mut self, pos: usize, p: &ProbeReport) {
+    /// A family's own data (core extra.rs) into extension block `pos` (a
+    /// cycle probe's misses and the top cause of its missed time) and its
+    /// counter block, if it has one (a cycle probe's rule counts, a lock
+    /// line's inversion counts, each the low 32 bits: they wrap). Other
+    /// probes' blocks stay 0. The image's one match on a family's data.
+    fn put_extra(&mut self, pos: usize, x: &ProbeExtra) {
         let base = pos * EXT_WORDS as usize;
-        if let Some(c) = &p.cycle {
-            self.ext_put32(base + ext::TOTAL_MISSES as usize, sat32(c.total_misses));
-            self.ext_put32(base + ext::MISSES as usize, sat32(c.misses));
-        }
-        if let Some(m) = &p.miss_causes {
-            self.ext_put32(base + ext::MISSED_US as usize, us_ceil(m.alerted_ns));
-            if let Some(top) = m.top() {
-                self.ext_put16(base + ext::CAUSE_KIND as usize, top.id.code());
-                self.ext_put16(base + ext::CAUSE_SHARE as usize, m.share_basis_points(top.ns));
-                self.ext_put32(base + ext::CAUSE_ID as usize, top.id.id());
-            }
-        }
-    }
-
-    /// Counter block `pos` (if it has one): a cycle probe's rule counts, a
-    /// lock line's inversion counts, each the low 32 bits (they wrap).
-    fn put_counters(&mut self, pos: usize, p: &ProbeReport) {
-        let base = pos * COUNTER_WORDS as usize;
-        let Some(w) = self.counters.get_mut(base..base + COUNTER_WORDS as usize) else { return };
-        let mut put = |off: u16, v: u64| {
+        let at = pos * COUNTER_WORDS as usize;
+        let put = |w: &mut [u16], off: u16, v: u64| {
             let o = off as usize;
-            w[o..o + 2].copy_from_slice(&[(v >> 16) as u16, v as u16]);
-        };
-        if let Some(c) = &p.cycle {
-            for (k, n) in c.total_rule_counts.0.iter().enumerate() {
-                put(counter::RULES + 2 * k as u16, *n);
+            if let Some(w) = w.get_mut(at + o..at + o + 2) {
+                w.copy_from_slice(&[(v >> 16) as u16, v as u16]);
             }
-            put(counter::RULE_RECORDS_LOST, c.total_rule_records_lost);
-        }
-        if let Some(l) = &p.lock {
-            put(counter::INVERSIONS, l.total_inversions);
-            put(counter::INVERSION_US, l.total_inversion_ns.div_ceil(1_000));
-            put(counter::OWNERS_REFUSED, l.total_owners_refused.unwrap_or(0));
-            put(counter::OWNED, l.total_owned);
+        };
+        match x {
+            ProbeExtra::Cycle(c) => {
+                let (n, m) = (&c.counts, &c.miss_causes);
+                self.ext_put32(base + ext::TOTAL_MISSES as usize, sat32(n.total_misses));
+                self.ext_put32(base + ext::MISSES as usize, sat32(n.misses));
+                self.ext_put32(base + ext::MISSED_US as usize, us_ceil(m.alerted_ns));
+                if let Some(top) = m.top() {
+                    self.ext_put16(base + ext::CAUSE_KIND as usize, top.id.code());
+                    self.ext_put16(base + ext::CAUSE_SHARE as usize, m.share_basis_points(top.ns));
+                    self.ext_put32(base + ext::CAUSE_ID as usize, top.id.id());
+                }
+                if self.counters.len() >= at + COUNTER_WORDS as usize {
+                    for (k, v) in n.total_rule_counts.0.iter().enumerate() {
+                        put(&mut self.counters, counter::RULES + 2 * k as u16, *v);
+                    }
+                    put(&mut self.counters, counter::RULE_RECORDS_LOST, n.total_rule_records_lost);
+                }
+            }
+            ProbeExtra::Lock(l) => {
+                if self.counters.len() >= at + COUNTER_WORDS as usize {
+                    put(&mut self.counters, counter::INVERSIONS, l.total_inversions);
+                    put(&mut self.counters, counter::INVERSION_US, l.total_inversion_ns.div_ceil(1_000));
+                    put(&mut self.counters, counter::OWNERS_REFUSED, l.total_owners_refused.unwrap_or(0));
+                    put(&mut self.counters, counter::OWNED, l.total_owned);
+                }
+            }
         }
     }
 
@@ -435,8 +438,9 @@ impl Image {
             self.put_name(base, &info.name);
             if let Some(p) = t.report.probes.get(attached) {
                 self.put_probe(base, p);
-                self.put_ext(pos, p);
-                self.put_counters(pos, p);
+                if let Some(x) = &p.extra {
+                    self.put_extra(pos, x);
+                }
                 let th = us_ceil(p.threshold_ns);
                 let at = pos * THRESHOLD_WORDS as usize;
                 if let Some(w) = self.thresholds.get_mut(at..at + 2) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 //! The register map's unit tests (docs/modbus-map.md's addresses).
 
+use latmon_core::extra::ProbeExtra;
 use latmon_core::hist::Hist;
 use latmon_core::ident::{BtfMode, Family, Mechanism};
 use latmon_core::session::Session;
@@ -257,8 +258,9 @@ fn a_cycle_probes_misses_and_top_cause_in_its_extension_block() {
     use latmon_core::cycle::CycleCounts;
     let s = session(Vec::new());
     let mut r = report(3);
-    r.probes[1].cycle = Some(CycleCounts { misses: 3, total_misses: 5_000_000_123, ..Default::default() });
-    r.probes[1].miss_causes = Some(CauseSummary {
+    ProbeExtra::cycle_in(&mut r.probes[1].extra).counts =
+        CycleCounts { misses: 3, total_misses: 5_000_000_123, ..Default::default() };
+    ProbeExtra::cycle_in(&mut r.probes[1].extra).miss_causes = CauseSummary {
         alerts: 3,
         alerted_ns: 4_000_001,
         causes: vec![
@@ -266,7 +268,7 @@ fn a_cycle_probes_misses_and_top_cause_in_its_extension_block() {
             TopCause { id: CauseId::Running, name: String::new(), ns: 1_000_001 },
         ],
         ..Default::default()
-    });
+    };
     let mut img = Image::default();
     img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
     let e = img.ext_words();
@@ -297,18 +299,18 @@ fn rule_and_lock_counters_sit_in_counter_blocks_after_the_thresholds() {
     s.probes.push(info("lock", Mechanism::TpBtf));
     let mut r = report(4);
     r.probes.push(r.probes[0].clone());
-    r.probes[0].cycle = Some(CycleCounts {
+    ProbeExtra::cycle_in(&mut r.probes[0].extra).counts = CycleCounts {
         total_rule_counts: RuleCounts([7, 150, 100, (1 << 32) + 49]),
         total_rule_records_lost: 3,
         ..Default::default()
-    });
-    r.probes[2].lock = Some(LockCounts {
+    };
+    r.probes[2].extra = Some(ProbeExtra::Lock(LockCounts {
         total_inversions: 99,
         total_inversion_ns: 150_000_001,
         total_owners_refused: Some(4),
         total_owned: 120,
         ..Default::default()
-    });
+    }));
     let mut img = Image::default();
     img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0, 0] }, &AgentStatus::default());
     let c = img.read(COUNTER_BASE, 3 * COUNTER_WORDS).unwrap();

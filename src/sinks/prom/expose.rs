@@ -4,8 +4,6 @@
 
 use crate::bpf::limits::HIST_MAX_LOG2;
 
-use latmon_core::cycle::Rule;
-
 use super::model::{Line, Snapshot, TOP_CAUSES};
 
 /// Smallest `le` bound: 2^8 ns = 256 ns.
@@ -43,7 +41,7 @@ pub(super) enum Labels<'a> {
     /// The same of a cycle line's missed time (`miss_causes`).
     MissCause(&'a Line, usize),
     /// A line's and `rule` (an RT sleep rule's JSON word).
-    Rule(&'a Line, Rule),
+    Rule(&'a Line, &'static str),
 }
 
 /// A cause's label words: (rank, kind, label); of the missed time's
@@ -262,8 +260,8 @@ pub(super) fn expose(s: &Snapshot, out: &mut dyn Exposition) {
         out.family("latmon_cycle_rule_violations_total", Counter, "RT sleep rules broken by the watched threads.");
         for l in s.lines() {
             if let Some(r) = l.rules {
-                for rule in Rule::ALL {
-                    out.sample(Labels::Rule(l, rule), r.counts.get(rule) as f64);
+                for (word, n) in r.per_rule() {
+                    out.sample(Labels::Rule(l, word), n as f64);
                 }
             }
         }

@@ -4,7 +4,8 @@
 //! cause labels each line admits (bounded per line).
 
 use latmon_core::causes::{CauseId, CauseSummary};
-use latmon_core::cycle::RuleCounts;
+use latmon_core::cycle::{Rule, RuleCounts};
+use latmon_core::extra::ProbeExtra;
 use latmon_core::hist::Hist;
 use latmon_core::session::Tick;
 use latmon_core::summary::ProbeState;
@@ -114,25 +115,34 @@ impl Line {
             self.causes.copy_from(c);
             self.has_causes = true;
         }
-        if let Some(c) = rp.and_then(|p| p.cycle.as_ref()) {
-            self.misses = Some(self.misses.unwrap_or(0) + c.total_misses);
-            let r = self.rules.get_or_insert_with(RuleLine::default);
-            for (sum, n) in r.counts.0.iter_mut().zip(c.total_rule_counts.0) {
-                *sum += n;
-            }
-            r.records_lost += c.total_rule_records_lost;
+        if let Some(x) = rp.and_then(|p| p.extra.as_ref()) {
+            self.add_extra(x);
         }
-        if let Some(c) = rp.and_then(|p| p.lock.as_ref()) {
-            let l = self.lock.get_or_insert_with(LockLine::default);
-            l.inversions += c.total_inversions;
-            l.inversion_ns += c.total_inversion_ns;
-            if let Some(n) = c.total_owners_refused {
-                l.owners_refused = Some(l.owners_refused.unwrap_or(0) + n);
+    }
+
+    /// A family's own data (core extra.rs) summed into this line: the
+    /// scrape's one match on it.
+    fn add_extra(&mut self, x: &ProbeExtra) {
+        match x {
+            ProbeExtra::Cycle(c) => {
+                let n = &c.counts;
+                self.misses = Some(self.misses.unwrap_or(0) + n.total_misses);
+                let r = self.rules.get_or_insert_with(RuleLine::default);
+                for (sum, n) in r.counts.0.iter_mut().zip(n.total_rule_counts.0) {
+                    *sum += n;
+                }
+                r.records_lost += n.total_rule_records_lost;
+                self.miss_causes.copy_from(&c.miss_causes);
+                self.has_miss_causes = true;
             }
-        }
-        if let Some(c) = rp.and_then(|p| p.miss_causes.as_ref()) {
-            self.miss_causes.copy_from(c);
-            self.has_miss_causes = true;
+            ProbeExtra::Lock(c) => {
+                let l = self.lock.get_or_insert_with(LockLine::default);
+                l.inversions += c.total_inversions;
+                l.inversion_ns += c.total_inversion_ns;
+                if let Some(n) = c.total_owners_refused {
+                    l.owners_refused = Some(l.owners_refused.unwrap_or(0) + n);
+                }
+            }
         }
     }
 }
@@ -152,6 +162,13 @@ pub struct LockLine {
 pub struct RuleLine {
     pub counts: RuleCounts,
     pub records_lost: u64,
+}
+
+impl RuleLine {
+    /// Every rule's word (its `rule` label) and count, zeros included.
+    pub fn per_rule(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Rule::ALL.into_iter().map(|r| (r.word(), self.counts.get(r)))
+    }
 }
 
 /// A line's task names admitted into `cause` labels, by probe line name

@@ -31,7 +31,7 @@ fn labels_pb(labels: Labels<'_>) -> Vec<pb::LabelPair> {
         Labels::Line(l) | Labels::Rule(l, _) => {
             let mut v = vec![pair("probe", &l.probe), pair("kind", &l.kind), pair("attach", &l.attach)];
             if let Labels::Rule(_, r) = labels {
-                v.push(pair("rule", r.word()));
+                v.push(pair("rule", r));
             }
             v
         }

@@ -6,6 +6,7 @@ use std::net::TcpStream;
 use std::time::Instant;
 
 use latmon_core::causes::{CauseId, CauseSummary};
+use latmon_core::extra::ProbeExtra;
 use latmon_core::hist::Hist;
 use latmon_core::ident::{BtfMode, Family, Mechanism};
 use latmon_core::summary::{IntervalReport, ProbeInfo, ProbeReport};
@@ -245,7 +246,8 @@ fn a_cycle_lines_misses_and_the_causes_of_its_missed_time() {
     use latmon_core::causes::TopCause;
     use latmon_core::cycle::CycleCounts;
     let (session, mut report, totals) = tick_of(&["cycle", "timer"], 1_000);
-    report.probes[0].cycle = Some(CycleCounts { misses: 2, total_misses: 17, ..Default::default() });
+    ProbeExtra::cycle_in(&mut report.probes[0].extra).counts =
+        CycleCounts { misses: 2, total_misses: 17, ..Default::default() };
     let mut miss = CauseSummary::default();
     miss.begin_misses();
     miss.add_miss(1_000_000, &[]);
@@ -255,7 +257,7 @@ fn a_cycle_lines_misses_and_the_causes_of_its_missed_time() {
         TopCause { id: CauseId::Blocked { on: 1 }, name: "fdatasync".into(), ns: 50_000 },
         TopCause { id: CauseId::Other, name: String::new(), ns: 50_000 },
     ];
-    report.probes[0].miss_causes = Some(miss);
+    ProbeExtra::cycle_in(&mut report.probes[0].extra).miss_causes = miss;
     let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0] };
     let mut text = String::new();
     render(&mut text, &t);
@@ -310,12 +312,12 @@ fn a_cycle_lines_rule_counters_name_every_rule() {
     let mut text = String::new();
     render(&mut text, &t);
     assert!(!text.contains("latmon_cycle_rule"), "no cycle counts, no rule families: {text}");
-    report.probes[0].cycle = Some(CycleCounts {
+    ProbeExtra::cycle_in(&mut report.probes[0].extra).counts = CycleCounts {
         rule_counts: RuleCounts([0, 1, 2, 0]),
         total_rule_counts: RuleCounts([0, 150, 100, 49]),
         total_rule_records_lost: 3,
         ..Default::default()
-    });
+    };
     let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0] };
     text.clear();
     render(&mut text, &t);
@@ -370,8 +372,9 @@ fn lock_lines_count_inversions_and_the_family_its_refused_owners() {
     render(&mut text, &t);
     assert!(!text.contains("latmon_lock_"), "no lock counts, no lock families: {text}");
     let counts = |inv, ns| LockCounts { total_inversions: inv, total_inversion_ns: ns, ..Default::default() };
-    report.probes[0].lock = Some(LockCounts { total_owners_refused: Some(4), ..counts(99, 150_000_000) });
-    report.probes[1].lock = Some(counts(97, 148_000_000));
+    report.probes[0].extra =
+        Some(ProbeExtra::Lock(LockCounts { total_owners_refused: Some(4), ..counts(99, 150_000_000) }));
+    report.probes[1].extra = Some(ProbeExtra::Lock(counts(97, 148_000_000)));
     let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0, 0, 0] };
     text.clear();
     render(&mut text, &t);

@@ -42,7 +42,7 @@ impl Text<'_> {
                     write!(s, "{{probe=\"{}\",kind=\"{}\",attach=\"{}\"", Esc(&l.probe), Esc(&l.kind), Esc(&l.attach));
                 if let Labels::Rule(_, r) = labels {
                     s.push_str(",rule=\"");
-                    s.push_str(r.word());
+                    s.push_str(r);
                     s.push('"');
                 }
                 if let Some(le) = le {

@@ -15,6 +15,7 @@ use super::WireCertificate;
 use crate::anatomy::{Cause, CauseKind, OwnerFrom, Policy};
 use crate::bpf::limits::{HIST_MAX_LOG2, HIST_SUB_BITS};
 use crate::hist::{Hist, BUCKETS};
+use crate::summary::AlertRecord;
 use crate::text::truncate;
 
 /// How a probe's histogram buckets map to nanoseconds.
@@ -222,7 +223,7 @@ pub const MAX_MERGE: u8 = 3;
 /// without one keeps its older bytes, and an older sender's alert reads
 /// as having none. Revision 8 appends the cycle half (`cycle`), sent
 /// only for a cycle record ([`super::cycle`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Alert {
     pub boot_id: u32,
     pub probe: u16,
@@ -238,6 +239,25 @@ pub struct Alert {
     pub causes: Vec<WireCause>,
     /// All zero: not a cycle record.
     pub cycle: WireCycle,
+}
+
+impl Alert {
+    /// The record this Alert carries, as the agent made it: its anatomy
+    /// and its family's mark (a cycle record's) read back, keyed by the
+    /// frame's probe id.
+    pub fn into_record(self) -> AlertRecord {
+        AlertRecord {
+            id: crate::ident::ProbeId(self.probe),
+            pid: self.pid,
+            tid: self.tid,
+            comm: self.comm,
+            cpu: self.cpu,
+            latency_ns: self.latency_ns,
+            time_ns: self.time_ns,
+            anatomy: super::anatomy::from_wire(self.cpu_woken, self.cpu_ran, &self.causes),
+            cycle: super::cycle::from_wire(&self.cycle),
+        }
+    }
 }
 
 /// One part of an alert's anatomy (revision 5). `kind`: 1 task, 2 the

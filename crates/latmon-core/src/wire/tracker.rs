@@ -261,20 +261,7 @@ impl Tracker {
             Frame::Summary(s) => self.on_summary(s),
             Frame::Alert(a) => {
                 self.new_boot(a.boot_id);
-                Event::Alert(ReceivedAlert {
-                    probe: self.probe_name(a.probe),
-                    record: AlertRecord {
-                        id: crate::ident::ProbeId(a.probe),
-                        pid: a.pid,
-                        tid: a.tid,
-                        comm: a.comm,
-                        cpu: a.cpu,
-                        latency_ns: a.latency_ns,
-                        time_ns: a.time_ns,
-                        anatomy: super::anatomy::from_wire(a.cpu_woken, a.cpu_ran, &a.causes),
-                        cycle: super::cycle::from_wire(&a.cycle),
-                    },
-                })
+                Event::Alert(ReceivedAlert { probe: self.probe_name(a.probe), record: a.into_record() })
             }
             Frame::Status(s) => {
                 self.new_boot(s.boot_id);

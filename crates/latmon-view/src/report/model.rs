@@ -267,7 +267,6 @@ pub(super) fn cell(s: &str) -> String {
 /// names escaped as [`ascii`] does, HTML-escaped.
 pub(super) fn detail(got: &ReceivedAlert) -> String {
     use latmon_core::anatomy::CauseKind;
-    use latmon_core::cycle::Doing;
     let mut r = got.record.clone();
     let fix = |s: &mut String| *s = ascii(s);
     fix(&mut r.comm);
@@ -285,17 +284,7 @@ pub(super) fn detail(got: &ReceivedAlert) -> String {
         }
     }
     if let Some(cy) = &mut r.cycle {
-        match &mut cy.doing {
-            Some(Doing::Runnable { comm, .. }) => fix(comm),
-            Some(Doing::Blocked { syscall, .. }) => fix(syscall),
-            _ => {}
-        }
-        if let Some(rule) = &mut cy.rule {
-            fix(&mut rule.syscall);
-            if let Some(w) = &mut rule.waker {
-                fix(&mut w.comm);
-            }
-        }
+        cy.names_mut(fix);
     }
     let name = ascii(&got.probe);
     let mut line = String::new();
