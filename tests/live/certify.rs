@@ -64,8 +64,9 @@ impl Observer {
     }
 }
 
-fn arm(bss: &OwnedFd, on: bool) {
-    let (key, value) = (0u32, u32::from(on));
+/// Arms the observer to spin `spin_us` (0: disarmed).
+fn arm(bss: &OwnedFd, spin_us: u32) {
+    let (key, value) = (0u32, spin_us);
     // SAFETY: key and value are 4-byte values valid for the call.
     let rc = unsafe {
         libbpf_sys::bpf_map_update_elem(
@@ -85,7 +86,7 @@ fn arm(bss: &OwnedFd, on: bool) {
 /// code. Ten 1 s epochs a state, not three of 2 s: the interval resamples
 /// epochs, and with three one burst of the shared host's noise in one
 /// `none` epoch made it 5 ms wide (observer run: pass, 1 of 3 runs).
-fn certify(cert: &Path, observer: Option<&Observer>) -> (serde_json::Value, i32) {
+fn certify(cert: &Path, observer: Option<(&Observer, u32)>) -> (serde_json::Value, i32) {
     let duration = std::env::var("LATMON_CERTIFY_DURATION").unwrap_or_else(|_| "30s".into());
     let epoch = std::env::var("LATMON_CERTIFY_EPOCH").unwrap_or_else(|_| "1s".into());
     let mut child = latmon()
@@ -96,20 +97,20 @@ fn certify(cert: &Path, observer: Option<&Observer>) -> (serde_json::Value, i32)
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let bss = observer.map(|o| o.bss.try_clone().unwrap());
+    let bss = observer.map(|(o, spin_us)| (o.bss.try_clone().unwrap(), spin_us));
     let watcher = std::thread::spawn(move || {
         let mut fulls = 0;
         for line in BufReader::new(stderr).lines() {
             let line = line.unwrap();
             eprintln!("[latmon] {line}");
-            if let (Some(bss), Some(at)) = (&bss, line.find("certify: epoch ")) {
+            if let (Some((bss, spin_us)), Some(at)) = (&bss, line.find("certify: epoch ")) {
                 let full = line[at..].ends_with(": full");
                 fulls += u32::from(full);
-                arm(bss, full);
+                arm(bss, if full { *spin_us } else { 0 });
             }
         }
-        if let Some(bss) = &bss {
-            arm(bss, false);
+        if let Some((bss, _)) = &bss {
+            arm(bss, 0);
         }
         fulls
     });
@@ -143,8 +144,28 @@ fn states_line(v: &serde_json::Value) -> String {
 fn an_injected_observer_fails_the_certificate() {
     let cert = scratch("certify-observer", "certificate.json");
     let observer = Observer::attach(cert.parent().unwrap());
-    let (v, code) = certify(&cert, Some(&observer));
+    // 500 us a spin, unless the host's own p99.9 (the none state's) was
+    // that large already: then no shift could stand clear of it (this
+    // VM's hypervisor put it at 1.5-1.8 ms, and a 500 us observer passed
+    // twice in CI), and the observer spins twice the noise it measured,
+    // once. The bound comes from what the run measured, not from a guess.
+    let mut spin_us = 500;
+    let (mut v, mut code) = certify(&cert, Some((&observer, spin_us)));
+    let noise_us = v["states"]["none"]["p999_ns"].as_u64().unwrap() / 1000;
     eprintln!("{}; shift {} us CI {:?}; {}", states_line(&v), us(&v["shift_p999_ns"]), v["ci95_ns"], v["verdict_text"]);
+    if v["verdict"] != "fail" && noise_us >= u64::from(spin_us) {
+        let hidden = spin_us;
+        spin_us = u32::try_from((2 * noise_us).min(8_000)).unwrap();
+        eprintln!("the host's p99.9 ({noise_us} us) hid a {hidden} us observer: again with {spin_us} us");
+        (v, code) = certify(&cert, Some((&observer, spin_us)));
+        eprintln!(
+            "{}; shift {} us CI {:?}; {}",
+            states_line(&v),
+            us(&v["shift_p999_ns"]),
+            v["ci95_ns"],
+            v["verdict_text"]
+        );
+    }
     assert_eq!(v["verdict"], "fail", "{v:#}");
     assert!(v["verdict_text"].as_str().unwrap().starts_with("FAIL"), "{}", v["verdict_text"]);
     assert_eq!(code, 3, "a failed certificate exits 3");
@@ -153,7 +174,12 @@ fn an_injected_observer_fails_the_certificate() {
     // The observer's two spins land on every wakeup in full, in no other
     // state: the medians say where it was armed.
     let p50 = |s: &str| v["states"][s]["p50_ns"].as_i64().unwrap();
-    assert!(p50("full") - p50("none") > 800_000 && p50("empty") - p50("none") < 100_000, "{}", states_line(&v));
+    let spins_ns = 2_000 * i64::from(spin_us);
+    assert!(
+        p50("full") - p50("none") > spins_ns * 4 / 5 && p50("empty") - p50("none") < 100_000,
+        "{}",
+        states_line(&v)
+    );
 }
 
 #[test]
