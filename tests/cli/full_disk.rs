@@ -82,7 +82,7 @@ fn a_full_disk_leaves_whole_records_and_counts_every_one_lost() {
     let l = Arc::clone(&log);
     let mut cmd = latmon();
     cmd.arg("run").args(&args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
-    let (mut child, _) = spawn_ready(cmd, Duration::from_secs(20), move |line| {
+    let (mut child, _) = spawn_ready(cmd, common::READY_WITHIN, move |line| {
         eprintln!("[latmon] {line}");
         l.lock().unwrap().push(line.to_string());
     });

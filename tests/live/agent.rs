@@ -56,7 +56,7 @@ impl Run {
             std::thread::spawn(move || BufReader::new(err).lines().map_while(Result::ok).for_each(|l| on_line(&l)));
             (child, String::new())
         } else {
-            spawn_ready(cmd, Duration::from_secs(20), on_line)
+            spawn_ready(cmd, common::READY_WITHIN, on_line)
         };
         let out = child.stdout.take().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));

@@ -677,7 +677,7 @@ fn timerfd_hint_run(args: &[&str]) -> (u32, Vec<String>) {
     let mut cmd = latmon();
     cmd.arg("-v").arg("run").args(args).stdout(Stdio::null()).stderr(Stdio::piped());
     let seen = lines.clone();
-    let (agent, _) = spawn_ready(cmd, std::time::Duration::from_secs(20), move |l| seen.lock().unwrap().push(l.into()));
+    let (agent, _) = spawn_ready(cmd, common::READY_WITHIN, move |l| seen.lock().unwrap().push(l.into()));
     let file = scratch("cycle-hint", "lm_cycle.rows");
     let fixture = Command::new(lm_cycle())
         .args(["7000", "1000", "1000000", "100", "1"])
