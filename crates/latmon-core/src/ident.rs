@@ -3,80 +3,69 @@
 //! and the build of its BPF object. Everything inside latmon carries these;
 //! they become words or numbers only at the output edges, each through one
 //! function here (`as_str` for JSON, text, frames, Prometheus and logs;
-//! `modbus_code` for the register map), whose exhaustive `match` makes a
-//! new variant without its word or code a compile error. Pure: no I/O.
+//! `modbus_code` for the register map): a family's word and code are its
+//! one row of the `families!` table, a mechanism's the arms of exhaustive
+//! `match`es, so a new variant without its word or code is a compile
+//! error. Pure: no I/O.
 
 use std::fmt;
 
 use serde::{Serialize, Serializer};
 
-/// A probe family: what `--probe WORD` names (docs/probes.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    Runq,
-    Syscall,
-    Irq,
-    Softirq,
-    Timer,
-    Kfunc,
-    Ufunc,
-    Chain,
-    Cycle,
-    Lock,
+/// Generates [`Family`] from one row per family: its variant, its word and
+/// its Modbus code. The row is the family's whole registration in this
+/// file (`Family`, `Family::ALL`, `as_str`, `parse`, `modbus_code`), so a
+/// family cannot have a word without a code or a place in `ALL` without
+/// either. Words and codes are outputs (docs/probes.md, Prometheus labels,
+/// docs/modbus-map.md, golden vectors): a row's never change, rows are
+/// only added.
+macro_rules! families {
+    ($($variant:ident => $word:literal, $code:literal;)*) => {
+        /// A probe family: what `--probe WORD` names (docs/probes.md).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Family {
+            $($variant,)*
+        }
+
+        impl Family {
+            /// Every family, in the table's order.
+            pub const ALL: [Family; [$(stringify!($variant)),*].len()] = [$(Family::$variant),*];
+
+            /// The family word of specs and every output (`kind` in JSON,
+            /// frames and Prometheus labels).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Family::$variant => $word,)*
+                }
+            }
+
+            /// The family word of a spec, if it names one.
+            pub fn parse(word: &str) -> Option<Self> {
+                Self::ALL.into_iter().find(|f| f.as_str() == word)
+            }
+
+            /// The `kind` register of a probe block (docs/modbus-map.md); 0
+            /// is left for "unknown".
+            pub fn modbus_code(self) -> u16 {
+                match self {
+                    $(Family::$variant => $code,)*
+                }
+            }
+        }
+    };
 }
 
-impl Family {
-    pub const ALL: [Family; 10] = [
-        Family::Runq,
-        Family::Syscall,
-        Family::Irq,
-        Family::Softirq,
-        Family::Timer,
-        Family::Kfunc,
-        Family::Ufunc,
-        Family::Chain,
-        Family::Cycle,
-        Family::Lock,
-    ];
-
-    /// The family word of specs and every output (`kind` in JSON, frames
-    /// and Prometheus labels).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Family::Runq => "runq",
-            Family::Syscall => "syscall",
-            Family::Irq => "irq",
-            Family::Softirq => "softirq",
-            Family::Timer => "timer",
-            Family::Kfunc => "kfunc",
-            Family::Ufunc => "ufunc",
-            Family::Chain => "chain",
-            Family::Cycle => "cycle",
-            Family::Lock => "lock",
-        }
-    }
-
-    /// The family word of a spec, if it names one.
-    pub fn parse(word: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|f| f.as_str() == word)
-    }
-
-    /// The `kind` register of a probe block (docs/modbus-map.md); 0 is
-    /// left for "unknown".
-    pub fn modbus_code(self) -> u16 {
-        match self {
-            Family::Runq => 1,
-            Family::Syscall => 2,
-            Family::Irq => 3,
-            Family::Softirq => 4,
-            Family::Timer => 5,
-            Family::Kfunc => 6,
-            Family::Ufunc => 7,
-            Family::Chain => 8,
-            Family::Cycle => 9,
-            Family::Lock => 10,
-        }
-    }
+families! {
+    Runq => "runq", 1;
+    Syscall => "syscall", 2;
+    Irq => "irq", 3;
+    Softirq => "softirq", 4;
+    Timer => "timer", 5;
+    Kfunc => "kfunc", 6;
+    Ufunc => "ufunc", 7;
+    Chain => "chain", 8;
+    Cycle => "cycle", 9;
+    Lock => "lock", 10;
 }
 
 /// An attach mechanism: one rung of a family's attach ladder.
