@@ -53,29 +53,41 @@ impl std::ops::Deref for Embedded {
 /// crates/latmon-core/build.rs (the models there need them too).
 pub use latmon_core::bpf::limits;
 
-/// bpf/shared.bpf.c: no program; its `types` are the structs of
-/// bpf/latmon.h, which every other skeleton re-exports (build.rs
-/// `share_types`), so each has one Rust type.
-pub mod shared {
-    include!(concat!(env!("OUT_DIR"), "/shared.skel.rs"));
+/// A skeleton's module, one line each: build.rs writes `<name>.skel.rs`
+/// for every `bpf/<name>.bpf.c` (and `<name>_nobtf.skel.rs` for its
+/// no-BTF build), so a family's registration here is its name.
+macro_rules! skeleton {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        pub mod $name {
+            include!(concat!(env!("OUT_DIR"), "/", stringify!($name), ".skel.rs"));
+        }
+    };
 }
-pub mod runq {
-    include!(concat!(env!("OUT_DIR"), "/runq.skel.rs"));
-}
-pub mod selftest {
-    include!(concat!(env!("OUT_DIR"), "/selftest.skel.rs"));
-}
-pub mod features {
-    include!(concat!(env!("OUT_DIR"), "/features.skel.rs"));
-}
-pub mod func {
-    include!(concat!(env!("OUT_DIR"), "/func.skel.rs"));
-}
-/// bpf/func.bpf.c built without BTF (build.rs: `-DLATMON_NO_BTF`, no
-/// CO-RE relocation), for kernels without BTF. No fentry/fexit programs.
-pub mod func_nobtf {
-    include!(concat!(env!("OUT_DIR"), "/func_nobtf.skel.rs"));
-}
+
+skeleton!(
+    /// bpf/shared.bpf.c: no program; its `types` are the structs of
+    /// bpf/latmon.h, which every other skeleton re-exports (build.rs
+    /// `share_types`), so each has one Rust type.
+    shared
+);
+skeleton!(selftest);
+skeleton!(features);
+skeleton!(runq);
+skeleton!(syscall);
+skeleton!(irq);
+skeleton!(func);
+skeleton!(timer);
+skeleton!(cycle);
+skeleton!(lock);
+// The no-BTF builds (build.rs: `-DLATMON_NO_BTF`, no CO-RE relocation),
+// for kernels without BTF: runq, syscall and irq have classic tracepoint
+// programs only, reading their records at offsets taken from tracefs
+// format files (src/tpformat.rs); func has no fentry/fexit programs.
+skeleton!(runq_nobtf);
+skeleton!(syscall_nobtf);
+skeleton!(irq_nobtf);
+skeleton!(func_nobtf);
 
 #[cfg(test)]
 mod tests {
@@ -144,31 +156,4 @@ mod tests {
             }
         }
     }
-}
-pub mod syscall {
-    include!(concat!(env!("OUT_DIR"), "/syscall.skel.rs"));
-}
-pub mod irq {
-    include!(concat!(env!("OUT_DIR"), "/irq.skel.rs"));
-}
-/// The no-BTF builds of runq, syscall and irq (build.rs: `-DLATMON_NO_BTF`,
-/// no CO-RE relocation): classic tracepoint programs only, reading their
-/// records at offsets taken from tracefs format files (src/tpformat.rs).
-pub mod runq_nobtf {
-    include!(concat!(env!("OUT_DIR"), "/runq_nobtf.skel.rs"));
-}
-pub mod syscall_nobtf {
-    include!(concat!(env!("OUT_DIR"), "/syscall_nobtf.skel.rs"));
-}
-pub mod irq_nobtf {
-    include!(concat!(env!("OUT_DIR"), "/irq_nobtf.skel.rs"));
-}
-pub mod timer {
-    include!(concat!(env!("OUT_DIR"), "/timer.skel.rs"));
-}
-pub mod cycle {
-    include!(concat!(env!("OUT_DIR"), "/cycle.skel.rs"));
-}
-pub mod lock {
-    include!(concat!(env!("OUT_DIR"), "/lock.skel.rs"));
 }

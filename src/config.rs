@@ -131,33 +131,83 @@ impl UserFunc {
     }
 }
 
-impl ProbeKind {
-    /// The probe's family (its word: `Family::as_str`).
-    pub fn family(&self) -> Family {
-        match self {
-            Self::Runq => Family::Runq,
-            Self::Timer => Family::Timer,
-            Self::Irq => Family::Irq,
-            Self::Softirq => Family::Softirq,
-            Self::Syscall(_) => Family::Syscall,
-            Self::Chain { .. } => Family::Chain,
-            Self::Kfunc(_) => Family::Kfunc,
-            Self::Ufunc { .. } => Family::Ufunc,
-            Self::Cycle { .. } => Family::Cycle,
-            Self::Lock => Family::Lock,
-        }
-    }
+/// Generates, from one row per family, what a `ProbeKind` knows of its
+/// family: `family` and `mechanisms` (exhaustive over the kinds) and
+/// `from_arg` (exhaustive over the families), so a kind without its family
+/// or ladder, or a family without its kind, does not compile, and a
+/// family's registration here is its variant and its row. A row:
+/// `Family: the kind's pattern => the kind its spec's ':' argument (`arg`)
+/// gives, or why not, [its attach ladder, in the order tried];`.
+macro_rules! probe_kinds {
+    (|$arg:ident| $($fam:ident: $pat:pat => $parse:expr, [$($mech:ident),*];)*) => {
+        impl ProbeKind {
+            /// The probe's family (its word: `Family::as_str`).
+            pub fn family(&self) -> Family {
+                match self {
+                    $($pat => Family::$fam,)*
+                }
+            }
 
-    /// The family's attach ladder: mechanisms in the order they are tried.
-    pub fn mechanisms(&self) -> &'static [Mechanism] {
-        use Mechanism::*;
+            /// The family's attach ladder: mechanisms in the order they are tried.
+            pub fn mechanisms(&self) -> &'static [Mechanism] {
+                match self {
+                    $($pat => &[$(Mechanism::$mech),*],)*
+                }
+            }
+
+            /// The kind of a spec naming `family`, from its ':' argument;
+            /// else why not (a `BadProbe`'s `why`).
+            fn from_arg(family: Family, $arg: Option<&str>) -> Result<Self, String> {
+                match family {
+                    $(Family::$fam => $parse,)*
+                }
+            }
+        }
+    };
+}
+
+// Tracepoint: the no-BTF build, record layout from tracefs. The timer
+// wakeup path needs trusted task pointers (tp_btf only).
+probe_kinds! { |arg|
+    Runq: Self::Runq => no_arg(arg, Self::Runq), [TpBtf, RawTp, Tracepoint];
+    Syscall: Self::Syscall(_) => match arg {
+        None => Ok(Self::Syscall(None)),
+        Some(n) if valid_ident(n) => Ok(Self::Syscall(Some(n.to_string()))),
+        Some(_) => Err("syscall name must be an identifier, e.g. syscall:nanosleep".into()),
+    }, [TpBtf, RawTp, Tracepoint];
+    Irq: Self::Irq => no_arg(arg, Self::Irq), [TpBtf, RawTp, Tracepoint];
+    Softirq: Self::Softirq => no_arg(arg, Self::Softirq), [TpBtf, RawTp, Tracepoint];
+    Timer: Self::Timer => no_arg(arg, Self::Timer), [TpBtf];
+    Kfunc: Self::Kfunc(_) => match arg {
+        Some(f) if valid_ident(f) => Ok(Self::Kfunc(f.to_string())),
+        _ => Err("expected kfunc:FUNCTION, e.g. kfunc:do_nanosleep".into()),
+    }, [Fentry, Kprobe];
+    Ufunc: Self::Ufunc { .. } => match arg.and_then(UserFunc::parse) {
+        Some(UserFunc { binary, symbol }) => Ok(Self::Ufunc { binary, symbol }),
+        None => Err("expected ufunc:/absolute/path/to/binary:SYMBOL".into()),
+    }, [Uprobe];
+    Chain: Self::Chain { .. } => no_arg(arg, Self::Chain { response: None }), [TpBtf];
+    Cycle: Self::Cycle { .. } => no_arg(arg, Self::Cycle { period: None, deadline: None, timerfd: false }), [TpBtf];
+    Lock: Self::Lock => no_arg(arg, Self::Lock), [TpBtf];
+}
+
+/// `kind`, for a family whose spec takes no ':' argument.
+fn no_arg(arg: Option<&str>, kind: ProbeKind) -> Result<ProbeKind, String> {
+    match arg {
+        None => Ok(kind),
+        Some(_) => Err(format!("{} takes no ':' argument", kind.family().as_str())),
+    }
+}
+
+impl ProbeKind {
+    /// Why a spec of a family that follows named threads must name them
+    /// (`comm=` or `pid=`); `None` for the others.
+    fn needs_threads(&self) -> Option<&'static str> {
         match self {
-            // Tracepoint: the no-BTF build, record layout from tracefs.
-            Self::Runq | Self::Irq | Self::Softirq | Self::Syscall(_) => &[TpBtf, RawTp, Tracepoint],
-            Self::Kfunc(_) => &[Fentry, Kprobe],
-            Self::Ufunc { .. } => &[Uprobe],
-            // The timer wakeup path needs trusted task pointers (tp_btf).
-            Self::Timer | Self::Chain { .. } | Self::Cycle { .. } | Self::Lock => &[TpBtf],
+            Self::Chain { .. } => Some("chain follows one named thread: give comm=NAME or pid=N"),
+            Self::Cycle { .. } => Some("cycle watches a periodic thread: give comm=NAME or pid=TID"),
+            Self::Lock => Some("lock watches named threads' waits: give comm=NAME or pid=TID"),
+            _ => None,
         }
     }
 
@@ -205,39 +255,12 @@ impl ProbeSpec {
             Some((w, a)) => (w, Some(a)),
             None => (head, None),
         };
-        let no_arg = |k: ProbeKind| match arg {
-            None => Ok(k),
-            Some(_) => Err(bad(&format!("{word} takes no ':' argument"))),
-        };
         let family = match Family::parse(word) {
             Some(f) => f,
             None if word.is_empty() => return Err(bad("empty probe spec")),
             None => return Err(ConfigError::UnknownProbeKind(word.to_string())),
         };
-        let kind = match family {
-            Family::Runq => no_arg(ProbeKind::Runq)?,
-            Family::Timer => no_arg(ProbeKind::Timer)?,
-            Family::Irq => no_arg(ProbeKind::Irq)?,
-            Family::Softirq => no_arg(ProbeKind::Softirq)?,
-            Family::Chain => no_arg(ProbeKind::Chain { response: None })?,
-            Family::Cycle => no_arg(ProbeKind::Cycle { period: None, deadline: None, timerfd: false })?,
-            Family::Lock => no_arg(ProbeKind::Lock)?,
-            Family::Syscall => match arg {
-                None => ProbeKind::Syscall(None),
-                Some(n) if valid_ident(n) => ProbeKind::Syscall(Some(n.to_string())),
-                Some(_) => return Err(bad("syscall name must be an identifier, e.g. syscall:nanosleep")),
-            },
-            Family::Kfunc => match arg {
-                Some(f) if valid_ident(f) => ProbeKind::Kfunc(f.to_string()),
-                _ => return Err(bad("expected kfunc:FUNCTION, e.g. kfunc:do_nanosleep")),
-            },
-            Family::Ufunc => {
-                let UserFunc { binary, symbol } = arg
-                    .and_then(UserFunc::parse)
-                    .ok_or_else(|| bad("expected ufunc:/absolute/path/to/binary:SYMBOL"))?;
-                ProbeKind::Ufunc { binary, symbol }
-            }
-        };
+        let kind = ProbeKind::from_arg(family, arg).map_err(|why| bad(&why))?;
         let mut p = ProbeSpec {
             kind,
             pid: None,
@@ -340,14 +363,9 @@ impl ProbeSpec {
                 }
             }
         }
-        if matches!(p.kind, ProbeKind::Chain { .. }) && p.comm.is_none() && p.pid.is_none() {
-            return Err(bad("chain follows one named thread: give comm=NAME or pid=N"));
-        }
-        if matches!(p.kind, ProbeKind::Cycle { .. }) && p.comm.is_none() && p.pid.is_none() {
-            return Err(bad("cycle watches a periodic thread: give comm=NAME or pid=TID"));
-        }
-        if p.kind == ProbeKind::Lock && p.comm.is_none() && p.pid.is_none() {
-            return Err(bad("lock watches named threads' waits: give comm=NAME or pid=TID"));
+        match p.kind.needs_threads() {
+            Some(why) if p.comm.is_none() && p.pid.is_none() => return Err(bad(why)),
+            _ => {}
         }
         Ok(p)
     }
