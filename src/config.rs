@@ -200,6 +200,15 @@ fn no_arg(arg: Option<&str>, kind: ProbeKind) -> Result<ProbeKind, String> {
 }
 
 impl ProbeKind {
+    /// Whether its programs hook classic syscall tracepoints besides its
+    /// attach rung: the cycle family's sleeps and reads
+    /// (bpf/cycle_sources.bpf.h), the lock family's futex calls
+    /// (bpf/lock.bpf.c). Those can be skipped for a map syscall
+    /// (`cost::skips_uncounted`).
+    pub fn syscall_tracepoints(&self) -> bool {
+        matches!(self, Self::Cycle { .. } | Self::Lock)
+    }
+
     /// Why a spec of a family that follows named threads must name them
     /// (`comm=` or `pid=`); `None` for the others.
     fn needs_threads(&self) -> Option<&'static str> {

@@ -65,7 +65,7 @@ impl KernelVersion {
     }
 }
 
-/// The tests' shorthand for a version (here and in rtsafety.rs).
+/// The tests' shorthand for a version (here, rtsafety.rs, cost).
 #[cfg(test)]
 pub(crate) const fn v(major: u32, minor: u32, patch: u32) -> KernelVersion {
     KernelVersion::new(major, minor, patch)

@@ -138,6 +138,23 @@ fn open_slots(specs: &[ProbeSpec]) -> (Vec<Slot>, Vec<FailedProbe>) {
     (slots, failed)
 }
 
+/// Say at start which probes this kernel can skip for a map syscall
+/// without counting it (docs/probes.md, "Runs the kernel skips"): their
+/// `missed` is then no measure of what they missed.
+fn warn_uncounted_skips(slots: &[Slot]) {
+    let Some(kernel) = probes::kernel_version_here() else { return };
+    for s in slots.iter().filter(|s| cost::skips_uncounted(kernel, s.info.attach, s.spec.kind.syscall_tracepoints())) {
+        log::warn!(
+            "probe {}: kernel {kernel} does not count the runs it skips of kprobe, uprobe and classic-tracepoint \
+             programs (counted since {}), which this probe has: a BPF map syscall on the CPU (latmon's own reads \
+             included) skips them, so its `missed` reads 0 whatever they missed. Keep latmon on housekeeping CPUs, \
+             away from the watched threads (docs/probes.md)",
+            s.info.name,
+            cost::SKIPS_COUNTED_SINCE
+        );
+    }
+}
+
 fn failed_probe(position: usize, spec: &ProbeSpec, e: &dyn std::fmt::Display) -> FailedProbe {
     FailedProbe { position, name: spec.name.clone(), kind: spec.kind.family(), why: e.to_string() }
 }
@@ -151,6 +168,7 @@ impl Agent {
             bail!("no probe could attach; nothing to monitor");
         }
         log::info!("running: {} of {} probes attached", slots.len(), cfg.probes.len());
+        warn_uncounted_skips(&slots);
         let now = monotonic_ns();
         // SAFETY: sysconf has no preconditions.
         let page_size = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);

@@ -31,7 +31,10 @@ pub use stats::{enable_stats, online_cpus, prog_stats, StatsGuard};
 use std::io;
 use std::os::fd::RawFd;
 
+use latmon_core::ident::Mechanism;
 use serde::Serialize;
+
+use crate::rtkernel::KernelVersion;
 
 /// Program runs and the time spent in them, and runs the kernel skipped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -45,6 +48,23 @@ pub struct Cost {
     /// since 6.7 (any BPF program or BPF map syscall holding the CPU's
     /// `bpf_prog_active`, see docs/probes.md); 0 on older kernels.
     pub missed: u64,
+}
+
+/// The first kernel that counts the runs it skips of kprobe, uprobe and
+/// classic-tracepoint programs (`trace_call_bpf`: while the CPU's
+/// `bpf_prog_active` is raised, by another program or by a BPF map
+/// syscall of any process, latmon's own reads included).
+pub const SKIPS_COUNTED_SINCE: KernelVersion = KernelVersion::new(6, 7, 0);
+
+/// Whether `kernel` skips some of a probe's programs for map syscalls
+/// without counting it: it is attached by `attach`, and `syscall_tps` says
+/// it hooks classic syscall tracepoints besides (the cycle and lock
+/// families). Its `missed` then reads 0 whatever those programs missed
+/// (seen: one futex wait of 99 on the 6.1 rt-arm64 board, where latmon
+/// shares the one CPU with the watched threads).
+pub fn skips_uncounted(kernel: KernelVersion, attach: Mechanism, syscall_tps: bool) -> bool {
+    let skippable = syscall_tps || matches!(attach, Mechanism::Tracepoint | Mechanism::Kprobe | Mechanism::Uprobe);
+    skippable && kernel < SKIPS_COUNTED_SINCE
 }
 
 impl Cost {
@@ -356,6 +376,21 @@ impl BudgetWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rtkernel::v;
+
+    #[test]
+    fn map_syscall_skips_go_uncounted_before_6_7_for_the_hooks_they_skip() {
+        let (old, new) = (v(6, 1, 176), v(6, 7, 0));
+        for m in [Mechanism::Tracepoint, Mechanism::Kprobe, Mechanism::Uprobe] {
+            assert!(skips_uncounted(old, m, false) && !skips_uncounted(new, m, false), "{m}");
+        }
+        // tp_btf, raw_tp and fentry have a per-program guard that map
+        // syscalls never raise: only the families' syscall tracepoints.
+        for m in [Mechanism::TpBtf, Mechanism::RawTp, Mechanism::Fentry] {
+            assert!(!skips_uncounted(old, m, false), "{m}");
+            assert!(skips_uncounted(old, m, true) && !skips_uncounted(v(6, 18, 0), m, true), "{m}");
+        }
+    }
 
     fn table(owners: &[&[u32]]) -> CostTable {
         // Fake slots by id; fds are never used by split().

@@ -337,6 +337,12 @@ fn uname_release_version() -> (String, String) {
         .unwrap_or_default()
 }
 
+/// This kernel's upstream version (uname), if it reads as one.
+pub fn kernel_version_here() -> Option<crate::rtkernel::KernelVersion> {
+    let (release, version) = uname_release_version();
+    crate::rtkernel::upstream(&release, &version)
+}
+
 /// This kernel's RT-safety verdicts (`latmon check`), the loaded maps
 /// judged when `with_maps`.
 pub fn rt_safety_here(with_maps: bool) -> RtSafety {

@@ -48,8 +48,20 @@ def inversions_named(s, frames, accounted):
         return
     high, low, med = tids
     n = s.total(SERIES)
-    s.say(len(inv) <= n <= len(inv) + 10,
-          f"{SERIES} counted {n} waits (the series named by the mutex's ELF symbol); the fixture: {len(inv)} inversions; "
+    # The lock probe's futex hooks are classic syscall tracepoints: the
+    # kernel skips them while the CPU's bpf_prog_active is raised, which a
+    # BPF map syscall does - latmon's own interval reads, on this one-CPU
+    # board the fixture's CPU - and before 6.7 it counts no such skip
+    # (docs/probes.md, "Runs the kernel skips"; seen once: 98 waits of 99
+    # inversions, no drop, no miss counted). latmon must say so at start;
+    # the count may then fall short of the fixture's by 2.
+    warned = re.search(r"probe lm_lock: kernel \S+ does not count the runs it skips", s.run_err)
+    s.say(warned, "latmon warned at start that this kernel (before 6.7) does not count the lock probe's skipped "
+          "futex hooks")
+    short = 2 if warned else 0
+    s.say(len(inv) - short <= n <= len(inv) + 10,
+          f"{SERIES} counted {n} waits (the series named by the mutex's ELF symbol); the fixture: {len(inv)} inversions "
+          f"(up to {short} unseen for the kernel's uncounted skips); "
           f"series seen: {sorted(p for p in s.last if p.startswith('lm_lock'))}")
     recs = [f for f in frames if f.get("type") == "alert" and f.get("probe") == SERIES]
     alerts, dropped, shed = accounted(SERIES)
