@@ -126,6 +126,13 @@ fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_repo
     let lookups: u64 = hammers.into_iter().map(|h| h.join().unwrap()).sum();
     // Two intervals: the Modbus image then holds every miss of the load.
     std::thread::sleep(Duration::from_millis(1100));
+    // The kernel's counts bracket what latmon serves: `before`, then an
+    // interval (latmon samples after it), then the poll, then `after`.
+    // latmon's own map reads go on making misses while it runs, so no
+    // fixed slack bounds the image or the final total (+12 and +52 over a
+    // single read, FLAKY twice): these two reads do.
+    let before = kernel_misses(nobtf.id());
+    std::thread::sleep(Duration::from_millis(600));
     // mbpoll (a client no one here wrote): status register 5, bit 5
     // `missed`; registers 22-23 the u32 count, high word first.
     let poll = |t: &str, r: &str| -> i64 {
@@ -140,10 +147,6 @@ fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_repo
         v.unwrap_or_else(|| panic!("mbpoll -t {t} -r {r}: {text}"))
     };
     let (status_bits, modbus_missed) = (poll("3", "5"), poll("3:int", "22"));
-    // The kernel's own counts, after the Modbus image was read and before
-    // latmon's last sample: latmon's own map reads go on making misses, so
-    // the image (older) holds at most these and the last sample at least.
-    // (Read before the poll, the image once held 12 more: FLAKY.)
     let (truth_nobtf, truth_btf) = (kernel_misses(nobtf.id()), kernel_misses(btf.id()));
     let (st1, out_nobtf) = stop(nobtf);
     let (st2, out_btf) = stop(btf);
@@ -172,16 +175,21 @@ fn map_syscalls_make_the_kernel_skip_classic_tracepoint_programs_and_latmon_repo
         counted(&out_btf)
     );
     assert!(truth_nobtf > 0, "no classic-tracepoint program was skipped: the effect this test shows did not occur");
+    // The final sample comes after `truth_nobtf`: at least that many.
     assert!(
-        (truth_nobtf..=truth_nobtf + 20).contains(&m_nobtf),
+        m_nobtf >= truth_nobtf,
         "latmon reported {m_nobtf} skipped runs, the kernel counted {truth_nobtf} before latmon stopped"
     );
     assert_eq!((truth_btf, m_btf), (0, 0), "tp_btf programs are not skipped for map syscalls");
-    eprintln!("FIGURES Modbus: status 0x{status_bits:04x}, missed register {modbus_missed}");
+    eprintln!(
+        "FIGURES Modbus: status 0x{status_bits:04x}, missed register {modbus_missed} (kernel {before}..{truth_nobtf}); \
+         final total {m_nobtf}"
+    );
     assert!(status_bits & 0x20 != 0, "Modbus status bit 5 (missed): 0x{status_bits:04x}");
     assert!(
-        modbus_missed > 0 && modbus_missed as u64 <= truth_nobtf,
-        "Modbus missed {modbus_missed}, kernel {truth_nobtf}"
+        modbus_missed > 0 && (before..=truth_nobtf).contains(&(modbus_missed as u64)),
+        "Modbus missed {modbus_missed}, the kernel {before} before the interval ahead of the poll and {truth_nobtf} \
+         after it"
     );
     let plan: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
     let irq_cost = &plan["probes"][0]["cost"];

@@ -212,8 +212,11 @@ fn check(fx: &Fixture, lines: &[serde_json::Value]) -> Result<Figures, String> {
     }
     for &(start, end, med_ns, most_ns) in &inv {
         // The record of this wait: its futex call began after the lock
-        // call and ended (the thread running again) before it returned.
-        let Some((_, _, r)) = recs.iter().find(|(s, e, _)| *s >= start && *e <= end && s - start < 100_000) else {
+        // call and ended (the thread running again) before it returned;
+        // the first such call. (Its entry within 100 us of the lock call
+        // was wall time: host steal once put one later, FLAKY.)
+        let Some((_, _, r)) = recs.iter().filter(|(s, e, _)| *s >= start && *e <= end).min_by_key(|(s, _, _)| *s)
+        else {
             problems.push(format!("no record for the wait at {start} ({} us)", (end - start) / 1000));
             continue;
         };
