@@ -118,7 +118,7 @@ board_cmdline() {
 # took it. Worded without the splat words ("hung", "stall" alone) that a
 # technician greps a console for.
 # shellcheck disable=SC2016 # expanded in the guest's init
-board_detectors_sh='echo "board: detector settings: blocked-task timeout $(cat /proc/sys/kernel/hung_task_timeout_secs) s, watchdog_thresh $(cat /proc/sys/kernel/watchdog_thresh) s, rcu cpu stall timeout $(cat /sys/module/rcupdate/parameters/rcu_cpu_stall_timeout) s, console loglevel $(cut -f1 /proc/sys/kernel/printk)"'
+board_detectors_sh='echo "board: kernel detectors armed (s): tasks $(cat /proc/sys/kernel/hung_task_timeout_secs), cpus $(cat /proc/sys/kernel/watchdog_thresh), rcu $(cat /sys/module/rcupdate/parameters/rcu_cpu_stall_timeout); console loglevel $(cut -f1 /proc/sys/kernel/printk)"'
 
 # The negative control of the splat checks (LATMON_BOARD_INJECT_SPLAT=1):
 # the guest's init logs a fake splat through /dev/kmsg (level 3), as the
