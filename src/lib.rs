@@ -15,6 +15,7 @@ pub mod certify;
 pub mod check;
 pub mod config;
 pub mod cost;
+pub mod discover;
 pub mod error;
 pub mod hygiene;
 pub mod privs;

@@ -135,6 +135,8 @@ fn emit_does_not_allocate(word: &str) {
     };
     let mut totals = busy_hists(n, 3);
     let report = IntervalReport {
+        loops: Vec::new(),
+        loops_unlisted: 0,
         seq: 1,
         time_ns: 1,
         interval_ns: 1,
@@ -198,6 +200,8 @@ fn text_output_emit_does_not_allocate() {
         let totals = busy_hists(n, 3);
         let errors = vec![0u64; n];
         let mut r = IntervalReport {
+            loops: Vec::new(),
+            loops_unlisted: 0,
             seq: 1,
             time_ns: 1,
             interval_ns: 1_000_000_000,
@@ -253,6 +257,8 @@ fn modbus_output_emit_does_not_allocate() {
     };
     let totals = busy_hists(n, 3);
     let mut r = IntervalReport {
+        loops: Vec::new(),
+        loops_unlisted: 0,
         seq: 1,
         time_ns: 1,
         interval_ns: 1,

@@ -114,6 +114,8 @@ pub struct Agent {
     cost_read_failed: bool,
     /// Configured probes that are not running (attach failed).
     failed: Vec<FailedProbe>,
+    /// Loop discovery's worker (None: it could not start; logged).
+    discovery: Option<crate::discover::Discovery>,
 }
 
 /// Open the probes of `specs`; failures are printed, skipped and returned
@@ -155,6 +157,23 @@ fn warn_uncounted_skips(slots: &[Slot]) {
     }
 }
 
+/// Loop discovery's worker, scanning every interval. Test builds:
+/// `LATMON_LOOPS_MUTATE=1` calls every FIFO thread periodic, the wrong
+/// discovery the loop-zoo test must catch.
+fn start_discovery(interval: &Duration) -> Option<crate::discover::Discovery> {
+    #[cfg(feature = "test-hooks")]
+    let mutate = std::env::var_os("LATMON_LOOPS_MUTATE").is_some();
+    #[cfg(not(feature = "test-hooks"))]
+    let mutate = false;
+    match crate::discover::Discovery::start(*interval, mutate) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            log::warn!("loop discovery could not start: {e}; no loops are listed");
+            None
+        }
+    }
+}
+
 fn failed_probe(position: usize, spec: &ProbeSpec, e: &dyn std::fmt::Display) -> FailedProbe {
     FailedProbe { position, name: spec.name.clone(), kind: spec.kind.family(), why: e.to_string() }
 }
@@ -170,6 +189,7 @@ impl Agent {
         log::info!("running: {} of {} probes attached", slots.len(), cfg.probes.len());
         warn_uncounted_skips(&slots);
         let now = monotonic_ns();
+        let cfg_interval = cfg.interval;
         // SAFETY: sysconf has no preconditions.
         let page_size = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
         let mut a = Agent {
@@ -196,6 +216,7 @@ impl Agent {
             privileged: true,
             cost_read_failed: false,
             failed,
+            discovery: start_discovery(&cfg_interval),
         };
         a.replan();
         Ok(a)

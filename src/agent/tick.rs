@@ -97,6 +97,12 @@ impl Agent {
             std::mem::swap(&mut s.prev, &mut s.cur);
             self.totals[i].clone_from(&s.prev);
         }
+        if let Some(d) = &self.discovery {
+            let snap = d.snapshot();
+            self.report.loops = snap.loops;
+            self.report.loops_unlisted = snap.unlisted + snap.untracked;
+            self.report.agent.discovery_cpu_ns = snap.scan_cpu_ns;
+        }
         self.report.agent.rss_bytes = self.rss_bytes();
         let faults = crate::hygiene::page_faults();
         self.report.agent.page_faults = faults.saturating_sub(self.faults_before);

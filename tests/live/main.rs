@@ -30,6 +30,7 @@ mod links_paced;
 mod lock;
 mod lock_kinds;
 mod lock_names;
+mod loops;
 mod modbus;
 mod nobtf_tracepoint;
 mod prom_native;

@@ -587,6 +587,8 @@ fn modbus_rtu_device_that_appears_later_is_opened_and_flagged() {
         probes: vec![ProbeReport::new(&info, &Hist::default(), &h)],
         alert_records: Vec::new(),
         agent: Default::default(),
+        loops: Vec::new(),
+        loops_unlisted: 0,
     };
     // The device shows up (a USB-RS485 adapter plugged in): latmon opens it
     // within its reopen period.

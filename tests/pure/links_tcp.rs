@@ -83,6 +83,8 @@ fn tcp_stalled_client_dropped_while_other_served_on_time() {
             }
         }
         let report = IntervalReport {
+            loops: Vec::new(),
+            loops_unlisted: 0,
             seq,
             time_ns: seq * 2_000_000,
             interval_ns: 2_000_000,

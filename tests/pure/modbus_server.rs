@@ -66,6 +66,8 @@ fn report(seq: u64, s: &Session) -> IntervalReport {
         probes,
         alert_records: Vec::new(),
         agent: Default::default(),
+        loops: Vec::new(),
+        loops_unlisted: 0,
     }
 }
 

@@ -45,6 +45,8 @@ fn endpoint() -> (Box<dyn Sink>, String) {
         probes: vec![ProbeReport::new(&session.probes[0], &Hist::default(), &h)],
         alert_records: Vec::new(),
         agent: Default::default(),
+        loops: Vec::new(),
+        loops_unlisted: 0,
     };
     sink.emit(&Tick { session: &session, report: &report, totals: &[h], read_errors: &[0] });
     (sink, addr)

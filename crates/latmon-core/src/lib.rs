@@ -40,6 +40,8 @@ pub mod json;
 #[cfg(feature = "std")]
 pub mod lock;
 #[cfg(feature = "std")]
+pub mod loops;
+#[cfg(feature = "std")]
 pub mod receiver;
 #[cfg(feature = "std")]
 pub mod session;

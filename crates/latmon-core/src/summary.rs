@@ -179,6 +179,8 @@ pub struct AgentStatus {
     /// those of populating new locked memory included: 0 in steady state
     /// (no new series, nothing allocated; docs/agent.md).
     pub page_faults: u64,
+    /// Loop discovery's CPU time in its last scan (its own thread).
+    pub discovery_cpu_ns: u64,
 }
 
 /// A latency above a probe's threshold, as the kernel reported it.
@@ -263,6 +265,11 @@ pub struct IntervalReport {
     /// by the kernel's rate limit; the per-probe `alerts` counts are exact).
     /// Each record's id is its row in `probes`.
     pub alert_records: Vec<AlertRecord>,
+    /// The board's control loops, as loop discovery found them (JSON
+    /// `loops`; bounded by `loops::LISTED`, the rest in `loops_unlisted`).
+    /// Empty from frames.
+    pub loops: Vec<crate::loops::Loop>,
+    pub loops_unlisted: u32,
     /// The agent's own cost and budget state (default when decoded from
     /// frames).
     pub agent: AgentStatus,
@@ -298,6 +305,12 @@ impl IntervalReport {
         st.serialize_entry("interval_ns", &self.interval_ns)?;
         if self.last {
             st.serialize_entry("last", &self.last)?;
+        }
+        if !self.loops.is_empty() || self.loops_unlisted > 0 {
+            st.serialize_entry("loops", &self.loops)?;
+        }
+        if self.loops_unlisted > 0 {
+            st.serialize_entry("loops_unlisted", &self.loops_unlisted)?;
         }
         st.serialize_entry("probes", &self.probes)?;
         if keep > 0 {
@@ -749,6 +762,8 @@ mod tests {
             probes: vec![ProbeReport::new(&info(), &prev, &cur)],
             alert_records: Vec::new(),
             agent: AgentStatus::default(),
+            loops: Vec::new(),
+            loops_unlisted: 0,
         };
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         for k in ["seq", "time_ns", "interval_ns", "probes"] {
@@ -772,6 +787,8 @@ mod tests {
             probes: vec![ProbeReport::new(&info(), &prev, &cur)],
             alert_records: Vec::new(),
             agent: AgentStatus::default(),
+            loops: Vec::new(),
+            loops_unlisted: 0,
         };
         let t = render_text(&r);
         assert!(t.contains("(final)"));
@@ -791,6 +808,8 @@ mod tests {
             ProbeReport::new(&ProbeInfo { name: "idle".into(), ..info() }, &Hist::default(), &Hist::default());
         idle.total_count = 0;
         let r = IntervalReport {
+            loops: Vec::new(),
+            loops_unlisted: 0,
             seq: 1,
             time_ns: 0,
             interval_ns: 1_000_000_000,
@@ -836,6 +855,8 @@ mod tests {
             ..Default::default()
         });
         let r = IntervalReport {
+            loops: Vec::new(),
+            loops_unlisted: 0,
             seq: 2,
             time_ns: 0,
             interval_ns: 1_000_000_000,
@@ -896,6 +917,8 @@ mod tests {
             probes: vec![p],
             alert_records: Vec::new(),
             agent: AgentStatus::default(),
+            loops: Vec::new(),
+            loops_unlisted: 0,
         };
         assert!(render_text(&r).contains("  MISSED 92/300\n"), "{}", render_text(&r));
         let v = serde_json::to_value(&r).unwrap();

@@ -64,6 +64,8 @@ fn report(seq: u64) -> IntervalReport {
         probes: vec![p, q],
         alert_records: Vec::new(),
         agent: Default::default(),
+        loops: Vec::new(),
+        loops_unlisted: 0,
     }
 }
 

@@ -378,7 +378,7 @@ impl Tracker {
             last: d.last,
             probes: Vec::new(),
             alert_records: Vec::new(),
-            agent: Default::default(),
+            ..Default::default()
         };
         let (mut ids, mut inexact) = (Vec::new(), Vec::new());
         let mut since: Option<u64> = None;
@@ -493,7 +493,7 @@ impl Tracker {
             last: s.last,
             probes: Vec::with_capacity(s.probes.len()),
             alert_records: Vec::new(),
-            agent: Default::default(),
+            ..Default::default()
         };
         let mut since: Option<u64> = None;
         let mut ids = Vec::with_capacity(s.probes.len());

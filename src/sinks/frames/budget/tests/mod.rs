@@ -220,6 +220,8 @@ fn a_probe_flooding_alerts_cannot_shed_every_record_of_another() {
         let mut alert_records: Vec<AlertRecord> = (0..50).map(|i| rec(0, seq * 100 + i)).collect();
         alert_records.push(rec(1, seq));
         let report = IntervalReport {
+            loops: Vec::new(),
+            loops_unlisted: 0,
             seq,
             time_ns: seq * 1_000_000_000,
             interval_ns: 1_000_000_000,
@@ -365,6 +367,8 @@ fn a_familys_waits_line_is_never_rolled_up() {
         })
         .collect();
     let report = IntervalReport {
+        loops: Vec::new(),
+        loops_unlisted: 0,
         seq: 1,
         time_ns: 1_000_000_000,
         interval_ns: 1_000_000_000,

@@ -133,6 +133,8 @@ pub(super) fn simulate_load(
             }
         }
         let report = IntervalReport {
+            loops: Vec::new(),
+            loops_unlisted: 0,
             seq,
             time_ns: seq * 1_000_000_000,
             interval_ns: 1_000_000_000,
