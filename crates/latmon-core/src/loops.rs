@@ -156,6 +156,56 @@ impl Loop {
     }
 }
 
+/// Loop lines a text interval shows (the JSON line lists [`LISTED`]).
+pub const SHOWN: usize = 8;
+
+/// The text outputs' loops block (first, before the families): a
+/// count line, then one line per loop within 80 columns, at most
+/// [`SHOWN`], the rest counted. Nothing when no loop is listed.
+pub fn render_into(s: &mut String, loops: &[Loop], unlisted: u32) {
+    use std::fmt::Write;
+    if loops.is_empty() && unlisted == 0 {
+        return;
+    }
+    let n = |c: LoopClass| loops.iter().filter(|l| l.class == c).count();
+    let _ = write!(s, "loops: {} periodic, {} sporadic", n(LoopClass::Periodic), n(LoopClass::Sporadic));
+    if n(LoopClass::Unknown) > 0 {
+        let _ = write!(s, ", {} not yet known", n(LoopClass::Unknown));
+    }
+    if unlisted > 0 {
+        let _ = write!(s, " (+{unlisted} past the list's bound of {LISTED})");
+    }
+    s.push('\n');
+    let _ = writeln!(s, "  {:<15} {:>7} {:<11} {:>8} {:<10} CLASS", "LOOP", "TID", "POLICY", "PERIOD", "FROM");
+    for l in loops.iter().take(SHOWN) {
+        s.push_str("  ");
+        let from = s.len();
+        crate::text::push_clean(s, crate::text::truncate(&l.comm, 15));
+        let w = s.len() - from;
+        s.extend(std::iter::repeat_n(' ', 16 - w.min(15)));
+        let policy = if l.rt && l.policy != Policy::Deadline {
+            format!("{} {}", l.policy.word(), l.prio)
+        } else {
+            l.policy.word().to_string()
+        };
+        let period = if l.period_ns > 0 { crate::text::fmt_ns(l.period_ns) } else { "-".into() };
+        let class = match (l.class, l.rt) {
+            (LoopClass::Periodic, false) => "periodic, not RT",
+            (LoopClass::Periodic, true) => "periodic",
+            (LoopClass::Sporadic, _) => "sporadic",
+            (LoopClass::Unknown, _) => "not yet known",
+        };
+        let _ = write!(s, "{:>7} {:<11} {:>8} {:<10} {class}", l.tid, policy, period, l.period_source.word());
+        if l.jitter_ns > 0 {
+            let _ = write!(s, " +-{}", crate::text::Ns(l.jitter_ns));
+        }
+        s.push('\n');
+    }
+    if loops.len() > SHOWN {
+        let _ = writeln!(s, "  +{} more loops (JSON `loops` lists them)", loops.len() - SHOWN);
+    }
+}
+
 /// What discovery knows of one thread.
 #[derive(Debug, Clone)]
 struct Followed {
@@ -568,6 +618,26 @@ mod tests {
         let mut l = Loops::default();
         l.scan((0..TRACKED as u32 + 10).map(|t| seen(t, Policy::Fifo, 0, 0, Wait::Other)));
         assert_eq!((l.len(), l.untracked), (TRACKED, 10));
+    }
+
+    #[test]
+    fn the_text_block_fits_80_columns_and_cleans_names() {
+        let mut l = Loops::default();
+        let mut hostile = seen(1, Policy::Fifo, 0, 0, Wait::Timerfd { interval_ns: 2_000_000 });
+        hostile.comm = "\x1b[2Jname_longer_than_15".into();
+        hostile.prio = 99;
+        let more = (2..12).map(|t| seen(t, Policy::Rr, 0, 0, Wait::Other));
+        l.scan(std::iter::once(hostile).chain(more));
+        let mut s = String::new();
+        render_into(&mut s, &l.list(), 3);
+        assert!(s.lines().all(|x| x.len() <= 80), "{s}");
+        assert!(!s.contains('\x1b'), "{s}");
+        assert!(s.starts_with("loops: 1 periodic, 10 sporadic (+3 past the list's bound of 32)\n"), "{s}");
+        assert!(s.contains("  ?[2Jname_longer       1 fifo 99       2.00ms timerfd    periodic\n"), "{s}");
+        assert!(s.ends_with("  +3 more loops (JSON `loops` lists them)\n"), "{s}");
+        let mut empty = String::new();
+        render_into(&mut empty, &[], 0);
+        assert!(empty.is_empty());
     }
 
     #[test]

@@ -605,6 +605,7 @@ impl TextRender {
         let s = &mut self.lf;
         s.clear();
         render_header_into(s, r);
+        crate::loops::render_into(s, &r.loops, r.loops_unlisted);
         self.table.render_into(s, r.probes.as_slice(), r.interval_ns, style.sort);
         let measured = r.agent.cost_measured;
         self.table.for_each(r.probes.as_slice(), style.sort, |p| {
