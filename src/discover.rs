@@ -295,22 +295,36 @@ fn wait_of(pid: u32, tid: u32, buf: &mut String) -> (Wait, libc::clockid_t) {
 }
 
 /// What discovery remembers of the processes between scans: which are
-/// kernel threads and which user processes (their leader's stat read
-/// once). A pid keeps its kind until it is reused: both sets are thrown
-/// away every PIDS_KEPT scans for that. Bounded by MAX_PROCS each.
+/// kernel threads, and each user process's threads with their policies.
+/// A pid keeps its kind until it is reused: the kinds are thrown away
+/// every PIDS_KEPT scans for that. Bounded by MAX_PROCS processes.
 #[derive(Default)]
 struct Pids {
     kernel: std::collections::HashSet<u32>,
-    user: std::collections::HashSet<u32>,
-    /// Every user thread's policy as last asked, and the scan that saw
-    /// it listed: a thread of a process with no RT thread is asked again
-    /// every RECHECK scans (staggered by tid), a new one at once.
-    policies: std::collections::HashMap<u32, (Policy, u32)>,
+    user: std::collections::HashMap<u32, Proc>,
+    /// /proc/loadavg's last pid at the last scan.
+    last_pid: Option<u32>,
     scans: u32,
 }
+
+/// A user process as the last scan that listed it saw it.
+#[derive(Default)]
+struct Proc {
+    threads: Vec<(u32, Policy)>,
+    /// An RT process's threads' names, read from their stat every
+    /// RECHECK scans (a rename shows within them): tid -> comm.
+    names: std::collections::HashMap<u32, String>,
+    /// One of its threads is RT: its threads are listed every scan.
+    rt: bool,
+    /// The scan that found it in /proc.
+    seen: u32,
+}
+
 const PIDS_KEPT: u32 = 16;
-/// A known non-RT thread's policy is asked again within this many scans
-/// (a thread made RT after its start is found within them).
+/// A process with no RT thread has its threads listed, and a known
+/// non-RT thread is asked its policy, every this many scans (staggered
+/// by id): a thread made RT after its start is found within them, a
+/// new thread of an RT process at once.
 const RECHECK: u32 = 4;
 
 fn is_rt(p: Policy) -> bool {
@@ -326,77 +340,115 @@ fn policy_of(tid: u32) -> Option<Policy> {
     (p >= 0).then(|| Policy::from_code(p as u32 & !0x4000_0000))
 }
 
-/// One scan of /proc: the candidate threads. A user process's threads
-/// are asked their policy (sched_getscheduler); only a process with an
-/// RT thread has its threads' stat and waits read.
+/// sched_getparam(2)'s priority (rt_priority; 0 outside FIFO and RR).
+fn rt_priority(tid: u32) -> Option<u32> {
+    let mut sp = libc::sched_param { sched_priority: 0 };
+    // SAFETY: a valid sched_param the kernel writes.
+    let r = unsafe { libc::sched_getparam(tid as libc::pid_t, &mut sp) };
+    (r == 0).then_some(sp.sched_priority.max(0) as u32)
+}
+
+/// One scan of /proc: the candidate threads. Only a process with an RT
+/// thread has its threads' stat and waits read.
 fn scan_threads(pids: &mut Pids) -> Vec<Seen> {
     let mut out = Vec::new();
     pids.scans += 1;
-    if pids.scans % PIDS_KEPT == 0 {
+    let scan = pids.scans;
+    if scan % PIDS_KEPT == 0 {
         pids.kernel.clear();
         pids.user.clear();
     }
-    let last = pids.scans.wrapping_sub(1);
-    pids.policies.retain(|_, &mut (_, seen)| seen == last);
-    let Ok(procs) = fs::read_dir("/proc") else { return out };
     let mut buf = String::with_capacity(1024);
     let mut status = String::with_capacity(2048);
-    let mut tids: Vec<(u32, Policy)> = Vec::new();
-    for ent in procs.flatten().take(MAX_PROCS) {
-        let Some(pid) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+    // No pid or tid allocated since the last scan (/proc/loadavg's last
+    // field: the last id handed out; threads take ids from the same
+    // space): no new process or thread, so the known processes are all
+    // there is to look at, and /proc need not be listed.
+    let last_pid = read_small("/proc/loadavg", &mut buf)
+        .then(|| buf.rsplit(' ').next().and_then(|v| v.trim().parse::<u32>().ok()))
+        .flatten();
+    let listing: Vec<u32> = if last_pid.is_some() && last_pid == pids.last_pid && scan % PIDS_KEPT != 0 {
+        pids.user.keys().copied().collect()
+    } else {
+        let Ok(procs) = fs::read_dir("/proc") else { return out };
+        procs.flatten().take(MAX_PROCS).filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect()
+    };
+    pids.last_pid = last_pid;
+    for pid in listing {
         if pids.kernel.contains(&pid) {
             continue;
         }
         // A new pid: its leader says whether it is a kernel thread
         // (PF_KTHREAD; IRQ threads are), skipped whole then.
-        if !pids.user.contains(&pid) {
+        if !pids.user.contains_key(&pid) {
             if !read_small(&format!("/proc/{pid}/stat"), &mut buf) {
                 continue;
             }
             match parse_stat(&buf) {
-                Some(st) if st.flags & PF_KTHREAD == 0 => pids.user.insert(pid),
-                Some(_) => pids.kernel.insert(pid),
+                Some(st) if st.flags & PF_KTHREAD == 0 => {}
+                Some(_) => {
+                    pids.kernel.insert(pid);
+                    continue;
+                }
                 None => continue,
-            };
-            if pids.kernel.contains(&pid) {
-                continue;
             }
         }
-        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { continue };
-        tids.clear();
-        let scan = pids.scans;
-        for tid in tasks.flatten().filter_map(|t| t.file_name().to_str().and_then(|s| s.parse::<u32>().ok())) {
-            let known = pids.policies.get(&tid).map(|&(p, _)| p);
-            let policy = match known {
-                Some(p) if !is_rt(p) && (tid + scan) % RECHECK != 0 => Some(p),
-                _ => policy_of(tid),
-            };
-            if let Some(p) = policy {
-                pids.policies.insert(tid, (p, scan));
-                tids.push((tid, p));
-            }
-        }
-        if !tids.iter().any(|&(_, p)| is_rt(p)) {
+        let p = pids.user.entry(pid).or_default();
+        let fresh = p.seen == 0;
+        p.seen = scan;
+        if !fresh && !p.rt && (pid + scan) % RECHECK != 0 {
             continue;
         }
-        for &(tid, policy) in &tids {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+            p.seen = 0; // gone: forgotten below
+            continue;
+        };
+        let mut threads = Vec::with_capacity(p.threads.len());
+        for tid in tasks.flatten().filter_map(|t| t.file_name().to_str().and_then(|s| s.parse::<u32>().ok())) {
+            let known = p.threads.iter().find(|&&(t, _)| t == tid).map(|&(_, pol)| pol);
+            let policy = match known {
+                Some(pol) if !is_rt(pol) && (tid + scan) % RECHECK != 0 => Some(pol),
+                _ => policy_of(tid),
+            };
+            if let Some(pol) = policy {
+                threads.push((tid, pol));
+            }
+        }
+        p.rt = threads.iter().any(|&(_, pol)| is_rt(pol));
+        p.threads = threads;
+        if !p.rt {
+            continue;
+        }
+        p.names.retain(|tid, _| p.threads.iter().any(|&(t, _)| t == *tid));
+        for &(tid, policy) in &p.threads {
             if !is_rt(policy) && policy != Policy::Other {
                 continue; // BATCH, IDLE: no loop of a controller's
             }
-            if !read_small(&format!("/proc/{pid}/task/{tid}/stat"), &mut buf) {
-                continue; // gone meanwhile
-            }
-            let Some(st) = parse_stat(&buf) else { continue };
-            let policy = Policy::from_code(st.policy);
+            let (comm, prio) = match p.names.get(&tid) {
+                Some(comm) if (tid + scan) % RECHECK != 0 => match rt_priority(tid) {
+                    Some(prio) => (comm.clone(), prio),
+                    None => continue, // gone meanwhile
+                },
+                _ => {
+                    if !read_small(&format!("/proc/{pid}/task/{tid}/stat"), &mut buf) {
+                        continue; // gone meanwhile
+                    }
+                    let Some(st) = parse_stat(&buf) else { continue };
+                    p.names.insert(tid, st.comm.clone());
+                    (st.comm, st.rt_priority)
+                }
+            };
             let time_ns = crate::agent::monotonic_ns();
             let (wait, _) = wait_of(pid, tid, &mut buf);
             let vcsw = (wait == Wait::RelSleep && read_small(&format!("/proc/{pid}/task/{tid}/status"), &mut status))
                 .then(|| parse_vcsw(&status))
                 .flatten();
             let dl_period_ns = if policy == Policy::Deadline { dl_period(tid) } else { 0 };
-            out.push(Seen { tid, pid, comm: st.comm, policy, prio: st.rt_priority, dl_period_ns, vcsw, time_ns, wait });
+            out.push(Seen { tid, pid, comm, policy, prio, dl_period_ns, vcsw, time_ns, wait });
         }
     }
+    // Processes gone from /proc are forgotten.
+    pids.user.retain(|_, p| p.seen == scan);
     out
 }
 
