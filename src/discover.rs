@@ -342,7 +342,10 @@ fn policy_of(tid: u32) -> Option<Policy> {
 
 /// sched_getparam(2)'s priority (rt_priority; 0 outside FIFO and RR).
 fn rt_priority(tid: u32) -> Option<u32> {
-    let mut sp = libc::sched_param { sched_priority: 0 };
+    // Zeroed, not a literal: musl's sched_param has more fields than
+    // sched_priority (its SCHED_SPORADIC ones).
+    // SAFETY: sched_param is plain integers; all-zero is a valid value.
+    let mut sp: libc::sched_param = unsafe { std::mem::zeroed() };
     // SAFETY: a valid sched_param the kernel writes.
     let r = unsafe { libc::sched_getparam(tid as libc::pid_t, &mut sp) };
     (r == 0).then_some(sp.sched_priority.max(0) as u32)
