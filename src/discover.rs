@@ -110,9 +110,10 @@ impl Discovery {
                     scan_cpu_ns: thread_cpu_ns().saturating_sub(cpu0),
                     scans,
                 };
-                if let Ok(mut s) = out.lock() {
-                    *s = snap;
-                }
+                // The old one is dropped after the lock is let go: the
+                // tick's try_lock finds it held as briefly as can be.
+                let old = out.lock().map(|mut s| std::mem::replace(&mut *s, snap));
+                drop(old);
                 next += interval;
                 let now = Instant::now();
                 if next > now {
@@ -125,9 +126,16 @@ impl Discovery {
         Ok(Discovery { shared, stop })
     }
 
-    /// The newest scan's loops.
-    pub fn snapshot(&self) -> Snapshot {
-        self.shared.lock().map(|s| s.clone()).unwrap_or_default()
+    /// The newest scan's loops; None while the worker is publishing one
+    /// (the caller keeps the last). Never waits: the worker (at the
+    /// agent's nice, docs/agent.md "RT hygiene") may be preempted holding
+    /// the lock for as long as the CPUs are busy, and the agent's
+    /// interval tick must not wait for it.
+    pub fn snapshot(&self) -> Option<Snapshot> {
+        match self.shared.try_lock() {
+            Ok(s) => Some(s.clone()),
+            Err(_) => None,
+        }
     }
 }
 
