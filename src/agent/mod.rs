@@ -116,6 +116,8 @@ pub struct Agent {
     failed: Vec<FailedProbe>,
     /// Loop discovery's worker (None: it could not start; logged).
     discovery: Option<crate::discover::Discovery>,
+    /// The discovery scan the report holds.
+    discovery_seen: u64,
 }
 
 /// Open the probes of `specs`; failures are printed, skipped and returned
@@ -217,6 +219,7 @@ impl Agent {
             cost_read_failed: false,
             failed,
             discovery: start_discovery(&cfg_interval),
+            discovery_seen: 0,
         };
         a.replan();
         Ok(a)

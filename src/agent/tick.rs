@@ -97,10 +97,8 @@ impl Agent {
             std::mem::swap(&mut s.prev, &mut s.cur);
             self.totals[i].clone_from(&s.prev);
         }
-        if let Some(snap) = self.discovery.as_ref().and_then(|d| d.snapshot()) {
-            self.report.loops = snap.loops;
-            self.report.loops_unlisted = snap.unlisted + snap.untracked;
-            self.report.agent.discovery_cpu_ns = snap.scan_cpu_ns;
+        if let Some(d) = &self.discovery {
+            d.copy_newer(&mut self.discovery_seen, &mut self.report);
         }
         self.report.agent.rss_bytes = self.rss_bytes();
         let faults = crate::hygiene::page_faults();

@@ -68,16 +68,22 @@ impl io::Write for Count {
 
 /// How many of `r`'s alert records, in order, fit in `bytes` of JSON.
 pub fn alert_records_within(r: &IntervalReport, bytes: usize) -> usize {
+    alert_records_fit(r, bytes).0
+}
+
+/// How many of `r`'s alert records, in order, fit in `bytes` of JSON,
+/// and the bytes they take (with their commas): at most `bytes`.
+pub fn alert_records_fit(r: &IntervalReport, bytes: usize) -> (usize, usize) {
     let mut used = 0usize;
     for (i, a) in r.alert_records.iter().enumerate() {
         let mut c = Count(usize::from(i > 0));
         let _ = to_writer(&mut c, &Named { name: r.probe_name(a.id), record: a });
-        used = used.saturating_add(c.0);
-        if used > bytes {
-            return i;
+        if used.saturating_add(c.0) > bytes {
+            return (i, used);
         }
+        used = used.saturating_add(c.0);
     }
-    r.alert_records.len()
+    (r.alert_records.len(), used)
 }
 
 /// One JSON line of `r` (no newline) into `out`, its alert records cut at

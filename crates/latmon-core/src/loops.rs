@@ -251,15 +251,6 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
-/// What one scan changed, for the outputs' announcements.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Changes {
-    /// Threads seen for the first time (tid, comm).
-    pub appeared: Vec<(u32, String)>,
-    /// Threads gone since the scan before (tid, comm).
-    pub left: Vec<(u32, String)>,
-}
-
 /// Every thread discovery follows, by tid.
 #[derive(Debug, Default)]
 pub struct Loops {
@@ -281,10 +272,9 @@ impl Loops {
     /// One scan: every candidate thread seen (RT threads and the
     /// SCHED_OTHER threads of their processes). A thread not in it has
     /// left (or stopped being a candidate) and is forgotten.
-    pub fn scan(&mut self, seen: impl IntoIterator<Item = Seen>) -> Changes {
+    pub fn scan(&mut self, seen: impl IntoIterator<Item = Seen>) {
         self.scan += 1;
         self.untracked = 0;
-        let mut ch = Changes::default();
         for s in seen {
             let scan = self.scan;
             if !self.threads.contains_key(&s.tid) {
@@ -292,7 +282,6 @@ impl Loops {
                     self.untracked += 1;
                     continue;
                 }
-                ch.appeared.push((s.tid, s.comm.clone()));
                 let f =
                     Followed { seen: s.clone(), expiries: Ring::new(), rates: Ring::new(), waits: Ring::new(), scan };
                 self.threads.insert(s.tid, f);
@@ -305,14 +294,7 @@ impl Loops {
             f.follow(s, scan);
         }
         let scan = self.scan;
-        self.threads.retain(|&tid, f| {
-            let keep = f.scan == scan;
-            if !keep {
-                ch.left.push((tid, f.seen.comm.clone()));
-            }
-            keep
-        });
-        ch
+        self.threads.retain(|_, f| f.scan == scan);
     }
 
     /// Successive absolute expiries of thread `tid` read between scans:
@@ -603,10 +585,8 @@ mod tests {
     fn a_thread_gone_is_forgotten_and_a_reused_tid_starts_again() {
         let mut l = Loops::default();
         l.scan([seen(1, Policy::Fifo, 0, 0, Wait::Timerfd { interval_ns: 2_000_000 })]);
-        let ch = l.scan([seen(2, Policy::Fifo, S, 0, Wait::Other)]);
-        assert_eq!(ch.left, vec![(1, "t1".to_string())]);
-        assert_eq!(ch.appeared, vec![(2, "t2".to_string())]);
-        assert_eq!(l.len(), 1);
+        l.scan([seen(2, Policy::Fifo, S, 0, Wait::Other)]);
+        assert_eq!(l.list().iter().map(|x| x.tid).collect::<Vec<_>>(), vec![2]);
         let mut other = seen(2, Policy::Fifo, 2 * S, 0, Wait::Timerfd { interval_ns: 1_000_000 });
         other.pid = 200;
         l.scan([other]);

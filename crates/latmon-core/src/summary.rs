@@ -181,6 +181,11 @@ pub struct AgentStatus {
     pub page_faults: u64,
     /// Loop discovery's CPU time in its last scan (its own thread).
     pub discovery_cpu_ns: u64,
+    /// Loop discovery's scans since start, and CLOCK_MONOTONIC when the
+    /// one `loops` comes from began (0: none yet): what a reader dates
+    /// the listing by (a busy host may hold a scan back).
+    pub discovery_scans: u64,
+    pub discovery_at_ns: u64,
 }
 
 /// A latency above a probe's threshold, as the kernel reported it.

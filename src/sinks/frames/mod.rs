@@ -361,8 +361,11 @@ impl Sink for Output {
 /// line counts what it cut (`alert_records_cut`).
 fn json_line(buf: &mut Vec<u8>, t: &Tick<'_>, q: &Queue) {
     let mut bytes = latmon_core::json::ALERT_RECORD_BYTES_MAX;
-    // Each try cuts at least what the last was over; the fourth keeps no
-    // record (a summary over the queue alone is dropped and counted).
+    // Each try cuts what the last was over from the records it kept (not
+    // from its bound: whole records leave slack under it, and a cut of
+    // the slack alone kept the same records, over again); the fourth
+    // keeps no record (a summary over the queue alone is dropped and
+    // counted).
     for tries in 0.. {
         buf.clear();
         if let Err(e) = latmon_core::json::report_line(buf, t.report, bytes) {
@@ -373,7 +376,8 @@ fn json_line(buf: &mut Vec<u8>, t: &Tick<'_>, q: &Queue) {
         if over == 0 || bytes == 0 {
             break;
         }
-        bytes = if tries >= 2 { 0 } else { bytes.saturating_sub(over) };
+        let kept = latmon_core::json::alert_records_fit(t.report, bytes).1;
+        bytes = if tries >= 2 { 0 } else { kept.saturating_sub(over) };
     }
     q.push(buf);
 }
