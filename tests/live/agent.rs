@@ -391,7 +391,10 @@ fn over_budget_detaches_the_most_expensive_probe_and_says_so_everywhere() {
     // Poll until they have the same interval, then read them.
     let metrics = poll_until(Duration::from_secs(5), || {
         let (_, _, m) = http_get(&addr, "/metrics");
-        m.contains("latmon_degraded 1").then_some(m)
+        // The sample line itself: the metric's HELP text reads
+        // "latmon_degraded 1 when a probe was detached", which matched
+        // from the first scrape, before the detach (FLAKY once).
+        m.lines().any(|l| l == "latmon_degraded 1").then_some(m)
     })
     .unwrap_or_else(|| http_get(&addr, "/metrics").2);
     // A PLC sees it too: status register 5, bit 2 "over budget" (it was
@@ -461,7 +464,7 @@ fn over_budget_detaches_the_most_expensive_probe_and_says_so_everywhere() {
     assert!(u(degraded, "flags") & 1 != 0, "sent in the over-budget interval itself: {degraded}");
     assert_eq!(degraded["detached"].as_array().unwrap().len(), 1);
     assert_eq!(st.last().unwrap()["detached"].as_array().unwrap().len(), 2);
-    assert!(metrics.contains("latmon_degraded 1"), "{metrics}");
+    assert!(metrics.lines().any(|l| l == "latmon_degraded 1"), "{metrics}");
     assert_eq!(plc_status & 0x4, 0x4, "Modbus status bit 2 (over budget) after the detach: {plc_status:#06x}");
     assert!(
         metrics.lines().any(
