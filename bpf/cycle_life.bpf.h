@@ -43,7 +43,7 @@ static __always_inline bool comm_wanted(struct task_struct *p, char *comm)
 }
 
 /* Task p (thread tid) enters the watched threads if it passes the filter
- * (comm=, or pid= the thread id). NULL: not wanted, or no room. A task
+ * (comm=, or pid= the thread id; cycle,auto: its id is in cycle_auto). NULL: not wanted, or no room. A task
  * already exiting gets no entry: sched_process_exit, which frees it, may
  * have run. */
 static __always_inline struct cycle_thread *thread_enter(struct task_struct *p, __u32 tid)
@@ -52,6 +52,10 @@ static __always_inline struct cycle_thread *thread_enter(struct task_struct *p, 
 	struct cycle_thread *t, *z;
 	__u32 zero = 0;
 
+	/* cycle,auto first: every timer sleep on the machine comes here, and
+	 * one hash lookup turns away all but the listed loops. */
+	if (cfg.auto_watch && !bpf_map_lookup_elem(&cycle_auto, &tid))
+		return NULL;
 	if (!comm_wanted(p, comm) || (cfg.filter_tid && tid != cfg.filter_tid))
 		return NULL;
 	if (BPF_CORE_READ(p, flags) & PF_EXITING)

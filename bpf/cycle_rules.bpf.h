@@ -208,6 +208,12 @@ static __always_inline void rule_block(void *ctx, struct cycle_thread *t, struct
 	t->futex_wait = 0;
 	if (!(state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE)))
 		return;
+	/* Asleep to its next release: the cycle's own sleep. A timer sleep
+	 * is judged at its entry; a timerfd loop's blocking read (cycle_read
+	 * set P_SLEEP) is its release and breaks no rule - it counted as
+	 * sleep_other on every cycle before (issue 42). */
+	if (t->phase == P_SLEEP)
+		return;
 	sys = syscall_of(prev);
 	if (sys >= 0 && sys == cfg.nr_futex) {
 		cmd = (__u32)syscall_arg1(prev) & RULE_FUTEX_CMD_MASK;

@@ -218,9 +218,11 @@ static __always_inline void timerfd_expiry(struct hrtimer *timer)
 	struct timerfd_ctx *c;
 	struct list_head *head, *pos;
 
-	/* Without timerfd=true cycle_read is not attached: a reader found
-	 * here would never be done. */
-	if (!cfg.timerfd || !&timerfd_tmrproc || (__u64)timer->function != (__u64)&timerfd_tmrproc)
+	/* Without timerfd=true or cycle,auto cycle_read is not attached: a
+	 * reader found here would never be done. (cycle,auto attaches it
+	 * before it lists a timerfd loop in cycle_auto, and lists none if
+	 * the attach failed.) */
+	if ((!cfg.timerfd && !cfg.auto_watch) || !&timerfd_tmrproc || (__u64)timer->function != (__u64)&timerfd_tmrproc)
 		return;
 	c = (struct timerfd_ctx *)((__u64)timer - bpf_core_field_offset(struct timerfd_ctx, t.tmr));
 	if (BPF_CORE_READ(c, clockid) != CLOCK_MONOTONIC)

@@ -91,6 +91,17 @@ struct {
 	__type(value, struct cycle_thread);
 } cycle_threads SEC(".maps");
 
+/* cycle,auto: the thread ids user space watches (the periodic RT loops
+ * discovery found), rewritten when its list changes. A thread enters
+ * cycle_threads only if its id is here; one that leaves the list stays
+ * watched until it exits or execs (cycle_life.bpf.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LATMON_CYCLE_AUTO);
+	__type(key, __u32);
+	__type(value, __u8);
+} cycle_auto SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, LATMON_CYCLE_SERIES);

@@ -149,6 +149,9 @@
  * drops). Histogram series per object: response (release -> done),
  * wakeup (release -> running), exec (running -> done). */
 #define LATMON_CYCLE_THREADS 64
+/* cycle,auto: the loops discovery hands the family at most (the
+ * cycle_auto hash; docs/agent.md "Loop discovery"). */
+#define LATMON_CYCLE_AUTO 32
 #define LATMON_CYCLE_SERIES 3
 #define LATMON_CS_RESPONSE 0
 #define LATMON_CS_WAKEUP 1
@@ -450,6 +453,9 @@ struct latmon_cycle_config {
 	__s32 nr_nanosleep;
 	__s32 nr_clock_nanosleep;
 	__u32 lock_join; /* a lock probe runs: take its waits (bpf/lock_cycle.bpf.h) */
+	/* cycle,auto: a thread is entered only if user space put its id in
+	 * cycle_auto (the periodic RT loops discovery found, issue 42). */
+	__u32 auto_watch;
 	char filter_comm[LATMON_COMM_LEN];
 };
 

@@ -105,10 +105,15 @@ pub enum ProbeKind {
     /// is what a miss is late against; `timerfd=true` also follows a
     /// loop that blocks in read() on a periodic timerfd (opt-in: it adds
     /// a program to every read() on the machine, docs/probes.md "cycle").
+    /// `auto` (`cycle,auto`): the threads are the periodic RT loops loop
+    /// discovery finds (docs/agent.md "Loop discovery"), each judged
+    /// against its own period; timerfd loops are followed without
+    /// `timerfd=`, the read program attached only once one is watched.
     Cycle {
         period: Option<Duration>,
         deadline: Option<Duration>,
         timerfd: bool,
+        auto: bool,
     },
     /// The futex waits of named threads, one series per lock; records
     /// (with `threshold=`) name the owner and any priority inversion.
@@ -187,7 +192,7 @@ probe_kinds! { |arg|
         None => Err("expected ufunc:/absolute/path/to/binary:SYMBOL".into()),
     }, [Uprobe];
     Chain: Self::Chain { .. } => no_arg(arg, Self::Chain { response: None }), [TpBtf];
-    Cycle: Self::Cycle { .. } => no_arg(arg, Self::Cycle { period: None, deadline: None, timerfd: false }), [TpBtf];
+    Cycle: Self::Cycle { .. } => no_arg(arg, Self::Cycle { period: None, deadline: None, timerfd: false, auto: false }), [TpBtf];
     Lock: Self::Lock => no_arg(arg, Self::Lock), [TpBtf];
 }
 
@@ -214,7 +219,9 @@ impl ProbeKind {
     fn needs_threads(&self) -> Option<&'static str> {
         match self {
             Self::Chain { .. } => Some("chain follows one named thread: give comm=NAME or pid=N"),
-            Self::Cycle { .. } => Some("cycle watches a periodic thread: give comm=NAME or pid=TID"),
+            Self::Cycle { auto: false, .. } => Some(
+                "cycle watches a periodic thread: give comm=NAME or pid=TID, or cycle,auto for the loops latmon finds",
+            ),
             Self::Lock => Some("lock watches named threads' waits: give comm=NAME or pid=TID"),
             _ => None,
         }
@@ -282,6 +289,13 @@ impl ProbeSpec {
             spec: spec.trim().to_string(),
         };
         for opt in parts {
+            if opt.trim() == "auto" {
+                let ProbeKind::Cycle { auto, .. } = &mut p.kind else {
+                    return Err(bad("auto applies to cycle only (cycle,auto: the loops latmon finds)"));
+                };
+                *auto = true;
+                continue;
+            }
             let (k, v) = opt
                 .split_once('=')
                 .map(|(k, v)| (k.trim(), v.trim()))
@@ -375,6 +389,23 @@ impl ProbeSpec {
         match p.kind.needs_threads() {
             Some(why) if p.comm.is_none() && p.pid.is_none() => return Err(bad(why)),
             _ => {}
+        }
+        if let ProbeKind::Cycle { auto: true, period, deadline, timerfd } = &p.kind {
+            // Each found loop has its own period: one thread's names and
+            // times would apply to all of them.
+            let named = [
+                (p.comm.is_some(), "comm="),
+                (p.pid.is_some(), "pid="),
+                (period.is_some(), "period="),
+                (deadline.is_some(), "deadline="),
+                (*timerfd, "timerfd=true"),
+            ];
+            if let Some((_, what)) = named.iter().find(|(set, _)| *set) {
+                return Err(bad(&format!(
+                    "cycle,auto watches the loops latmon finds, each against its own period (timerfd loops included): \
+                     {what} names one thread; use cycle,{what}... without auto for that"
+                )));
+            }
         }
         Ok(p)
     }
@@ -509,8 +540,10 @@ pub const DEFAULT_NICE: i32 = 10;
 /// The built-in default: what runs with no config and no --probe.
 /// Run-queue, syscall and IRQ latency (docs/architecture.md): each works on any
 /// kernel with BTF and tracepoints, and costs about 0.1-0.2 us per event
-/// (docs/probes.md).
-pub const DEFAULT_PROBES: &[&str] = &["runq", "syscall", "irq"];
+/// (docs/probes.md); and the cycles of the periodic RT loops loop discovery
+/// finds (`cycle,auto`, issue 42; tp_btf: refused with its reason where
+/// the kernel has no BTF, the others run).
+pub const DEFAULT_PROBES: &[&str] = &["runq", "syscall", "irq", "cycle,auto"];
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
 /// The longest `interval`: a summary at least every hour (a longer one
@@ -735,7 +768,8 @@ mod tests {
             ProbeKind::Cycle {
                 period: Some(Duration::from_millis(1)),
                 deadline: Some(Duration::from_micros(800)),
-                timerfd: false
+                timerfd: false,
+                auto: false
             }
         );
         assert_eq!((p.kind.family(), p.kind.has_series()), (Family::Cycle, true));
@@ -752,6 +786,13 @@ mod tests {
         assert!(err("cycle,comm=c,timerfd=yes").contains("expected timerfd=true or timerfd=false"));
         assert!(err("runq,timerfd=true").contains("timerfd= applies to cycle only"));
         assert!(err("cycle,comm=c,attach=raw_tp").contains("cycle attaches via tp_btf"));
+        assert!(matches!(ProbeSpec::parse("cycle,auto").unwrap().kind, ProbeKind::Cycle { auto: true, .. }));
+        assert!(err("cycle").contains("or cycle,auto"), "{}", err("cycle"));
+        for one in ["comm=c", "pid=4", "period=1ms", "deadline=1ms", "timerfd=true"] {
+            let e = err(&format!("cycle,auto,{one}"));
+            assert!(e.contains("watches the loops latmon finds") && e.contains(one.split('=').next().unwrap()), "{e}");
+        }
+        assert!(err("runq,auto").contains("auto applies to cycle only"));
     }
 
     /// Adversarial values found accepted silently: each is refused, naming

@@ -10,7 +10,8 @@ use latmon_core::ident::ProbeId;
 use latmon_core::session::Tick;
 use latmon_core::summary::{AlertRecord, ProbeState};
 
-use super::{monotonic_ns, Agent};
+use super::{monotonic_ns, Agent, Slot};
+use crate::config::ProbeKind;
 use crate::cost::{self, Cost};
 use crate::sinks::Sink;
 
@@ -100,6 +101,7 @@ impl Agent {
         if let Some(d) = &self.discovery {
             d.copy_newer(&mut self.discovery_seen, &mut self.report);
         }
+        self.watch_loops();
         self.report.agent.rss_bytes = self.rss_bytes();
         let faults = crate::hygiene::page_faults();
         self.report.agent.page_faults = faults.saturating_sub(self.faults_before);
@@ -111,6 +113,31 @@ impl Agent {
             s.emit(&tick);
         }
         self.last_ns = now_ns;
+    }
+
+    /// `cycle,auto` (issue 42): the periodic RT loops discovery lists are
+    /// handed to each auto cycle probe, which watches them and fills
+    /// their counts. Each interval, on the listing the outputs show.
+    fn watch_loops(&mut self) {
+        let auto = |s: &Slot| matches!(s.spec.kind, ProbeKind::Cycle { auto: true, .. }) && s.probe.is_some();
+        let loops = &mut self.report.loops;
+        if !self.slots.iter().any(auto) {
+            for l in loops.iter_mut() {
+                l.watched = false;
+                l.cycle = None;
+            }
+            return;
+        }
+        latmon_core::loops::watch_periodic_rt(loops, crate::bpf::limits::CYCLE_AUTO);
+        for s in self.slots.iter_mut().filter(|s| auto(s)) {
+            if let Some(p) = s.probe.as_mut() {
+                p.watch(loops);
+            }
+        }
+        // Past the bound, and what a probe could not watch (timerfd loops
+        // without the read program).
+        let left = loops.iter().filter(|l| l.rt && l.periodic() && !l.watched).count();
+        self.report.agent.loops_unwatched = u32::try_from(left).unwrap_or(u32::MAX);
     }
 
     /// Per probe: its programs' runs, time (with run-time statistics on)

@@ -204,6 +204,11 @@ pub trait Probe {
     fn rename(&mut self) -> Option<String> {
         None
     }
+    /// `cycle,auto`: the loops discovery lists, those to watch marked
+    /// (`latmon_core::loops::watch_periodic_rt`). The probe follows the
+    /// marked ones from their next timer sleep and fills each one's
+    /// `cycle` from its last read. Called every interval, after `extra`.
+    fn watch(&mut self, _loops: &mut [latmon_core::loops::Loop]) {}
 }
 
 /// Try each rung of an attach ladder in order; the first that loads and

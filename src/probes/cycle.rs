@@ -52,6 +52,12 @@ const _: () = assert!(
 #[cfg(feature = "test-hooks")]
 pub const MUTATE_ENV: &str = "LATMON_CYCLE_MUTATE";
 
+/// Test builds only: `LATMON_AUTO_MUTATE=1` gives each watched loop the
+/// counts of another watched thread, the wrong attribution the loop-zoo
+/// test must catch.
+#[cfg(feature = "test-hooks")]
+pub const AUTO_MUTATE_ENV: &str = "LATMON_AUTO_MUTATE";
+
 /// Programs in attach order: a thread's exit and exec first (an entry made
 /// before them would never be freed), the interrupt exits before their
 /// entries, the consumers (switch, migrate) before the producers (waking,
@@ -90,11 +96,116 @@ struct Cycles {
     /// left), mapped; valid while `_skel` lives (the kernel adds to it:
     /// volatile reads).
     retired: *const latmon_cycle_stats,
+    /// The live threads' counts at the last read, and at the one before
+    /// (a watched loop's interval; `cycle,auto`). At most CYCLE_THREADS.
+    threads: Vec<ThreadRead>,
+    threads_before: Vec<ThreadRead>,
+    /// `cycle,auto` only.
+    auto: Option<AutoWatch>,
     _links: Vec<Link>,
     _skel: Owned<CycleSkel<'static>>,
 }
 
+/// One watched thread's cumulative counts, as last read.
+#[derive(Debug, Clone, Copy)]
+struct ThreadRead {
+    tid: u32,
+    period_ns: u64,
+    cycles: u64,
+    misses: u64,
+    overruns: u64,
+    rules: u64,
+}
+
+/// `cycle,auto`: the loops handed to the BPF side (bpf/cycle_state.bpf.h
+/// `cycle_auto`).
+#[derive(Default)]
+struct AutoWatch {
+    /// The thread ids in cycle_auto, sorted.
+    tids: Vec<u32>,
+    /// Scratch: the ids to watch now, sorted.
+    want: Vec<u32>,
+    /// cycle_read, attached once a timerfd loop is to be watched.
+    read: Option<Link>,
+    /// Its attach failed (said once): timerfd loops are not listed.
+    read_failed: bool,
+}
+
+impl Cycles {
+    /// cycle_read, attached for a watched timerfd loop (not before: it
+    /// runs on every read() on the machine). Whether it is.
+    fn timerfd_read(&mut self) -> bool {
+        let Some(a) = self.auto.as_mut() else { return false };
+        if a.read.is_none() && !a.read_failed {
+            match super::attach_in_order(self._skel.object(), &[TIMERFD_READ]) {
+                Ok(mut l) => a.read = l.pop(),
+                Err(e) => {
+                    a.read_failed = true;
+                    log::warn!("cycle,auto: timerfd loops are not watched: {e}");
+                }
+            }
+        }
+        a.read.is_some()
+    }
+}
+
 impl Source for Cycles {
+    fn watch(&mut self, loops: &mut [latmon_core::loops::Loop]) {
+        use latmon_core::loops::{LoopCycles, PeriodSource};
+        if self.auto.is_none() {
+            return;
+        }
+        // Before a timerfd loop's id is listed: a reader entered at its
+        // timer's expiry whose read is never seen would never be done.
+        let timerfd =
+            loops.iter().any(|l| l.watched && l.period_source == PeriodSource::Timerfd) && self.timerfd_read();
+        for l in loops.iter_mut().filter(|l| l.watched && l.period_source == PeriodSource::Timerfd && !timerfd) {
+            l.watched = false;
+        }
+        let Some(a) = self.auto.as_mut() else { return };
+        a.want.clear();
+        a.want.extend(loops.iter().filter(|l| l.watched).map(|l| l.tid));
+        a.want.sort_unstable();
+        if a.want != a.tids {
+            let map = &self._skel.maps.cycle_auto;
+            for tid in a.tids.iter().filter(|t| a.want.binary_search(t).is_err()) {
+                // Gone already (ENOENT) is what is wanted.
+                let _ = map.delete(&tid.to_ne_bytes());
+            }
+            for tid in a.want.iter().filter(|t| a.tids.binary_search(t).is_err()) {
+                if let Err(e) = map.update(&tid.to_ne_bytes(), &[1], MapFlags::ANY) {
+                    log::warn!("cycle,auto: loop {tid} not watched: {e}");
+                }
+            }
+            std::mem::swap(&mut a.tids, &mut a.want);
+        }
+        #[cfg(feature = "test-hooks")]
+        let mutate = std::env::var_os(AUTO_MUTATE_ENV).is_some();
+        #[cfg(not(feature = "test-hooks"))]
+        let mutate = false;
+        for l in loops.iter_mut() {
+            let mut now = self.threads.iter().position(|t| t.tid == l.tid).filter(|_| l.watched);
+            if mutate {
+                // The wrong loop's counts: the next thread read.
+                now = now.map(|i| (i + 1) % self.threads.len());
+            }
+            let now = now.map(|i| &self.threads[i]);
+            l.cycle = now.map(|t| {
+                let b = self.threads_before.iter().find(|b| b.tid == t.tid);
+                let (c0, m0) = b.map_or((0, 0), |b| (b.cycles, b.misses));
+                LoopCycles {
+                    period_ns: t.period_ns,
+                    cycles: t.cycles.saturating_sub(c0),
+                    total_cycles: t.cycles,
+                    misses: t.misses.saturating_sub(m0),
+                    total_misses: t.misses,
+                    total_overruns: t.overruns,
+                    total_rules: t.rules,
+                }
+            });
+        }
+    }
+
     fn bpf_programs(&self) -> Vec<std::os::fd::RawFd> {
         super::loaded_prog_fds(self._skel.object())
     }
@@ -148,6 +259,8 @@ impl Source for Cycles {
         let (mut period, mut most) = (gone.period_ns, gone.bin[0].count);
         let mut threads = 0;
         let mut rules = RuleCounts(gone.rules);
+        std::mem::swap(&mut self.threads, &mut self.threads_before);
+        self.threads.clear();
         for key in map.keys() {
             threads += 1;
             let Some(v) = map.lookup(&key, MapFlags::ANY).map_err(|e| ReadError::libbpf("cycle_threads", &e))? else {
@@ -157,6 +270,12 @@ impl Source for Cycles {
             let want = size_of::<latmon_cycle_stats>();
             let layout = || ReadError::Layout { map: "cycle_threads".into(), got: v.len(), want };
             plain::copy_from_bytes(&mut st, v.get(..want).ok_or_else(layout)?).map_err(|_| layout())?;
+            if let Ok(tid) = <[u8; 4]>::try_from(key.as_slice()) {
+                let (period_ns, cycles, misses, overruns) = (st.period_ns, st.cycles, st.misses, st.overruns);
+                let rules = st.rules.iter().sum();
+                let tid = u32::from_ne_bytes(tid);
+                self.threads.push(ThreadRead { tid, period_ns, cycles, misses, overruns, rules });
+            }
             cycles += st.cycles;
             misses += st.misses;
             overruns += st.overruns;
@@ -272,7 +391,9 @@ pub fn open(spec: &ProbeSpec, lock_join: bool) -> Result<Box<dyn Probe>, ProbeEr
     let m = &skel.maps;
     let maps = AlertMaps { drops: &m.alert_drops, ring: &m.alerts, perf: &m.alerts_perf };
     let alerts = Alerts::new(maps, true, ringbuf, None, decode_alert_cycle).map_err(read_err)?;
-    let following_timerfd = matches!(spec.kind, ProbeKind::Cycle { timerfd: true, .. });
+    let following_timerfd =
+        matches!(spec.kind, ProbeKind::Cycle { timerfd: true, .. } | ProbeKind::Cycle { auto: true, .. });
+    let auto = matches!(spec.kind, ProbeKind::Cycle { auto: true, .. }).then(AutoWatch::default);
     let hint = (!following_timerfd).then(|| TimerfdHint {
         probe: probe.clone(),
         comm: spec.comm.clone(),
@@ -282,13 +403,25 @@ pub fn open(spec: &ProbeSpec, lock_join: bool) -> Result<Box<dyn Probe>, ProbeEr
     let retired = skel.maps.bss_data.as_deref().map(|b| std::ptr::addr_of!(b.cycle_retired)).ok_or_else(|| {
         ProbeError::Read { probe: probe.clone(), why: ReadError::Layout { map: ".bss".into(), got: 0, want: 1 } }
     })?;
-    let c = Cycles { alerts, reader, last: CycleCounts::default(), hint, retired, _links: links, _skel: skel };
+    let c = Cycles {
+        alerts,
+        reader,
+        last: CycleCounts::default(),
+        hint,
+        retired,
+        threads: Vec::with_capacity(crate::bpf::limits::CYCLE_THREADS),
+        threads_before: Vec::with_capacity(crate::bpf::limits::CYCLE_THREADS),
+        auto,
+        _links: links,
+        _skel: skel,
+    };
     let mode = format!(
         "thread-hash, records via {}{}{}",
         if ringbuf { "ringbuf" } else { "perf buffer" },
         match &spec.kind {
             ProbeKind::Cycle { period: Some(p), .. } =>
                 format!(", period {}", latmon_core::text::fmt_ns(p.as_nanos() as u64)),
+            ProbeKind::Cycle { auto: true, .. } => ", the periodic RT loops found, each its period".into(),
             _ => ", period detected".into(),
         },
         if lock_join { ", lock waits from the lock probe" } else { "" }
@@ -309,15 +442,21 @@ fn nanos(d: Option<std::time::Duration>) -> u64 {
 }
 
 fn load(spec: &ProbeSpec, ringbuf: bool, lock_join: bool) -> Result<(Owned<CycleSkel<'static>>, Vec<Link>), LoadError> {
-    let (period, deadline, timerfd) = match &spec.kind {
-        ProbeKind::Cycle { period, deadline, timerfd } => (nanos(*period), nanos(*deadline), *timerfd),
-        _ => (0, 0, false),
+    let (period, deadline, timerfd, auto) = match &spec.kind {
+        ProbeKind::Cycle { period, deadline, timerfd, auto } => (nanos(*period), nanos(*deadline), *timerfd, *auto),
+        _ => (0, 0, false, false),
     };
     let nr = |name: &str| super::sysnames::number(name).map_or(-1, |n| n as i32);
     let mut wanted: Vec<&str> = PROGRAMS.to_vec();
     wanted.push(NANOSLEEP);
     if timerfd {
         wanted.push(TIMERFD_READ);
+    }
+    // cycle,auto loads cycle_read and attaches it later, for a watched
+    // timerfd loop only (Cycles::timerfd_read).
+    let mut loaded = wanted.clone();
+    if auto && !timerfd {
+        loaded.push(TIMERFD_READ);
     }
     let skel = Owned::new(|storage: &'static mut MaybeUninit<OpenObject>| {
         let mut open =
@@ -336,6 +475,7 @@ fn load(spec: &ProbeSpec, ringbuf: bool, lock_join: bool) -> Result<(Owned<Cycle
             };
         }
         ro.cfg.timerfd = u32::from(timerfd);
+        ro.cfg.auto_watch = u32::from(auto);
         ro.cfg.lock_join = u32::from(lock_join);
         set_comm(&mut ro.cfg.filter_comm, spec.comm.as_deref());
         ro.cfg.nr_futex = nr("futex");
@@ -345,7 +485,7 @@ fn load(spec: &ProbeSpec, ringbuf: bool, lock_join: bool) -> Result<(Owned<Cycle
         ro.cfg.common = super::common::common_config(ringbuf, true, false);
         keep_alert_buffer(&mut open.maps.alerts, &mut open.maps.alerts_perf, ringbuf)?;
         super::lock_cycle::share(&mut open.maps.lock_cycle)?;
-        super::autoload_only(open.open_object_mut(), &wanted);
+        super::autoload_only(open.open_object_mut(), &loaded);
         open.load().map_err(|e| libbpf_error("load", &e))
     })?;
     let links = attach_in_order(skel.object(), &wanted)?;

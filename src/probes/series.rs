@@ -108,6 +108,8 @@ pub(crate) trait Source {
         *out = None;
         Ok(())
     }
+    /// See `Probe::watch`.
+    fn watch(&mut self, _loops: &mut [latmon_core::loops::Loop]) {}
 }
 
 struct Known {
@@ -242,6 +244,10 @@ impl Probe for Family {
     fn extra(&mut self, out: &mut Option<ProbeExtra>) -> Result<(), ProbeError> {
         let r = self.shared.borrow_mut().source.extra(None, out);
         r.map_err(|why| self.read_error(why))
+    }
+
+    fn watch(&mut self, loops: &mut [latmon_core::loops::Loop]) {
+        self.shared.borrow_mut().source.watch(loops);
     }
 
     fn new_series(&mut self) -> Vec<Box<dyn Probe>> {

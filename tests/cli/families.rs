@@ -35,7 +35,7 @@ fn check_plans_every_rt_family_on_this_kernel() {
 
 #[test]
 #[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
-fn the_default_runs_runq_syscall_and_irq_with_series() {
+fn the_default_runs_runq_syscall_irq_and_cycle_auto_with_series() {
     let child = start_run_env(&["--interval", "200ms", "--format", "json"], &[]);
     // Some syscalls of our own, so the syscall family has series.
     for _ in 0..100 {
@@ -47,7 +47,7 @@ fn the_default_runs_runq_syscall_and_irq_with_series() {
     let lines = json_lines(&out);
     let last = lines.last().unwrap()["probes"].as_array().unwrap();
     let names: Vec<&str> = last.iter().map(|p| p["name"].as_str().unwrap()).collect();
-    for family in ["runq", "syscall", "irq"] {
+    for family in ["runq", "syscall", "irq", "cycle"] {
         assert!(names.contains(&family), "{family} in the default: {names:?}");
     }
     let statx =
@@ -55,8 +55,10 @@ fn the_default_runs_runq_syscall_and_irq_with_series() {
     assert_eq!((statx["kind"].as_str(), statx["attach"].as_str()), (Some("syscall"), Some("tp_btf")));
     // Series are appended behind the configured probes, so that no
     // probe's position (its id on the wire) ever moves.
-    assert_eq!(names[..3], ["runq", "syscall", "irq"], "{names:?}");
-    assert!(names[3..].iter().all(|n| n.starts_with("syscall:") || n.starts_with("irq:")), "{names:?}");
+    assert_eq!(names[..4], ["runq", "syscall", "irq", "cycle"], "{names:?}");
+    assert!(names[4..].iter().all(|n| ["syscall:", "irq:", "cycle:"].iter().any(|f| n.starts_with(f))), "{names:?}");
+    let cycle = last.iter().find(|p| p["name"] == "cycle").unwrap();
+    assert_eq!((cycle["kind"].as_str(), cycle["attach"].as_str()), (Some("cycle"), Some("tp_btf")), "{cycle}");
     // Every entry carries the contract's fields.
     for p in last {
         for k in ["name", "kind", "attach", "count", "total_count", "p50_ns", "p999_ns", "buckets", "drops", "alerts"] {

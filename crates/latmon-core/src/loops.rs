@@ -142,8 +142,48 @@ pub struct Loop {
     /// Inferred periods: how far one scan's figure was from it (0 when
     /// exact).
     pub jitter_ns: u64,
-    /// A cycle probe follows it.
+    /// A cycle probe follows it (`cycle,auto`: [`watch_periodic_rt`]).
     pub watched: bool,
+    /// Its cycles as the cycle family counts them, once watched and its
+    /// first timer sleep seen (None: not watched, or no cycle yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<LoopCycles>,
+}
+
+/// A watched loop's cycles: the cycle family's counts of its thread
+/// (bpf/cycle.bpf.c, per thread), the interval's and since it entered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LoopCycles {
+    /// The period the family judges it against (detected from its
+    /// releases; 0: not yet).
+    pub period_ns: u64,
+    pub cycles: u64,
+    pub total_cycles: u64,
+    pub misses: u64,
+    pub total_misses: u64,
+    pub total_overruns: u64,
+    /// RT sleep rules it broke since it entered (all rules; the probe's
+    /// `cycle` object has them by rule).
+    pub total_rules: u64,
+}
+
+/// `cycle,auto`: mark the loops to watch - every periodic RT loop, in
+/// list order (RT periodic first, highest priority first), at most `max`
+/// (LATMON_CYCLE_AUTO) - and clear the rest's mark and counts. Returns
+/// the periodic RT loops left unwatched for want of room.
+pub fn watch_periodic_rt(loops: &mut [Loop], max: usize) -> u32 {
+    let mut taken = 0;
+    let mut left = 0;
+    for l in loops.iter_mut() {
+        l.watched = l.rt && l.periodic() && taken < max;
+        if l.watched {
+            taken += 1;
+        } else {
+            l.cycle = None;
+            left += u32::from(l.rt && l.periodic());
+        }
+    }
+    left
 }
 
 fn policy_word<S: serde::Serializer>(p: &Policy, s: S) -> Result<S::Ok, S::Error> {
@@ -176,7 +216,11 @@ pub fn render_into(s: &mut String, loops: &[Loop], unlisted: u32) {
         let _ = write!(s, " (+{unlisted} past the list's bound of {LISTED})");
     }
     s.push('\n');
-    let _ = writeln!(s, "  {:<15} {:>7} {:<11} {:>8} {:<10} CLASS", "LOOP", "TID", "POLICY", "PERIOD", "FROM");
+    let _ = writeln!(
+        s,
+        "  {:<15} {:>7} {:<8} {:>8} {:<9} CLASS or CYC MISS/TOTAL",
+        "LOOP", "TID", "POLICY", "PERIOD", "FROM"
+    );
     for l in loops.iter().take(SHOWN) {
         s.push_str("  ");
         let from = s.len();
@@ -191,11 +235,18 @@ pub fn render_into(s: &mut String, loops: &[Loop], unlisted: u32) {
         let period = if l.period_ns > 0 { crate::text::fmt_ns(l.period_ns) } else { "-".into() };
         let class = match (l.class, l.rt) {
             (LoopClass::Periodic, false) => "periodic, not RT",
+            (LoopClass::Periodic, true) if l.watched => "watched, no cycle yet",
             (LoopClass::Periodic, true) => "periodic",
             (LoopClass::Sporadic, _) => "sporadic",
             (LoopClass::Unknown, _) => "not yet known",
         };
-        let _ = write!(s, "{:>7} {:<11} {:>8} {:<10} {class}", l.tid, policy, period, l.period_source.word());
+        let _ = write!(s, "{:>7} {:<8} {:>8} {:<9} ", l.tid, policy, period, l.period_source.word());
+        match l.cycle.filter(|_| l.watched) {
+            Some(c) => {
+                let _ = write!(s, "{} cyc {}/{} miss", Count(c.cycles), Count(c.misses), Count(c.total_misses));
+            }
+            None => s.push_str(class),
+        }
         if l.jitter_ns > 0 {
             let _ = write!(s, " +-{}", crate::text::Ns(l.jitter_ns));
         }
@@ -203,6 +254,21 @@ pub fn render_into(s: &mut String, loops: &[Loop], unlisted: u32) {
     }
     if loops.len() > SHOWN {
         let _ = writeln!(s, "  +{} more loops (JSON `loops` lists them)", loops.len() - SHOWN);
+    }
+}
+
+/// A count in at most 5 characters (the loops block's 80 columns):
+/// 12345 -> 12k, 1234567 -> 1234k, u64::MAX -> 1844P.
+struct Count(u64);
+
+impl std::fmt::Display for Count {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (mut n, mut unit) = (self.0, 0);
+        while n > 9_999 {
+            n /= 1000;
+            unit += 1;
+        }
+        write!(f, "{n}{}", ["", "k", "M", "G", "T", "P", "E"][unit])
     }
 }
 
@@ -448,6 +514,7 @@ impl Followed {
             period_source: PeriodSource::None,
             jitter_ns: 0,
             watched: false,
+            cycle: None,
         };
         let periodic = |l: &mut Loop, p: u64, src, jitter| {
             l.class = LoopClass::Periodic;
@@ -613,11 +680,39 @@ mod tests {
         assert!(s.lines().all(|x| x.len() <= 80), "{s}");
         assert!(!s.contains('\x1b'), "{s}");
         assert!(s.starts_with("loops: 1 periodic, 10 sporadic (+3 past the list's bound of 32)\n"), "{s}");
-        assert!(s.contains("  ?[2Jname_longer       1 fifo 99       2.00ms timerfd    periodic\n"), "{s}");
+        assert!(s.contains("  ?[2Jname_longer       1 fifo 99    2.00ms timerfd   periodic\n"), "{s}");
         assert!(s.ends_with("  +3 more loops (JSON `loops` lists them)\n"), "{s}");
         let mut empty = String::new();
         render_into(&mut empty, &[], 0);
         assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn periodic_rt_loops_are_watched_up_to_the_bound_and_show_their_cycles() {
+        let mut l = Loops::default();
+        let tfd = |t| seen(t, Policy::Fifo, 0, 0, Wait::Timerfd { interval_ns: 1_000_000 });
+        let mut other = tfd(9);
+        other.policy = Policy::Other;
+        l.scan((1..=4).map(tfd).chain([other, seen(8, Policy::Fifo, 0, 0, Wait::Other)]));
+        let mut v = l.list();
+        v[0].cycle = Some(LoopCycles::default());
+        v[5].cycle = Some(LoopCycles::default());
+        assert_eq!(watch_periodic_rt(&mut v, 3), 1, "the fourth periodic RT loop is left for want of room");
+        let watched: Vec<u32> = v.iter().filter(|x| x.watched).map(|x| x.tid).collect();
+        assert_eq!(watched, vec![1, 2, 3], "{v:?}");
+        assert!(v.iter().filter(|x| !x.watched).all(|x| x.cycle.is_none()), "{v:?}");
+        let worst = u64::MAX;
+        v[0].cycle =
+            Some(LoopCycles { cycles: 99_999, misses: worst, total_misses: 123_456_789, ..LoopCycles::default() });
+        v[1].cycle = Some(LoopCycles { cycles: 1000, misses: 3, total_misses: 41, ..LoopCycles::default() });
+        v[2].cycle = None;
+        let mut s = String::new();
+        render_into(&mut s, &v, 0);
+        assert!(s.lines().all(|x| x.len() <= 80), "{s}");
+        assert!(s.contains("  t1                    1 fifo 10    1.00ms timerfd   99k cyc 18E/123M miss\n"), "{s}");
+        assert!(s.contains("  t2                    2 fifo 10    1.00ms timerfd   1000 cyc 3/41 miss\n"), "{s}");
+        assert!(s.contains("timerfd   watched, no cycle yet\n"), "{s}");
+        assert!(s.contains("  t4                    4 fifo 10    1.00ms timerfd   periodic\n"), "{s}");
     }
 
     #[test]

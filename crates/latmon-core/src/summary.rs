@@ -186,6 +186,10 @@ pub struct AgentStatus {
     /// the listing by (a busy host may hold a scan back).
     pub discovery_scans: u64,
     pub discovery_at_ns: u64,
+    /// Periodic RT loops `cycle,auto` leaves unwatched: past its bound
+    /// (LATMON_CYCLE_AUTO), or timerfd loops when the read program could
+    /// not attach.
+    pub loops_unwatched: u32,
 }
 
 /// A latency above a probe's threshold, as the kernel reported it.
