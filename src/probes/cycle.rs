@@ -203,6 +203,7 @@ impl Source for Cycles {
                     total_rules: t.rules,
                 }
             });
+            l.adopt_cycle_period();
         }
     }
 

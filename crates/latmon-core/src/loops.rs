@@ -108,6 +108,11 @@ pub enum PeriodSource {
     /// A relative sleeper's voluntary sleeps per second over the last
     /// scans (a mean: `jitter_ns` bounds how far one scan's was off).
     Relative,
+    /// A watched relative sleeper's period as the cycle family finds it
+    /// in its release-to-release steps: the fullest 1 % bin (a mode, not
+    /// a mean: skipped releases and late wakeups fall in other bins).
+    /// `jitter_ns` is the bin's width.
+    Median,
     /// No period (sporadic, or not yet known).
     None,
 }
@@ -119,6 +124,7 @@ impl PeriodSource {
             PeriodSource::AbsTimer => "abs_timer",
             PeriodSource::Deadline => "deadline",
             PeriodSource::Relative => "relative",
+            PeriodSource::Median => "median",
             PeriodSource::None => "none",
         }
     }
@@ -193,6 +199,19 @@ fn policy_word<S: serde::Serializer>(p: &Policy, s: S) -> Result<S::Ok, S::Error
 impl Loop {
     pub fn periodic(&self) -> bool {
         self.class == LoopClass::Periodic
+    }
+
+    /// A watched relative sleeper takes the cycle family's period (its
+    /// release steps' fullest bin) over discovery's rate, a mean that a
+    /// skipped release lengthens (read 5.11 ms for a 5 ms loop on a busy
+    /// host). Exact sources keep theirs.
+    pub fn adopt_cycle_period(&mut self) {
+        let Some(c) = self.cycle.filter(|c| c.period_ns > 0) else { return };
+        if matches!(self.period_source, PeriodSource::Relative | PeriodSource::Median) {
+            self.period_ns = c.period_ns;
+            self.period_source = PeriodSource::Median;
+            self.jitter_ns = c.period_ns / 100;
+        }
     }
 }
 
@@ -713,6 +732,23 @@ mod tests {
         assert!(s.contains("  t2                    2 fifo 10    1.00ms timerfd   1000 cyc 3/41 miss\n"), "{s}");
         assert!(s.contains("timerfd   watched, no cycle yet\n"), "{s}");
         assert!(s.contains("  t4                    4 fifo 10    1.00ms timerfd   periodic\n"), "{s}");
+    }
+
+    #[test]
+    fn a_watched_relative_loop_takes_the_cycle_familys_period_and_exact_ones_keep_theirs() {
+        let mut l = Loops::default();
+        l.scan([seen(1, Policy::Fifo, 0, 0, Wait::Timerfd { interval_ns: 2_000_000 })]);
+        let mut tfd = l.list().remove(0);
+        let mut rel = tfd.clone();
+        (rel.period_ns, rel.period_source, rel.jitter_ns) = (5_113_211, PeriodSource::Relative, 90_000);
+        for x in [&mut tfd, &mut rel] {
+            x.adopt_cycle_period();
+            assert_ne!(x.period_source, PeriodSource::Median, "no cycle yet: {x:?}");
+            x.cycle = Some(LoopCycles { period_ns: 5_000_013, ..LoopCycles::default() });
+            x.adopt_cycle_period();
+        }
+        assert_eq!((tfd.period_ns, tfd.period_source), (2_000_000, PeriodSource::Timerfd));
+        assert_eq!((rel.period_ns, rel.period_source, rel.jitter_ns), (5_000_013, PeriodSource::Median, 50_000));
     }
 
     #[test]

@@ -450,7 +450,7 @@ impl View {
             None => self.table.render_into(&mut s, self.latest.as_slice(), self.interval_ns, SortBy::P99),
         }
         // Kernel-skipped runs of the probes' programs (Status revision 2,
-        // since start): the table's MISS column has the agent's interval
+        // since start): the table's SKIP column has the agent's interval
         // counts only.
         if let Some(st) = t.status.as_ref().filter(|st| !st.missed.is_empty()) {
             s.push_str("MISSED since start (runs the kernel skipped):");

@@ -577,7 +577,9 @@ pub fn render_alerts_into(s: &mut String, r: &IntervalReport, max: usize, width:
     if r.alert_records.is_empty() && dropped == 0 {
         return;
     }
-    let _ = write!(s, "alerts: {} above threshold", r.alert_records.len());
+    // Not "above threshold": a cycle probe's misses, overruns and rule
+    // breaks are records without one (issue 42).
+    let _ = write!(s, "alerts: {} records this interval", r.alert_records.len());
     if dropped > 0 {
         let _ = write!(s, " ({dropped} more, records dropped)");
     }
@@ -892,7 +894,7 @@ mod tests {
         );
         assert!(t.contains("alerts 5/5 (records dropped 2/2)"), "{t}");
         assert!(t.contains("\n  alerted 4.00ms in 5 alerts: 90.0% hog[4242]; folded 10.0% (2 parts)\n"), "{t}");
-        assert!(t.contains("alerts: 2 above threshold"), "{t}");
+        assert!(t.contains("alerts: 2 records this interval"), "{t}");
         assert!(t.contains("  ALERT ctrl  2.10ms  at 12.000000s  cpu 1  ctrl_loop[10] tid 11\n"), "{t}");
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["alert_records"][0]["latency_ns"], 2_100_000);

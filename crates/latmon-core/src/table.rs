@@ -348,7 +348,7 @@ impl Table {
         let _ = writeln!(
             s,
             "{:<NAME_W$} {:<VIA_W$} {:>EVS_W$} {:>TIME_W$} {:>TIME_W$} {:>TIME_W$} {:>TIME_W$} {:>COUNT_W$} {:>COUNT_W$} {:>COUNT_W$}",
-            "NAME", "VIA", "EV/S", "P50", "P99", "P99.9", "MAX", "ALERT", "DROP", "MISS"
+            "NAME", "VIA", "EV/S", "P50", "P99", "P99.9", "MAX", "ALERT", "DROP", "SKIP"
         );
         self.walk(rows, by, top, |l| match l {
             Line::Probe(p) => probe_line(s, p, None, interval_ns),
@@ -615,6 +615,9 @@ impl TextRender {
         });
         render_late_time_into(s, r.probes.as_slice(), |p| style.hist_all || p.hist);
         render_alerts_into(&mut self.lf, r, if style.hist_all { usize::MAX } else { ALERTS_SHOWN }, WIDTH);
+        if r.last {
+            render_run_totals_into(&mut self.lf, r);
+        }
         // What a JSON line of this interval leaves out (it says so too).
         let kept = crate::json::alert_records_within(r, crate::json::ALERT_RECORD_BYTES_MAX);
         if kept < r.alert_records.len() {
@@ -631,6 +634,53 @@ impl TextRender {
         self.crlf.clear();
         to_crlf(&mut self.crlf, &self.lf);
         &self.crlf
+    }
+}
+
+/// Family lines the exit summary's totals show, at most.
+pub const TOTALS_SHOWN: usize = 12;
+
+/// The exit summary's totals since start (the final interval alone may
+/// be a fraction of a second with nothing in it): one line per probe
+/// that is not a series, at most [`TOTALS_SHOWN`], within [`WIDTH`]: its
+/// events, alerts and drops; a cycle probe's cycles, misses and
+/// overruns. A watched loop's own totals are in the loops block.
+pub fn render_run_totals_into(s: &mut String, r: &IntervalReport) {
+    // A series is named `FAMILY:LABEL` after its family (a kfunc's own
+    // name has a ':' too).
+    let series = |i: usize| {
+        let p = &r.probes[i];
+        r.probes[..i].iter().any(|f| {
+            p.name.len() > f.name.len() + 1 && p.name.starts_with(&f.name) && p.name.as_bytes()[f.name.len()] == b':'
+        })
+    };
+    let families: Vec<&ProbeReport> = (0..r.probes.len()).filter(|&i| !series(i)).map(|i| &r.probes[i]).collect();
+    if families.is_empty() {
+        return;
+    }
+    s.push_str("since start:\n");
+    for p in families.iter().take(TOTALS_SHOWN) {
+        let at = s.len();
+        s.push_str("  ");
+        push_clean(s, crate::text::truncate(&p.name, NAME_W));
+        let w = s.len() - at;
+        s.extend(std::iter::repeat_n(' ', (2 + NAME_W + 1).saturating_sub(w)));
+        match p.extra.as_ref() {
+            Some(crate::extra::ProbeExtra::Cycle(c)) => {
+                let n = &c.counts;
+                let _ = write!(s, "{} cycles, {} missed, {} overran", n.total_cycles, n.total_misses, n.total_overruns);
+            }
+            _ => {
+                let _ = write!(s, "{} events, {} alerts", p.total_count, p.total_alerts);
+            }
+        }
+        if p.total_drops > 0 {
+            let _ = write!(s, ", {} dropped", p.total_drops);
+        }
+        s.push('\n');
+    }
+    if families.len() > TOTALS_SHOWN {
+        let _ = writeln!(s, "  +{} more probes (JSON `total_*`)", families.len() - TOTALS_SHOWN);
     }
 }
 
@@ -796,6 +846,36 @@ mod tests {
                 assert!(n.contains(&"  w29") && n.contains(&"  s29") && !n.contains(&"  w0"), "the worst shown:\n{s}");
             }
         }
+    }
+
+    /// The exit summary holds the run's totals, not only its last
+    /// (short, often empty) interval: families only (a kfunc's own ':'
+    /// is no series), a cycle probe's cycles and misses; none before it.
+    #[test]
+    fn the_final_interval_adds_the_runs_totals() {
+        let mut runq = probe("runq", "runq", 0, 0);
+        (runq.total_count, runq.total_alerts, runq.total_drops) = (123_456, 7, 2);
+        let mut cycle = probe("cycle", "cycle", 0, 0);
+        let c = crate::extra::ProbeExtra::cycle_in(&mut cycle.extra);
+        (c.counts.total_cycles, c.counts.total_misses, c.counts.total_overruns) = (8511, 322, 5);
+        let probes = vec![runq, probe("kfunc:vfs_read", "kfunc", 3, 10), cycle, probe("cycle:wakeup", "cycle", 9, 1)];
+        let mut r = report(probes);
+        let mut t = TextRender::new(TextStyle::default());
+        assert!(!t.render(&r).contains("since start:"), "only the final interval: {}", t.render(&r));
+        r.last = true;
+        let out = t.render(&r).to_string();
+        let at = out.find("since start:\n").unwrap_or_else(|| panic!("{out}"));
+        let block: Vec<&str> = out[at..].lines().skip(1).take_while(|l| l.starts_with("  ")).collect();
+        assert_eq!(
+            block,
+            [
+                "  runq                123456 events, 7 alerts, 2 dropped",
+                "  kfunc:vfs_read      3 events, 0 alerts",
+                "  cycle               8511 cycles, 322 missed, 5 overran",
+            ],
+            "{out}"
+        );
+        assert!(block.iter().all(|l| l.len() <= WIDTH), "{out}");
     }
 
     #[test]

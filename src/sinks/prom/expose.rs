@@ -4,7 +4,7 @@
 
 use crate::bpf::limits::HIST_MAX_LOG2;
 
-use super::model::{Line, Snapshot, TOP_CAUSES};
+use super::model::{Line, LoopLine, Snapshot, TOP_CAUSES};
 
 /// Smallest `le` bound: 2^8 ns = 256 ns.
 pub const LE_MIN_LOG2: usize = 8;
@@ -42,6 +42,8 @@ pub(super) enum Labels<'a> {
     MissCause(&'a Line, usize),
     /// A line's and `rule` (an RT sleep rule's JSON word).
     Rule(&'a Line, &'static str),
+    /// A watched loop's: `loop` (its thread's name) and `tid`.
+    Loop(&'a LoopLine),
 }
 
 /// A cause's label words: (rank, kind, label); of the missed time's
@@ -60,6 +62,9 @@ pub(super) trait Exposition {
     fn sample(&mut self, labels: Labels<'_>, v: f64);
     fn histogram(&mut self, line: &Line);
 }
+
+/// A per-loop metric: its name, type, help and value.
+type LoopMetric = (&'static str, Kind, &'static str, fn(&LoopLine) -> f64);
 
 /// Every metric, in order. `dyn`, not generic: one copy for both formats
 /// (1.9 KB less of the aarch64 binary than one per format).
@@ -246,14 +251,46 @@ pub(super) fn expose(s: &Snapshot, out: &mut dyn Exposition) {
             }
         }
     }
-    some_lines(
-        out,
-        s,
-        "latmon_cycle_misses_total",
-        Counter,
-        "Cycles of the loop done after their deadline (release + deadline), since the cycle probe started.",
-        &|l| l.misses.map(|n| n as f64),
-    );
+    if s.lines().iter().any(|l| l.misses.is_some()) || !s.loops().is_empty() {
+        // Per probe line ({probe, kind, attach}: a cycle,auto line sums its
+        // loops) and per watched loop ({loop, tid}): sum one or the other.
+        out.family(
+            "latmon_cycle_misses_total",
+            Counter,
+            "Cycles done after their deadline (release + deadline): per cycle probe since it started, per watched loop since it was found.",
+        );
+        for l in s.lines() {
+            if let Some(n) = l.misses {
+                out.sample(Labels::Line(l), n as f64);
+            }
+        }
+        for x in s.loops() {
+            out.sample(Labels::Loop(x), x.misses as f64);
+        }
+    }
+    let loops: [LoopMetric; 3] = [
+        ("latmon_cycle_cycles_total", Counter, "Cycles of the watched loop since it was found.", |x| x.cycles as f64),
+        (
+            "latmon_cycle_overruns_total",
+            Counter,
+            "Cycles of the watched loop still running at their deadline, since it was found.",
+            |x| x.overruns as f64,
+        ),
+        (
+            "latmon_cycle_period_seconds",
+            Gauge,
+            "The watched loop's period, detected from its releases (0: not yet).",
+            |x| secs(x.period_ns),
+        ),
+    ];
+    for (name, kind, help, v) in loops {
+        if !s.loops().is_empty() {
+            out.family(name, kind, help);
+            for x in s.loops() {
+                out.sample(Labels::Loop(x), v(x));
+            }
+        }
+    }
     if s.lines().iter().any(|l| l.rules.is_some()) {
         // Every rule of every cycle line, zeros included: rate() needs the
         // series before its first violation.

@@ -3,6 +3,8 @@
 //! series), filled on the agent thread into buffers it keeps, with the
 //! cause labels each line admits (bounded per line).
 
+use std::fmt::Write as _;
+
 use latmon_core::causes::{CauseId, CauseSummary};
 use latmon_core::cycle::{Rule, RuleCounts};
 use latmon_core::extra::ProbeExtra;
@@ -244,9 +246,25 @@ pub struct Snapshot {
     /// `lines[..n]` are in use (the rest keep their buffers).
     pub lines: Vec<Line>,
     pub n: usize,
+    /// The watched loops with a cycle counted (`cycle,auto`): at most
+    /// LATMON_CYCLE_AUTO; `loops[..n_loops]` in use.
+    pub loops: Vec<LoopLine>,
+    pub n_loops: usize,
     /// The other outputs' link trouble, by output position (None: an
     /// output without a link to report on).
     pub links: Vec<(String, Option<LinkStats>)>,
+}
+
+/// One watched loop's counts since it was found (JSON `loops[].cycle`),
+/// labelled `loop` (its thread's name) and `tid`.
+#[derive(Clone, Debug, Default)]
+pub struct LoopLine {
+    pub name: String,
+    pub tid: String,
+    pub period_ns: u64,
+    pub cycles: u64,
+    pub misses: u64,
+    pub overruns: u64,
 }
 
 /// Scratch of `Snapshot::fill`, kept between intervals (sized to the
@@ -340,6 +358,23 @@ impl Snapshot {
         for l in self.lines[..self.n].iter_mut().filter(|l| l.has_causes || l.has_miss_causes) {
             l.label_causes(&mut g.task_names);
         }
+        self.n_loops = 0;
+        for (l, c) in r.loops.iter().filter(|l| l.watched).filter_map(|l| Some((l, l.cycle?))) {
+            if self.n_loops == self.loops.len() {
+                self.loops.push(LoopLine::default());
+            }
+            let x = &mut self.loops[self.n_loops];
+            self.n_loops += 1;
+            copy_str(&mut x.name, &l.comm);
+            x.tid.clear();
+            let _ = write!(x.tid, "{}", l.tid);
+            (x.period_ns, x.cycles, x.misses, x.overruns) =
+                (c.period_ns, c.total_cycles, c.total_misses, c.total_overruns);
+        }
+    }
+
+    pub fn loops(&self) -> &[LoopLine] {
+        &self.loops[..self.n_loops]
     }
 
     pub fn lines(&self) -> &[Line] {

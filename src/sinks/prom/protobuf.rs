@@ -36,6 +36,7 @@ fn labels_pb(labels: Labels<'_>) -> Vec<pb::LabelPair> {
             v
         }
         Labels::Output(o) => vec![pair("output", o)],
+        Labels::Loop(x) => vec![pair("loop", &x.name), pair("tid", &x.tid)],
         Labels::Cause(l, rank) | Labels::MissCause(l, rank) => {
             let (rank, kind, label) = cause_labels(l, rank, matches!(labels, Labels::MissCause(..)));
             vec![

@@ -300,6 +300,74 @@ fn a_cycle_lines_misses_and_the_causes_of_its_missed_time() {
     assert_eq!((label("cause_kind").as_deref(), label("cause").as_deref()), (Some("task"), Some("lo\\g\"er")));
 }
 
+/// Watched loops (`cycle,auto`): their misses, cycles, overruns and
+/// period, labelled by the loop's name (escaped) and tid, beside the
+/// cycle line's own sample; a loop not watched, or with no cycle yet,
+/// has none; in text and protobuf alike.
+#[test]
+fn watched_loops_have_their_own_cycle_counters() {
+    use latmon_core::anatomy::Policy;
+    use latmon_core::loops::{Loop, LoopClass, LoopCycles, PeriodSource};
+    let (session, mut report, totals) = tick_of(&["cycle"], 1_000);
+    ProbeExtra::cycle_in(&mut report.probes[0].extra).counts.total_misses = 9;
+    let lp = |tid: u32, comm: &str, watched: bool, cycle: Option<LoopCycles>| Loop {
+        tid,
+        pid: 40,
+        comm: comm.into(),
+        policy: Policy::Fifo,
+        prio: 50,
+        rt: true,
+        class: LoopClass::Periodic,
+        period_ns: 1_000_000,
+        period_source: PeriodSource::AbsTimer,
+        jitter_ns: 0,
+        watched,
+        cycle,
+    };
+    let c = LoopCycles {
+        period_ns: 1_000_000,
+        cycles: 1000,
+        total_cycles: 5000,
+        misses: 1,
+        total_misses: 7,
+        total_overruns: 2,
+        total_rules: 0,
+    };
+    report.loops =
+        vec![lp(41, "ctrl\"x", true, Some(c)), lp(42, "waiting", true, None), lp(43, "unwatched", false, Some(c))];
+    let t = Tick { session: &session, report: &report, totals: &totals, read_errors: &[0] };
+    let mut text = String::new();
+    render(&mut text, &t);
+    let l = "loop=\"ctrl\\\"x\",tid=\"41\"";
+    for want in [
+        "latmon_cycle_misses_total{probe=\"cycle\",kind=\"cycle\",attach=\"tp_btf\"} 9\n".to_string(),
+        format!("latmon_cycle_misses_total{{{l}}} 7\n"),
+        format!("latmon_cycle_cycles_total{{{l}}} 5000\n"),
+        format!("latmon_cycle_overruns_total{{{l}}} 2\n"),
+        "# TYPE latmon_cycle_period_seconds gauge\n".to_string(),
+        format!("latmon_cycle_period_seconds{{{l}}} 0.001\n"),
+    ] {
+        assert!(text.contains(&want), "{want} in {text}");
+    }
+    assert!(!text.contains("tid=\"42\"") && !text.contains("tid=\"43\""), "{text}");
+    let mut pb_out = Vec::new();
+    let map = promhist::Map::new();
+    let mut counts = [0u64; SPAN];
+    render_protobuf(&mut pb_out, &snapshot(&t, SERIES_PER_FAMILY), &map, &mut counts);
+    let mut buf = &pb_out[..];
+    let mut misses = None;
+    while !buf.is_empty() {
+        let f = pb::MetricFamily::decode_length_delimited(&mut buf).unwrap();
+        if f.name.as_deref() == Some("latmon_cycle_misses_total") {
+            misses = Some(f);
+        }
+    }
+    let m = &misses.expect("the misses family in protobuf").metric[1];
+    let label = |k: &str| m.label.iter().find(|p| p.name.as_deref() == Some(k)).and_then(|p| p.value.clone());
+    assert_eq!((label("loop").as_deref(), label("tid").as_deref()), (Some("ctrl\"x"), Some("41")));
+    assert_eq!(m.counter.as_ref().and_then(|c| c.value), Some(7.0));
+}
+
 /// A cycle line: its RT sleep rules broken since start, one series per
 /// rule with zeros (so rate() has a series before the first violation),
 /// the probe label escaped, and its rule records lost; in text and

@@ -53,6 +53,9 @@ impl Text<'_> {
             Labels::Output(o) => {
                 let _ = write!(s, "{{output=\"{}\"}}", Esc(o));
             }
+            Labels::Loop(x) => {
+                let _ = write!(s, "{{loop=\"{}\",tid=\"{}\"}}", Esc(&x.name), x.tid);
+            }
             Labels::Cause(l, rank) | Labels::MissCause(l, rank) => {
                 let (rank, kind, label) = cause_labels(l, rank, matches!(labels, Labels::MissCause(..)));
                 let _ = write!(
