@@ -83,6 +83,22 @@ fn histogram_buckets_are_cumulative_and_exact() {
     assert!(s.contains("latmon_summaries_total 3"));
 }
 
+/// The protobuf exposition of `t`'s family `name`, decoded.
+fn protobuf_family(t: &Tick<'_>, name: &str) -> Option<pb::MetricFamily> {
+    let mut pb_out = Vec::new();
+    let mut counts = [0u64; SPAN];
+    render_protobuf(&mut pb_out, &snapshot(t, SERIES_PER_FAMILY), &promhist::Map::new(), &mut counts);
+    let mut buf = &pb_out[..];
+    let mut found = None;
+    while !buf.is_empty() {
+        let f = pb::MetricFamily::decode_length_delimited(&mut buf).unwrap();
+        if f.name.as_deref() == Some(name) {
+            found = Some(f);
+        }
+    }
+    found
+}
+
 fn info(name: &str, kind: &str) -> ProbeInfo {
     ProbeInfo {
         name: name.into(),
@@ -167,19 +183,7 @@ fn alerted_time_and_its_top_causes_per_line() {
     assert_eq!(text.matches("latmon_probe_alerted_cause_ratio{").count(), 3, "the top 3 only: {text}");
     assert!(!text.contains("latmon_probe_alerted_seconds_total{probe=\"syscall\""), "no tally, no line: {text}");
     // Protobuf: the same samples, labels included.
-    let mut pb_out = Vec::new();
-    let map = promhist::Map::new();
-    let mut counts = [0u64; SPAN];
-    render_protobuf(&mut pb_out, &snapshot(&t, SERIES_PER_FAMILY), &map, &mut counts);
-    let mut buf = &pb_out[..];
-    let mut found = None;
-    while !buf.is_empty() {
-        let f = pb::MetricFamily::decode_length_delimited(&mut buf).unwrap();
-        if f.name.as_deref() == Some("latmon_probe_alerted_cause_ratio") {
-            found = Some(f);
-        }
-    }
-    let f = found.expect("the ratio family in protobuf");
+    let f = protobuf_family(&t, "latmon_probe_alerted_cause_ratio").expect("the ratio family in protobuf");
     assert_eq!(f.metric.len(), 3);
     let m = &f.metric[0];
     let label = |k: &str| m.label.iter().find(|p| p.name.as_deref() == Some(k)).and_then(|p| p.value.clone());
@@ -350,19 +354,8 @@ fn watched_loops_have_their_own_cycle_counters() {
         assert!(text.contains(&want), "{want} in {text}");
     }
     assert!(!text.contains("tid=\"42\"") && !text.contains("tid=\"43\""), "{text}");
-    let mut pb_out = Vec::new();
-    let map = promhist::Map::new();
-    let mut counts = [0u64; SPAN];
-    render_protobuf(&mut pb_out, &snapshot(&t, SERIES_PER_FAMILY), &map, &mut counts);
-    let mut buf = &pb_out[..];
-    let mut misses = None;
-    while !buf.is_empty() {
-        let f = pb::MetricFamily::decode_length_delimited(&mut buf).unwrap();
-        if f.name.as_deref() == Some("latmon_cycle_misses_total") {
-            misses = Some(f);
-        }
-    }
-    let m = &misses.expect("the misses family in protobuf").metric[1];
+    let misses = protobuf_family(&t, "latmon_cycle_misses_total").expect("the misses family in protobuf");
+    let m = &misses.metric[1];
     let label = |k: &str| m.label.iter().find(|p| p.name.as_deref() == Some(k)).and_then(|p| p.value.clone());
     assert_eq!((label("loop").as_deref(), label("tid").as_deref()), (Some("ctrl\"x"), Some("41")));
     assert_eq!(m.counter.as_ref().and_then(|c| c.value), Some(7.0));
