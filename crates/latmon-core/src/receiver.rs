@@ -87,6 +87,18 @@ struct BadLine<'a> {
     error: &'a str,
 }
 
+/// A Loops frame: its listing goes out with the interval's summary
+/// line (`loops`, as the agent's JSON), this line says it arrived.
+#[derive(Serialize)]
+struct LoopsLine {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    boot_id: u32,
+    seq: u64,
+    /// The last part of the interval's listing.
+    complete: bool,
+}
+
 #[derive(Serialize)]
 struct UnknownLine {
     #[serde(rename = "type")]
@@ -119,6 +131,12 @@ pub fn json_line(r: &Result<Event, FrameError>) -> String {
         Ok(Event::Request(r)) => crate::json::to_string(&Tagged::<crate::wire::Request> { ty: "request", body: r }),
         Ok(Event::Alert(a)) => crate::json::to_string(&Tagged::<Named> { ty: "alert", body: &a.named() }),
         Ok(Event::Status(s)) => crate::json::to_string(&Tagged::<Status> { ty: "status", body: s }),
+        Ok(Event::Loops { boot_id, seq, complete }) => crate::json::to_string(&LoopsLine {
+            ty: "loops",
+            boot_id: *boot_id,
+            seq: *seq,
+            complete: *complete,
+        }),
         Ok(Event::Unknown { kind }) => crate::json::to_string(&UnknownLine { ty: "unknown", kind: *kind }),
         Err(e) => crate::json::to_string(&BadLine { ty: "bad_frame", reason: e.reason(), error: &e.to_string() }),
     };

@@ -161,6 +161,20 @@ pub(super) fn status_into(
     s.flags
 }
 
+/// Loops frames for this interval into `buf`/`lens` (none without
+/// loops): before the interval's summary, whose seq they carry, so a
+/// receiver hands them out with it (revision 12).
+pub(super) fn loops_into(t: &Tick<'_>, enc: &mut Encoder, buf: &mut Vec<u8>, lens: &mut Vec<usize>) {
+    let r = t.report;
+    let head = (t.session.boot_id, r.seq, r.time_ns);
+    if let Err(e) = enc.loops(head, &r.loops, (r.loops_unlisted, r.agent.loops_unwatched), &mut |f| {
+        buf.extend_from_slice(f);
+        lens.push(f.len());
+    }) {
+        log::warn!("loops frame: {e}");
+    }
+}
+
 impl FrameRender {
     fn status_frames(&mut self, t: &Tick<'_>, q: &Queue) {
         self.last_flags = status_into(
@@ -312,9 +326,11 @@ impl FrameRender {
                 q.push_group(&self.buf, &self.lens);
             }
         }
-        // A summary goes whole or not at all: half of one is wasted link time.
+        // A summary goes whole or not at all: half of one is wasted link
+        // time. The interval's loops go first, in its group.
         self.buf.clear();
         self.lens.clear();
+        loops_into(t, &mut self.enc, &mut self.buf, &mut self.lens);
         let h = SummaryHeader { seq: r.seq, boot_id: t.session.boot_id, time_ns: r.time_ns, last: r.last };
         let (buf, lens) = (&mut self.buf, &mut self.lens);
         match self.enc.summary(h, t.totals, &mut |f| {

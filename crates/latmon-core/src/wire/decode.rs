@@ -183,6 +183,17 @@ fn decode_body(kind: u8, len: usize, body: &[u8], padded: &[u8]) -> Result<Frame
         Kind::Status => Frame::Status(owned(body, padded).map_err(bad)?),
         Kind::Delta => Frame::Delta(owned(body, padded).map_err(bad)?),
         Kind::Request => Frame::Request(owned(body, padded).map_err(bad)?),
+        Kind::Loops => {
+            let l: LoopList = owned(body, padded).map_err(bad)?;
+            let longest = l.loops.iter().map(|w| w.comm.len()).max().unwrap_or(0);
+            if longest > super::MAX_ALERT_NAME_LEN {
+                return Err(FrameError::Body {
+                    kind,
+                    why: format!("a {longest}-byte loop name, at most {}", super::MAX_ALERT_NAME_LEN),
+                });
+            }
+            Frame::Loops(l)
+        }
     })
 }
 

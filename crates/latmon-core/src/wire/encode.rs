@@ -450,6 +450,39 @@ impl Encoder {
         Ok(1)
     }
 
+    /// Loops frames for one interval (the list split when long; none
+    /// when there is no loop). `head` is (boot_id, seq, time_ns),
+    /// `counts` (unlisted, unwatched).
+    pub fn loops(
+        &mut self,
+        head: (u32, u64, u64),
+        loops: &[crate::loops::Loop],
+        counts: (u32, u32),
+        out: &mut dyn FnMut(&[u8]),
+    ) -> Result<usize, EncodeError> {
+        if loops.is_empty() && counts == (0, 0) {
+            return Ok(0);
+        }
+        self.pack(
+            Kind::Loops,
+            loops.len(),
+            |e, r, limit| {
+                let body = super::loops::LoopListRef {
+                    boot_id: head.0,
+                    seq: head.1,
+                    time_ns: head.2,
+                    listed: loops.len().min(u16::MAX as usize) as u16,
+                    first: r.start as u16,
+                    unlisted: counts.0,
+                    unwatched: counts.1,
+                    loops: super::loops::LoopsPart(&loops[r]),
+                };
+                e.put(Kind::Loops, &body, limit)
+            },
+            out,
+        )
+    }
+
     /// One Request frame (receiver side).
     pub fn request(&mut self, r: &Request, out: &mut dyn FnMut(&[u8])) -> Result<usize, EncodeError> {
         let n = self.put(Kind::Request, r, MAX_PAYLOAD)?.ok_or(EncodeError::TooLarge { kind: Kind::Request })?;
@@ -517,6 +550,11 @@ pub fn encode_to_vec(f: &Frame) -> Result<Vec<u8>, EncodeError> {
             1
         }
         Frame::Request(r) => enc.request(r, &mut out)?,
+        Frame::Loops(l) => {
+            let n = enc.put(Kind::Loops, l, MAX_PAYLOAD)?.ok_or(EncodeError::TooLarge { kind: Kind::Loops })?;
+            enc.seal(n, &mut out);
+            1
+        }
         Frame::Unknown { .. } => 0,
     };
     Ok(v)

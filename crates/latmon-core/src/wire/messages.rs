@@ -453,6 +453,7 @@ pub enum Frame {
     Status(Status),
     Delta(Delta),
     Request(Request),
+    Loops(super::LoopList),
     /// A kind this receiver does not know (a newer sender); skipped.
     Unknown {
         kind: u8,

@@ -28,6 +28,8 @@ mod encode;
 pub mod fixed;
 mod frame;
 #[cfg(feature = "std")]
+pub mod loops;
+#[cfg(feature = "std")]
 mod messages;
 #[cfg(feature = "std")]
 mod status;
@@ -53,6 +55,8 @@ pub use decode::*;
 pub use encode::*;
 pub use fixed::{Applied, FixedReceiver, FixedTracker, Received};
 pub use frame::*;
+#[cfg(feature = "std")]
+pub use loops::{LoopList, LoopsAssembly, LoopsState, WireLoop, WireLoopCycles};
 #[cfg(feature = "std")]
 pub use messages::*;
 #[cfg(feature = "std")]
@@ -88,7 +92,10 @@ pub const PROTOCOL_VERSION: u8 = 1;
 /// Revision 11 appends `certificate` (the stored `latmon certify`
 /// summary, [`WireCertificate`]) to Hello after `thresholds`, sent only
 /// when the board has one: a Hello without keeps its revision 9 bytes.
-pub const PROTOCOL_REVISION: u8 = 11;
+/// Revision 12 adds Loops (kind 7, [`LoopList`]): the loops discovery
+/// lists and each watched loop's since-start counts, before the summary
+/// of the same interval; sent only when there are loops.
+pub const PROTOCOL_REVISION: u8 = 12;
 /// `ProbeDesc::mode` of a series whose calls wait (revision 7): it is
 /// not in its family line but in the family's waits line. Older senders
 /// never send it; an older receiver shows it as part of the mode's words.
@@ -167,6 +174,7 @@ pub enum Kind {
     Status = 4,
     Delta = 5,
     Request = 6,
+    Loops = 7,
 }
 
 impl Kind {
@@ -178,6 +186,7 @@ impl Kind {
             4 => Kind::Status,
             5 => Kind::Delta,
             6 => Kind::Request,
+            7 => Kind::Loops,
             _ => return None,
         })
     }
@@ -190,6 +199,7 @@ impl Kind {
             Kind::Status => "status",
             Kind::Delta => "delta",
             Kind::Request => "request",
+            Kind::Loops => "loops",
         }
     }
 }

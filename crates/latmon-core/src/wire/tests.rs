@@ -603,7 +603,184 @@ fn golden() -> Vec<(&'static str, Frame)> {
         ("hello-thresholds", Frame::Hello(golden_threshold_hello())),
         ("alert-lock", Frame::Alert(golden_lock_alert())),
         ("hello-certificate", Frame::Hello(golden_certificate_hello())),
+        ("loops", Frame::Loops(golden_loops())),
     ]
+}
+
+/// The Loops frame (revision 12) of docs/wire-format.md: a 1 ms FIFO 80
+/// loop watched (1 000 cycles and 3 misses this interval, 5 000 and 12
+/// since it entered, 1 overrun) and its process's SCHED_OTHER logger,
+/// sporadic, listed because its process has an RT thread.
+pub(crate) fn golden_loops() -> LoopList {
+    LoopList {
+        boot_id: 0x1234_5678,
+        seq: 5,
+        time_ns: 5_000_000_000,
+        listed: 2,
+        first: 0,
+        unlisted: 0,
+        unwatched: 0,
+        loops: vec![
+            WireLoop {
+                tid: 412,
+                pid: 410,
+                comm: "ctl_loop".into(),
+                policy: 1,
+                prio: 80,
+                rt: true,
+                class: super::loops::class::PERIODIC,
+                period_ns: 1_000_000,
+                period_source: super::loops::source::ABS_TIMER,
+                jitter_ns: 0,
+                watched: true,
+                cycle: Some(WireLoopCycles {
+                    period_ns: 1_000_000,
+                    cycles: 1_000,
+                    total_cycles: 5_000,
+                    misses: 3,
+                    total_misses: 12,
+                    total_overruns: 1,
+                    total_rules: 0,
+                }),
+            },
+            WireLoop {
+                tid: 415,
+                pid: 410,
+                comm: "logger".into(),
+                policy: 0,
+                prio: 0,
+                rt: false,
+                class: super::loops::class::SPORADIC,
+                period_ns: 0,
+                period_source: super::loops::source::NONE,
+                jitter_ns: 0,
+                watched: false,
+                cycle: None,
+            },
+        ],
+    }
+}
+
+/// The agent's borrowed encoder gives the golden Loops bytes from its own
+/// `loops::Loop`s, and a receiver hands them out with the summary of
+/// the same seq, as the agent's JSON lists them.
+#[test]
+fn loops_go_out_from_the_agents_list_and_come_back_with_their_summary() {
+    let doc = include_str!("../../../../docs/wire-format.md");
+    let g = golden_loops();
+    let agent: Vec<crate::loops::Loop> = g.loops.iter().map(WireLoop::to_loop).collect();
+    let mut enc = Encoder::new();
+    let mut v = Vec::new();
+    let n = enc.loops((g.boot_id, g.seq, g.time_ns), &agent, (0, 0), &mut |b| v.extend_from_slice(b)).unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(hex(&v), hex(&spec_vector(doc, "loops", "frame")));
+    // No loops, nothing past the bound: no frame, no byte.
+    let mut none = Vec::new();
+    assert_eq!(enc.loops((1, 1, 1), &[], (0, 0), &mut |b| none.extend_from_slice(b)).unwrap(), 0);
+    assert!(none.is_empty());
+    // A receiver: the loops, then the summary of seq 5.
+    let Frame::Summary(mut s) = golden()[1].1.clone() else { panic!("golden()[1] is the summary") };
+    s.seq = g.seq;
+    s.boot_id = g.boot_id;
+    v.extend_from_slice(&encode_to_vec(&Frame::Summary(s.clone())).unwrap());
+    let mut t = Tracker::new();
+    let mut reports = Vec::new();
+    for f in decode_all(&v).0 {
+        if let Event::Summary { report, .. } = t.on_frame(f.unwrap()) {
+            reports.push(report);
+        }
+    }
+    assert_eq!(reports.len(), 1);
+    assert_eq!(reports[0].loops, agent);
+    let c = reports[0].loops[0].cycle.unwrap();
+    assert_eq!((c.total_misses, c.misses, c.total_cycles), (12, 3, 5_000));
+    // The JSON of a decoded summary lists them as the agent's does.
+    let json = crate::json::to_string(&reports[0]).unwrap();
+    assert!(json.contains(r#""loops":[{"tid":412,"pid":410,"comm":"ctl_loop","policy":"fifo","prio":80"#), "{json}");
+    // The next summary (seq 6) had no loops frame: it shows none, never
+    // seq 5's as its own.
+    s.seq = 6;
+    match t.on_frame(Frame::Summary(s)) {
+        Event::Summary { report, .. } => assert!(report.loops.is_empty()),
+        e => panic!("{e:?}"),
+    }
+}
+
+/// 32 loops with 64-byte names span several frames within the budget; a
+/// lost middle part loses that listing (counted), never mixes two; a
+/// sender listing more than `loops::LISTED` is bounded and counted.
+#[test]
+fn a_long_loop_list_spans_frames_and_a_lost_part_is_counted_not_mixed() {
+    let one = |i: u32| crate::loops::Loop {
+        tid: 1000 + i,
+        comm: "x".repeat(70),
+        ..golden_loops().loops[0].to_loop()
+    };
+    let agent: Vec<_> = (0..32).map(one).collect();
+    let mut enc = Encoder::new();
+    let mut frames = Vec::new();
+    enc.loops((7, 9, 9), &agent, (3, 1), &mut |b| frames.push(b.to_vec())).unwrap();
+    assert!(frames.len() > 1, "{} frames", frames.len());
+    assert!(frames.iter().all(|f| f.len() <= FRAME_BUDGET));
+    let mut a = LoopsAssembly::default();
+    let parts: Vec<LoopList> = frames
+        .iter()
+        .map(|f| match decode_all(f).0.remove(0).unwrap() {
+            Frame::Loops(l) => l,
+            e => panic!("{e:?}"),
+        })
+        .collect();
+    let last = parts.len() - 1;
+    for (i, p) in parts.iter().enumerate() {
+        assert_eq!(a.on_part(p.clone()), i == last);
+    }
+    let done = a.done.clone().unwrap();
+    assert_eq!(done.loops.len(), 32);
+    assert_eq!((done.unlisted, done.unwatched, done.seq), (3, 1, 9));
+    // Names cut at the alert bound (64 bytes) on the way out.
+    assert!(done.loops.iter().all(|l| l.comm.len() == MAX_ALERT_NAME_LEN));
+    // Seq 10 with its second part lost: seq 9's listing stays whole.
+    let mut a2 = LoopsAssembly::default();
+    a2.done = a.done.clone();
+    for (i, p) in parts.iter().enumerate().filter(|(i, _)| *i != 1) {
+        let p = LoopList { seq: 10, ..p.clone() };
+        assert!(!a2.on_part(p), "part {i}");
+    }
+    assert_eq!(a2.listings_lost, 1);
+    assert_eq!(a2.done.unwrap().seq, 9);
+    // A sender saying 40 loops: 32 kept, 8 counted.
+    let mut big = golden_loops();
+    big.loops = (0..40).map(|i| WireLoop { tid: i, ..big.loops[1].clone() }).collect();
+    big.listed = 40;
+    let mut a3 = LoopsAssembly::default();
+    assert!(a3.on_part(big));
+    let d = a3.done.unwrap();
+    assert_eq!((d.loops.len(), d.ignored), (crate::loops::LISTED, 8));
+}
+
+/// A loop name longer than an alert's is refused by both decoders (the
+/// desktop one and the supervisor's fixed one), naming the problem.
+#[test]
+fn a_loops_frame_with_a_too_long_name_is_refused_by_both_decoders() {
+    let mut l = golden_loops();
+    l.loops[1].comm = "y".repeat(MAX_ALERT_NAME_LEN + 1);
+    // After a delimiter: a bad first fragment of a stream reads as joined
+    // mid-frame, not as a bad body.
+    let mut bytes = vec![DELIMITER];
+    bytes.extend(encode_to_vec(&Frame::Loops(l)).unwrap());
+    match decode_all(&bytes).0.remove(0) {
+        Err(FrameError::Body { why, .. }) => assert!(why.contains("65-byte loop name"), "{why}"),
+        e => panic!("{e:?}"),
+    }
+    let mut fixed = FixedReceiver::<4, 16, 4>::new();
+    let mut bad = Vec::new();
+    fixed.feed(&bytes, |_, r| bad.push(matches!(r, Received::BadBody(7))));
+    assert_eq!(bad, [true]);
+    // The golden one passes both.
+    let good = encode_to_vec(&Frame::Loops(golden_loops())).unwrap();
+    let mut got = Vec::new();
+    fixed.feed(&good, |_, r| got.push(matches!(r, Received::Frame(Applied::Other))));
+    assert_eq!(got, [true]);
 }
 
 /// The Hello with a certificate (revision 11) of docs/wire-format.md: the

@@ -30,6 +30,13 @@ pub enum Event {
     Status(Status),
     /// A receiver's request (seen when reading the agent's side of a link).
     Request(Request),
+    /// A part of an interval's loops (kind 7); `complete` when it was the
+    /// last part: the listing goes with that interval's summary.
+    Loops {
+        boot_id: u32,
+        seq: u64,
+        complete: bool,
+    },
     Unknown {
         kind: u8,
     },
@@ -129,6 +136,11 @@ pub struct Tracker {
     /// Summaries (kind 2 and 5) received, and how many were deltas.
     pub summaries: u64,
     pub deltas: u64,
+    /// The loops of the latest interval (Loops frames, revision 12).
+    pub loops: LoopsAssembly,
+    /// The seq whose loops a summary event already carried (a summary
+    /// split over several frames carries them once).
+    loops_given: u64,
 }
 
 impl Tracker {
@@ -281,6 +293,12 @@ impl Tracker {
             }
             Frame::Delta(d) => self.on_delta(d),
             Frame::Request(r) => Event::Request(r),
+            Frame::Loops(l) => {
+                self.new_boot(l.boot_id);
+                let (boot_id, seq) = (l.boot_id, l.seq);
+                let complete = self.loops.on_part(l);
+                Event::Loops { boot_id, seq, complete }
+            }
             Frame::Unknown { kind, .. } => Event::Unknown { kind },
         }
     }
@@ -474,6 +492,7 @@ impl Tracker {
             ids.push(id16);
         }
         report.interval_ns = since.map_or(0, |p| d.time_ns.saturating_sub(p));
+        self.give_loops(d.boot_id, &mut report);
         Event::Summary { boot_id: d.boot_id, report, ids, keyframe: false, merge: d.merge, inexact }
     }
 
@@ -524,6 +543,22 @@ impl Tracker {
             ids.push(id);
         }
         report.interval_ns = since.map_or(0, |p| s.time_ns.saturating_sub(p));
+        self.give_loops(s.boot_id, &mut report);
         Event::Summary { boot_id: s.boot_id, report, ids, keyframe: true, merge: s.merge, inexact: Vec::new() }
+    }
+
+    /// The interval's loops (its Loops frames came before its summary)
+    /// into the report, once per seq; none when they were lost or are
+    /// of another interval (a receiver then shows no loops rather than
+    /// an older interval's as this one's).
+    fn give_loops(&mut self, boot_id: u32, report: &mut IntervalReport) {
+        let Some(l) = self.loops.done.as_ref() else { return };
+        if l.boot_id != boot_id || l.seq != report.seq || self.loops_given == report.seq {
+            return;
+        }
+        self.loops_given = report.seq;
+        report.loops.clone_from(&l.loops);
+        report.loops_unlisted = l.unlisted.saturating_add(l.ignored.min(u32::MAX as u64) as u32);
+        report.agent.loops_unwatched = l.unwatched;
     }
 }

@@ -157,6 +157,10 @@ impl BudgetedFrames {
             return;
         }
         let dt = r.time_ns.saturating_sub(if self.last_sent_ns == 0 { t.session.start_ns } else { self.last_sent_ns });
+        // The loops before the summary they go with (cumulative counts,
+        // like a keyframe: a summary the pacer holds back loses none).
+        super::render::loops_into(t, enc, buf, lens);
+        group(buf, lens, &mut self.pacer);
         let bytes = self.summary(t, enc, buf, lens, dt);
         self.pacer.summary_sent(bytes);
         q.push_group(buf, lens);

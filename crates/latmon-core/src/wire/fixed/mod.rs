@@ -362,7 +362,9 @@ impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedTracker<S
                 self.new_boot(h.boot_id);
                 Applied::Status
             }
-            Kind::Request => Applied::Other,
+            // The loops are not kept here yet: the supervisor watches
+            // probes (docs/supervisor.md); read, checked, skipped.
+            Kind::Request | Kind::Loops => Applied::Other,
         })
     }
 

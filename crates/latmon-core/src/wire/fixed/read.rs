@@ -326,6 +326,38 @@ pub(super) fn delta_head(b: &[u8]) -> Res<DeltaHead<'_>> {
     Ok(DeltaHead { seq, base_seq, boot_id, first_id, end_id, entries, keyed, born })
 }
 
+/// A Loops frame's head (kind 7, revision 12; `wire::LoopList`).
+#[derive(Deserialize)]
+#[allow(dead_code)]
+pub(super) struct LoopsHead {
+    pub(super) boot_id: u32,
+    pub(super) seq: u64,
+    pub(super) time_ns: u64,
+    pub(super) listed: u16,
+    pub(super) first: u16,
+    pub(super) unlisted: u32,
+    pub(super) unwatched: u32,
+}
+
+/// One loop of a Loops frame (`wire::WireLoop`; its cycle counts as the
+/// seven u64 of `wire::WireLoopCycles`, in order).
+#[derive(Deserialize)]
+#[allow(dead_code)]
+pub(super) struct LoopIn<'a> {
+    pub(super) tid: u32,
+    pub(super) pid: u32,
+    pub(super) comm: &'a str,
+    pub(super) policy: u32,
+    pub(super) prio: u32,
+    pub(super) rt: bool,
+    pub(super) class: u8,
+    pub(super) period_ns: u64,
+    pub(super) period_source: u8,
+    pub(super) jitter_ns: u64,
+    pub(super) watched: bool,
+    pub(super) cycle: Option<[u64; 7]>,
+}
+
 /// Pass 1: is `b` the whole message of `kind`, as the desktop decoder
 /// reads it (trailing bytes ignored)?
 pub(super) fn check(kind: Kind, b: &[u8]) -> Res<()> {
@@ -348,6 +380,16 @@ pub(super) fn check(kind: Kind, b: &[u8]) -> Res<()> {
         }
         Kind::Alert => {
             read_alert(b)?;
+        }
+        Kind::Loops => {
+            r.get::<LoopsHead>()?;
+            for _ in 0..r.len()? {
+                // A name longer than an alert's is refused, as the
+                // desktop decoder refuses it.
+                if r.get::<LoopIn>()?.comm.len() > MAX_ALERT_NAME_LEN {
+                    return Err(custom());
+                }
+            }
         }
         Kind::Status => {
             r.get::<StatusHead>()?;
