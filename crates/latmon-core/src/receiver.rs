@@ -131,12 +131,9 @@ pub fn json_line(r: &Result<Event, FrameError>) -> String {
         Ok(Event::Request(r)) => crate::json::to_string(&Tagged::<crate::wire::Request> { ty: "request", body: r }),
         Ok(Event::Alert(a)) => crate::json::to_string(&Tagged::<Named> { ty: "alert", body: &a.named() }),
         Ok(Event::Status(s)) => crate::json::to_string(&Tagged::<Status> { ty: "status", body: s }),
-        Ok(Event::Loops { boot_id, seq, complete }) => crate::json::to_string(&LoopsLine {
-            ty: "loops",
-            boot_id: *boot_id,
-            seq: *seq,
-            complete: *complete,
-        }),
+        Ok(Event::Loops { boot_id, seq, complete }) => {
+            crate::json::to_string(&LoopsLine { ty: "loops", boot_id: *boot_id, seq: *seq, complete: *complete })
+        }
         Ok(Event::Unknown { kind }) => crate::json::to_string(&UnknownLine { ty: "unknown", kind: *kind }),
         Err(e) => crate::json::to_string(&BadLine { ty: "bad_frame", reason: e.reason(), error: &e.to_string() }),
     };
@@ -336,6 +333,12 @@ pub struct View {
     pub time_ns: u64,
     pub interval_ns: u64,
     pub last: bool,
+    /// The agent's loops as of the summary of `loops_seq` (Loops frames,
+    /// revision 12): kept when a later summary comes without them (a
+    /// lost Loops frame), and said to be older.
+    pub loops: Vec<crate::loops::Loop>,
+    pub loops_unlisted: u32,
+    pub loops_seq: u64,
     /// The table's working memory (kept between screens).
     table: Table,
     /// The terminal's columns and rows, when the screen goes to one: the
@@ -354,6 +357,11 @@ impl View {
                     self.interval_ns = report.interval_ns;
                 }
                 self.last = report.last;
+                if !report.loops.is_empty() || report.loops_unlisted > 0 {
+                    self.loops.clone_from(&report.loops);
+                    self.loops_unlisted = report.loops_unlisted;
+                    self.loops_seq = report.seq;
+                }
                 for (p, &id) in report.probes.iter().zip(ids) {
                     let id = id as usize; // < wire::MAX_PROBES
                     if self.latest.len() <= id {
@@ -453,6 +461,12 @@ impl View {
             }
         }
         let _ = writeln!(s, "{}", "-".repeat(78));
+        // The loops first, as `latmon run` prints them: the agent's own
+        // counts (revision 12), not the records that crossed the link.
+        crate::loops::render_into(&mut s, &self.loops, self.loops_unlisted);
+        if !self.loops.is_empty() && self.loops_seq != self.seq {
+            let _ = writeln!(s, "  (loops as of seq {}: a later listing was lost)", self.loops_seq);
+        }
         // The table of `latmon run` (src/table.rs): a family's worst
         // series and the rest summed, not every series' histogram. Its
         // numbers cover the last interval the link delivered (more than
@@ -882,6 +896,35 @@ mod tests {
         let s = v.render("file:c.bin", &LinkStats::default(), &t, None);
         assert!(s.contains("ctrl_loop        cpu 0   rule broken\n    rule sleep_other in fdatasync\n"), "{s}");
         assert!(!s.contains("latency 0ns"), "{s}");
+    }
+
+    /// The screen leads with the agent's loops and their since-start
+    /// misses (12, not the 0 miss records that crossed the link), a
+    /// hostile loop name escaped; a later summary whose Loops frame was
+    /// lost keeps the listing and says how old it is.
+    #[test]
+    fn the_view_leads_with_the_agents_loops_and_their_own_counts() {
+        let mut t = Tracker::new();
+        let mut v = View::default();
+        v.on_event(&t.on_frame(Frame::Hello(hello())));
+        let mut l = crate::wire::tests::golden_loops();
+        (l.boot_id, l.seq) = (7, 1);
+        l.loops[1].comm = "evil[2J
+x"
+        .into();
+        v.on_event(&t.on_frame(Frame::Loops(l)));
+        let mut hist = Hist::default();
+        v.on_event(&summary_event(&mut t, 1, &[1_000, 2_000], &mut hist));
+        let s = v.render("tcp://x", &LinkStats::default(), &t, None);
+        let at = |needle: &str| s.find(needle).unwrap_or_else(|| panic!("no {needle:?} in\n{s}"));
+        assert!(at("loops: 1 periodic, 1 sporadic") < at("NAME   "), "{s}");
+        assert!(s.contains("ctl_loop            412 fifo 80    1.00ms abs_timer 1000 cyc 3/12 miss\n"), "{s}");
+        assert!(s.contains("evil?[2J?x"), "{s}");
+        assert!(s.chars().all(|c| c == '\n' || (' '..='~').contains(&c)), "{s:?}");
+        assert!(!s.contains("as of seq"), "{s}");
+        v.on_event(&summary_event(&mut t, 2, &[1_000], &mut hist));
+        let s = v.render("tcp://x", &LinkStats::default(), &t, None);
+        assert!(s.contains("3/12 miss") && s.contains("(loops as of seq 1: a later listing was lost)"), "{s}");
     }
 
     /// An alert of probe 0 about task 1 named `comm`, without anatomy.

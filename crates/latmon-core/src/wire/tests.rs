@@ -711,11 +711,7 @@ fn loops_go_out_from_the_agents_list_and_come_back_with_their_summary() {
 /// sender listing more than `loops::LISTED` is bounded and counted.
 #[test]
 fn a_long_loop_list_spans_frames_and_a_lost_part_is_counted_not_mixed() {
-    let one = |i: u32| crate::loops::Loop {
-        tid: 1000 + i,
-        comm: "x".repeat(70),
-        ..golden_loops().loops[0].to_loop()
-    };
+    let one = |i: u32| crate::loops::Loop { tid: 1000 + i, comm: "x".repeat(70), ..golden_loops().loops[0].to_loop() };
     let agent: Vec<_> = (0..32).map(one).collect();
     let mut enc = Encoder::new();
     let mut frames = Vec::new();
