@@ -124,7 +124,14 @@ static __always_inline void thread_leave(__u32 tid)
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(cycle_exit, struct task_struct *p)
 {
-	thread_leave(p->pid);
+	__u32 tid = p->pid;
+
+	/* cycle,auto: the id is free from here on; a thread that reuses it
+	 * before discovery's next scan is not the listed loop (the agent puts
+	 * it back when a scan lists that id again). */
+	if (cfg.auto_watch)
+		bpf_map_delete_elem(&cycle_auto, &tid);
+	thread_leave(tid);
 	return 0;
 }
 
@@ -136,6 +143,11 @@ int BPF_PROG(cycle_exit, struct task_struct *p)
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(cycle_exec, struct task_struct *p, pid_t old_pid)
 {
+	__u32 old = old_pid;
+
+	/* A new program: discovery judges it afresh before it is watched. */
+	if (cfg.auto_watch)
+		bpf_map_delete_elem(&cycle_auto, &old);
 	thread_leave(old_pid);
 	return 0;
 }

@@ -129,9 +129,10 @@ impl Agent {
             return;
         }
         latmon_core::loops::watch_periodic_rt(loops, crate::bpf::limits::CYCLE_AUTO);
+        let scan_at = self.report.agent.discovery_at_ns;
         for s in self.slots.iter_mut().filter(|s| auto(s)) {
             if let Some(p) = s.probe.as_mut() {
-                p.watch(loops);
+                p.watch(loops, scan_at);
             }
         }
         // Past the bound, and what a probe could not watch (timerfd loops

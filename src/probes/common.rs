@@ -207,8 +207,9 @@ pub trait Probe {
     /// `cycle,auto`: the loops discovery lists, those to watch marked
     /// (`latmon_core::loops::watch_periodic_rt`). The probe follows the
     /// marked ones from their next timer sleep and fills each one's
-    /// `cycle` from its last read. Called every interval, after `extra`.
-    fn watch(&mut self, _loops: &mut [latmon_core::loops::Loop]) {}
+    /// `cycle` from its last read. Called every interval, after `extra`;
+    /// `scan_at_ns` dates the listing (when its discovery scan began).
+    fn watch(&mut self, _loops: &mut [latmon_core::loops::Loop], _scan_at_ns: u64) {}
 }
 
 /// Try each rung of an attach ladder in order; the first that loads and

@@ -121,8 +121,11 @@ struct ThreadRead {
 /// `cycle_auto`).
 #[derive(Default)]
 struct AutoWatch {
-    /// The thread ids in cycle_auto, sorted.
+    /// The thread ids handed to cycle_auto, sorted (the BPF side deletes
+    /// a thread's id when it exits or execs: one of these may be gone).
     tids: Vec<u32>,
+    /// When the discovery scan of the last listing handed over began.
+    scan_at_ns: u64,
     /// Scratch: the ids to watch now, sorted.
     want: Vec<u32>,
     /// cycle_read, attached once a timerfd loop is to be watched.
@@ -150,7 +153,7 @@ impl Cycles {
 }
 
 impl Source for Cycles {
-    fn watch(&mut self, loops: &mut [latmon_core::loops::Loop]) {
+    fn watch(&mut self, loops: &mut [latmon_core::loops::Loop], scan_at_ns: u64) {
         use latmon_core::loops::{LoopCycles, PeriodSource};
         if self.auto.is_none() {
             return;
@@ -178,7 +181,22 @@ impl Source for Cycles {
                 }
             }
             std::mem::swap(&mut a.tids, &mut a.want);
+        } else if scan_at_ns != a.scan_at_ns {
+            // A new scan lists the same ids: put each back (BPF_ANY,
+            // idempotent; at most LATMON_CYCLE_AUTO calls a scan). The BPF
+            // side deleted the id of a loop that exited; a scan that still
+            // lists it saw a thread alive with that id - a new one, when
+            // the id was reused within a scan - which is then watched, not
+            // lost. (A scan begun before the exit may put a dead id back
+            // until the next scan: the window is a scan's length.)
+            let map = &self._skel.maps.cycle_auto;
+            for tid in &a.tids {
+                if let Err(e) = map.update(&tid.to_ne_bytes(), &[1], MapFlags::ANY) {
+                    log::warn!("cycle,auto: loop {tid} not watched: {e}");
+                }
+            }
         }
+        a.scan_at_ns = scan_at_ns;
         #[cfg(feature = "test-hooks")]
         let mutate = std::env::var_os(AUTO_MUTATE_ENV).is_some();
         #[cfg(not(feature = "test-hooks"))]

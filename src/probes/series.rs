@@ -109,7 +109,7 @@ pub(crate) trait Source {
         Ok(())
     }
     /// See `Probe::watch`.
-    fn watch(&mut self, _loops: &mut [latmon_core::loops::Loop]) {}
+    fn watch(&mut self, _loops: &mut [latmon_core::loops::Loop], _scan_at_ns: u64) {}
 }
 
 struct Known {
@@ -246,8 +246,8 @@ impl Probe for Family {
         r.map_err(|why| self.read_error(why))
     }
 
-    fn watch(&mut self, loops: &mut [latmon_core::loops::Loop]) {
-        self.shared.borrow_mut().source.watch(loops);
+    fn watch(&mut self, loops: &mut [latmon_core::loops::Loop], scan_at_ns: u64) {
+        self.shared.borrow_mut().source.watch(loops, scan_at_ns);
     }
 
     fn new_series(&mut self) -> Vec<Box<dyn Probe>> {

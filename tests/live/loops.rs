@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::process::{Command, Stdio};
 
 use crate::common::{
-    compile_fixture, json_lines, poll_until, start_run_env, stdout_so_far, stop, test_hooks, READY_WITHIN,
+    compile_fixture, json_lines, latmon, poll_until, scratch, start_run_env, stdout_so_far, stop, test_hooks,
+    READY_WITHIN,
 };
 
 fn lm_loops() -> &'static std::path::Path {
@@ -73,8 +74,18 @@ fn kernel_pids() -> HashSet<u64> {
 /// exited. The zoo's output, latmon's JSON lines and when the zoo
 /// exited.
 fn run(secs: u32, args: &[&str], env: &[(&str, &str)]) -> (String, Vec<serde_json::Value>, u64) {
+    run_out(secs, args, env, &[])
+}
+
+/// [`run`] with more `--output`s beside stdout's JSON.
+fn run_out(secs: u32, args: &[&str], env: &[(&str, &str)], outputs: &[&str]) -> (String, Vec<serde_json::Value>, u64) {
     let bin = lm_loops();
-    let child = start_run_env(&["--interval", "1s", "--format", "json"], env);
+    let mut run_args = vec!["--interval", "1s", "--format", "json"];
+    if !outputs.is_empty() {
+        run_args.extend(["--output", "-"]);
+        run_args.extend(outputs.iter().flat_map(|o| ["--output", o]));
+    }
+    let child = start_run_env(&run_args, env);
     let out = Command::new(bin)
         .arg(secs.to_string())
         .args(args)
@@ -283,10 +294,25 @@ fn rows_of(out: &str, kind: &str) -> Vec<(String, u64)> {
 #[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
 fn the_default_watches_the_periodic_rt_loops_and_counts_their_misses() {
     let args = ["seed=5", "miss=40", "warmup_ms=3000", "rows"];
-    let (out, lines, _) = run(10, &args, &[]);
+    // Beside the JSON, two frames links: an unlimited one and one with a
+    // serial line's budget (2 000 B/s: deltas, keyframes, loops charged).
+    let (full, paced) = (scratch("loops-frames", "full.bin"), scratch("loops-frames", "paced.bin"));
+    let outs = [
+        format!("file:{},format=frames", full.display()),
+        format!("file:{},format=frames,budget=2000B/s", paced.display()),
+    ];
+    let (out, lines, _) = run_out(10, &args, &[], &[&outs[0], &outs[1]]);
     match check_watched(&out, &lines) {
         Ok(s) => eprintln!("watched with no configuration: {s}"),
         Err(e) => panic!("{e}\nzoo: {out}"),
+    }
+    // Receivers show the agent's loops and counts (Loops frames, wire
+    // revision 12), not the miss records that crossed the link.
+    for (name, cap) in [("unlimited", &full), ("2000 B/s", &paced)] {
+        match check_received(&lines, cap) {
+            Ok(s) => eprintln!("{name} link: {s}"),
+            Err(e) => panic!("{name} link: {e}"),
+        }
     }
     if !test_hooks("LATMON_AUTO_MUTATE=1") {
         return;
@@ -296,6 +322,44 @@ fn the_default_watches_the_periodic_rt_loops_and_counts_their_misses() {
         Ok(s) => panic!("the check passed with each loop given another's counts: {s}"),
         Err(e) => eprintln!("mutation caught: {e}"),
     }
+}
+
+/// `latmon decode` of a frames capture: each summary that carries loops
+/// carries the agent's JSON `loops` of the same seq, field for field;
+/// the last one's misses since start are the agent's, whatever number
+/// of miss records crossed. Err: what is wrong.
+fn check_received(lines: &[serde_json::Value], cap: &std::path::Path) -> Result<String, String> {
+    let dec = latmon().arg("decode").arg(format!("file:{}", cap.display())).output().unwrap();
+    if !dec.status.success() {
+        return Err(format!("decode: {}", String::from_utf8_lossy(&dec.stderr)));
+    }
+    let got = json_lines(&String::from_utf8_lossy(&dec.stdout));
+    let agent: BTreeMap<u64, &serde_json::Value> =
+        lines.iter().filter_map(|l| Some((l["seq"].as_u64()?, &l["loops"]))).collect();
+    let (mut same, mut summaries, mut last_misses) = (0, 0, None);
+    for l in got.iter().filter(|l| l["type"] == "summary") {
+        summaries += 1;
+        let Some(loops) = l.get("loops") else { continue };
+        let seq = l["seq"].as_u64().unwrap();
+        let Some(want) = agent.get(&seq) else { return Err(format!("seq {seq}: loops the agent never printed")) };
+        if loops != *want {
+            return Err(format!("seq {seq}: received {loops}\nagent printed {want}"));
+        }
+        same += 1;
+        let misses: u64 = loops.as_array().unwrap().iter().filter_map(|x| x["cycle"]["total_misses"].as_u64()).sum();
+        last_misses = Some((seq, misses));
+    }
+    let records = got.iter().filter(|l| l["type"] == "alert" && l["event"] == "miss").count();
+    let Some((seq, misses)) = last_misses else {
+        return Err(format!("no summary of {summaries} carried loops"));
+    };
+    if misses == 0 {
+        return Err(format!("seq {seq}: no miss counted by the last listing received"));
+    }
+    Ok(format!(
+        "{same} of {summaries} summaries carried the agent's loops; at seq {seq} {misses} misses since start \
+         (the agent's), {records} miss records crossed"
+    ))
 }
 
 /// The zoo's loops against their watched counts. Err: what is wrong.
