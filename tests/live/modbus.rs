@@ -633,3 +633,174 @@ fn chain_probe_blocks_read_family_8() {
     stop(child);
     assert_eq!((family, index), (8, 0), "block 0: family chain, index 0");
 }
+
+/// The map's policy number of a JSON policy word (docs/modbus-map.md,
+/// loop block +4: the kernel's SCHED_* numbers).
+fn policy_code(word: &str) -> u64 {
+    match word {
+        "other" => 0,
+        "fifo" => 1,
+        "rr" => 2,
+        "batch" => 3,
+        "idle" => 5,
+        "deadline" => 6,
+        "ext" => 7,
+        w => panic!("policy {w}"),
+    }
+}
+
+/// The map's period source number of a JSON word (loop block +8).
+fn source_code(word: &str) -> u64 {
+    ["none", "timerfd", "abs_timer", "deadline", "relative", "median"]
+        .iter()
+        .position(|w| *w == word)
+        .unwrap_or_else(|| panic!("period_source {word}")) as u64
+}
+
+/// A loop block as pymodbus decoded it equals JSON's loop, register by
+/// register (docs/modbus-map.md "Loop block N").
+fn assert_loop_block_matches(b: &Value, l: &Value) {
+    let c = &l["cycle"];
+    let counted = c.is_object();
+    let cn = |k: &str| if counted { n(c, k) } else { 0 };
+    let want = [
+        ("tid", n(l, "tid")),
+        ("pid", n(l, "pid")),
+        ("policy", policy_code(l["policy"].as_str().unwrap())),
+        ("prio", n(l, "prio")),
+        ("period_us", us(&l["period_ns"])),
+        ("period_source", source_code(l["period_source"].as_str().unwrap())),
+        ("counted", counted as u64),
+        ("total_cycles", cn("total_cycles")),
+        ("cycles", cn("cycles").min(u32::MAX as u64)),
+        ("misses", cn("misses").min(u32::MAX as u64)),
+        ("total_misses", cn("total_misses").min(u32::MAX as u64)),
+        ("total_overruns", cn("total_overruns").min(u32::MAX as u64)),
+        ("total_rules", cn("total_rules") & 0xFFFF_FFFF),
+        ("cycle_period_us", if counted { us(&c["period_ns"]) } else { 0 }),
+        ("reserved0", 0),
+        ("reserved1", 0),
+        ("reserved2", 0),
+    ];
+    for (k, v) in want {
+        assert_eq!(b[k].as_u64(), Some(v), "{k}: block {b} vs JSON {l}");
+    }
+    assert_eq!(b["comm"], l["comm"], "block {b} vs JSON {l}");
+}
+
+/// Issue 42 item 3: with no configuration (`cycle,auto` watching the
+/// loop zoo, tests/fixtures/lm_loops.c, misses injected into zoo_abs1ms
+/// every 40th cycle after 3 s), pymodbus reads the loops area's header
+/// and the first five loop blocks, dated by the header's sequence
+/// number read before and after; every register equals JSON's
+/// `loops` for that interval, zoo_abs1ms's block carries misses, and
+/// the tids, policies, priorities and periods are the zoo's own (its
+/// `loop` lines). mbpoll reads the header as docs/modbus-map.md shows.
+#[test]
+#[ignore = "needs root: loads BPF programs (scripts/test.sh runs it)"]
+fn modbus_loops_area_reads_what_json_says_of_the_loop_zoo() {
+    let zoo = compile_fixture("lm_loops", "lm_loops", &["-O2", "-pthread"]);
+    let p = port();
+    let ps = p.to_string();
+    let child = start_run(&[
+        "--interval",
+        "1s",
+        "--format",
+        "json",
+        "--output",
+        "-",
+        "--output",
+        &format!("modbus-tcp://127.0.0.1:{p}"),
+    ]);
+    let json = Json::collect(&child);
+    let zoo = Command::new(zoo)
+        .args(["20", "seed=5", "miss=40", "warmup_ms=3000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("lm_loops");
+    // Until an interval counts misses of zoo_abs1ms in one of the first
+    // five blocks (the hang guard is the zoo's own run).
+    let abs_missed = |l: &Value| {
+        l["loops"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|x| x["watched"] == true)
+            .take(5)
+            .any(|x| x["comm"] == "zoo_abs1ms" && x["cycle"]["total_misses"].as_u64().is_some_and(|m| m >= 2))
+    };
+    let deadline = Instant::now() + Duration::from_secs(17);
+    while !json.lines().iter().any(abs_missed) {
+        assert!(Instant::now() < deadline, "zoo_abs1ms never watched with misses: {:?}", json.lines().last());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = pyclient(&["loops", "--tcp", "127.0.0.1", &ps, "--blocks", "5"]);
+    let j = json.seq(n(&r, "seq"));
+    let listed = j["loops"].as_array().cloned().unwrap_or_default();
+    let watched: Vec<&Value> = listed.iter().filter(|x| x["watched"] == true).collect();
+    eprintln!("pymodbus loops area at seq {}: {r}\nJSON loops: {}", n(&r, "seq"), j["loops"]);
+    let (ok, h, err) = mbpoll(&["-m", "tcp", "-p", &ps, "-t", "3", "-0", "-1", "-r", "45056", "-c", "8", "127.0.0.1"]);
+    assert!(ok, "mbpoll: {err}");
+    eprintln!("mbpoll loops header (45056..45063): {:?}", h.values().collect::<Vec<_>>());
+    assert_eq!((h[&45059], h[&45060], h[&45063]), (40, 45064, 32), "mbpoll: the area's layout");
+    assert!(watched.len() >= 2, "the zoo's periodic RT loops watched: {}", j["loops"]);
+    let want_header = [
+        ("listed", listed.len() as u64),
+        ("watched", watched.len() as u64),
+        ("blocks", watched.len().min(32) as u64),
+        ("block_size", 40),
+        ("first_block", 45064),
+        ("unwatched", n(&j["agent"], "loops_unwatched")),
+        ("unlisted", j["loops_unlisted"].as_u64().unwrap_or(0)),
+        ("capacity", 32),
+    ];
+    for (k, v) in want_header {
+        assert_eq!(r[k].as_u64(), Some(v), "{k}: {r} vs JSON {}", j["loops"]);
+    }
+    // Every watched loop's block (the zoo's four at most: abs, timerfd,
+    // relative, deadline), and the block past them reads 0.
+    let blocks = r["loops"].as_array().unwrap();
+    for (b, l) in blocks.iter().zip(&watched) {
+        assert_loop_block_matches(b, l);
+    }
+    for b in &blocks[watched.len().min(5)..] {
+        assert!(b.as_object().unwrap().values().all(|v| *v == 0 || *v == ""), "past the watched loops: {b}");
+    }
+    let abs = r["loops"].as_array().unwrap().iter().find(|b| b["comm"] == "zoo_abs1ms").cloned();
+    let abs = abs.unwrap_or_else(|| panic!("zoo_abs1ms not in the first five blocks: {r}"));
+    assert!(n(&abs, "total_misses") >= 2 && n(&abs, "counted") == 1, "injected misses: {abs}");
+
+    // The zoo's own truth, once it has run out: its threads' tids,
+    // policies, priorities and periods.
+    let out = zoo.wait_with_output().unwrap();
+    assert!(out.status.success(), "lm_loops: {}", String::from_utf8_lossy(&out.stderr));
+    stop(child);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for b in &blocks[..watched.len().min(5)] {
+        let comm = b["comm"].as_str().unwrap();
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("loop {comm} ")))
+            .unwrap_or_else(|| panic!("{comm}: not a zoo thread ({stdout})"));
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let field = |k: &str| f[f.iter().position(|x| *x == k).unwrap() + 1];
+        let policy = field("policy").trim_start_matches("SCHED_").to_lowercase();
+        let period_ns: u64 = field("period_ns").parse().unwrap();
+        let mut truth = vec![
+            ("tid", field("tid").parse::<u64>().unwrap()),
+            ("policy", policy_code(&policy)),
+            ("prio", field("prio").parse().unwrap()),
+        ];
+        // Exact periods only: a relative sleeper's is inferred (within 1 %,
+        // tests/live/loops.rs).
+        if ["abs_timer", "timerfd", "deadline"].contains(&field("period_source")) {
+            truth.push(("period_us", period_ns / 1000));
+            truth.push(("period_source", source_code(field("period_source"))));
+        }
+        for (k, v) in truth {
+            assert_eq!(b[k].as_u64(), Some(v), "{k}: block {b} vs the zoo's {line}");
+        }
+        eprintln!("block {comm}: {b}\n  zoo: {line}");
+    }
+}

@@ -7,6 +7,7 @@ order), not latmon's.
   pyclient.py read  (--tcp HOST PORT | --rtu PATH BAUD PARITY) [--unit N] [--blocks N]
   pyclient.py exceptions --tcp HOST PORT
   pyclient.py cycles --tcp HOST PORT N
+  pyclient.py loops --tcp HOST PORT [--blocks N]
 """
 import argparse
 import json
@@ -29,6 +30,17 @@ BLOCK_FIELDS = [
     (14, "p99_us", U32), (16, "p999_us", U32), (18, "max_us", U32), (20, "alerts", U32),
     (22, "drops", U32), (24, "min_us", U32), (26, "mean_us", U32), (28, "total_alerts", U32),
     (30, "total_drops", U32),
+]
+LOOPS = 45056
+LOOPS_HEADER_FIELDS = [
+    (0, "listed", U16), (1, "watched", U16), (2, "blocks", U16), (3, "block_size", U16),
+    (4, "first_block", U16), (5, "unwatched", U16), (6, "unlisted", U16), (7, "capacity", U16),
+]
+LOOP_FIELDS = [
+    (0, "tid", U32), (2, "pid", U32), (4, "policy", U16), (5, "prio", U16), (6, "period_us", U32),
+    (8, "period_source", U16), (9, "counted", U16), (10, "total_cycles", U64), (14, "cycles", U32),
+    (16, "misses", U32), (18, "total_misses", U32), (20, "total_overruns", U32), (22, "total_rules", U32),
+    (24, "cycle_period_us", U32), (26, "reserved0", U32), (28, "reserved1", U32), (30, "reserved2", U32),
 ]
 
 
@@ -87,6 +99,45 @@ def cmd_read(a):
     print(json.dumps({"input": inp, "holding": hold}))
 
 
+def seq_of(c):
+    r = c.read_input_registers(8, count=4, device_id=1)
+    if r.isError():
+        sys.exit(f"read failed: {r}")
+    return c.convert_from_registers(r.registers, c.DATATYPE.UINT64, word_order="big")
+
+
+def cmd_loops(a):
+    # The loops area and the header's sequence number are separate
+    # requests: the area is from interval S when S is read before and
+    # after it (the image only moves forward). Its header and the first
+    # two blocks come in one request (88 registers), further blocks three
+    # a request (125 at most); the layout is the area's own header's.
+    c = client_from(a)
+    for _ in range(10):
+        before = seq_of(c)
+        regs = []
+        while len(regs) < 8 + 40 * a.blocks:
+            count = min(8 + 40 * a.blocks - len(regs), 88 if not regs else 120)
+            r = c.read_input_registers(LOOPS + len(regs), count=count, device_id=1)
+            if r.isError():
+                sys.exit(f"read failed: {r}")
+            regs += r.registers
+        if seq_of(c) == before:
+            break
+    else:
+        sys.exit("ten reads straddled an interval each")
+    out = decode(c, regs, LOOPS_HEADER_FIELDS, 0)
+    out["seq"] = before
+    out["loops"] = []
+    for i in range(a.blocks):
+        base = out["first_block"] - LOOPS + i * out["block_size"]
+        b = decode(c, regs, LOOP_FIELDS, base)
+        b["comm"] = c.convert_from_registers(regs[base + 32:base + 40], c.DATATYPE.STRING).rstrip("\x00")
+        out["loops"].append(b)
+    c.close()
+    print(json.dumps(out))
+
+
 def exc(r):
     if r.isError():
         return getattr(r, "exception_code", str(r))
@@ -126,14 +177,14 @@ def cmd_cycles(a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("cmd", choices=["read", "exceptions", "cycles"])
+    p.add_argument("cmd", choices=["read", "exceptions", "cycles", "loops"])
     p.add_argument("n", nargs="?", type=int, default=0)
     p.add_argument("--tcp", nargs=2, metavar=("HOST", "PORT"))
     p.add_argument("--rtu", nargs=3, metavar=("PATH", "BAUD", "PARITY"))
     p.add_argument("--unit", type=int, default=1)
     p.add_argument("--blocks", type=int, default=1)
     a = p.parse_args()
-    {"read": cmd_read, "exceptions": cmd_exceptions, "cycles": cmd_cycles}[a.cmd](a)
+    {"read": cmd_read, "exceptions": cmd_exceptions, "cycles": cmd_cycles, "loops": cmd_loops}[a.cmd](a)
 
 
 if __name__ == "__main__":

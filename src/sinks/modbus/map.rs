@@ -12,7 +12,9 @@
 //! per probe block (registers added within the map version), and at
 //! [`THRESHOLD_BASE`] each probe block's alert threshold, and at
 //! [`COUNTER_BASE`] the first [`COUNTER_BLOCKS`] probe blocks' sync
-//! counters (RT sleep rules, lock inversions).
+//! counters (RT sleep rules, lock inversions), and at [`LOOPS_BASE`]
+//! the loops area: a short header and one block of [`LOOP_WORDS`] per
+//! loop `cycle,auto` watches (at most [`LOOP_BLOCKS`]).
 //! Registers are big-endian (Modbus); 32- and 64-bit values are high word
 //! first (the SunSpec convention) and start at even addresses.
 
@@ -40,9 +42,30 @@ pub const NAME_BYTES: usize = 16;
 pub const EXT_BASE: u16 = 0xC000;
 /// Size of each extension block in registers.
 pub const EXT_WORDS: u16 = 10;
-/// At most this many probe blocks fit below the extension blocks (whose
-/// table then fits the 65536-register address space: 1228 of each).
-pub const MAX_BLOCKS: usize = (EXT_BASE as usize - HEADER_WORDS as usize) / BLOCK_WORDS as usize;
+/// At most this many probe blocks: a session's bound (the wire's probe
+/// ids; the agent adds no series past it). It was the 1228 blocks that fit
+/// below the extension blocks; no session ever had more than 1024, so
+/// the addresses past block 1023 never held a register, and the loops
+/// area ([`LOOPS_BASE`]) takes some of them without moving one.
+pub const MAX_BLOCKS: usize = latmon_core::wire::MAX_PROBES;
+const _: () = assert!(HEADER_WORDS as usize + MAX_BLOCKS * BLOCK_WORDS as usize <= LOOPS_BASE as usize);
+const _: () = assert!(LOOPS_END <= EXT_BASE as usize);
+/// Address of the loops area (0xB000, fixed: the header has no reserved
+/// word left to point at it): [`LOOPS_HEADER_WORDS`] registers of counts
+/// ([`lh`]), then [`LOOP_BLOCKS`] loop blocks of [`LOOP_WORDS`] ([`lp`]),
+/// always all served (unfilled ones read 0: a PLC's fixed read never
+/// meets exception 02 when a loop goes away).
+pub const LOOPS_BASE: u16 = 0xB000;
+/// The loops area's own header, in registers (= offset of loop block 0).
+pub const LOOPS_HEADER_WORDS: u16 = 8;
+/// Size of each loop block in registers.
+pub const LOOP_WORDS: u16 = 40;
+/// Loop blocks: one per loop `cycle,auto` watches, which watches at most
+/// LATMON_CYCLE_AUTO (bpf/latmon.h); more watched loops (a report from
+/// elsewhere) are counted in [`lh::WATCHED`], not given a block.
+pub const LOOP_BLOCKS: usize = latmon_core::bpf::limits::CYCLE_AUTO;
+const LOOPS_LEN: usize = LOOPS_HEADER_WORDS as usize + LOOP_BLOCKS * LOOP_WORDS as usize;
+const LOOPS_END: usize = LOOPS_BASE as usize + LOOPS_LEN;
 const _: () = assert!(EXT_BASE as usize + MAX_BLOCKS * EXT_WORDS as usize <= THRESHOLD_BASE as usize);
 /// Address of threshold block 0: each probe block's alert threshold (µs,
 /// u32; 0 none), added within map version 1 after the extension blocks
@@ -148,6 +171,85 @@ pub mod counter {
     pub const OWNED: u16 = 6;
 }
 
+/// Offsets inside the loops area's header (at [`LOOPS_BASE`]), u16 each
+/// (counts saturate at 65535).
+pub mod lh {
+    /// Loops discovery lists in the interval (JSON `loops`, at most
+    /// `loops::LISTED`).
+    pub const LISTED: u16 = 0;
+    /// Of those, the loops `cycle,auto` watches (JSON `watched: true`).
+    pub const WATCHED: u16 = 1;
+    /// Loop blocks filled: min(watched, [`super::LOOP_BLOCKS`]); blocks
+    /// from this one on read 0.
+    pub const BLOCKS: u16 = 2;
+    /// [`super::LOOP_WORDS`].
+    pub const BLOCK_SIZE: u16 = 3;
+    /// Address of loop block 0 (`LOOPS_BASE + LOOPS_HEADER_WORDS`).
+    pub const FIRST_BLOCK: u16 = 4;
+    /// Periodic RT loops left unwatched (JSON `agent.loops_unwatched`).
+    pub const UNWATCHED: u16 = 5;
+    /// Loops past discovery's list (JSON `loops_unlisted`).
+    pub const UNLISTED: u16 = 6;
+    /// The number of loop blocks served, filled or not
+    /// ([`super::LOOP_BLOCKS`]).
+    pub const CAPACITY: u16 = 7;
+}
+
+/// Offsets inside loop block N (at `LOOPS_BASE + LOOPS_HEADER_WORDS +
+/// LOOP_WORDS * N`): the N-th watched loop in discovery's order.
+pub mod lp {
+    /// u32: thread id.
+    pub const TID: u16 = 0;
+    /// u32: process id.
+    pub const PID: u16 = 2;
+    /// u16: scheduling policy, the kernel's SCHED_* number (1 FIFO, 2 RR,
+    /// 6 DEADLINE, ...; saturates at 65535).
+    pub const POLICY: u16 = 4;
+    /// u16: rt_priority.
+    pub const PRIO: u16 = 5;
+    /// u32, µs: discovery's period (0 none).
+    pub const PERIOD_US: u16 = 6;
+    /// u16: where that period comes from (`period_source_code`).
+    pub const PERIOD_SOURCE: u16 = 8;
+    /// u16: 1 the cycle family has counted the loop's cycles (the
+    /// registers from +10 to +25 are its counts), 0 not yet (they read 0).
+    pub const COUNTED: u16 = 9;
+    /// u64: cycles since it was watched.
+    pub const TOTAL_CYCLES: u16 = 10;
+    /// u32 (saturating): cycles in the interval.
+    pub const CYCLES: u16 = 14;
+    /// u32 (saturating): misses in the interval.
+    pub const MISSES: u16 = 16;
+    /// u32 (saturating, as the extension block's): misses since watched.
+    pub const TOTAL_MISSES: u16 = 18;
+    /// u32 (saturating): overruns since watched.
+    pub const TOTAL_OVERRUNS: u16 = 20;
+    /// u32: RT sleep rules broken since watched, the low 32 bits (wraps,
+    /// as the counter blocks' rule counts).
+    pub const TOTAL_RULES: u16 = 22;
+    /// u32, µs: the period the cycle family judges it against (0 not yet).
+    pub const CYCLE_PERIOD_US: u16 = 24;
+    /// +26..+31: reserved for the loop's worst response (u32 µs) and the
+    /// top cause of its missed time (kind, share, id as the extension
+    /// block's): the agent has no per-loop figure for them yet; read 0.
+    pub const RESERVED: u16 = 26;
+    /// 8 registers of ASCII: the thread's comm.
+    pub const COMM: u16 = 32;
+}
+
+/// [`lp::PERIOD_SOURCE`]: `0` none, then in `PeriodSource`'s order.
+pub fn period_source_code(s: latmon_core::loops::PeriodSource) -> u16 {
+    use latmon_core::loops::PeriodSource as P;
+    match s {
+        P::None => 0,
+        P::Timerfd => 1,
+        P::AbsTimer => 2,
+        P::Deadline => 3,
+        P::Relative => 4,
+        P::Median => 5,
+    }
+}
+
 /// [`reg::CAUSE_BLOCK`] when no probe alerted in the interval.
 pub const NO_BLOCK: u16 = 0xFFFF;
 
@@ -245,6 +347,8 @@ pub struct Image {
     thresholds: Vec<u16>,
     /// The counter blocks, from [`COUNTER_BASE`].
     counters: Vec<u16>,
+    /// The loops area, from [`LOOPS_BASE`] (always its full size).
+    loops: Vec<u16>,
 }
 
 /// µs rounded up (a non-zero latency never reads 0), saturating at u32::MAX.
@@ -275,6 +379,11 @@ impl Image {
         self.thresholds.resize(blocks * THRESHOLD_WORDS as usize, 0);
         self.counters.clear();
         self.counters.resize(blocks.min(COUNTER_BLOCKS) * COUNTER_WORDS as usize, 0);
+        self.loops.clear();
+        self.loops.resize(LOOPS_LEN, 0);
+        self.loops[lh::BLOCK_SIZE as usize] = LOOP_WORDS;
+        self.loops[lh::FIRST_BLOCK as usize] = LOOPS_BASE + LOOPS_HEADER_WORDS;
+        self.loops[lh::CAPACITY as usize] = LOOP_BLOCKS as u16;
         self.put16(reg::MAGIC, MAGIC);
         self.put16(reg::VERSION, MAP_VERSION);
         self.put16(reg::PROBE_COUNT, blocks as u16);
@@ -293,6 +402,11 @@ impl Image {
         &self.ext
     }
 
+    /// The loops area's registers, [`LOOPS_BASE`] first.
+    pub fn loops_words(&self) -> &[u16] {
+        &self.loops
+    }
+
     /// Registers `addr .. addr + count`, or why not.
     pub fn read<'a>(&'a self, addr: u16, count: u16) -> Result<&'a [u16], MapError> {
         if count == 0 {
@@ -304,6 +418,7 @@ impl Image {
         let got = table(COUNTER_BASE, &self.counters)
             .or_else(|| table(THRESHOLD_BASE, &self.thresholds))
             .or_else(|| table(EXT_BASE, &self.ext))
+            .or_else(|| table(LOOPS_BASE, &self.loops))
             .unwrap_or_else(|| self.words.get(a..end));
         got.ok_or(MapError::OutOfRange { addr, count, len: self.words.len() })
     }
@@ -454,6 +569,7 @@ impl Image {
             }
             attached += 1;
         }
+        self.put_loops(t.report);
         self.put16(reg::CAUSE_BLOCK, worst.map_or(NO_BLOCK, |w| w.0));
         if let Some((_, c)) = worst {
             self.put32(reg::CAUSE_ALERTED_US, us_ceil(c.alerted_ns));
@@ -462,6 +578,45 @@ impl Image {
                 self.put32(reg::CAUSE_ID, top.id.id());
                 self.put16(reg::CAUSE_SHARE, c.share_basis_points(top.ns));
             }
+        }
+    }
+
+    /// The loops area: discovery's counts, then a block per watched loop
+    /// in list order, as many as fit. Writes in place (no allocation).
+    fn put_loops(&mut self, r: &latmon_core::summary::IntervalReport) {
+        let w = &mut self.loops;
+        let sat16 = |n: usize| n.min(u16::MAX as usize) as u16;
+        let watched = r.loops.iter().filter(|l| l.watched).count();
+        w[lh::LISTED as usize] = sat16(r.loops.len());
+        w[lh::WATCHED as usize] = sat16(watched);
+        w[lh::BLOCKS as usize] = sat16(watched.min(LOOP_BLOCKS));
+        w[lh::UNWATCHED as usize] = sat16(r.agent.loops_unwatched as usize);
+        w[lh::UNLISTED as usize] = sat16(r.loops_unlisted as usize);
+        for (n, l) in r.loops.iter().filter(|l| l.watched).take(LOOP_BLOCKS).enumerate() {
+            let at = LOOPS_HEADER_WORDS as usize + n * LOOP_WORDS as usize;
+            let b = &mut w[at..at + LOOP_WORDS as usize];
+            let mut put = |off: u16, v: u64, words: usize| {
+                for (i, x) in b[off as usize..off as usize + words].iter_mut().enumerate() {
+                    *x = (v >> (16 * (words - 1 - i))) as u16;
+                }
+            };
+            put(lp::TID, l.tid.into(), 2);
+            put(lp::PID, l.pid.into(), 2);
+            put(lp::POLICY, l.policy.code().min(u16::MAX as u32).into(), 1);
+            put(lp::PRIO, l.prio.min(u16::MAX as u32).into(), 1);
+            put(lp::PERIOD_US, us_ceil(l.period_ns).into(), 2);
+            put(lp::PERIOD_SOURCE, period_source_code(l.period_source).into(), 1);
+            if let Some(c) = &l.cycle {
+                put(lp::COUNTED, 1, 1);
+                put(lp::TOTAL_CYCLES, c.total_cycles, 4);
+                put(lp::CYCLES, sat32(c.cycles).into(), 2);
+                put(lp::MISSES, sat32(c.misses).into(), 2);
+                put(lp::TOTAL_MISSES, sat32(c.total_misses).into(), 2);
+                put(lp::TOTAL_OVERRUNS, sat32(c.total_overruns).into(), 2);
+                put(lp::TOTAL_RULES, c.total_rules & 0xFFFF_FFFF, 2);
+                put(lp::CYCLE_PERIOD_US, us_ceil(c.period_ns).into(), 2);
+            }
+            put_ascii(&mut b[lp::COMM as usize..lp::COMM as usize + NAME_BYTES / 2], &l.comm);
         }
     }
 
@@ -481,15 +636,21 @@ impl Image {
         self.put32(base + off::TOTAL_DROPS, sat32(p.total_drops));
     }
 
-    /// ASCII (other bytes become '?'), NUL padded, high byte first.
     fn put_name(&mut self, base: u16, name: &str) {
-        let mut b = [0u8; NAME_BYTES];
-        for (d, c) in b.iter_mut().zip(name.bytes()) {
-            *d = if c.is_ascii_graphic() || c == b' ' { c } else { b'?' };
+        let at = (base + off::NAME) as usize;
+        if let Some(w) = self.words.get_mut(at..at + NAME_BYTES / 2) {
+            put_ascii(w, name);
         }
-        for (i, pair) in b.chunks_exact(2).enumerate() {
-            self.put16(base + off::NAME + i as u16, u16::from_be_bytes([pair[0], pair[1]]));
-        }
+    }
+}
+
+/// A name into `w` (2 bytes a register, high byte first): its first
+/// `2 * w.len()` bytes, ASCII (other bytes, a board's comm too, become
+/// '?'), NUL padded. Bounded whatever the name.
+fn put_ascii(w: &mut [u16], name: &str) {
+    let mut b = name.bytes().map(|c| if c.is_ascii_graphic() || c == b' ' { c } else { b'?' });
+    for x in w.iter_mut() {
+        *x = u16::from_be_bytes([b.next().unwrap_or(0), b.next().unwrap_or(0)]);
     }
 }
 

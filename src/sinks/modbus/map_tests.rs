@@ -341,3 +341,151 @@ fn rule_and_lock_counters_sit_in_counter_blocks_after_the_thresholds() {
     assert!(many.read(65_529, 1).is_ok(), "the last counter block's last register");
     assert!(many.read(65_530, 1).is_err() && many.read(65_535, 1).is_err(), "past it");
 }
+
+fn a_loop(
+    tid: u32,
+    comm: &str,
+    watched: bool,
+    cycle: Option<latmon_core::loops::LoopCycles>,
+) -> latmon_core::loops::Loop {
+    use latmon_core::anatomy::Policy;
+    use latmon_core::loops::{Loop, LoopClass, PeriodSource};
+    Loop {
+        tid,
+        pid: 4_000,
+        comm: comm.into(),
+        policy: Policy::Fifo,
+        prio: 80,
+        rt: true,
+        class: LoopClass::Periodic,
+        period_ns: 1_000_000,
+        period_source: PeriodSource::AbsTimer,
+        jitter_ns: 0,
+        watched,
+        cycle,
+    }
+}
+
+/// The image's loops area read back through [`Image::read`], as a PLC
+/// does: its header and loop block `n`.
+fn loop_block(img: &Image, n: u16) -> Vec<u16> {
+    img.read(LOOPS_BASE + LOOPS_HEADER_WORDS + n * LOOP_WORDS, LOOP_WORDS).unwrap().to_vec()
+}
+
+/// No loop: the loops area is served all the same (its header tells the
+/// layout, every count and block reads 0), at 45056, below the extension
+/// blocks and past the largest probe table; the gaps around it answer 02.
+#[test]
+fn the_loops_area_with_no_loop() {
+    let s = session(Vec::new());
+    let r = report(1);
+    let mut img = Image::default();
+    assert!(img.read(LOOPS_BASE, 1).is_err(), "no image yet");
+    img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
+    assert_eq!(LOOPS_BASE, 45_056);
+    let h = img.read(LOOPS_BASE, LOOPS_HEADER_WORDS).unwrap();
+    assert_eq!(
+        h,
+        &[0, 0, 0, 40, 45_064, 0, 0, 32],
+        "listed, watched, blocks, size, first, unwatched, unlisted, capacity"
+    );
+    let all = img.read(LOOPS_BASE + LOOPS_HEADER_WORDS, 125).unwrap();
+    assert!(all.iter().all(|&w| w == 0));
+    let end = LOOPS_BASE + LOOPS_HEADER_WORDS + 32 * LOOP_WORDS;
+    assert_eq!(end, 46_344);
+    assert!(img.read(end - 1, 1).is_ok(), "the last block's last register");
+    assert!(img.read(end - 1, 2).is_err() && img.read(end, 1).is_err(), "past the area");
+    assert!(img.read(LOOPS_BASE - 1, 2).is_err(), "the gap below it");
+    // The largest probe table ends below it; the extension blocks did not move.
+    let many = Image::empty(MAX_BLOCKS);
+    assert!(many.read(HEADER_WORDS + (MAX_BLOCKS as u16 - 1) * BLOCK_WORDS, BLOCK_WORDS).is_ok());
+    assert!(many.read(HEADER_WORDS + MAX_BLOCKS as u16 * BLOCK_WORDS, 1).is_err());
+    assert_eq!(many.read(LOOPS_BASE, 5).unwrap(), &[0, 0, 0, 40, 45_064], "before the first interval");
+    assert!(many.read(EXT_BASE + (MAX_BLOCKS as u16 - 1) * EXT_WORDS, EXT_WORDS).is_ok());
+    assert_eq!(many.read(reg::EXT_FIRST, 1).unwrap(), &[EXT_BASE]);
+}
+
+/// Watched loops get a block each, in list order (unwatched ones none):
+/// every register as docs/modbus-map.md says, a loop not yet cycled with
+/// its counts 0 and COUNTED 0, a hostile comm bounded to 16 ASCII bytes.
+#[test]
+fn a_block_per_watched_loop() {
+    use latmon_core::anatomy::Policy;
+    use latmon_core::loops::{LoopCycles, PeriodSource};
+    let s = session(Vec::new());
+    let mut r = report(2);
+    let counted = LoopCycles {
+        period_ns: 999_999,
+        cycles: 1_000,
+        total_cycles: 0x1_0000_0005,
+        misses: 3,
+        total_misses: 5_000_000_123,
+        total_overruns: 7,
+        total_rules: (1 << 32) + 9,
+    };
+    let mut sporadic = a_loop(11, "pipe_reader", false, None);
+    sporadic.rt = false;
+    let mut tfd = a_loop(12, "tfd\u{e9}\n\0loop-with-a-long-name", true, None);
+    tfd.policy = Policy::Unknown(70_000);
+    tfd.prio = 99;
+    tfd.period_ns = 2_000_001;
+    tfd.period_source = PeriodSource::Timerfd;
+    r.loops = vec![a_loop(10, "ctrl_1khz", true, Some(counted)), sporadic, tfd];
+    r.loops_unlisted = 70_000;
+    r.agent.loops_unwatched = 2;
+    let mut img = Image::default();
+    img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
+    let h = img.read(LOOPS_BASE, LOOPS_HEADER_WORDS).unwrap();
+    assert_eq!(h, &[3, 2, 2, 40, 45_064, 2, 65_535, 32]);
+    let b = loop_block(&img, 0);
+    assert_eq!(u32_at(&b, lp::TID), 10);
+    assert_eq!(u32_at(&b, lp::PID), 4_000);
+    assert_eq!((b[lp::POLICY as usize], b[lp::PRIO as usize]), (1, 80), "SCHED_FIFO 80");
+    assert_eq!(u32_at(&b, lp::PERIOD_US), 1_000);
+    assert_eq!((b[lp::PERIOD_SOURCE as usize], b[lp::COUNTED as usize]), (2, 1), "abs_timer, counted");
+    assert_eq!(u64_at(&b, lp::TOTAL_CYCLES), 0x1_0000_0005, "u64: no wrap, no saturation");
+    assert_eq!(u32_at(&b, lp::CYCLES), 1_000);
+    assert_eq!(u32_at(&b, lp::MISSES), 3);
+    assert_eq!(u32_at(&b, lp::TOTAL_MISSES), u32::MAX, "saturates, as the extension block's");
+    assert_eq!(u32_at(&b, lp::TOTAL_OVERRUNS), 7);
+    assert_eq!(u32_at(&b, lp::TOTAL_RULES), 9, "the low 32 bits, as the counter blocks'");
+    assert_eq!(u32_at(&b, lp::CYCLE_PERIOD_US), 1_000, "999.999 µs rounded up");
+    assert!(b[lp::RESERVED as usize..lp::COMM as usize].iter().all(|&w| w == 0), "reserved: read 0");
+    assert_eq!(&b[lp::COMM as usize..], &[0x6374, 0x726C, 0x5F31, 0x6B68, 0x7A00, 0, 0, 0], "\"ctrl_1khz\"");
+    // Block 1 is the third loop (the sporadic one has no block): not cycled yet.
+    let b = loop_block(&img, 1);
+    assert_eq!(u32_at(&b, lp::TID), 12);
+    assert_eq!((b[lp::POLICY as usize], b[lp::PRIO as usize]), (65_535, 99), "an unknown policy saturates");
+    assert_eq!(u32_at(&b, lp::PERIOD_US), 2_001);
+    assert_eq!((b[lp::PERIOD_SOURCE as usize], b[lp::COUNTED as usize]), (1, 0), "timerfd, not counted yet");
+    assert!(b[lp::TOTAL_CYCLES as usize..lp::COMM as usize].iter().all(|&w| w == 0), "no counts: 0");
+    let comm: Vec<u8> = b[lp::COMM as usize..].iter().flat_map(|w| w.to_be_bytes()).collect();
+    assert_eq!(&comm, b"tfd????loop-with", "non-ASCII, control and NUL bytes read '?', 16 bytes kept");
+    assert!(loop_block(&img, 2).iter().all(|&w| w == 0), "past the watched loops");
+    // The next interval lists fewer: old values do not linger, the buffer stays.
+    let ptr = img.loops_words().as_ptr();
+    r.loops.truncate(1);
+    r.loops[0].cycle = None;
+    img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
+    assert_eq!(img.loops_words().as_ptr(), ptr, "no allocation per interval");
+    assert_eq!(img.read(LOOPS_BASE, 3).unwrap(), &[1, 1, 1]);
+    assert!(loop_block(&img, 0)[lp::COUNTED as usize..lp::COMM as usize].iter().all(|&w| w == 0));
+    assert!(loop_block(&img, 1).iter().all(|&w| w == 0));
+}
+
+/// More watched loops than blocks (a report from elsewhere: the agent
+/// watches at most LATMON_CYCLE_AUTO): the first 32 get blocks, the
+/// header counts them all, nothing past the area is written or served.
+#[test]
+fn more_watched_loops_than_blocks_are_bounded_and_counted() {
+    let s = session(Vec::new());
+    let mut r = report(3);
+    r.loops = (0..40).map(|i| a_loop(100 + i, &format!("l{i}"), true, None)).collect();
+    let mut img = Image::default();
+    img.build(&Tick { session: &s, report: &r, totals: &[], read_errors: &[0, 0] }, &AgentStatus::default());
+    assert_eq!(LOOP_BLOCKS, 32);
+    assert_eq!(img.read(LOOPS_BASE, 3).unwrap(), &[40, 40, 32], "listed 40, watched 40, 32 blocks");
+    assert_eq!(u32_at(&loop_block(&img, 31), lp::TID), 131, "the 32nd loop in the last block");
+    assert_eq!(img.loops_words().len(), LOOPS_HEADER_WORDS as usize + 32 * LOOP_WORDS as usize);
+    assert!(img.read(LOOPS_BASE + LOOPS_HEADER_WORDS + 32 * LOOP_WORDS, 1).is_err());
+}
