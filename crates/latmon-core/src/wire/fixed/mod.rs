@@ -35,7 +35,8 @@ mod read;
 use heapless::{Deque, String as HString, Vec as HVec};
 
 use read::{
-    check, read_alert, read_entry, skip_list, summary_head, DescIn, EntryHead, HelloHead, Quant, Rd, Res, StatusHead,
+    check, read_alert, read_entry, skip_list, summary_head, DescIn, EntryHead, HelloHead, LoopsHead, Quant, Rd, Res,
+    StatusHead,
 };
 
 use super::{
@@ -363,8 +364,14 @@ impl<const SERIES: usize, const NAME: usize, const ALERTS: usize> FixedTracker<S
                 Applied::Status
             }
             // The loops are not kept here yet: the supervisor watches
-            // probes (docs/supervisor.md); read, checked, skipped.
-            Kind::Request | Kind::Loops => Applied::Other,
+            // probes (docs/supervisor.md); read and checked, their boot id
+            // taken as the desktop Tracker takes it, the rest skipped.
+            Kind::Loops => {
+                let h: LoopsHead = Rd(b).get()?;
+                self.new_boot(h.boot_id);
+                Applied::Other
+            }
+            Kind::Request => Applied::Other,
         })
     }
 
