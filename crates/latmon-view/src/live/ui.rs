@@ -209,8 +209,10 @@ fn draw_loops(f: &mut Frame, area: Rect, m: &Live) {
     title.push_str(") ");
     let block = Block::default().borders(Borders::TOP).title(title);
     let inner = block.inner(area);
-    // The name takes what the other columns leave, 8 to 31 wide.
-    let w = (inner.width as usize).saturating_sub(63).clamp(8, 31);
+    // The name as wide as the longest (8 to 31), within what the other
+    // columns leave.
+    let longest = m.loops.iter().map(|l| shown(&l.comm).len()).max().unwrap_or(0);
+    let w = longest.min((inner.width as usize).saturating_sub(63)).clamp(8, 31);
     let mut lines =
         vec![Line::styled(loops_head(w), Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED))];
     let (shown_loops, more) = m.loop_lines((inner.height as usize).saturating_sub(1));

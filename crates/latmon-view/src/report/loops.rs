@@ -7,7 +7,8 @@
 //! what reached the capture, the counts what happened.
 //!
 //! Bounded: two listings (the first and the last of the capture, for
-//! its span), each of at most `loops::LISTED` loops (the tracker's bound).
+//! its span), each of at most `loops::LISTED` loops (the tracker's
+//! bound), and the first counts of at most [`MAX_BASES`] loops.
 
 use std::fmt::Write as _;
 
@@ -33,13 +34,33 @@ pub struct Listing {
     pub unwatched: u32,
 }
 
-/// The capture's first and last listing.
+/// Loops whose first counts are kept (a loop's baseline for "over the
+/// capture"): the list bound twice over, for loops that come and go.
+pub const MAX_BASES: usize = 2 * latmon_core::loops::LISTED;
+
+/// A loop's counts in the first listing that counted it.
+#[derive(Debug, Clone, Copy)]
+struct Base {
+    tid: u32,
+    pid: u32,
+    seq: u64,
+    c: LoopCycles,
+}
+
+/// The capture's first and last listing, and each loop's first counts.
 #[derive(Debug, Default)]
 pub struct Loops {
     pub first: Option<Listing>,
     pub last: Option<Listing>,
     /// Summaries that came with a listing.
     pub listings: u64,
+    /// The capture's first summary (boot id, seq), listing or not: a
+    /// capture that starts at seq 1 starts with the agent, and the
+    /// agent's since-start counts are the capture's.
+    start: Option<(u32, u64)>,
+    /// At most MAX_BASES, of the agent run of `last` (a restart's counts
+    /// start again: the older run's are dropped).
+    bases: Vec<Base>,
 }
 
 impl Loops {
@@ -47,10 +68,20 @@ impl Loops {
     /// only to the summary of their own seq: none when the interval's
     /// Loops frame was lost, and the last listing stays).
     pub fn offer(&mut self, boot_id: u32, r: &IntervalReport, t: f64) {
+        self.start.get_or_insert((boot_id, r.seq));
         if r.loops.is_empty() && r.loops_unlisted == 0 {
             return;
         }
         self.listings += 1;
+        if self.last.as_ref().is_some_and(|l| l.boot_id != boot_id) {
+            self.bases.clear();
+        }
+        for l in r.loops.iter().filter(|l| l.watched) {
+            let Some(c) = l.cycle else { continue };
+            if self.bases.len() < MAX_BASES && !self.bases.iter().any(|b| b.tid == l.tid && b.pid == l.pid) {
+                self.bases.push(Base { tid: l.tid, pid: l.pid, seq: r.seq, c });
+            }
+        }
         let fill = |l: &mut Listing| {
             (l.boot_id, l.seq, l.t, l.unlisted, l.unwatched) =
                 (boot_id, r.seq, t, r.loops_unlisted, r.agent.loops_unwatched);
@@ -65,31 +96,41 @@ impl Loops {
         fill(self.last.get_or_insert_with(empty));
     }
 
-    /// The agent's since-start counts of a loop of the last listing
-    /// minus those of the first (same agent run, same thread): what it
-    /// counted over the capture. None without two listings of one run,
-    /// or when the loop was not watched in both.
-    pub fn over_capture(&self, l: &Loop) -> Option<LoopCycles> {
-        let (first, last) = (self.first.as_ref()?, self.last.as_ref()?);
-        if first.seq == last.seq || first.boot_id != last.boot_id {
-            return None;
+    /// The capture starts with the agent (its first summary is the
+    /// agent's first, and the agent did not restart since).
+    pub fn starts_with_agent(&self) -> bool {
+        matches!((self.start, &self.last), (Some((b, 1)), Some(l)) if l.boot_id == b)
+    }
+
+    /// What the agent counted of a loop of the last listing over the
+    /// capture, and from which summary (0: the whole capture, which
+    /// starts with the agent). Otherwise its since-start counts minus
+    /// those of the first listing that counted it. None when it was
+    /// counted once only, or a count went down (another run, or a
+    /// reused tid): no difference rather than a wrong one.
+    pub fn over_capture(&self, l: &Loop) -> Option<(LoopCycles, u64)> {
+        let last = self.last.as_ref()?;
+        let b = l.cycle.filter(|_| l.watched)?;
+        if self.starts_with_agent() {
+            return Some((b, 0));
         }
-        let a = first.loops.iter().find(|f| f.tid == l.tid && f.pid == l.pid)?.cycle?;
-        let b = l.cycle?;
-        // A count that went down is another run's (or another thread
-        // with a reused tid): no difference rather than a wrong one.
+        let base = self.bases.iter().find(|a| a.tid == l.tid && a.pid == l.pid && a.seq < last.seq)?;
+        let (a, since) = (base.c, base.seq);
         if b.total_cycles < a.total_cycles || b.total_misses < a.total_misses || b.total_overruns < a.total_overruns {
             return None;
         }
-        Some(LoopCycles {
-            period_ns: b.period_ns,
-            cycles: 0,
-            total_cycles: b.total_cycles - a.total_cycles,
-            misses: 0,
-            total_misses: b.total_misses - a.total_misses,
-            total_overruns: b.total_overruns - a.total_overruns,
-            total_rules: b.total_rules.saturating_sub(a.total_rules),
-        })
+        Some((
+            LoopCycles {
+                period_ns: b.period_ns,
+                cycles: 0,
+                total_cycles: b.total_cycles - a.total_cycles,
+                misses: 0,
+                total_misses: b.total_misses - a.total_misses,
+                total_overruns: b.total_overruns - a.total_overruns,
+                total_rules: b.total_rules.saturating_sub(a.total_rules),
+            },
+            since,
+        ))
     }
 
     /// The section's HTML (nothing without a listing); `records`: the
@@ -118,18 +159,18 @@ impl Loops {
             ". Cycles, misses and overruns are the agent's own counts since it started (the cycle family's, \
              per thread), not the records in this capture.",
         );
-        match &self.first {
-            Some(f) if f.seq != last.seq && f.boot_id == last.boot_id => {
-                let _ = write!(
-                    o,
-                    " &quot;Over the capture&quot; is the last listing minus the first (summary {}, {:.0} s).",
-                    f.seq, f.t
-                );
-            }
-            Some(f) if f.boot_id != last.boot_id => {
-                o.push_str(" The agent restarted during the capture: its counts started again, so none are given over the capture.");
-            }
-            _ => {}
+        if self.starts_with_agent() {
+            o.push_str(" The capture starts with the agent (its summary 1): over the capture is since start.");
+        } else if self.start.is_some_and(|(b, _)| b != last.boot_id) {
+            o.push_str(
+                " The agent restarted during the capture and its counts started again: over the capture is a \
+                 loop's counts in the last listing minus those of the first listing of the new run that counted it.",
+            );
+        } else {
+            o.push_str(
+                " The capture starts after the agent did: over the capture is a loop's counts in the last listing \
+                 minus those of the first listing that counted it.",
+            );
         }
         o.push_str("</p>\n");
         o.push_str(
@@ -144,6 +185,7 @@ impl Loops {
                 l.policy.word().to_string()
             };
             let class = match (l.class, l.rt, l.watched) {
+                (LoopClass::Periodic, true, true) if l.cycle.is_none() => "periodic, watched, no cycle yet",
                 (LoopClass::Periodic, true, true) => "periodic, watched",
                 (LoopClass::Periodic, true, false) => "periodic, not watched",
                 (LoopClass::Periodic, false, _) => "periodic, not RT",
@@ -159,10 +201,14 @@ impl Loops {
             let c = l.cycle.filter(|_| l.watched);
             let missed = c.is_some_and(|c| c.total_misses > 0);
             let num = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
-            let over = match self.over_capture(l).filter(|_| l.watched) {
-                Some(d) => {
-                    format!("{} cycles, {} misses, {} overruns", d.total_cycles, d.total_misses, d.total_overruns)
-                }
+            let over = match self.over_capture(l) {
+                Some((d, since)) => format!(
+                    "{} cycles, {} misses, {} overruns{}",
+                    d.total_cycles,
+                    d.total_misses,
+                    d.total_overruns,
+                    if since > 0 { format!(" (since summary {since})") } else { String::new() }
+                ),
                 None => "-".into(),
             };
             let recs = records.records_of(l.tid).map_or("-".into(), |(m, _)| m.to_string());
@@ -194,11 +240,7 @@ impl Loops {
                     "<strong>{agent} misses counted by the agent; {got} records crossed the link.</strong> The \
                      records are what reached this capture (the agent sends them within its limits, a lost frame \
                      loses its records{}); the counts are the agent's own, cumulative, and lose nothing.",
-                    if self.first.as_ref().is_some_and(|f| f.seq > 1) {
-                        ", and the capture may have started after the agent"
-                    } else {
-                        ""
-                    }
+                    if !self.starts_with_agent() { ", and the capture may have started after the agent" } else { "" }
                 )
             };
             let _ = writeln!(o, "<p id=\"loops-vs-records\">{line}</p>");
@@ -344,8 +386,8 @@ mod tests {
             ),
             "the agent's since-start counts: {row}"
         );
-        assert!(row.contains("<td>4000 cycles, 8 misses, 0 overruns</td><td class=\"num\">3</td>"), "{row}");
-        assert!(sec.contains("last listing minus the first (summary 1, 1 s)"), "{sec}");
+        assert!(row.contains("<td>5000 cycles, 12 misses, 1 overruns</td><td class=\"num\">3</td>"), "{row}");
+        assert!(sec.contains("The capture starts with the agent (its summary 1): over the capture is since start."));
         // The sporadic loop: no counts; its name escaped one way.
         let row = sec.lines().find(|l| l.contains("sporadic</td>")).unwrap_or_else(|| panic!("{sec}"));
         assert!(row.contains("<td>&lt;script&gt;x\\u{1b}[2J</td>"), "{row}");
@@ -356,27 +398,39 @@ mod tests {
         assert!(!html(&old, "cap.bin").unwrap().contains("<h2>loops</h2>"));
     }
 
-    /// Listings of two agent runs (a restart) or of one summary give no
-    /// difference; a count that went down gives none either.
+    /// Over the capture: the since-start counts when the capture starts
+    /// with the agent; else the last listing's minus the first that
+    /// counted the loop, after a restart of the new run's; none from one
+    /// listing or when a count went down.
     #[test]
-    fn no_difference_over_the_capture_across_a_restart() {
+    fn over_the_capture_is_since_the_first_count_of_the_same_run() {
         let report = |seq| IntervalReport { seq, loops: listing(seq, "x"), ..Default::default() };
-        let mut l = Loops::default();
-        l.offer(7, &report(1), 1.0);
         let ctl = |l: &Loops| l.last.as_ref().unwrap().loops[0].clone();
-        assert_eq!(l.over_capture(&ctl(&l)), None, "one listing");
-        l.offer(7, &report(3), 3.0);
-        assert_eq!(l.over_capture(&ctl(&l)).map(|d| d.total_misses), Some(4));
-        l.offer(8, &report(4), 4.0);
-        assert_eq!(l.over_capture(&ctl(&l)), None, "another run");
+        let misses = |l: &Loops| l.over_capture(&ctl(l)).map(|(d, since)| (d.total_misses, since));
         let mut l = Loops::default();
         l.offer(7, &report(3), 3.0);
-        l.offer(7, &report(2), 4.0);
-        assert_eq!(l.over_capture(&ctl(&l)), None, "counts went down");
+        assert_eq!(misses(&l), None, "one listing");
+        l.offer(7, &IntervalReport { seq: 4, ..Default::default() }, 4.0);
+        l.offer(7, &report(5), 5.0);
+        assert_eq!(misses(&l), Some((12 - 8, 3)));
+        l.offer(8, &report(6), 6.0);
+        assert_eq!(misses(&l), None, "a restart: the new run counted once");
+        l.offer(8, &report(7), 7.0);
+        assert_eq!(misses(&l), Some((16 - 14, 6)));
         let mut page = String::new();
-        l.offer(7, &IntervalReport { seq: 5, ..Default::default() }, 5.0);
-        assert_eq!(l.last.as_ref().unwrap().seq, 2, "a summary without loops keeps the last listing");
+        l.offer(8, &IntervalReport { seq: 8, ..Default::default() }, 8.0);
+        assert_eq!(l.last.as_ref().unwrap().seq, 7, "a summary without loops keeps the last listing");
         l.html(&mut page, &Misses::default());
-        assert!(page.contains("6 misses counted by the agent; 0 records crossed the link."), "{page}");
+        assert!(page.contains("The agent restarted during the capture"), "{page}");
+        assert!(page.contains("<td>1000 cycles, 2 misses, 0 overruns (since summary 6)</td>"), "{page}");
+        assert!(page.contains("16 misses counted by the agent; 0 records crossed the link."), "{page}");
+        let mut down = Loops::default();
+        down.offer(7, &report(3), 3.0);
+        down.offer(7, &report(2), 4.0);
+        assert_eq!(misses(&down), None, "counts went down");
+        let mut whole = Loops::default();
+        whole.offer(7, &IntervalReport { seq: 1, ..Default::default() }, 1.0);
+        whole.offer(7, &report(2), 2.0);
+        assert_eq!(misses(&whole), Some((6, 0)), "the capture starts with the agent: since start");
     }
 }
