@@ -42,6 +42,7 @@ use latmon_core::wire::{
 use plotters::prelude::{BLUE, GREEN, MAGENTA, RED};
 
 mod charts;
+mod loops;
 mod misses;
 mod model;
 
@@ -64,6 +65,9 @@ pub struct Capture {
     pub alerts_seen: u64,
     /// The cycle probes' misses and overruns ([`misses`]).
     pub misses: misses::Misses,
+    /// The agent's loops and its counts of them: the capture's first
+    /// and last listing ([`loops`]).
+    pub loops: loops::Loops,
     pub health: Envelope<{ hv::N }>,
     /// Seconds since start of the first and last summary.
     pub span: Option<(f64, f64)>,
@@ -84,6 +88,7 @@ impl Default for Capture {
             worst: Worst::new(MAX_ALERT_ROWS),
             alerts_seen: 0,
             misses: misses::Misses::default(),
+            loops: loops::Loops::default(),
             health: Envelope::new(HEALTH_BUCKETS),
             span: None,
             link: LinkStats::default(),
@@ -153,9 +158,10 @@ impl Capture {
     fn on_event(&mut self, ev: &Event, t: &Tracker, (crc, resyncs): (u64, u64)) {
         let start = t.hello.as_ref().map_or(0, |h| h.start_ns);
         match ev {
-            Event::Summary { report, ids, .. } => {
+            Event::Summary { report, ids, boot_id, .. } => {
                 let ts = report.time_ns.saturating_sub(start) as f64 / 1e9;
                 self.span = Some((self.span.map_or(ts, |s| s.0), ts));
+                self.loops.offer(*boot_id, report, ts);
                 for (p, &id) in report.probes.iter().zip(ids) {
                     let i = id as usize;
                     if i >= MAX_PROBES {
@@ -251,7 +257,7 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
         "<style>body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse}\
          td,th{border:1px solid #bbb;padding:2px 8px;text-align:left}th{background:#eee}\
          section.probe{border-top:2px solid #888;margin-top:1.5em}section.probe svg{margin-right:1em}\
-         .num{text-align:right}</style>\n</head><body>\n",
+         .num{text-align:right}tr.missed td{background:#fdd}</style>\n</head><body>\n",
     );
     let _ = writeln!(o, "<h1>latmon report: {board}</h1>");
     o.push_str("<table id=\"facts\">\n");
@@ -359,6 +365,11 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
         }
         o.push_str("</table>\n");
     }
+    if c.loops.last.is_some() {
+        // The agent's counts before the records: they are complete.
+        o.push_str("<h2>loops</h2>\n");
+        c.loops.html(&mut o, &c.misses);
+    }
     if !c.misses.probes.is_empty() || c.misses.unshown > 0 {
         o.push_str("<h2>cycle misses</h2>\n");
         c.misses.html(&mut o, (t0, t1))?;
@@ -412,13 +423,13 @@ pub fn html(c: &Capture, capture_name: &str) -> Result<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use latmon_core::summary::AlertRecord;
     use latmon_core::wire::{encode_to_vec, Alert, BucketScheme, Encoder, Frame, ProbeDesc, SummaryHeader};
 
     use super::*;
 
-    fn capture() -> Vec<u8> {
+    pub(super) fn capture() -> Vec<u8> {
         capture_named(["runq", "idle"], "ctl<script>")
     }
 

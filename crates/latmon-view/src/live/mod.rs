@@ -18,6 +18,7 @@ use std::collections::VecDeque;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use latmon_core::hist::Hist;
+use latmon_core::loops::Loop;
 use latmon_core::receiver::shown;
 use latmon_core::summary::{AlertRecord, ProbeReport};
 use latmon_core::table::{Rest, NO_LINE};
@@ -150,6 +151,18 @@ pub struct Live {
     /// Families shown with all their series (by the family line's id);
     /// the others show their worst series and the rest summed.
     pub unfolded: Vec<u16>,
+    /// The agent's loops (Loops frames, revision 12) as of the summary
+    /// of `loops_seq`: kept when a later summary comes without them (its
+    /// Loops frame lost), and the screen says how old they are. Bounded
+    /// by the tracker (loops::LISTED, the rest in `loops_unlisted`).
+    pub loops: Vec<Loop>,
+    pub loops_unlisted: u32,
+    pub loops_seq: u64,
+}
+
+/// A watched loop the agent counted a miss of since it started.
+pub fn missed(l: &Loop) -> bool {
+    l.watched && l.cycle.is_some_and(|c| c.total_misses > 0)
 }
 
 /// A top-level line with its series, sorted, and its sort key: the
@@ -187,6 +200,9 @@ impl Live {
             paused: None,
             selected: None,
             unfolded: Vec::new(),
+            loops: Vec::new(),
+            loops_unlisted: 0,
+            loops_seq: 0,
         }
     }
 
@@ -221,6 +237,15 @@ impl Live {
                 }
                 if let Some(hello) = &t.hello {
                     h.uptime_ns = report.time_ns.saturating_sub(hello.start_ns);
+                }
+                // The tracker hands loops out only with the summary of
+                // their own seq: none here means this interval's listing
+                // was lost (or the agent lists none), not that the loops
+                // went away; the last listing stays, dated.
+                if !report.loops.is_empty() || report.loops_unlisted > 0 {
+                    self.loops.clone_from(&report.loops);
+                    self.loops_unlisted = report.loops_unlisted;
+                    self.loops_seq = report.seq;
                 }
                 for (p, &id) in report.probes.iter().zip(ids) {
                     let i = id as usize;
@@ -305,6 +330,28 @@ impl Live {
             log.recs.pop_back();
         }
         log.recs.push_front(a.record.clone());
+    }
+
+    /// The loops block's lines within `room` screen lines: loops that
+    /// missed (since start, as the agent counts them) first, then the
+    /// agent's order (periodic RT first); and how many more are not
+    /// shown (listed past the room, and those the agent did not list).
+    /// When they do not all fit, one line of the room says how many more.
+    pub fn loop_lines(&self, room: usize) -> (Vec<&Loop>, u64) {
+        let mut v: Vec<&Loop> = self.loops.iter().collect();
+        // Stable: the agent's order within each part.
+        v.sort_by_key(|l| !missed(l));
+        let unlisted = u64::from(self.loops_unlisted);
+        let fit = if v.len() as u64 + unlisted > room as u64 { room.saturating_sub(1) } else { v.len() };
+        let more = (v.len() - fit.min(v.len())) as u64 + unlisted;
+        v.truncate(fit);
+        (v, more)
+    }
+
+    /// The loops listing is older than the latest summary (a later
+    /// listing was lost): its seq, to say so.
+    pub fn loops_stale(&self) -> Option<u64> {
+        (!self.loops.is_empty() && self.loops_seq != self.header.seq).then_some(self.loops_seq)
     }
 
     /// The cycle records of the probe named `probe` (a family line).
@@ -554,6 +601,8 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use latmon_core::wire::{BucketScheme, Encoder, Frame, FrameDecoder, Hello, ProbeDesc, SummaryHeader};
+
+    use ratatui::style::Modifier;
 
     use super::ui::{draw, hist_lines, name_cell, sparkline};
 
@@ -953,5 +1002,152 @@ mod tests {
         let buf = term.backend().buffer().clone();
         let line3: String = (0..80).map(|x| buf[(x, 3)].symbol().to_string()).collect();
         assert_eq!(line3.trim_end(), "certified: p99.9 +0.8 us [-1.2, 2.9] (pass, 60 s, 2026-12-07)");
+    }
+
+    /// A loop as the agent lists it: watched with these counts (cycles
+    /// and misses this interval, misses and overruns since start), or
+    /// not watched (`None`: sporadic, SCHED_OTHER).
+    fn a_loop(tid: u32, comm: &str, counts: Option<(u64, u64, u64, u64)>) -> Loop {
+        use latmon_core::anatomy::Policy;
+        use latmon_core::loops::{LoopClass, LoopCycles, PeriodSource};
+        Loop {
+            tid,
+            pid: 410,
+            comm: comm.into(),
+            policy: if counts.is_some() { Policy::Fifo } else { Policy::Other },
+            prio: if counts.is_some() { 80 } else { 0 },
+            rt: counts.is_some(),
+            class: if counts.is_some() { LoopClass::Periodic } else { LoopClass::Sporadic },
+            period_ns: if counts.is_some() { 1_000_000 } else { 0 },
+            period_source: if counts.is_some() { PeriodSource::AbsTimer } else { PeriodSource::None },
+            jitter_ns: 0,
+            watched: counts.is_some(),
+            cycle: counts.map(|(cycles, misses, total_misses, total_overruns)| LoopCycles {
+                period_ns: 1_000_000,
+                cycles,
+                total_cycles: cycles * 5,
+                misses,
+                total_misses,
+                total_overruns,
+                total_rules: 0,
+            }),
+        }
+    }
+
+    /// A cycle family and runq fed three intervals through the real
+    /// encoder, decoder and tracker; the agent's Loops frames (before
+    /// their summary, same seq and boot id) with the intervals in
+    /// `listed`; no alert record at all.
+    fn fed_loops(loops: &[Loop], unlisted: u32, listed: &[u64]) -> (Live, Tracker, Vec<Hist>) {
+        let mut h = hello(&["cycle", "runq"]);
+        h.probes[0].kind = "cycle".into();
+        let mut t = Tracker::new();
+        let mut live = Live::new("serial:x");
+        let ev = t.on_frame(Frame::Hello(h));
+        live.on_event(&ev, &t, &LinkStats::default());
+        let mut hs = vec![Hist::default(); 2];
+        for seq in 1..=3 {
+            feed_interval(&mut live, &mut t, &mut hs, seq, listed.contains(&seq).then_some((loops, unlisted)));
+        }
+        (live, t, hs)
+    }
+
+    fn feed_interval(live: &mut Live, t: &mut Tracker, hs: &mut [Hist], seq: u64, loops: Option<(&[Loop], u32)>) {
+        for h in hs.iter_mut() {
+            h.record(900_000);
+        }
+        let time_ns = seq * 1_000_000_000;
+        let mut bytes = Vec::new();
+        let mut enc = Encoder::new();
+        if let Some((l, unlisted)) = loops {
+            enc.loops((7, seq, time_ns), l, (unlisted, 0), &mut |f| bytes.extend_from_slice(f)).unwrap();
+        }
+        enc.summary(SummaryHeader { seq, boot_id: 7, time_ns, last: false }, hs, &mut |f| bytes.extend_from_slice(f))
+            .unwrap();
+        FrameDecoder::new().feed(&bytes, &mut |r| {
+            let ev = t.on_frame(r.unwrap());
+            live.on_event(&ev, t, &LinkStats::default());
+        });
+    }
+
+    /// The screen's text and each cell's style, at `w`x`h`.
+    fn screen(l: &Live, w: u16, h: u16) -> (Vec<String>, ratatui::buffer::Buffer) {
+        let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+        term.draw(|f| draw(f, l, Some(Duration::from_millis(200)), Instant::now(), "")).unwrap();
+        let buf = term.backend().buffer().clone();
+        let text = (0..h).map(|y| (0..w).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>()).collect();
+        (text, buf)
+    }
+
+    /// Issue 42 item 3: the loops block comes first, with the agent's own
+    /// counts (3 misses this interval, 12 since start) where no miss
+    /// record crossed the link; a hostile name escaped; the loop that
+    /// missed stands out; a later summary without its Loops frame keeps
+    /// the listing and dates it.
+    #[test]
+    fn the_loops_block_leads_with_the_agents_counts_and_escapes_names() {
+        let loops = [
+            a_loop(412, "ctl_loop", Some((1_000, 3, 12, 1))),
+            a_loop(415, "ev\x1b[2J\nx", None),
+            a_loop(420, "io_loop", Some((250, 0, 0, 0))),
+        ];
+        let (mut l, mut t, mut hs) = fed_loops(&loops, 0, &[1, 2, 3]);
+        assert_eq!(l.alerts_seen, 0, "no record crossed the link");
+        assert_eq!((l.loops.len(), l.loops_seq), (3, 3));
+        let (text, buf) = screen(&l, 80, 24);
+        let all = text.join("\n");
+        let row = |needle: &str| {
+            text.iter().position(|r| r.contains(needle)).unwrap_or_else(|| panic!("no {needle:?}:\n{all}"))
+        };
+        assert_eq!(row(" loops: 2 periodic, 1 sporadic (the agent's counts) ─"), 3, "right under the header:\n{all}");
+        assert!(row("MISS/TOTAL") < row("PROBE"), "the loops first:\n{all}");
+        let ctl = &text[row("ctl_loop")];
+        assert_eq!(
+            ctl.trim_end(),
+            " ctl_loop              412 fifo 80    1.00ms abs_timer   1000       3/12       1",
+            "{all}"
+        );
+        assert!(text[row("io_loop")].contains("  250        0/0       0"), "{all}");
+        assert!(text[row("sporadic  ")].contains(" ev\\u{1b}[2J\\u{a}x "), "escaped: {all}");
+        assert!(!all.contains('\x1b'), "{all:?}");
+        // The miss of this interval stands out; the quiet loop does not.
+        let style = |y: usize| buf[(2, y as u16)].modifier;
+        assert!(style(row("ctl_loop")).contains(Modifier::BOLD | Modifier::REVERSED), "{:?}", style(row("ctl_loop")));
+        assert!(!style(row("io_loop")).contains(Modifier::BOLD));
+        assert!(!all.contains("as of seq"), "{all}");
+        // Interval 4's Loops frame lost: the listing of seq 3 stays, dated.
+        feed_interval(&mut l, &mut t, &mut hs, 4, None);
+        assert_eq!(l.header.seq, 4);
+        let all = screen(&l, 80, 24).0.join("\n");
+        assert!(all.contains("loops as of seq 3") && all.contains("3/12"), "{all}");
+    }
+
+    /// Many loops: the block stays within a third of the body, the loops
+    /// that missed first, the rest counted (with those the agent did not
+    /// list); every family line still on the screen.
+    #[test]
+    fn many_loops_are_bounded_and_the_ones_that_missed_come_first() {
+        let mut loops: Vec<Loop> =
+            (0..20).map(|i| a_loop(500 + i, &format!("quiet{i}"), Some((1_000, 0, 0, 0)))).collect();
+        loops.push(a_loop(900, "late_missed", Some((1_000, 0, 7, 2))));
+        let (l, _, _) = fed_loops(&loops, 5, &[3]);
+        let (lines, more) = l.loop_lines(4);
+        assert_eq!(lines.iter().map(|l| l.tid).collect::<Vec<_>>(), [900, 500, 501], "the missed loop first");
+        assert_eq!(more, 21 - 3 + 5);
+        let (text, buf) = screen(&l, 80, 24);
+        let all = text.join("\n");
+        let row = |needle: &str| {
+            text.iter().position(|r| r.contains(needle)).unwrap_or_else(|| panic!("no {needle:?}:\n{all}"))
+        };
+        assert!(row("PROBE") <= 3 + 20 / 3 + 1, "the loops block within a third of the body:\n{all}");
+        assert!(text[row("late_missed")].contains("0/7       2"), "{all}");
+        assert!(buf[(2, row("late_missed") as u16)].modifier.contains(Modifier::BOLD));
+        assert!(all.contains("+23 more loops (5 past the agent's list bound)"), "{all}");
+        for fam in ["cycle ", "runq "] {
+            assert!(all.contains(fam), "{fam:?}:\n{all}");
+        }
+        // No loops listed: no block.
+        let (none, _, _) = fed_loops(&[], 0, &[]);
+        assert!(!screen(&none, 80, 24).0.join("\n").contains("loops:"));
     }
 }

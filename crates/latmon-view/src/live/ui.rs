@@ -14,7 +14,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Row as TRow, Sparkline, Table, TableState};
 use ratatui::Frame;
 
-use super::{Live, MissLog, Row, Shown, SortCol};
+use latmon_core::anatomy::Policy;
+use latmon_core::loops::{Loop, LoopClass};
+
+use super::{missed, Live, MissLog, Row, Shown, SortCol};
 
 /// `values` as a text sparkline of `width` cells (the newest at the right),
 /// on a log scale: latencies span decades.
@@ -87,6 +90,14 @@ pub fn draw(f: &mut Frame, live: &Live, since_frame: Option<Duration>, started: 
     let [head, body, foot] =
         Layout::vertical([Constraint::Length(head_h), Constraint::Min(4), Constraint::Length(1)]).areas(area);
     draw_header(f, head, m, since_frame, started, problem, live.paused.is_some());
+    // The agent's loops first, above the probes (as `latmon run` and
+    // `latmon view` print them): at most a third of the body, so the
+    // table keeps its room; the rest of the loops counted.
+    let loops_h = loops_height(m, body.height);
+    let [loops_area, body] = Layout::vertical([Constraint::Length(loops_h), Constraint::Min(0)]).areas(body);
+    if loops_h > 0 {
+        draw_loops(f, loops_area, m);
+    }
     let lines = m.lines();
     let detail = m.selected.filter(|id| {
         lines.contains(&Shown::Probe { id: *id, depth: 0 }) || lines.contains(&Shown::Probe { id: *id, depth: 1 })
@@ -119,6 +130,112 @@ pub fn draw(f: &mut Frame, live: &Live, since_frame: Option<Duration>, started: 
     if m.help {
         draw_help(f, area);
     }
+}
+
+/// Lines the loops block takes of a body `body_h` lines high: its title
+/// line, the column heads and a line per loop (or the "+N more" line),
+/// at most a third of the body; none when the agent listed no loop.
+fn loops_height(m: &Live, body_h: u16) -> u16 {
+    if m.loops.is_empty() && m.loops_unlisted == 0 {
+        return 0;
+    }
+    let more = u16::from(m.loops_unlisted > 0);
+    let need = 2 + (m.loops.len() as u16).saturating_add(more);
+    need.min(body_h / 3).max(1)
+}
+
+/// The loops block's columns: name (`w` wide), tid, policy, period and
+/// its source, then the agent's counts of a watched loop.
+fn loops_head(w: usize) -> String {
+    format!(
+        " {:<w$} {:>7} {:<8} {:>8} {:<9} {:>6} {:>10} {:>7}",
+        "LOOP", "TID", "POLICY", "PERIOD", "FROM", "CYCLES", "MISS/TOTAL", "OVERRUN"
+    )
+}
+
+/// One loop's line: a watched loop's cycles and misses this interval,
+/// its misses and overruns since start (the agent's counts: the cycle
+/// family's per thread, not the records that crossed the link); another
+/// loop's class instead. The name is the board's: escaped ([`shown`]),
+/// cut to `w` with `~`.
+pub(super) fn loop_line(l: &Loop, w: usize) -> String {
+    let name = shown(&l.comm);
+    let name = if name.len() > w { format!("{}~", &name[..w.saturating_sub(1)]) } else { name.into_owned() };
+    let policy = if l.rt && l.policy != Policy::Deadline {
+        format!("{} {}", l.policy.word(), l.prio)
+    } else {
+        l.policy.word().to_string()
+    };
+    let period = if l.period_ns > 0 { fmt_ns(l.period_ns) } else { "-".into() };
+    let mut s = format!(" {name:<w$} {:>7} {policy:<8} {period:>8} {:<9} ", l.tid, l.period_source.word());
+    match l.cycle.filter(|_| l.watched) {
+        Some(c) => {
+            let miss = format!("{}/{}", count(c.misses), count(c.total_misses));
+            s.push_str(&format!("{:>6} {miss:>10} {:>7}", count(c.cycles), count(c.total_overruns)));
+        }
+        None => s.push_str(match (l.class, l.rt) {
+            (LoopClass::Periodic, false) => "periodic, not RT: not watched",
+            (LoopClass::Periodic, true) if l.watched => "watched, no cycle yet",
+            (LoopClass::Periodic, true) => "periodic, not watched (past the agent's bound)",
+            (LoopClass::Sporadic, _) => "sporadic",
+            (LoopClass::Unknown, _) => "not yet known",
+        }),
+    }
+    s
+}
+
+/// A count in at most 5 characters (the loops block's 80 columns):
+/// 12345 -> 12k, u64::MAX -> 18446P.
+fn count(n: u64) -> String {
+    let (mut n, mut unit) = (n, 0);
+    while n > 9_999 {
+        n /= 1000;
+        unit += 1;
+    }
+    format!("{n}{}", ["", "k", "M", "G", "T", "P", "E"][unit])
+}
+
+fn draw_loops(f: &mut Frame, area: Rect, m: &Live) {
+    let n = |c: LoopClass| m.loops.iter().filter(|l| l.class == c).count();
+    let mut title = format!(" loops: {} periodic, {} sporadic", n(LoopClass::Periodic), n(LoopClass::Sporadic));
+    if n(LoopClass::Unknown) > 0 {
+        title.push_str(&format!(", {} not yet known", n(LoopClass::Unknown)));
+    }
+    title.push_str(" (the agent's counts");
+    if let Some(seq) = m.loops_stale() {
+        // A later listing was lost: these counts are that old.
+        title.push_str(&format!(", loops as of seq {seq}"));
+    }
+    title.push_str(") ");
+    let block = Block::default().borders(Borders::TOP).title(title);
+    let inner = block.inner(area);
+    // The name as wide as the longest (8 to 31), within what the other
+    // columns leave.
+    let longest = m.loops.iter().map(|l| shown(&l.comm).len()).max().unwrap_or(0);
+    let w = longest.min((inner.width as usize).saturating_sub(63)).clamp(8, 31);
+    let mut lines =
+        vec![Line::styled(loops_head(w), Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED))];
+    let (shown_loops, more) = m.loop_lines((inner.height as usize).saturating_sub(1));
+    for l in shown_loops {
+        // A loop that missed stands out as the screen's alarms do: this
+        // interval's misses reversed, misses since start bold.
+        let style = match l.cycle.filter(|_| l.watched) {
+            Some(c) if c.misses > 0 => Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED),
+            _ if missed(l) => Style::default().add_modifier(Modifier::BOLD),
+            _ => Style::default(),
+        };
+        lines.push(Line::styled(loop_line(l, w), style));
+    }
+    if more > 0 {
+        let unlisted = if m.loops_unlisted > 0 {
+            format!(" ({} past the agent's list bound)", m.loops_unlisted)
+        } else {
+            String::new()
+        };
+        lines
+            .push(Line::styled(format!(" +{more} more loops{unlisted}"), Style::default().add_modifier(Modifier::DIM)));
+    }
+    f.render_widget(Paragraph::new(lines).block(block), area);
 }
 
 fn draw_header(

@@ -33,6 +33,10 @@ pub const MAX_CAUSE_LABELS: usize = 32;
 const TOP_CAUSES: usize = 5;
 /// Records in the table: the worst (longest), in time order.
 pub const MAX_MISS_ROWS: usize = 200;
+/// Threads whose records are tallied apart (the loops section sets them
+/// beside the agent's counts of each loop); further threads' are in the
+/// totals only.
+pub const MAX_TALLIED_TIDS: usize = 64;
 
 /// One cycle probe's records.
 #[derive(Debug)]
@@ -61,11 +65,25 @@ pub struct Misses {
     /// Records of probes beyond MAX_MISS_PROBES.
     pub unshown: u64,
     rows: Worst,
+    /// Miss and overrun records of every cycle probe (those past the
+    /// probe bound too): what crossed the link.
+    pub miss_records: u64,
+    pub overrun_records: u64,
+    /// (tid, miss records, overrun records) of the first
+    /// MAX_TALLIED_TIDS threads.
+    by_tid: Vec<(u32, u64, u64)>,
 }
 
 impl Default for Misses {
     fn default() -> Self {
-        Misses { probes: Vec::new(), unshown: 0, rows: Worst::new(MAX_MISS_ROWS) }
+        Misses {
+            probes: Vec::new(),
+            unshown: 0,
+            rows: Worst::new(MAX_MISS_ROWS),
+            miss_records: 0,
+            overrun_records: 0,
+            by_tid: Vec::new(),
+        }
     }
 }
 
@@ -104,6 +122,14 @@ impl Misses {
         let a = &got.record;
         // A rule record is no cycle's end: not a miss, overrun or response.
         let Some(c) = a.cycle.as_ref().filter(|c| c.rule.is_none()) else { return };
+        let (m, r) = (u64::from(c.event == CycleEvent::Miss), u64::from(c.event == CycleEvent::Overrun));
+        self.miss_records += m;
+        self.overrun_records += r;
+        match self.by_tid.iter().position(|t| t.0 == a.tid) {
+            Some(i) => (self.by_tid[i].1, self.by_tid[i].2) = (self.by_tid[i].1 + m, self.by_tid[i].2 + r),
+            None if self.by_tid.len() < MAX_TALLIED_TIDS => self.by_tid.push((a.tid, m, r)),
+            None => {}
+        }
         let at = match self.probes.iter().position(|p| p.probe == got.probe) {
             Some(i) => i,
             None if self.probes.len() < MAX_MISS_PROBES => {
@@ -151,6 +177,16 @@ impl Misses {
             CycleEvent::Rule => {}
         }
         self.rows.offer(got, time_ns);
+    }
+
+    /// The miss and overrun records of thread `tid` in the capture (None:
+    /// past the tally's bound, not known).
+    pub fn records_of(&self, tid: u32) -> Option<(u64, u64)> {
+        match self.by_tid.iter().find(|t| t.0 == tid) {
+            Some(t) => Some((t.1, t.2)),
+            None if self.by_tid.len() < MAX_TALLIED_TIDS => Some((0, 0)),
+            None => None,
+        }
     }
 
     /// `running 81.2 %, blocked on io in fdatasync 12.0 %, ...` of the
