@@ -24,6 +24,11 @@ use crate::text::push_clean;
 pub const TOP_SERIES: usize = 10;
 /// Widest table line: one short of 80, so that no terminal wraps.
 pub const WIDTH: usize = 79;
+/// Lines of one text interval (without `--hist`'s histograms): the
+/// loops block and the alert records are shown whole, the table shows as
+/// many series per family as the rest leaves room for (a serial
+/// terminal's 80x40 screen holds one interval).
+pub const LINES: usize = 40;
 /// Alert records listed under the table (all with `--hist`); the
 /// per-probe alert counts are exact either way.
 pub const ALERTS_SHOWN: usize = 5;
@@ -587,6 +592,9 @@ pub struct TextRender {
     lf: String,
     /// ... with CR LF (serial lines).
     crlf: String,
+    /// What goes under the table (late time, alert records, totals),
+    /// rendered first to know the table's room.
+    tail: String,
 }
 
 impl TextRender {
@@ -596,38 +604,50 @@ impl TextRender {
             table: Table::default(),
             lf: String::with_capacity(16 * 1024),
             crlf: String::with_capacity(if style.crlf { 16 * 1024 } else { 0 }),
+            tail: String::with_capacity(4 * 1024),
         }
     }
 
-    /// The text of one interval.
+    /// The text of one interval: within [`LINES`] lines unless
+    /// histograms are asked for (the table gives up series first).
     pub fn render(&mut self, r: &IntervalReport) -> &str {
         let style = self.style;
-        let s = &mut self.lf;
-        s.clear();
-        render_header_into(s, r);
-        crate::loops::render_into(s, &r.loops, r.loops_unlisted);
-        self.table.render_into(s, r.probes.as_slice(), r.interval_ns, style.sort);
-        let measured = r.agent.cost_measured;
-        self.table.for_each(r.probes.as_slice(), style.sort, |p| {
-            if style.hist_all || p.hist {
-                render_hist_into(s, p, measured);
-            }
-        });
-        render_late_time_into(s, r.probes.as_slice(), |p| style.hist_all || p.hist);
-        render_alerts_into(&mut self.lf, r, if style.hist_all { usize::MAX } else { ALERTS_SHOWN }, WIDTH);
+        let hist = |p: &ProbeReport| style.hist_all || p.hist;
+        let t = &mut self.tail;
+        t.clear();
+        render_late_time_into(t, r.probes.as_slice(), hist);
+        render_alerts_into(t, r, if style.hist_all { usize::MAX } else { ALERTS_SHOWN }, WIDTH);
         if r.last {
-            render_run_totals_into(&mut self.lf, r);
+            render_run_totals_into(t, r);
         }
         // What a JSON line of this interval leaves out (it says so too).
         let kept = crate::json::alert_records_within(r, crate::json::ALERT_RECORD_BYTES_MAX);
         if kept < r.alert_records.len() {
             let _ = writeln!(
-                self.lf,
+                t,
                 "  alert_records_cut: {} (a JSON line carries {} KiB of records: the first {kept})",
                 r.alert_records.len() - kept,
                 crate::json::ALERT_RECORD_BYTES_MAX / 1024
             );
         }
+        let s = &mut self.lf;
+        s.clear();
+        render_header_into(s, r);
+        crate::loops::render_into(s, &r.loops, r.loops_unlisted);
+        if r.probes.iter().any(hist) {
+            self.table.render_into(s, r.probes.as_slice(), r.interval_ns, style.sort);
+        } else {
+            let used = s.matches('\n').count() + self.tail.matches('\n').count();
+            let room = LINES.saturating_sub(used);
+            self.table.render_fit_into(s, r.probes.as_slice(), r.interval_ns, style.sort, room);
+        }
+        let measured = r.agent.cost_measured;
+        self.table.for_each(r.probes.as_slice(), style.sort, |p| {
+            if hist(p) {
+                render_hist_into(s, p, measured);
+            }
+        });
+        s.push_str(&self.tail);
         if !style.crlf {
             return &self.lf;
         }
@@ -947,6 +967,70 @@ mod tests {
         assert!(t.lines().count() <= 40);
         assert!(t.contains("  ... 35 more alert records"), "{t}");
         assert!(!t.contains("distribution"), "no histogram by default: {t}");
+    }
+
+    /// Issue 42: the loops block and two-line cycle records fit the
+    /// 40-line interval (53 lines before, captured with the loop zoo):
+    /// the table gives up series, never a family line, a loop or a
+    /// record.
+    #[test]
+    fn loops_and_cycle_records_fit_forty_lines_the_table_gives_up_series() {
+        use crate::loops::{Loop, LoopClass, LoopCycles, PeriodSource};
+        let mut probes = vec![probe("runq", "runq", 10, 1_000)];
+        for fam in ["syscall", "irq", "cycle"] {
+            probes.push(probe(fam, fam, 100, 5_000));
+            for i in 0..12 {
+                probes.push(probe(&format!("{fam}:{i}"), fam, i, i * 37));
+            }
+        }
+        let mut r = report(probes);
+        r.loops = (0..7)
+            .map(|i| Loop {
+                tid: 100 + i,
+                pid: 100,
+                comm: format!("loop{i}"),
+                policy: crate::anatomy::Policy::Fifo,
+                prio: 40,
+                rt: true,
+                class: LoopClass::Periodic,
+                period_ns: 1_000_000,
+                period_source: PeriodSource::AbsTimer,
+                jitter_ns: 0,
+                watched: true,
+                cycle: Some(LoopCycles { cycles: 1000, misses: 3, total_misses: 9, ..LoopCycles::default() }),
+            })
+            .collect();
+        let miss = crate::cycle::CycleMark {
+            event: crate::cycle::CycleEvent::Miss,
+            release_ns: SEC,
+            deadline_ns: SEC + 1_000_000,
+            done_ns: Some(SEC + 1_500_000),
+            doing: None,
+            migrations: 0,
+            rule: None,
+        };
+        for i in 0..20 {
+            r.alert_records.push(AlertRecord {
+                id: row(&r, "cycle"),
+                pid: 100,
+                tid: 100 + i,
+                comm: "loop".into(),
+                cpu: 0,
+                latency_ns: 1_500_000,
+                time_ns: 5 * SEC,
+                anatomy: None,
+                cycle: Some(miss.clone()),
+            });
+        }
+        let t = TextRender::new(TextStyle::default()).render(&r).to_string();
+        assert!(t.lines().count() <= LINES, "{} lines:\n{t}", t.lines().count());
+        assert!(t.lines().all(|l| l.len() <= WIDTH + 1), "{t}");
+        for fam in ["runq ", "syscall ", "irq ", "cycle "] {
+            assert!(t.lines().any(|l| l.starts_with(fam)), "no {fam} line:\n{t}");
+        }
+        assert_eq!(t.matches("1000 cyc 3/9 miss").count(), 7, "{t}");
+        assert_eq!(t.matches("miss 1.50ms of 1.00ms").count(), ALERTS_SHOWN, "{t}");
+        assert!(t.contains("more series"), "the table gave up series: {t}");
     }
 
     /// Issue 40: what a JSON line of the interval cuts, the text says.
