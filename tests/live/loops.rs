@@ -297,11 +297,15 @@ fn the_default_watches_the_periodic_rt_loops_and_counts_their_misses() {
     // Beside the JSON, two frames links: an unlimited one and one with a
     // serial line's budget (2 000 B/s: deltas, keyframes, loops charged).
     let (full, paced) = (scratch("loops-frames", "full.bin"), scratch("loops-frames", "paced.bin"));
+    // And a real Prometheus scraping latmon every second.
+    let prom_at = format!("127.0.0.1:{}", crate::common::prometheus::free_port());
+    let prom = crate::common::prometheus::Prometheus::start("loops", &prom_at, false);
     let outs = [
         format!("file:{},format=frames", full.display()),
         format!("file:{},format=frames,budget=2000B/s", paced.display()),
+        format!("prom://{prom_at}"),
     ];
-    let (out, lines, _) = run_out(10, &args, &[], &[&outs[0], &outs[1]]);
+    let (out, lines, _) = run_out(10, &args, &[], &[&outs[0], &outs[1], &outs[2]]);
     match check_watched(&out, &lines) {
         Ok(s) => eprintln!("watched with no configuration: {s}"),
         Err(e) => panic!("{e}\nzoo: {out}"),
@@ -313,6 +317,10 @@ fn the_default_watches_the_periodic_rt_loops_and_counts_their_misses() {
             Ok(s) => eprintln!("{name} link: {s}"),
             Err(e) => panic!("{name} link: {e}"),
         }
+    }
+    match check_scraped(&lines, &prom) {
+        Ok(s) => eprintln!("Prometheus: {s}"),
+        Err(e) => panic!("Prometheus: {e}\nlog: {}", prom.log()),
     }
     if !test_hooks("LATMON_AUTO_MUTATE=1") {
         return;
@@ -360,6 +368,41 @@ fn check_received(lines: &[serde_json::Value], cap: &std::path::Path) -> Result<
         "{same} of {summaries} summaries carried the agent's loops; at seq {seq} {misses} misses since start \
          (the agent's), {records} miss records crossed"
     ))
+}
+
+/// What a real Prometheus scraped of the watched loops: for each loop the
+/// agent counted misses of, the largest `latmon_cycle_misses_total`
+/// (labels loop, tid) is one of the totals the agent printed for that
+/// loop (no wall-clock bound: which interval the last scrape caught is
+/// the scheduler's business), and its period is the cycle family's. Err: what
+/// is wrong.
+fn check_scraped(lines: &[serde_json::Value], prom: &crate::common::prometheus::Prometheus) -> Result<String, String> {
+    let mut said = Vec::new();
+    let mut totals: BTreeMap<(String, u64), Vec<(u64, u64)>> = BTreeMap::new();
+    for (_, x) in listed(lines) {
+        if let Some(m) = x["cycle"]["total_misses"].as_u64() {
+            let key = (x["comm"].as_str().unwrap().to_string(), x["tid"].as_u64().unwrap());
+            totals.entry(key).or_default().push((m, x["cycle"]["period_ns"].as_u64().unwrap()));
+        }
+    }
+    for ((comm, tid), seen) in totals.iter().filter(|(_, v)| v.iter().any(|&(m, _)| m > 0)) {
+        let sel = format!("{{loop=\"{comm}\",tid=\"{tid}\"}}");
+        let q = format!("max_over_time(latmon_cycle_misses_total{sel}[10m])");
+        let Some(got) = prom.scalar(&q, None) else { return Err(format!("{q}: no sample")) };
+        if !seen.iter().any(|&(m, _)| m as f64 == got) {
+            return Err(format!("{q} = {got}, not one of the agent's totals {seen:?}"));
+        }
+        let q = format!("max_over_time(latmon_cycle_period_seconds{sel}[10m])");
+        let period = prom.scalar(&q, None).unwrap_or(-1.0);
+        if !seen.iter().any(|&(_, p)| (p as f64 / 1e9 - period).abs() < 1e-9) {
+            return Err(format!("{q} = {period}, not one of the agent's periods {seen:?}"));
+        }
+        said.push(format!("{comm}[{tid}] {got} misses, period {period} s"));
+    }
+    if said.is_empty() {
+        return Err("no watched loop counted a miss".into());
+    }
+    Ok(said.join("; "))
 }
 
 /// The zoo's loops against their watched counts. Err: what is wrong.

@@ -333,10 +333,10 @@ impl Anatomy {
     }
 
     /// [`render_into`](Self::render_into) within `width` bytes from `s`'s
-    /// length on entry, whole parts only: a part that does not fit ends
-    /// the line with `~` (the largest parts come first; JSON and frames
-    /// carry them all). A 79-column terminal reads `hog[4242] FIFO/90
-    /// 460 us, ~`, never a part cut in two or a line wrapped.
+    /// length on entry, whole parts only: the parts that do not fit are
+    /// counted at the line's end (the largest parts come first; JSON and
+    /// frames carry them all). A 79-column terminal reads `hog[4242]
+    /// FIFO/90 460 us, +2 more`, never a part cut in two or a line wrapped.
     pub fn render_line_into(&self, s: &mut String, latency_ns: u64, width: usize) {
         let start = s.len();
         let _ = write!(s, "late {}:", Us(latency_ns));
@@ -347,20 +347,44 @@ impl Anatomy {
     /// head the caller wrote from `start` on (cycle: `miss 1.62 ms of 1 ms:`).
     pub fn render_parts_into(&self, s: &mut String, start: usize, width: usize) {
         let moved = self.cpu_woken != self.cpu_ran;
+        let n = self.causes.len();
         for (i, c) in self.causes.iter().enumerate() {
             let before = s.len();
             s.push_str(if i == 0 { " " } else { ", " });
             push_cause(s, c);
-            let more = i + 1 < self.causes.len() || moved;
             if i == 0 && s.len() - start > width {
                 // The first part alone is wider than the line (a lock's
                 // inversion names three tasks): cut inside it, for a bare
-                // `~` would say nothing at all.
+                // count would say nothing at all.
                 s.truncate((start + width.saturating_sub(1)).max(before));
                 s.push('~');
                 return;
             }
-            if !keep_piece(s, start, before, width, more, if i == 0 { " ~" } else { ", ~" }) {
+            // Room kept after a part for what ends a cut line: the count
+            // of the parts left out (`, +12 more`: a cut line says how
+            // many causes it leaves out, not just that it leaves some;
+            // issue 42, a 250 us cause read as `~`), or `, ~` after the
+            // first part (which is always shown when it fits).
+            let room = match (i + 1 < n, i == 0) {
+                (true, true) => 3,
+                (true, false) => MORE_ROOM,
+                (false, _) if moved => 3,
+                _ => 0,
+            };
+            if i == 0 && s.len() - start > width.saturating_sub(room) {
+                // It fits, but not with what must follow it.
+                s.truncate(before);
+                s.push_str(" ~");
+                return;
+            }
+            if i > 0 && s.len() - start > width.saturating_sub(room) {
+                s.truncate(before);
+                let at = s.len();
+                let _ = write!(s, ", +{} more", n - i);
+                if s.len() - start > width {
+                    s.truncate(at);
+                    s.push_str(", ~");
+                }
                 return;
             }
         }
@@ -377,6 +401,9 @@ impl Anatomy {
         s
     }
 }
+
+/// Columns kept at a line's end for `, +NN more`.
+const MORE_ROOM: usize = 10;
 
 /// One part: `hog[4242] FIFO/90 460 us`, `irq 36 virtio1 30 us`, ...
 fn push_cause(s: &mut String, c: &Cause) {
@@ -572,6 +599,23 @@ mod tests {
         // Sums that overflow u64 still end exact.
         let a = Anatomy::from_parts(10, 0, 0, vec![task("x", 1, u64::MAX), task("y", 2, u64::MAX)]);
         assert!(a.sums_to(10), "{a:?}");
+    }
+
+    /// A cut line counts the parts it leaves out (issue 42: `running
+    /// 2807 us, ~` hid a 250 us cause); each part shown is whole and the
+    /// shown plus counted are all of them.
+    #[test]
+    fn a_cut_line_counts_the_parts_it_leaves_out() {
+        let parts: Vec<Cause> = (0..6).map(|i| task(&format!("hog{i}"), 100 + i, 1_000 - i as u64 * 100)).collect();
+        let a = Anatomy::from_parts(10_000, 0, 0, parts);
+        for width in [40, 60, 79, 100] {
+            let mut s = String::from("late:");
+            a.render_parts_into(&mut s, 0, width);
+            assert!(s.len() <= width, "{width}: {s}");
+            let shown = s.matches("hog").count();
+            let counted: usize = s.rsplit_once(", +").map_or(0, |(_, m)| m.trim_end_matches(" more").parse().unwrap());
+            assert_eq!(shown + counted, a.causes.len(), "{width}: {s}");
+        }
     }
 
     /// One text for a policy and priority: upper-case policy, rt_priority
