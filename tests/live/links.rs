@@ -784,7 +784,7 @@ fn the_stored_certificate_travels_in_the_hello() {
         let hellos: Vec<&Value> = dec.iter().filter(|l| l["type"] == "hello").collect();
         assert!(!hellos.is_empty());
         for h in &hellos {
-            assert_eq!(h["protocol_revision"], 11);
+            assert_eq!(h["protocol_revision"], latmon_core::wire::PROTOCOL_REVISION);
             let c = &h["certificate"];
             assert_eq!(c["verdict"], "pass", "{h}");
             assert_eq!(c["other_kernel"], other);
