@@ -60,7 +60,9 @@ pub struct WireLoop {
     pub cycle: Option<WireLoopCycles>,
 }
 
-/// A watched loop's counts, as `loops::LoopCycles` (JSON `cycle`).
+/// A watched loop's counts, as `loops::LoopCycles` (JSON `cycle`): a
+/// type of its own, for the wire's field order is frozen by the golden
+/// vector while JSON's may grow.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireLoopCycles {
     pub period_ns: u64,
